@@ -1,0 +1,67 @@
+// ptw: the workbench. Opens the window when a display is available, or runs a profile
+// headless (for CI, or on a machine without a display).
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "launch/headless.h"
+
+#ifdef PTW_WITH_GUI
+#include "ui/gui_main.h"
+#endif
+
+namespace {
+
+bool displayAvailable() {
+  for (const char* v : {"DISPLAY", "WAYLAND_DISPLAY"})
+    if (const char* s = std::getenv(v); s && *s) return true;
+  const char* qpa = std::getenv("QT_QPA_PLATFORM");
+  return qpa && *qpa;  // offscreen, vnc, ...: the user chose a platform
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ptw " PTW_VERSION ": Parallel Training Workbench. Configure, launch and watch parallel training "
+               "(single process, DistributedDataParallel) on local CPU ranks.",
+               "ptw"};
+  bool headless = false;
+  ptw::core::HeadlessOptions opts;
+  app.add_flag("--headless", headless,
+               "Run the profile without a window and exit with a status code (the default when no display "
+               "is available)");
+  app.add_option("-p,--profile", opts.profilePath, "Profile to open or run (JSON); default: the built-in "
+                                                    "seed workload, DDP on 2 CPU ranks")
+      ->check(CLI::ExistingFile);
+  app.add_option("--set", opts.overrides,
+                 "Override a profile field by its path, e.g. --set hyper.lr=0.05 --set strategy.ranks=4 "
+                 "(repeatable; validated like the file)");
+  app.add_option("--runs-dir", opts.runsDir,
+                 "Where run folders are written (default: $PTW_RUNS_DIR, else $XDG_DATA_HOME/ptw/runs, else "
+                 "~/.local/share/ptw/runs)");
+  app.set_version_flag("--version", "ptw " PTW_VERSION);
+  app.footer(
+      "Exit codes (headless):\n"
+      "  0  the run finished\n"
+      "  2  invalid input: profile, --set override, runs directory or port\n"
+      "  3  training failed: a rank exited non-zero, died by a signal or stalled\n"
+      "  5  interrupted: SIGINT/SIGTERM stopped the run gracefully\n"
+      "\nEnvironment: PTW_RUNS_DIR (runs directory), PTW_WORKER (worker program; default: ptw-worker beside ptw).");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    int code = app.exit(e);
+    return code == 0 ? 0 : ptw::core::kExitInvalidInput;
+  }
+
+#ifdef PTW_WITH_GUI
+  if (!headless && displayAvailable()) return ptw::ui::guiMain(argc, argv, opts.profilePath, opts.overrides, opts.runsDir);
+  if (!headless) std::cout << "ptw: no display found; running headless (pass --headless to say so)\n";
+#else
+  if (!headless) std::cout << "ptw: built without the GUI (PTW_BUILD_GUI=OFF); running headless\n";
+#endif
+  return ptw::core::runHeadless(opts, std::cout, std::cerr);
+}

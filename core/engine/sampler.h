@@ -1,0 +1,34 @@
+// Sharding that follows torch.utils.data.DistributedSampler exactly, so that rank r sees
+// the indices, in the order, that it would see in PyTorch for the same settings.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace ptw::engine {
+
+/// Example: SamplerOptions(100, 2, 0).seed(0).epoch(3)
+struct SamplerOptions {
+  SamplerOptions(std::int64_t samples, int world, int rank) : samples(samples), world(world), rank(rank) {}
+  std::int64_t samples;
+  int world;
+  int rank;
+  std::uint64_t seed = 0;
+  std::int64_t epoch = 0;
+  bool shuffle = true;
+  bool dropLast = false;
+};
+
+/// The indices rank `rank` visits in `epoch`: a permutation from randperm with a
+/// generator seeded with seed + epoch, padded by wrapping (or cut when dropLast) to a
+/// multiple of world, then every world-th index starting at rank.
+std::vector<std::int64_t> shardIndices(const SamplerOptions& o);
+
+/// shardIndices cut into batches of `batchSize` (the last one may be smaller).
+std::vector<std::vector<std::int64_t>> shardBatches(const SamplerOptions& o, std::int64_t batchSize);
+
+/// Batch k of every rank concatenated, rank 0 first: the global batches that one process
+/// must train on to reproduce a data-parallel run (the reference of every equivalence test).
+std::vector<std::vector<std::int64_t>> globalBatches(SamplerOptions o, std::int64_t batchSize);
+
+}  // namespace ptw::engine

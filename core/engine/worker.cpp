@@ -1,0 +1,190 @@
+#include "engine/worker.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "common/error.h"
+#include "common/profile.h"
+#include "common/record.h"
+#include "engine/trainer.h"
+
+namespace ptw::engine {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void onStopSignal(int) { g_stop.store(true); }
+
+// Buffers records and writes them to stdout in batches: at most every few
+// milliseconds when steps are fast, at once when they are slow.
+class RecordWriter {
+ public:
+  void write(const core::Record& r) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    core::formatRecord(r, m_buffer);
+    if (r.kind == core::Record::Kind::Step) m_lastStep = r.step.step;
+    auto now = std::chrono::steady_clock::now();
+    if (m_buffer.size() > 16384 || now - m_lastFlush > std::chrono::milliseconds(5)) flushLocked(now);
+  }
+  void heartbeat(int rank, const char* state) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    core::Record h;
+    h.kind = core::Record::Kind::Heartbeat;
+    h.step.rank = rank;
+    h.step.step = m_lastStep;
+    h.state = state;
+    core::formatRecord(h, m_buffer);
+    flushLocked(std::chrono::steady_clock::now());
+  }
+  void flush() {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    flushLocked(std::chrono::steady_clock::now());
+  }
+
+ private:
+  void flushLocked(std::chrono::steady_clock::time_point now) {
+    const char* p = m_buffer.data();
+    std::size_t left = m_buffer.size();
+    while (left > 0) {
+      ssize_t n = ::write(1, p, left);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;  // launcher gone: the death signal ends us
+      p += n;
+      left -= static_cast<std::size_t>(n);
+    }
+    m_buffer.clear();
+    m_lastFlush = now;
+  }
+  std::mutex m_mutex;
+  std::string m_buffer;
+  std::int64_t m_lastStep = 0;
+  std::chrono::steady_clock::time_point m_lastFlush = std::chrono::steady_clock::now();
+};
+
+struct Args {
+  std::string profile, out;
+  int rank = -1, world = -1, port = 0;
+};
+
+Args parseArgs(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    if (k == "--help" || k == "-h") {
+      std::cout << "usage: ptw-worker --profile FILE --rank R --world W --port P [--out DIR]\n"
+                   "One rank of a ptw run; started by ptw's launcher, not by hand.\n";
+      std::exit(0);
+    }
+    PTW_CHECK(i + 1 < argc, k, ": missing value");
+    std::string v = argv[++i];
+    auto toInt = [&](const std::string& s) {
+      try {
+        std::size_t used = 0;
+        int x = std::stoi(s, &used);
+        PTW_CHECK(used == s.size(), "");
+        return x;
+      } catch (...) {
+        PTW_FAIL(k, ": expected an integer, got \"", s, "\"");
+      }
+    };
+    if (k == "--profile") a.profile = v;
+    else if (k == "--out") a.out = v;
+    else if (k == "--rank") a.rank = toInt(v);
+    else if (k == "--world") a.world = toInt(v);
+    else if (k == "--port") a.port = toInt(v);
+    else PTW_FAIL("unknown argument ", k, " (see --help)");
+  }
+  PTW_CHECK(!a.profile.empty(), "--profile is required");
+  PTW_CHECK(a.world >= 1, "--world: expected >= 1, got ", a.world);
+  PTW_CHECK(a.rank >= 0 && a.rank < a.world, "--rank: expected 0..", a.world - 1, ", got ", a.rank);
+  return a;
+}
+
+}  // namespace
+
+int workerMain(int argc, char** argv) {
+  struct sigaction sa {};
+  sa.sa_handler = onStopSignal;
+  sigemptyset(&sa.sa_mask);
+  ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
+
+  Args args;
+  core::Profile profile;
+  try {
+    args = parseArgs(argc, argv);
+    profile = core::loadProfile(args.profile);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  const int rank = args.rank;
+  // Test hook for the launcher's failure handling: PTW_FAULT=throw-at-start:R.
+  if (const char* fault = std::getenv("PTW_FAULT")) {
+    if (std::string(fault) == "throw-at-start:" + std::to_string(rank)) {
+      std::fprintf(stderr, "error: injected fault at start (PTW_FAULT)\n");
+      return 1;
+    }
+  }
+
+  torch::set_num_threads(profile.run.threadsPerRank);
+  RecordWriter writer;
+  std::atomic<bool> finished{false};
+  std::mutex hbMutex;
+  std::condition_variable hbWake;
+  std::thread heartbeat([&] {
+    std::unique_lock<std::mutex> lock(hbMutex);
+    while (!hbWake.wait_for(lock, std::chrono::seconds(1), [&] { return finished.load(); }))
+      writer.heartbeat(rank, "train");
+  });
+  auto stopHeartbeat = [&] {
+    {
+      std::lock_guard<std::mutex> lock(hbMutex);
+      finished = true;
+    }
+    hbWake.notify_all();
+    heartbeat.join();
+  };
+
+  int code = 0;
+  try {
+    std::fprintf(stderr, "[rank %d] %s: %s, world %d, port %d\n", rank, profile.name.c_str(),
+                 profile.strategy.kind.c_str(), args.world, args.port);
+    SyncContext ctx{profile, rank, args.world, args.port};
+    Trainer trainer(profile, rank, args.world, makeGradientSync(ctx), shardPlan(profile, rank, args.world),
+                    [&](const core::Record& r) { writer.write(r); });
+    std::int64_t steps = trainer.run(g_stop);
+    if (!args.out.empty()) {
+      auto params = trainer.parameters();
+      torch::save(params, args.out + "/rank" + std::to_string(rank) + ".final.pt");
+    }
+    core::Record done;
+    done.kind = core::Record::Kind::Done;
+    done.step.rank = rank;
+    done.step.step = steps;
+    writer.write(done);
+    std::fprintf(stderr, "[rank %d] %s after %lld steps\n", rank, g_stop ? "stopped" : "finished",
+                 static_cast<long long>(steps));
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what_without_backtrace());
+    code = 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what());
+    code = 1;
+  }
+  stopHeartbeat();
+  writer.flush();
+  return code;
+}
+
+}  // namespace ptw::engine

@@ -1,0 +1,31 @@
+// The headless runner behind `ptw --headless`: runs one profile to the end with progress
+// on the terminal and an exit code CI can act on.
+#pragma once
+
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+namespace ptw::core {
+
+/// Process exit codes of `ptw --headless`; documented in --help and the README.
+enum ExitCode : int {
+  kExitOk = 0,
+  kExitInvalidInput = 2,    ///< bad profile, override, runs directory or port
+  kExitTrainingFailed = 3,  ///< a rank failed or stalled
+  kExitInterrupted = 5,     ///< SIGINT/SIGTERM: the run was stopped gracefully
+};
+
+/// Example: HeadlessOptions{}.profilePath = "resources/profiles/seed-ddp.json";
+struct HeadlessOptions {
+  std::string profilePath = "";             ///< "" runs the built-in default profile
+  std::vector<std::string> overrides = {};  ///< key=value, applied after loading
+  std::string runsDir = "";                 ///< "" uses defaultRunsDirectory()
+  std::string workerPath = "";              ///< "" uses Launcher::defaultWorkerPath()
+};
+
+/// Runs and returns an ExitCode. Progress goes to `out`, errors to `err`. SIGINT and
+/// SIGTERM stop the run gracefully while it is in here.
+int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream& err);
+
+}  // namespace ptw::core

@@ -1,0 +1,431 @@
+#include "launch/launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <memory>
+
+#include "common/error.h"
+
+namespace ptw::core {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double secondsSince(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+void setNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// Per-rank state of a running worker.
+struct Rank {
+  int rank = 0;
+  pid_t pid = -1;
+  int outFd = -1;  // records
+  int errFd = -1;  // logs
+  std::string outBuf, errBuf;
+  std::deque<std::string> tail;
+  std::unique_ptr<std::ofstream> logFile;
+  bool exited = false;
+  RankExit exit;
+  Clock::time_point lastSeen = Clock::now();
+  std::int64_t lastStep = -1;
+  std::string state = "start";
+};
+
+}  // namespace
+
+std::string RankExit::describe() const {
+  if (signal != 0) {
+    const char* name = ::strsignal(signal);
+    return "signal " + std::to_string(signal) + " (" + (name ? name : "unknown") + ")";
+  }
+  return "exit code " + std::to_string(exitCode);
+}
+
+const char* statusName(RunReport::Status s) {
+  switch (s) {
+    case RunReport::Status::Finished: return "finished";
+    case RunReport::Status::Failed: return "failed";
+    case RunReport::Status::Stopped: return "stopped";
+  }
+  return "unknown";
+}
+
+Launcher::Launcher(LaunchOptions options) : m_options(std::move(options)) {
+  PTW_CHECK(::pipe2(m_wakePipe, O_CLOEXEC | O_NONBLOCK) == 0, "cannot create pipe: ", std::strerror(errno));
+}
+
+Launcher::~Launcher() {
+  for (int fd : m_wakePipe)
+    if (fd >= 0) ::close(fd);
+}
+
+void Launcher::requestStop() {
+  m_stopRequested.store(true);
+  char c = 's';
+  [[maybe_unused]] auto n = ::write(m_wakePipe[1], &c, 1);
+}
+
+int Launcher::pickFreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  PTW_CHECK(fd >= 0, "cannot create a socket: ", std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+            ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  int err = errno;
+  ::close(fd);
+  PTW_CHECK(ok, "cannot find a free port on 127.0.0.1: ", std::strerror(err));
+  return ntohs(addr.sin_port);
+}
+
+std::string Launcher::defaultWorkerPath() {
+  if (const char* env = std::getenv("PTW_WORKER"); env && *env) return env;
+  char buf[PATH_MAX];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "ptw-worker";
+  std::string exe(buf, static_cast<std::size_t>(n));
+  return exe.substr(0, exe.rfind('/') + 1) + "ptw-worker";
+}
+
+namespace {
+
+bool portIsFree(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  int one = 1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<std::uint16_t>(port));
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Reads what is available; returns false at end of file.
+bool drain(int fd, std::string& buf) {
+  char chunk[65536];
+  for (;;) {
+    ssize_t n = ::read(fd, chunk, sizeof chunk);
+    if (n > 0) {
+      buf.append(chunk, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n == 0) return false;
+    if (errno == EINTR) continue;
+    return errno == EAGAIN || errno == EWOULDBLOCK;
+  }
+}
+
+template <class F>
+void forEachLine(std::string& buf, bool flushPartial, F&& f) {
+  std::size_t start = 0;
+  for (;;) {
+    std::size_t nl = buf.find('\n', start);
+    if (nl == std::string::npos) break;
+    f(std::string_view(buf).substr(start, nl - start));
+    start = nl + 1;
+  }
+  buf.erase(0, start);
+  if (flushPartial && !buf.empty()) {
+    f(std::string_view(buf));
+    buf.clear();
+  }
+}
+
+}  // namespace
+
+RunReport Launcher::run(LaunchObserver& observer) {
+  const LaunchOptions& o = m_options;
+  PTW_CHECK(o.worldSize >= 1, "world size must be >= 1, got ", o.worldSize);
+  PTW_CHECK(::access(o.workerPath.c_str(), X_OK) == 0, "worker program ", o.workerPath,
+            " is not executable (", std::strerror(errno), "); build ptw-worker or set PTW_WORKER");
+  PTW_CHECK(::access(o.profilePath.c_str(), R_OK) == 0, "profile ", o.profilePath, " is not readable");
+
+  int port = o.port;
+  if (port == 0) {
+    port = pickFreePort();
+  } else {
+    PTW_CHECK(portIsFree(port), "run.port: port ", port,
+              " on 127.0.0.1 is already in use; choose another port or set run.port to 0 to pick a free one");
+  }
+
+  auto started = Clock::now();
+  RunReport report;
+  report.port = port;
+  std::vector<Rank> ranks(static_cast<std::size_t>(o.worldSize));
+
+  // Everything the children need is built before fork(): after it, only
+  // async-signal-safe calls happen in the child.
+  std::vector<std::vector<std::string>> argStrings;
+  for (int r = 0; r < o.worldSize; ++r) {
+    std::vector<std::string> a = {o.workerPath, "--profile", o.profilePath, "--rank", std::to_string(r),
+                                  "--world", std::to_string(o.worldSize), "--port", std::to_string(port)};
+    if (!o.outDir.empty()) {
+      a.push_back("--out");
+      a.push_back(o.outDir);
+    }
+    a.insert(a.end(), o.extraWorkerArgs.begin(), o.extraWorkerArgs.end());
+    argStrings.push_back(std::move(a));
+  }
+  int devNull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  PTW_CHECK(devNull >= 0, "cannot open /dev/null: ", std::strerror(errno));
+
+  pid_t parent = ::getpid();
+  pid_t pgid = 0;
+  std::vector<int> pids;
+  auto killAll = [&](int sig) {
+    if (pgid > 0) ::kill(-pgid, sig);
+    for (auto& rk : ranks)
+      if (rk.pid > 0 && !rk.exited) ::kill(rk.pid, sig);
+  };
+
+  for (int r = 0; r < o.worldSize; ++r) {
+    Rank& rk = ranks[static_cast<std::size_t>(r)];
+    rk.rank = r;
+    int outPipe[2], errPipe[2];
+    if (::pipe2(outPipe, O_CLOEXEC) != 0 || ::pipe2(errPipe, O_CLOEXEC) != 0) {
+      int err = errno;
+      killAll(SIGKILL);
+      PTW_FAIL("cannot create pipes for rank ", r, ": ", std::strerror(err));
+    }
+    std::vector<char*> argv;
+    for (auto& s : argStrings[static_cast<std::size_t>(r)]) argv.push_back(s.data());
+    argv.push_back(nullptr);
+
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      // Child: join the run's process group, die with the launcher (Note [Worker lifetime]).
+      ::setpgid(0, pgid);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
+      ::dup2(devNull, 0);
+      ::dup2(outPipe[1], 1);
+      ::dup2(errPipe[1], 2);
+      ::execv(argv[0], argv.data());
+      const char msg[] = "ptw-worker: exec failed\n";
+      [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);
+      ::_exit(127);
+    }
+    int forkErr = errno;
+    ::close(outPipe[1]);
+    ::close(errPipe[1]);
+    if (pid < 0) {
+      ::close(outPipe[0]);
+      ::close(errPipe[0]);
+      killAll(SIGKILL);
+      PTW_FAIL("cannot start rank ", r, ": fork failed: ", std::strerror(forkErr));
+    }
+    if (pgid == 0) pgid = pid;
+    ::setpgid(pid, pgid);  // also in the parent, so kill(-pgid) works at once
+    rk.pid = pid;
+    rk.outFd = outPipe[0];
+    rk.errFd = errPipe[0];
+    setNonBlocking(rk.outFd);
+    setNonBlocking(rk.errFd);
+    if (!o.outDir.empty())
+      rk.logFile = std::make_unique<std::ofstream>(o.outDir + "/rank" + std::to_string(r) + ".log", std::ios::app);
+    pids.push_back(pid);
+  }
+  ::close(devNull);
+  observer.onStarted(port, pids);
+
+  // Supervision loop.
+  std::vector<Record> batch;
+  Clock::time_point killAt = Clock::time_point::max();
+  bool tearingDown = false;
+  bool stopHandled = false;
+  std::int64_t progressStep = -1;
+  Clock::time_point progressAt = Clock::now();
+
+  auto keepLog = [&](Rank& rk, std::string_view line) {
+    std::string s(line);
+    if (rk.logFile) *rk.logFile << s << '\n';
+    rk.tail.push_back(s);
+    while (rk.tail.size() > o.logTail) rk.tail.pop_front();
+    observer.onLog(rk.rank, s);
+  };
+  auto onRecordLine = [&](Rank& rk, std::string_view line) {
+    if (auto rec = parseRecord(line)) {
+      rec->step.rank = rk.rank;  // a worker speaks only for itself
+      rk.lastStep = std::max(rk.lastStep, rec->step.step);
+      if (rec->kind == Record::Kind::Heartbeat) rk.state = rec->state;
+      else if (rec->kind == Record::Kind::Done) rk.state = "done";
+      else rk.state = "train";
+      batch.push_back(std::move(*rec));
+    } else if (!line.empty()) {
+      keepLog(rk, line);  // stray stdout (a library printing) is a log line, not lost
+    }
+  };
+  auto beginTeardown = [&](double graceS) {
+    if (tearingDown) return;
+    tearingDown = true;
+    killAll(SIGTERM);
+    killAt = Clock::now() + std::chrono::milliseconds(static_cast<long>(graceS * 1000));
+  };
+  auto fail = [&](Rank& rk, const std::string& why, bool stalled) {
+    if (report.failedRank >= 0) return;
+    report.status = RunReport::Status::Failed;
+    report.failedRank = rk.rank;
+    report.stalled = stalled;
+    report.message = "rank " + std::to_string(rk.rank) + " " + why;
+    if (stalled) {
+      // A stalled process never exits by itself: it must be killed now.
+      tearingDown = true;
+      killAll(SIGKILL);
+      if (kill(rk.pid, SIGCONT) == 0) {}
+      killAt = Clock::now();
+    } else {
+      beginTeardown(o.failGraceS);
+    }
+  };
+
+  std::size_t alive = ranks.size();
+  while (alive > 0) {
+    std::vector<pollfd> fds;
+    fds.push_back({m_wakePipe[0], POLLIN, 0});
+    for (auto& rk : ranks) {
+      if (rk.outFd >= 0) fds.push_back({rk.outFd, POLLIN, 0});
+      if (rk.errFd >= 0) fds.push_back({rk.errFd, POLLIN, 0});
+    }
+    ::poll(fds.data(), fds.size(), 100);
+
+    char sink[64];
+    while (::read(m_wakePipe[0], sink, sizeof sink) > 0) {}
+    if (m_stopRequested.load() && !stopHandled) {
+      stopHandled = true;
+      if (report.failedRank < 0) report.status = RunReport::Status::Stopped;
+      beginTeardown(o.stopGraceS);
+    }
+
+    auto now = Clock::now();
+    for (auto& rk : ranks) {
+      if (rk.outFd >= 0) {
+        bool open = drain(rk.outFd, rk.outBuf);
+        forEachLine(rk.outBuf, !open, [&](std::string_view l) { onRecordLine(rk, l); });
+        if (!open) { ::close(rk.outFd); rk.outFd = -1; }
+        else rk.lastSeen = now;
+      }
+      if (rk.errFd >= 0) {
+        std::size_t before = rk.errBuf.size();
+        bool open = drain(rk.errFd, rk.errBuf);
+        if (rk.errBuf.size() != before) rk.lastSeen = now;
+        forEachLine(rk.errBuf, !open, [&](std::string_view l) { keepLog(rk, l); });
+        if (!open) { ::close(rk.errFd); rk.errFd = -1; }
+      }
+    }
+    if (!batch.empty()) {
+      observer.onRecords(batch);
+      batch.clear();
+    }
+
+    // Reap. Among ranks that fail in the same pass, one killed by a signal is the cause
+    // and the others (whose collectives broke) are the effect.
+    Rank* firstFailed = nullptr;
+    for (auto& rk : ranks) {
+      if (rk.exited) continue;
+      int status = 0;
+      pid_t got = ::waitpid(rk.pid, &status, WNOHANG);
+      if (got != rk.pid) continue;
+      // Read what is left in its pipes before judging it.
+      for (int* fd : {&rk.outFd, &rk.errFd}) {
+        if (*fd < 0) continue;
+        std::string& buf = (fd == &rk.outFd) ? rk.outBuf : rk.errBuf;
+        drain(*fd, buf);
+        if (fd == &rk.outFd) forEachLine(buf, true, [&](std::string_view l) { onRecordLine(rk, l); });
+        else forEachLine(buf, true, [&](std::string_view l) { keepLog(rk, l); });
+        ::close(*fd);
+        *fd = -1;
+      }
+      if (!batch.empty()) {
+        observer.onRecords(batch);
+        batch.clear();
+      }
+      rk.exited = true;
+      --alive;
+      rk.exit.rank = rk.rank;
+      rk.exit.pid = rk.pid;
+      if (WIFSIGNALED(status)) rk.exit.signal = WTERMSIG(status);
+      else rk.exit.exitCode = WEXITSTATUS(status);
+      observer.onRankExit(rk.exit);
+      if (rk.exit.failed() && !tearingDown &&
+          (!firstFailed || (rk.exit.signal != 0 && firstFailed->exit.signal == 0)))
+        firstFailed = &rk;
+    }
+    if (firstFailed) fail(*firstFailed, "failed with " + firstFailed->exit.describe(), false);
+    // A rank that exits 0 before the others finish is fine (it may have fewer batches);
+    // the others end their run on their own.
+
+    // Stalls: a rank silent for the timeout (stopped, hung), or no rank making progress.
+    if (!tearingDown && o.stallTimeoutS > 0) {
+      std::int64_t minStep = INT64_MAX;
+      for (auto& rk : ranks)
+        if (!rk.exited && rk.state != "done") minStep = std::min(minStep, rk.lastStep);
+      if (minStep != progressStep) {
+        progressStep = minStep;
+        progressAt = now;
+      }
+      for (auto& rk : ranks) {
+        if (rk.exited || tearingDown) continue;
+        double silent = std::chrono::duration<double>(now - rk.lastSeen).count();
+        if (silent > o.stallTimeoutS)
+          fail(rk, "stalled: no output for " + std::to_string(static_cast<int>(silent)) +
+                       " s (stopped or hung) after step " + std::to_string(rk.lastStep), true);
+      }
+      if (!tearingDown && minStep != INT64_MAX &&
+          std::chrono::duration<double>(now - progressAt).count() > o.stallTimeoutS) {
+        for (auto& rk : ranks) {
+          if (rk.exited || rk.lastStep != minStep) continue;
+          fail(rk, "stopped making progress: stuck at step " + std::to_string(minStep) + " (" + rk.state +
+                       ") for " + std::to_string(static_cast<int>(o.stallTimeoutS)) + " s", true);
+          break;
+        }
+      }
+    }
+
+    if (tearingDown && Clock::now() >= killAt) killAll(SIGKILL);
+  }
+
+  for (auto& rk : ranks) report.exits.push_back(rk.exit);
+  if (report.failedRank >= 0) {
+    Rank& rk = ranks[static_cast<std::size_t>(report.failedRank)];
+    report.failedExit = rk.exit;
+    report.lastLines.assign(rk.tail.begin(), rk.tail.end());
+    if (report.stalled) report.message += "; killed";
+  } else if (report.status == RunReport::Status::Finished) {
+    report.message = "all " + std::to_string(o.worldSize) + " ranks finished";
+  } else {
+    report.message = "stopped by request";
+  }
+  report.wallS = secondsSince(started);
+  return report;
+}
+
+}  // namespace ptw::core

@@ -1,0 +1,107 @@
+// Launcher: spawns the ranks of one run as local worker processes, collects their
+// records and logs, supervises them, and reports how the run ended.
+//
+// Note [Worker lifetime]
+// Every worker is put in one process group owned by the run, and asks the kernel for
+// SIGKILL when its parent thread dies (PR_SET_PDEATHSIG). The run() call that forked
+// the workers does not return until every worker has been reaped, so the forking thread
+// outlives them and the death signal fires only when the launcher itself dies, SIGKILL
+// included. No worker outlives its launcher.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/record.h"
+
+namespace ptw::core {
+
+/// Example: LaunchOptions("bin/ptw-worker", "run/profile.json", 2).outDir("run").stallTimeoutS(30)
+struct LaunchOptions {
+  LaunchOptions(std::string workerPath, std::string profilePath, int worldSize)
+      : workerPath(std::move(workerPath)), profilePath(std::move(profilePath)), worldSize(worldSize) {}
+
+  std::string workerPath;
+  std::string profilePath;  ///< the resolved profile each worker reads
+  int worldSize = 1;
+  std::string outDir = "";  ///< per-rank logs and results; "" keeps nothing on disk
+  int port = 0;             ///< store port; 0 picks a free one on 127.0.0.1
+  double stallTimeoutS = 120.0;  ///< a rank silent or stuck this long is reported stalled
+  double stopGraceS = 10.0;      ///< a user stop waits this long before SIGKILL
+  double failGraceS = 2.0;       ///< after a failure, peers get this long before SIGKILL
+  std::size_t logTail = 50;      ///< log lines kept per rank for the failure report
+  std::vector<std::string> extraWorkerArgs = {};
+
+  LaunchOptions& setOutDir(std::string v) { outDir = std::move(v); return *this; }
+  LaunchOptions& setPort(int v) { port = v; return *this; }
+  LaunchOptions& setStallTimeoutS(double v) { stallTimeoutS = v; return *this; }
+  LaunchOptions& setStopGraceS(double v) { stopGraceS = v; return *this; }
+};
+
+struct RankExit {
+  int rank = -1;
+  int pid = 0;
+  int exitCode = -1;  ///< valid when signal == 0
+  int signal = 0;     ///< the signal that ended it, or 0
+  bool failed() const { return signal != 0 || exitCode != 0; }
+  std::string describe() const;  ///< "exit code 3" or "signal 9 (Killed)"
+};
+
+struct RunReport {
+  enum class Status { Finished, Failed, Stopped };
+  Status status = Status::Finished;
+  int failedRank = -1;
+  bool stalled = false;
+  RankExit failedExit;                 ///< of failedRank
+  std::string message;                 ///< one-line summary for people
+  std::vector<std::string> lastLines;  ///< failedRank's last log lines
+  std::vector<RankExit> exits;         ///< every rank
+  int port = 0;
+  double wallS = 0;
+};
+
+const char* statusName(RunReport::Status s);
+
+/// Receives what the ranks send, on the thread that called Launcher::run().
+class LaunchObserver {
+ public:
+  virtual ~LaunchObserver() = default;
+  virtual void onStarted(int /*port*/, const std::vector<int>& /*pids*/) {}
+  /// Records read in one pass over the pipes, in arrival order.
+  virtual void onRecords(const std::vector<Record>& /*batch*/) {}
+  virtual void onLog(int /*rank*/, const std::string& /*line*/) {}
+  virtual void onRankExit(const RankExit& /*exit*/) {}
+};
+
+class Launcher {
+ public:
+  explicit Launcher(LaunchOptions options);
+  ~Launcher();
+  Launcher(const Launcher&) = delete;
+  Launcher& operator=(const Launcher&) = delete;
+
+  /// Spawns the ranks and supervises them until all have exited. Throws ptw::Error only
+  /// when nothing could be started (bad worker path, port taken); every failure after
+  /// that is in the report.
+  RunReport run(LaunchObserver& observer);
+
+  /// Asks the run to stop gracefully (ranks finish their step), then forcibly after
+  /// stopGraceS. Safe from any thread and from a signal handler.
+  void requestStop();
+
+  /// A free TCP port on 127.0.0.1, or throws.
+  static int pickFreePort();
+
+  /// `ptw-worker` beside the running executable, or $PTW_WORKER when set.
+  static std::string defaultWorkerPath();
+
+ private:
+  struct Impl;
+  LaunchOptions m_options;
+  int m_wakePipe[2] = {-1, -1};
+  std::atomic<bool> m_stopRequested{false};
+};
+
+}  // namespace ptw::core

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs the Debian/Ubuntu packages ptw builds and tests with. Idempotent:
+# packages already present are skipped, and nothing is fetched when all are.
+set -euo pipefail
+
+PACKAGES=(
+  build-essential cmake ninja-build ccache pkg-config git
+  qt6-base-dev libqt6sql6-sqlite libqcustomplot-dev
+  libtorch-dev libgloo-dev
+  nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3
+  clang libclang-rt-14-dev
+  xvfb xauth
+  python3 python3-torch python3-numpy
+)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "install-deps: not root and no sudo; install as root: ${missing[*]}" >&2; exit 1; }
+  SUDO="sudo"
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
