@@ -109,8 +109,8 @@ std::optional<Record> parseRecord(std::string_view line) {
   switch (f[0][0]) {
     case 'S': {
       long long epoch = 0, mem = 0;
-      if (f.size() != 14 || !toRank(f[1], s.rank) || !toInt(f[2], step) || !toInt(f[3], epoch) ||
-          !toInt(f[13], mem))
+      if (f.size() != 13 || !toRank(f[1], s.rank) || !toInt(f[2], step) || !toInt(f[3], epoch) ||
+          !toInt(f[12], mem))
         return std::nullopt;
       double* dst[] = {&s.loss, &s.samplesPerS, &s.stepMs, &s.dataMs, &s.computeMs, &s.commMs, &s.optMs, &s.lr};
       for (int i = 0; i < 8; ++i)

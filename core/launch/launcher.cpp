@@ -300,7 +300,6 @@ RunReport Launcher::run(LaunchObserver& observer) {
       // A stalled process never exits by itself: it must be killed now.
       tearingDown = true;
       killAll(SIGKILL);
-      if (kill(rk.pid, SIGCONT) == 0) {}
       killAt = Clock::now();
     } else {
       beginTeardown(o.failGraceS);
@@ -328,10 +327,11 @@ RunReport Launcher::run(LaunchObserver& observer) {
     auto now = Clock::now();
     for (auto& rk : ranks) {
       if (rk.outFd >= 0) {
+        std::size_t before = rk.outBuf.size();
         bool open = drain(rk.outFd, rk.outBuf);
+        if (rk.outBuf.size() != before) rk.lastSeen = now;
         forEachLine(rk.outBuf, !open, [&](std::string_view l) { onRecordLine(rk, l); });
         if (!open) { ::close(rk.outFd); rk.outFd = -1; }
-        else rk.lastSeen = now;
       }
       if (rk.errFd >= 0) {
         std::size_t before = rk.errBuf.size();

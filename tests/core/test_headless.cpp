@@ -1,0 +1,117 @@
+// `ptw --headless` as CI sees it: exit codes, messages, and no orphan when ptw itself is killed.
+#include <QProcess>
+#include <QtTest>
+
+#include <signal.h>
+
+#include "test_support.h"
+
+using namespace ptw;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  QString out, err;
+};
+
+Result runPtw(const QStringList& args, const QTemporaryDir& runs, const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment()) {
+  QProcess p;
+  p.setProcessEnvironment(env);
+  p.start(test::binDir() + "/ptw", QStringList{"--headless", "--runs-dir", runs.path()} + args);
+  if (!p.waitForFinished(120000)) {
+    p.kill();
+    p.waitForFinished();
+  }
+  return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
+          QString::fromUtf8(p.readAllStandardError())};
+}
+
+}  // namespace
+
+class TestHeadless : public QObject {
+  Q_OBJECT
+ private slots:
+  void defaultProfileSucceeds() {
+    QTemporaryDir runs;
+    Result r = runPtw({}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    QVERIFY(r.out.contains("rank 0  step 20/20"));
+    QVERIFY(r.out.contains("rank 1  step 20/20"));
+    QVERIFY(r.out.contains("finished"));
+    QDir dirs(runs.path());
+    QCOMPARE(dirs.entryList(QDir::Dirs | QDir::NoDotAndDotDot).size(), 1);
+  }
+
+  void invalidInputExitsTwoAndStartsNothing_data() {
+    QTest::addColumn<QString>("content");
+    QTest::addColumn<QStringList>("extra");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("bad json") << "{\"hyper\": {\"lr\": }}" << QStringList{} << "p.json:1:";
+    QTest::newRow("negative lr") << "{\"hyper\": {\"lr\": -1}}" << QStringList{} << "hyper.lr: must be > 0, got -1";
+    QTest::newRow("zero ranks") << "{\"strategy\": {\"ranks\": 0}}" << QStringList{} << "strategy.ranks: must be >= 1";
+    QTest::newRow("unknown strategy") << "{\"strategy\": {\"kind\": \"mpi\"}}" << QStringList{}
+                                      << "strategy.kind: expected one of";
+    QTest::newRow("bad override") << "{}" << QStringList{"--set", "hyper.lr=abc"}
+                                  << "hyper.lr: expected a number, got \"abc\"";
+    QTest::newRow("unknown override") << "{}" << QStringList{"--set", "strategy.rank=3"}
+                                      << "unknown field strategy.rank";
+  }
+  void invalidInputExitsTwoAndStartsNothing() {
+    QFETCH(QString, content);
+    QFETCH(QStringList, extra);
+    QFETCH(QString, expected);
+    QTemporaryDir runs, dir;
+    QFile f(dir.filePath("p.json"));
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(content.toUtf8());
+    f.close();
+    Result r = runPtw(QStringList{"--profile", dir.filePath("p.json")} + extra, runs);
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains(expected), qPrintable(r.err));
+    QVERIFY(QDir(runs.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty());  // nothing started
+  }
+
+  void failingRankExitsThreeNamingIt() {
+    QTemporaryDir runs;
+    auto env = QProcessEnvironment::systemEnvironment();
+    env.insert("PTW_FAULT", "throw-at-start:1");
+    Result r = runPtw({}, runs, env);
+    QCOMPARE(r.code, 3);
+    QVERIFY2(r.err.contains("rank 1 failed with exit code 1"), qPrintable(r.err));
+    QVERIFY2(r.err.contains("injected fault"), qPrintable(r.err));
+  }
+
+  void sigintStopsGracefullyAndExitsFive() {
+    QTemporaryDir runs;
+    QProcess p;
+    p.start(test::binDir() + "/ptw", {"--headless", "--runs-dir", runs.path(), "--set", "hyper.max_steps=1000000000"});
+    QVERIFY(p.waitForStarted());
+    QByteArray out;
+    QTRY_VERIFY_WITH_TIMEOUT((out += p.readAllStandardOutput()).contains("step "), 20000);
+    auto workers = test::livePtwWorkers(static_cast<int>(p.processId()));
+    QCOMPARE(workers.size(), std::size_t(2));
+    ::kill(static_cast<pid_t>(p.processId()), SIGINT);
+    QVERIFY(p.waitForFinished(15000));
+    QCOMPARE(p.exitCode(), 5);
+    QVERIFY(!test::anyAlive(workers));
+  }
+
+  void sigkillOfPtwLeavesNoWorker() {
+    QTemporaryDir runs;
+    QProcess p;
+    p.start(test::binDir() + "/ptw", {"--headless", "--runs-dir", runs.path(), "--set", "hyper.max_steps=1000000000",
+                                      "--set", "strategy.ranks=3"});
+    QVERIFY(p.waitForStarted());
+    std::vector<int> workers;
+    QTRY_VERIFY_WITH_TIMEOUT((workers = test::livePtwWorkers(static_cast<int>(p.processId()))).size() == 3, 20000);
+    QByteArray out;
+    QTRY_VERIFY_WITH_TIMEOUT((out += p.readAllStandardOutput()).contains("step "), 20000);
+    ::kill(static_cast<pid_t>(p.processId()), SIGKILL);
+    QVERIFY(p.waitForFinished(5000));
+    QTRY_VERIFY_WITH_TIMEOUT(!test::anyAlive(workers), 5000);
+  }
+};
+
+QTEST_GUILESS_MAIN(TestHeadless)
+#include "test_headless.moc"

@@ -1,0 +1,74 @@
+// Helpers shared by the tests: where the binaries are, and what /proc says.
+#pragma once
+
+#include <QDir>
+#include <QFile>
+#include <QString>
+#include <QTemporaryDir>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "common/profile.h"
+
+namespace ptw::test {
+
+inline QString binDir() { return qEnvironmentVariable("PTW_BIN_DIR"); }
+inline std::string workerPath() { return (binDir() + "/ptw-worker").toStdString(); }
+
+/// True while `pid` exists and is not a zombie.
+inline bool processAlive(int pid) {
+  QFile stat(QStringLiteral("/proc/%1/stat").arg(pid));
+  if (!stat.open(QIODevice::ReadOnly)) return false;
+  QByteArray s = stat.readAll();
+  int close = s.lastIndexOf(')');
+  return close > 0 && close + 2 < s.size() && s.at(close + 2) != 'Z';
+}
+
+/// Live `ptw-worker` processes, optionally only children of `parent`.
+inline std::vector<int> livePtwWorkers(int parent = -1) {
+  std::vector<int> out;
+  for (const QString& entry : QDir(QStringLiteral("/proc")).entryList(QDir::Dirs)) {
+    bool ok = false;
+    int pid = entry.toInt(&ok);
+    if (!ok) continue;
+    QFile comm(QStringLiteral("/proc/%1/comm").arg(pid));
+    if (!comm.open(QIODevice::ReadOnly) || comm.readAll().trimmed() != "ptw-worker") continue;
+    if (!processAlive(pid)) continue;
+    if (parent > 0) {
+      QFile status(QStringLiteral("/proc/%1/status").arg(pid));
+      if (!status.open(QIODevice::ReadOnly)) continue;
+      QByteArray st = status.readAll();
+      int at = st.indexOf("PPid:");
+      if (at < 0 || st.mid(at + 5, st.indexOf('\n', at) - at - 5).trimmed().toInt() != parent) continue;
+    }
+    out.push_back(pid);
+  }
+  return out;
+}
+
+inline bool anyAlive(const std::vector<int>& pids) {
+  for (int p : pids)
+    if (processAlive(p)) return true;
+  return false;
+}
+
+/// Writes `p` to `<dir>/<name>` and returns the path.
+inline std::string writeProfile(const QTemporaryDir& dir, const core::Profile& p, const char* name = "profile.json") {
+  std::string path = dir.filePath(QString::fromLatin1(name)).toStdString();
+  core::saveProfile(p, path);
+  return path;
+}
+
+/// A profile that trains until stopped (for fault tests).
+inline core::Profile endlessProfile(int ranks) {
+  core::Profile p = core::defaultProfile();
+  p.strategy.ranks = ranks;
+  p.hyper.maxSteps = 1'000'000'000;
+  return p;
+}
+
+}  // namespace ptw::test
