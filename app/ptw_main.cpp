@@ -26,7 +26,8 @@ bool displayAvailable() {
 
 int main(int argc, char** argv) {
   CLI::App app{"ptw " PTW_VERSION ": Parallel Training Workbench. Configure, launch and watch parallel training "
-               "(single process, DistributedDataParallel) on local CPU ranks.",
+               "(single process, DistributedDataParallel) on local CPU ranks. Options that only make sense headless "
+               "(--set, --expect, --summary, --junit) also apply to the window where they can.",
                "ptw"};
   bool headless = false;
   ptw::core::HeadlessOptions opts;
@@ -42,12 +43,20 @@ int main(int argc, char** argv) {
   app.add_option("--runs-dir", opts.runsDir,
                  "Where run folders are written (default: $PTW_RUNS_DIR, else $XDG_DATA_HOME/ptw/runs, else "
                  "~/.local/share/ptw/runs)");
+  app.add_option("--expect", opts.expectations,
+                 "Assert a result, e.g. --expect 'final.loss < 0.05' --expect 'throughput.samples_per_s > 1000' "
+                 "(repeatable; metrics: final.loss, final.step, throughput.samples_per_s, throughput.steps_per_s, "
+                 "wall_s)");
+  app.add_option("--summary", opts.summaryPath, "Write a JSON summary (status, final metrics, per-rank throughput, "
+                                                "wall time, expectations) to FILE");
+  app.add_option("--junit", opts.junitPath, "Write JUnit XML (one test case for the run, one per --expect) to FILE");
   app.set_version_flag("--version", "ptw " PTW_VERSION);
   app.footer(
       "Exit codes (headless):\n"
       "  0  the run finished\n"
       "  2  invalid input: profile, --set override, runs directory or port\n"
       "  3  training failed: a rank exited non-zero, died by a signal or stalled\n"
+      "  4  the run finished but an --expect did not hold\n"
       "  5  interrupted: SIGINT/SIGTERM stopped the run gracefully\n"
       "\nEnvironment: PTW_RUNS_DIR (runs directory), PTW_WORKER (worker program; default: ptw-worker beside ptw).");
   try {

@@ -4,13 +4,22 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cerrno>
+#include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <map>
 #include <iomanip>
 #include <ostream>
 #include <sstream>
 
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
 #include "common/error.h"
 #include "common/profile.h"
+#include "launch/expectation.h"
 #include "launch/launcher.h"
 #include "launch/run_directory.h"
 
@@ -38,6 +47,8 @@ class ProgressPrinter : public LaunchObserver {
       auto& slot = m_ranks[static_cast<std::size_t>(r.step.rank)];
       slot.last = r.step;
       slot.seen = true;
+      slot.samples += r.step.samplesPerS * r.step.stepMs / 1000.0;
+      slot.busyS += r.step.stepMs / 1000.0;
       ++m_records;
     }
     print(false);
@@ -81,12 +92,39 @@ class ProgressPrinter : public LaunchObserver {
   }
   std::int64_t records() const { return m_records; }
 
- private:
   struct RankView {
     StepRecord last;
     bool seen = false;
     std::string exit;
+    double samples = 0;  // samples trained
+    double busyS = 0;    // time inside steps
+    double samplesPerS() const { return busyS > 0 ? samples / busyS : 0; }
   };
+  const std::vector<RankView>& ranks() const { return m_ranks; }
+
+  /// The metrics expectations and the summary speak of (see knownMetrics()).
+  std::map<std::string, double> metrics(double wallS) const {
+    double loss = 0, throughput = 0, stepsPerS = 0;
+    std::int64_t steps = 0;
+    int seen = 0;
+    for (const auto& r : m_ranks) {
+      if (!r.seen) continue;
+      loss += r.last.loss;
+      throughput += r.samplesPerS();
+      double sps = r.busyS > 0 ? static_cast<double>(r.last.step) / r.busyS : 0;
+      stepsPerS = seen == 0 ? sps : std::min(stepsPerS, sps);
+      steps = seen == 0 ? r.last.step : std::min(steps, r.last.step);
+      ++seen;
+    }
+    double nan = std::nan("");
+    return {{"final.loss", seen ? loss / seen : nan},
+            {"final.step", static_cast<double>(steps)},
+            {"throughput.samples_per_s", seen ? throughput : nan},
+            {"throughput.steps_per_s", seen ? stepsPerS : nan},
+            {"wall_s", wallS}};
+  }
+
+ private:
   std::ostream& m_out;
   const Profile& m_profile;
   bool m_tty;
@@ -99,10 +137,56 @@ class ProgressPrinter : public LaunchObserver {
 
 }  // namespace
 
+namespace {
+
+std::string xmlEscape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '&': o += "&amp;"; break;
+      case '<': o += "&lt;"; break;
+      case '>': o += "&gt;"; break;
+      case '"': o += "&quot;"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') o += ' ';
+        else o += c;
+    }
+  }
+  return o;
+}
+
+void writeFileOrThrow(const std::string& path, const std::string& content, const char* what) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    PTW_CHECK(f, what, " ", path, ": cannot write (", std::strerror(errno), ")");
+    f << content;
+    f.flush();
+    PTW_CHECK(f.good(), what, " ", path, ": write failed (", std::strerror(errno), ")");
+  }
+  PTW_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, what, " ", path, ": cannot replace (", std::strerror(errno), ")");
+}
+
+struct Verdict {
+  Expectation expectation;
+  double value = 0;
+  bool passed = false;
+};
+
+}  // namespace
+
 int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream& err) {
   Profile profile;
   std::string runDir;
+  std::vector<Expectation> expectations;
   try {
+    for (const auto& e : options.expectations) expectations.push_back(Expectation::parse(e));
+    for (const std::string* path : {&options.summaryPath, &options.junitPath}) {
+      if (path->empty()) continue;
+      std::string dir = path->find('/') == std::string::npos ? "." : path->substr(0, path->rfind('/') + 1);
+      PTW_CHECK(::access(dir.c_str(), W_OK) == 0, *path, ": cannot write there (", std::strerror(errno),
+                "); choose a writable folder");
+    }
     profile = options.profilePath.empty() ? defaultProfile() : loadProfile(options.profilePath);
     profile = applyOverrides(profile, options.overrides);
     runDir = createRunDirectory(options.runsDir.empty() ? defaultRunsDirectory() : options.runsDir, profile);
@@ -143,6 +227,81 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
 
   out << "ptw: " << statusName(report.status) << " in " << std::fixed << std::setprecision(1) << report.wallS
       << " s: " << report.message << "\n";
+  // Expectations, summary and JUnit: judged and written whatever the outcome.
+  auto metrics = progress.metrics(report.wallS);
+  std::vector<Verdict> verdicts;
+  bool allHeld = true;
+  for (const auto& e : expectations) {
+    double v = metrics.at(e.metric);
+    bool ok = report.status == RunReport::Status::Finished && e.holds(v);
+    verdicts.push_back({e, v, ok});
+    allHeld = allHeld && ok;
+    out << "ptw: expect " << e.text << ": " << (ok ? "ok" : "FAILED") << " (" << e.metric << " = "
+        << std::setprecision(6) << std::defaultfloat << v << ")\n";
+  }
+  int code = report.status == RunReport::Status::Failed    ? kExitTrainingFailed
+             : report.status == RunReport::Status::Stopped ? kExitInterrupted
+             : !allHeld                                     ? kExitExpectationFailed
+                                                            : kExitOk;
+  try {
+    if (!options.summaryPath.empty()) {
+      nlohmann::ordered_json j;
+      j["status"] = code == kExitExpectationFailed ? "expectation_failed" : statusName(report.status);
+      j["exit_code"] = code;
+      j["message"] = report.message;
+      j["profile"] = profile.name;
+      j["strategy"] = profile.strategy.kind;
+      j["world_size"] = profile.strategy.ranks;
+      j["run_dir"] = runDir;
+      j["wall_s"] = report.wallS;
+      auto num = [](double v) { return std::isnan(v) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v); };
+      j["final"] = {{"loss", num(metrics["final.loss"])}, {"step", metrics["final.step"]}};
+      j["throughput"] = {{"samples_per_s", num(metrics["throughput.samples_per_s"])},
+                         {"steps_per_s", num(metrics["throughput.steps_per_s"])}};
+      j["ranks"] = nlohmann::ordered_json::array();
+      for (std::size_t r = 0; r < progress.ranks().size(); ++r) {
+        const auto& v = progress.ranks()[r];
+        j["ranks"].push_back({{"rank", r}, {"steps", v.last.step}, {"final_loss", v.seen ? num(v.last.loss) : nullptr},
+                              {"samples_per_s", v.samplesPerS()}, {"exit", report.exits.size() > r ? report.exits[r].describe() : ""}});
+      }
+      if (report.failedRank >= 0) j["failed_rank"] = report.failedRank;
+      j["expectations"] = nlohmann::ordered_json::array();
+      for (const auto& v : verdicts)
+        j["expectations"].push_back({{"expect", v.expectation.text}, {"value", num(v.value)}, {"passed", v.passed}});
+      writeFileOrThrow(options.summaryPath, j.dump(2) + "\n", "--summary");
+    }
+    if (!options.junitPath.empty()) {
+      int failures = (report.status == RunReport::Status::Finished ? 0 : 1);
+      for (const auto& v : verdicts) failures += v.passed ? 0 : 1;
+      std::ostringstream x;
+      x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+        << "<testsuites tests=\"" << 1 + verdicts.size() << "\" failures=\"" << failures << "\">\n"
+        << "  <testsuite name=\"ptw." << xmlEscape(profile.name) << "\" tests=\"" << 1 + verdicts.size()
+        << "\" failures=\"" << failures << "\" time=\"" << report.wallS << "\">\n"
+        << "    <testcase classname=\"ptw." << xmlEscape(profile.name) << "\" name=\"run\" time=\"" << report.wallS << "\">\n";
+      if (report.status != RunReport::Status::Finished) {
+        std::string body;
+        for (const auto& l : report.lastLines) body += l + "\n";
+        x << "      <failure message=\"" << xmlEscape(report.message) << "\">" << xmlEscape(body) << "</failure>\n";
+      }
+      x << "    </testcase>\n";
+      for (const auto& v : verdicts) {
+        x << "    <testcase classname=\"ptw." << xmlEscape(profile.name) << "\" name=\"expect "
+          << xmlEscape(v.expectation.text) << "\">\n";
+        if (!v.passed) {
+          std::ostringstream m;
+          m << v.expectation.metric << " = " << v.value;
+          x << "      <failure message=\"" << xmlEscape(m.str()) << "\"/>\n";
+        }
+        x << "    </testcase>\n";
+      }
+      x << "  </testsuite>\n</testsuites>\n";
+      writeFileOrThrow(options.junitPath, x.str(), "--junit");
+    }
+  } catch (const Error& e) {
+    err << "ptw: " << e.what() << "\n";
+  }
+
   if (report.status == RunReport::Status::Failed) {
     err << "ptw: run failed: " << report.message << "\n";
     if (!report.lastLines.empty()) {
@@ -152,8 +311,8 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
     err << "ptw: logs in " << runDir << "\n";
     return kExitTrainingFailed;
   }
-  if (report.status == RunReport::Status::Stopped) return kExitInterrupted;
-  return kExitOk;
+  if (code == kExitExpectationFailed) err << "ptw: an expectation did not hold\n";
+  return code;
 }
 
 }  // namespace ptw::core

@@ -13,6 +13,7 @@ enum ExitCode : int {
   kExitOk = 0,
   kExitInvalidInput = 2,    ///< bad profile, override, runs directory or port
   kExitTrainingFailed = 3,  ///< a rank failed or stalled
+  kExitExpectationFailed = 4,  ///< the run finished but an --expect did not hold
   kExitInterrupted = 5,     ///< SIGINT/SIGTERM: the run was stopped gracefully
 };
 
@@ -22,6 +23,9 @@ struct HeadlessOptions {
   std::vector<std::string> overrides = {};  ///< key=value, applied after loading
   std::string runsDir = "";                 ///< "" uses defaultRunsDirectory()
   std::string workerPath = "";              ///< "" uses Launcher::defaultWorkerPath()
+  std::vector<std::string> expectations = {};  ///< e.g. "final.loss < 0.05"
+  std::string summaryPath = "";             ///< JSON summary written here when set
+  std::string junitPath = "";               ///< JUnit XML written here when set
 };
 
 /// Runs and returns an ExitCode. Progress goes to `out`, errors to `err`. SIGINT and

@@ -1,5 +1,8 @@
 // Equivalence: DDP on N ranks ends with the parameters that one process reaches on the
 // same global batches; every rank holds identical parameters.
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QtTest>
 
 #include <torch/torch.h>
@@ -48,6 +51,34 @@ double maxAbsDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::
 class TestDdp : public QObject {
   Q_OBJECT
  private slots:
+  // tests/data/sampler_table.json was computed with torch.utils.data.DistributedSampler
+  // (tests/data/make_sampler_table.py).
+  void shardingMatchesPyTorchDistributedSampler() {
+    QFile f(qEnvironmentVariable("PTW_SOURCE_DIR") + "/tests/data/sampler_table.json");
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QJsonArray rows = QJsonDocument::fromJson(f.readAll()).array();
+    QVERIFY(rows.size() >= 8);
+    for (const auto& rowValue : rows) {
+      QJsonObject row = rowValue.toObject();
+      const int world = row["world"].toInt();
+      QJsonArray perRank = row["indices"].toArray();
+      QCOMPARE(perRank.size(), world);
+      for (int r = 0; r < world; ++r) {
+        engine::SamplerOptions o(row["n"].toInt(), world, r);
+        o.seed = static_cast<std::uint64_t>(row["seed"].toInt());
+        o.epoch = row["epoch"].toInt();
+        o.shuffle = row["shuffle"].toBool();
+        o.dropLast = row["drop_last"].toBool();
+        auto mine = engine::shardIndices(o);
+        QJsonArray expected = perRank[r].toArray();
+        QCOMPARE(static_cast<int>(mine.size()), expected.size());
+        for (int i = 0; i < expected.size(); ++i)
+          QVERIFY2(mine[static_cast<std::size_t>(i)] == expected[i].toInt(),
+                   qPrintable(QStringLiteral("n=%1 world=%2 rank=%3 index %4").arg(row["n"].toInt()).arg(world).arg(r).arg(i)));
+      }
+    }
+  }
+
   void ddpEqualsOneProcessOnTheFullBatch_data() {
     QTest::addColumn<Profile>("profile");
     Profile seed = defaultProfile();

@@ -1,5 +1,9 @@
 // `ptw --headless` as CI sees it: exit codes, messages, and no orphan when ptw itself is killed.
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QProcess>
+#include <QXmlStreamReader>
 #include <QtTest>
 
 #include <signal.h>
@@ -70,6 +74,74 @@ class TestHeadless : public QObject {
     QCOMPARE(r.code, 2);
     QVERIFY2(r.err.contains(expected), qPrintable(r.err));
     QVERIFY(QDir(runs.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty());  // nothing started
+  }
+
+  void expectationsSummaryAndJunit() {
+    QTemporaryDir runs, out;
+    QString summary = out.filePath("s.json"), junit = out.filePath("j.xml");
+    Result ok = runPtw({"--set", "hyper.max_steps=200", "--expect", "final.loss < 1.0", "--expect", "final.step == 200",
+                        "--summary", summary, "--junit", junit},
+                       runs);
+    QVERIFY2(ok.code == 0, qPrintable(ok.out + ok.err));
+    QVERIFY(ok.out.contains("expect final.loss < 1.0: ok"));
+    QFile sf(summary);
+    QVERIFY(sf.open(QIODevice::ReadOnly));
+    QJsonParseError pe;
+    QJsonObject s = QJsonDocument::fromJson(sf.readAll(), &pe).object();
+    QCOMPARE(pe.error, QJsonParseError::NoError);
+    QCOMPARE(s["status"].toString(), QStringLiteral("finished"));
+    QCOMPARE(s["final"].toObject()["step"].toDouble(), 200.0);
+    QVERIFY(s["final"].toObject()["loss"].toDouble() < 1.0);
+    QCOMPARE(s["ranks"].toArray().size(), 2);
+    QVERIFY(s["ranks"].toArray()[1].toObject()["samples_per_s"].toDouble() > 0);
+    QVERIFY(s["throughput"].toObject()["samples_per_s"].toDouble() > 0);
+    QCOMPARE(s["expectations"].toArray().size(), 2);
+
+    // A failed expectation: exit 4, and the JUnit file says which.
+    Result bad = runPtw({"--expect", "final.loss < 0.000001", "--junit", junit, "--summary", summary}, runs);
+    QCOMPARE(bad.code, 4);
+    QVERIFY(bad.out.contains("expect final.loss < 0.000001: FAILED"));
+    QFile jf(junit);
+    QVERIFY(jf.open(QIODevice::ReadOnly));
+    QXmlStreamReader xml(&jf);
+    int cases = 0, failures = 0;
+    QString failedName;
+    QString current;
+    while (!xml.atEnd()) {
+      xml.readNext();
+      if (xml.isStartElement() && xml.name() == QLatin1String("testcase")) {
+        ++cases;
+        current = xml.attributes().value("name").toString();
+      }
+      if (xml.isStartElement() && xml.name() == QLatin1String("failure")) {
+        ++failures;
+        failedName = current;
+      }
+    }
+    QVERIFY2(!xml.hasError(), qPrintable(xml.errorString()));
+    QCOMPARE(cases, 2);
+    QCOMPARE(failures, 1);
+    QCOMPARE(failedName, QStringLiteral("expect final.loss < 0.000001"));
+    sf.close();
+    QVERIFY(sf.open(QIODevice::ReadOnly));
+    QCOMPARE(QJsonDocument::fromJson(sf.readAll()).object()["status"].toString(), QStringLiteral("expectation_failed"));
+  }
+
+  void invalidExpectationsExitTwo_data() {
+    QTest::addColumn<QString>("expect");
+    QTest::addColumn<QString>("message");
+    QTest::newRow("no operator") << "final.loss 0.5" << "expected METRIC OP NUMBER";
+    QTest::newRow("unknown metric") << "final.val_los < 1" << "unknown metric \"final.val_los\"";
+    QTest::newRow("not a number") << "final.loss < small" << "expected a number after <";
+  }
+  void invalidExpectationsExitTwo() {
+    QFETCH(QString, expect);
+    QFETCH(QString, message);
+    QTemporaryDir runs;
+    Result r = runPtw({"--expect", expect}, runs);
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains(message), qPrintable(r.err));
+    QVERIFY(QDir(runs.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty());
   }
 
   void failingRankExitsThreeNamingIt() {
