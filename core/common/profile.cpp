@@ -219,7 +219,9 @@ std::vector<FieldError> validate(const Profile& p) {
   need(p.strategy.ranks <= 256, "strategy.ranks", "must be <= 256, got " + str(p.strategy.ranks));
   if (p.strategy.kind == "single")
     need(p.strategy.ranks == 1, "strategy.ranks", "single runs one process: must be 1, got " + str(p.strategy.ranks));
-  oneOf(p.strategy.backend, {"gloo", "nccl"}, "strategy.backend");
+  oneOf(p.strategy.backend, {"gloo", "nccl", "shm"}, "strategy.backend");
+  if (p.strategy.backend == "shm")
+    need(p.strategy.device == "cpu", "strategy.backend", "shm reduces CPU gradients; use nccl for cuda");
   oneOf(p.strategy.device, {"cpu", "cuda"}, "strategy.device");
   if (p.strategy.backend == "nccl")
     need(p.strategy.device == "cuda", "strategy.backend", "nccl needs strategy.device \"cuda\"; use gloo on cpu");

@@ -30,7 +30,7 @@ struct DataSpec {
 struct StrategySpec {
   std::string kind = "ddp";      ///< single | ddp
   int ranks = 2;                 ///< processes (ddp) or 1 (single)
-  std::string backend = "gloo";  ///< gloo | nccl
+  std::string backend = "gloo";  ///< gloo | nccl | shm (same-machine CPU ranks, shared memory)
   std::string device = "cpu";    ///< cpu | cuda
   double bucketMb = 25.0;        ///< gradient bucket size for ddp
 };

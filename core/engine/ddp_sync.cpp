@@ -91,6 +91,11 @@ class DdpSync final : public GradientSync {
 
 }  // namespace
 
-std::unique_ptr<GradientSync> makeDdpSync(const SyncContext& ctx) { return std::make_unique<DdpSync>(ctx); }
+std::unique_ptr<GradientSync> makeShmSync(const SyncContext& ctx);
+
+std::unique_ptr<GradientSync> makeDdpSync(const SyncContext& ctx) {
+  if (ctx.profile.strategy.backend == "shm") return makeShmSync(ctx);
+  return std::make_unique<DdpSync>(ctx);
+}
 
 }  // namespace ptw::engine

@@ -102,6 +102,13 @@ class TestDdp : public QObject {
     adam.hyper.lr = 0.01;
     adam.hyper.momentum = 0;
     QTest::newRow("mlp, 2 ranks, Adam") << adam;
+
+    Profile shm = mlp;
+    shm.strategy.backend = "shm";
+    QTest::newRow("mlp, 3 ranks, SGD momentum, shared-memory all-reduce") << shm;
+    Profile shmSeed = seed;
+    shmSeed.strategy.backend = "shm";
+    QTest::newRow("seed workload, 2 ranks, shared-memory all-reduce") << shmSeed;
   }
   void ddpEqualsOneProcessOnTheFullBatch() {
     QFETCH(Profile, profile);
