@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Side-by-side throughput of ptw and PyTorch's Python DDP (the reference peer), measured in
+# one run, alternating, on two fixed workloads. Builds nothing: run after the default build.
+#
+#   tests/bench/bench_ddp.sh [repeats=3] > table.md      (all samples in tests/bench/bench-samples.json)
+#
+# Workloads (one intra-op thread per rank, 2 ranks):
+#   seed: Linear(10, 2), cross-entropy, SGD momentum 0.9, batch 16/rank   (latency-bound)
+#   mlp:  MLP 784-512-512-10, cross-entropy, SGD momentum 0.9, batch 128/rank (compute-bound)
+# Python numbers come from shared reference/py_ddp_ref.py (copied here as py_ddp_ref.py when absent);
+# ptw numbers are the run summary's throughput.samples_per_s (samples / time inside steps, summed over ranks).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+ptw=${PTW:-$root/build/bin/ptw}
+repeats=${1:-3}
+if [ "$repeats" = "--table" ]; then exec /usr/bin/python3 "$here/bench_table.py" "$here/bench-samples.json"; fi
+ref=${PY_DDP_REF:-$here/py_ddp_ref.py}
+[ -x "$ptw" ] || { echo "bench: $ptw not built; run the README's build first" >&2; exit 2; }
+[ -f "$ref" ] || { echo "bench: reference script $ref missing" >&2; exit 2; }
+out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
+samples="$here/bench-samples.json"
+echo "[" > "$samples.tmp"
+first=1
+
+record() {  # workload impl value
+  [ $first -eq 1 ] || echo "," >> "$samples.tmp"
+  first=0
+  printf '{"workload":"%s","impl":"%s","samples_per_s":%s}' "$1" "$2" "$3" >> "$samples.tmp"
+  echo "$1 $2 $3" >> "$out/all.txt"
+}
+
+py_ddp() {  # workload steps batch envs...
+  local port=$((20000 + RANDOM % 20000)) w=$1 steps=$2 batch=$3; shift 3
+  local line
+  line=$(for r in 1 0; do env "$@" OMP_NUM_THREADS=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=2 \
+           /usr/bin/python3 "$ref" "$steps" "$batch" & done; wait)
+  record "$w" python-ddp "$(echo "$line" | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' | head -1)"
+}
+py_single() {
+  local w=$1 steps=$2 batch=$3; shift 3
+  local line
+  line=$(env "$@" OMP_NUM_THREADS=1 /usr/bin/python3 "$ref" "$steps" "$batch")
+  record "$w" python-single "$(echo "$line" | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p')"
+}
+ptw_run() {  # workload impl steps sets...
+  local w=$1 impl=$2 steps=$3; shift 3
+  "$ptw" --headless --runs-dir "$out/runs" --summary "$out/s.json" --set hyper.max_steps="$steps" "$@" >/dev/null
+  record "$w" "$impl" "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["throughput"]["samples_per_s"])' "$out/s.json")"
+}
+
+seed_sets=(--set model.kind=linear --set model.in_features=10 --set model.out_features=2 --set data.kind=synthetic-classification
+           --set data.samples=4096 --set hyper.batch_size=16 --set hyper.momentum=0.9 --set hyper.lr=0.01)
+mlp_sets=(--set model.kind=mlp --set model.in_features=784 --set 'model.hidden=[512,512]' --set model.out_features=10
+          --set data.kind=synthetic-classification --set data.samples=8192 --set hyper.batch_size=128 --set hyper.momentum=0.9 --set hyper.lr=0.01)
+
+for ((i = 0; i < repeats; i++)); do
+  py_ddp seed 2000 16 IN=10 HID=0 OUTD=2
+  ptw_run seed ptw-ddp-gloo 2000 "${seed_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2
+  ptw_run seed ptw-ddp-shm 20000 "${seed_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=shm
+  py_single seed 20000 16 IN=10 HID=0 OUTD=2
+  ptw_run seed ptw-single 20000 "${seed_sets[@]}" --set strategy.kind=single --set strategy.ranks=1
+  py_ddp mlp 150 128
+  ptw_run mlp ptw-ddp-gloo 150 "${mlp_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2
+  ptw_run mlp ptw-ddp-shm 150 "${mlp_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=shm
+  py_single mlp 150 128
+  ptw_run mlp ptw-single 150 "${mlp_sets[@]}" --set strategy.kind=single --set strategy.ranks=1
+done
+echo "]" >> "$samples.tmp"
+mv "$samples.tmp" "$samples"
+
+/usr/bin/python3 "$here/bench_table.py" "$samples"

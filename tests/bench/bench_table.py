@@ -1,0 +1,27 @@
+"""Prints the benchmark table from bench-samples.json.
+
+Ratios are paired: each round's ptw figure is divided by the Python DDP (or ptw Single) figure of the
+same round, and the median of those ratios is shown, so load that comes and goes on a shared machine
+affects both sides of a ratio alike.
+"""
+import json, os, platform, statistics, subprocess, sys
+
+rows = json.load(open(sys.argv[1]))
+runs = {}
+for r in rows:
+    runs.setdefault((r["workload"], r["impl"]), []).append(r["samples_per_s"])
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), platform.machine())
+rounds = min(len(v) for v in runs.values())
+print(f"Machine: {cpu}, {os.cpu_count()} cores; commit {commit}; {rounds} rounds; medians; ratios paired per round.\n")
+print("| workload | impl | samples/s | × Python DDP | scaling efficiency |")
+print("|---|---|---:|---:|---:|")
+for (w, impl), values in sorted(runs.items()):
+    base = runs.get((w, "python-ddp"))
+    single = runs.get((w, "ptw-single"))
+    ratio = statistics.median(v / b for v, b in zip(values, base)) if base else float("nan")
+    workers = 2 if "ddp" in impl else 1
+    eff = ""
+    if single and impl.startswith("ptw"):
+        eff = f"{statistics.median(v / (workers * s) for v, s in zip(values, single)):.2f}"
+    print(f"| {w} | {impl} | {statistics.median(values):,.0f} | {ratio:.2f} | {eff} |")
