@@ -231,7 +231,7 @@ void MainWindow::startRun() {
     return;
   }
   m_lastStatus = QStringLiteral("running");
-  m_chart->reset(m_profile.strategy.ranks);
+  m_chart->reset(core::reportingRanks(m_profile));
   m_log->clear();
   m_log->appendPlainText(tr("Run folder: %1").arg(m_controller->runDirectory()));
   m_start->setEnabled(false);

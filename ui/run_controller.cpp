@@ -55,7 +55,7 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
     return false;
   }
   m_runDir = QString::fromStdString(dir);
-  core::LaunchOptions lo(core::Launcher::defaultWorkerPath(), dir + "/profile.json", profile.strategy.ranks);
+  core::LaunchOptions lo(core::Launcher::defaultWorkerPath(), dir + "/profile.json", core::processCount(profile));
   lo.setOutDir(dir).setPort(profile.run.port).setStallTimeoutS(profile.run.timeoutS);
   m_launcher = std::make_unique<core::Launcher>(lo);
   {

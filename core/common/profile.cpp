@@ -29,12 +29,18 @@ template <class F> void visit(ModelSpec& m, F&& f) {
   f("out_features", m.outFeatures);
   f("hidden", m.hidden);
   f("activation", m.activation);
+  f("path", m.path);
 }
 template <class F> void visit(DataSpec& d, F&& f) {
   f("kind", d.kind);
   f("samples", d.samples);
   f("seed", d.seed);
   f("noise", d.noise);
+  f("path", d.path);
+  f("features", d.features);
+  f("target", d.target);
+  f("task", d.task);
+  f("val_fraction", d.valFraction);
 }
 template <class F> void visit(StrategySpec& s, F&& f) {
   f("kind", s.kind);
@@ -42,6 +48,7 @@ template <class F> void visit(StrategySpec& s, F&& f) {
   f("backend", s.backend);
   f("device", s.device);
   f("bucket_mb", s.bucketMb);
+  f("pool_mode", s.poolMode);
 }
 template <class F> void visit(HyperSpec& h, F&& f) {
   f("lr", h.lr);
@@ -50,7 +57,15 @@ template <class F> void visit(HyperSpec& h, F&& f) {
   f("epochs", h.epochs);
   f("optimizer", h.optimizer);
   f("momentum", h.momentum);
+  f("nesterov", h.nesterov);
   f("weight_decay", h.weightDecay);
+  f("schedule", h.schedule);
+  f("warmup_steps", h.warmupSteps);
+  f("step_size", h.stepSize);
+  f("gamma", h.gamma);
+  f("accumulate", h.accumulate);
+  f("clip_norm", h.clipNorm);
+  f("precision", h.precision);
   f("seed", h.seed);
   f("shuffle", h.shuffle);
   f("drop_last", h.dropLast);
@@ -59,6 +74,9 @@ template <class F> void visit(RunOptions& r, F&& f) {
   f("timeout_s", r.timeoutS);
   f("threads_per_rank", r.threadsPerRank);
   f("port", r.port);
+  f("eval_every", r.evalEvery);
+  f("checkpoint_every", r.checkpointEvery);
+  f("resume_from", r.resumeFrom);
 }
 template <class F> void visitSections(Profile& p, F&& f) {
   f("model", p.model);
@@ -110,6 +128,14 @@ void readInt(const Json& v, const std::string& path, Int& out) {
 void read(const Json& v, const std::string& path, int& out) { readInt(v, path, out); }
 void read(const Json& v, const std::string& path, std::int64_t& out) { readInt(v, path, out); }
 void read(const Json& v, const std::string& path, std::uint64_t& out) { readInt(v, path, out); }
+void read(const Json& v, const std::string& path, std::vector<std::string>& out) {
+  PTW_CHECK(v.is_array(), path, ": expected an array of strings, got ", describe(v));
+  out.clear();
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    PTW_CHECK(v[i].is_string(), path, "[", i, "]: expected a string, got ", describe(v[i]));
+    out.push_back(v[i].get<std::string>());
+  }
+}
 void read(const Json& v, const std::string& path, std::vector<std::int64_t>& out) {
   PTW_CHECK(v.is_array(), path, ": expected an array of integers, got ", describe(v));
   out.clear();
@@ -201,48 +227,92 @@ std::vector<FieldError> validate(const Profile& p) {
     e.push_back({path, "expected one of " + list + ", got \"" + v + "\""});
   };
 
-  oneOf(p.model.kind, {"linear", "mlp"}, "model.kind");
+  const bool fileData = p.data.kind == "csv" || p.data.kind == "mnist";
+  oneOf(p.model.kind, {"linear", "mlp", "cnn", "torchscript"}, "model.kind");
   need(p.model.inFeatures >= 1, "model.in_features", "must be >= 1, got " + str(p.model.inFeatures));
   need(p.model.outFeatures >= 1, "model.out_features", "must be >= 1, got " + str(p.model.outFeatures));
   for (auto h : p.model.hidden) need(h >= 1, "model.hidden", "every width must be >= 1, got " + str(h));
   oneOf(p.model.activation, {"relu", "tanh", "gelu"}, "model.activation");
+  if (p.model.kind == "cnn")
+    need(p.model.inFeatures == 784, "model.in_features",
+         "cnn takes 1×28×28 images: must be 784, got " + str(p.model.inFeatures));
+  if (p.model.kind == "torchscript")
+    need(!p.model.path.empty(), "model.path", "torchscript needs the .pt file made with torch.jit.script or trace");
 
-  oneOf(p.data.kind, {"synthetic-regression", "synthetic-classification"}, "data.kind");
-  need(p.data.samples >= 1, "data.samples", "must be >= 1, got " + str(p.data.samples));
+  oneOf(p.data.kind, {"synthetic-regression", "synthetic-classification", "csv", "mnist"}, "data.kind");
+  need(fileData ? p.data.samples >= 0 : p.data.samples >= 1, "data.samples",
+       std::string(fileData ? "must be >= 0 (0 = every row)" : "must be >= 1") + ", got " + str(p.data.samples));
   need(p.data.noise >= 0 && std::isfinite(p.data.noise), "data.noise", "must be >= 0, got " + str(p.data.noise));
-  if (p.data.kind == "synthetic-classification")
+  need(p.data.valFraction >= 0 && p.data.valFraction < 1, "data.val_fraction",
+       "must be in [0, 1), got " + str(p.data.valFraction));
+  oneOf(p.data.task, {"regression", "classification"}, "data.task");
+  if (fileData)
+    need(!p.data.path.empty(), "data.path",
+         p.data.kind == "csv" ? "csv needs the file" : "mnist needs the folder holding the IDX files");
+  if (p.data.kind == "csv") need(!p.data.target.empty(), "data.target", "csv needs the name of the target column");
+  const bool classification = p.data.kind == "synthetic-classification" || p.data.kind == "mnist" ||
+                              (p.data.kind == "csv" && p.data.task == "classification");
+  if (classification && p.model.kind != "torchscript")
     need(p.model.outFeatures >= 2, "model.out_features",
          "classification needs >= 2 outputs (one per class), got " + str(p.model.outFeatures));
 
-  oneOf(p.strategy.kind, {"single", "ddp"}, "strategy.kind");
-  need(p.strategy.ranks >= 1, "strategy.ranks", "must be >= 1, got " + str(p.strategy.ranks));
-  need(p.strategy.ranks <= 256, "strategy.ranks", "must be <= 256, got " + str(p.strategy.ranks));
-  if (p.strategy.kind == "single")
-    need(p.strategy.ranks == 1, "strategy.ranks", "single runs one process: must be 1, got " + str(p.strategy.ranks));
-  oneOf(p.strategy.backend, {"gloo", "nccl", "shm"}, "strategy.backend");
-  if (p.strategy.backend == "shm")
-    need(p.strategy.device == "cpu", "strategy.backend", "shm reduces CPU gradients; use nccl for cuda");
-  oneOf(p.strategy.device, {"cpu", "cuda"}, "strategy.device");
-  if (p.strategy.backend == "nccl")
-    need(p.strategy.device == "cuda", "strategy.backend", "nccl needs strategy.device \"cuda\"; use gloo on cpu");
-  need(p.strategy.bucketMb > 0, "strategy.bucket_mb", "must be > 0, got " + str(p.strategy.bucketMb));
-  need(p.data.samples >= p.strategy.ranks, "strategy.ranks",
-       "more ranks (" + str(p.strategy.ranks) + ") than samples (" + str(p.data.samples) +
-           "); lower strategy.ranks or raise data.samples");
+  const auto& s = p.strategy;
+  oneOf(s.kind, {"single", "dataparallel", "ddp", "pool"}, "strategy.kind");
+  need(s.ranks >= 1, "strategy.ranks", "must be >= 1, got " + str(s.ranks));
+  need(s.ranks <= 255, "strategy.ranks", "must be <= 255, got " + str(s.ranks));
+  if (s.kind == "single")
+    need(s.ranks == 1, "strategy.ranks", "single runs one process: must be 1, got " + str(s.ranks));
+  oneOf(s.backend, {"gloo", "nccl", "shm"}, "strategy.backend");
+  oneOf(s.device, {"cpu", "cuda"}, "strategy.device");
+  if (s.kind == "ddp" && s.backend == "shm")
+    need(s.device == "cpu", "strategy.backend", "shm reduces CPU gradients; use nccl for cuda");
+  if (s.kind == "ddp" && s.backend == "nccl")
+    need(s.device == "cuda", "strategy.backend", "nccl needs strategy.device \"cuda\"; use gloo on cpu");
+  if (s.kind == "pool")
+    need(s.device == "cpu", "strategy.device", "the process pool shares CPU memory; use ddp or dataparallel for cuda");
+  need(s.bucketMb > 0, "strategy.bucket_mb", "must be > 0, got " + str(s.bucketMb));
+  oneOf(s.poolMode, {"sync", "hogwild"}, "strategy.pool_mode");
+  if (!fileData || p.data.samples > 0) {
+    auto train = p.data.samples - static_cast<std::int64_t>(static_cast<double>(p.data.samples) * p.data.valFraction);
+    need(train >= s.ranks, "strategy.ranks",
+         "more ranks (" + str(s.ranks) + ") than training samples (" + str(train) +
+             "); lower strategy.ranks or raise data.samples");
+  }
 
-  need(p.hyper.lr > 0 && std::isfinite(p.hyper.lr), "hyper.lr", "must be > 0, got " + str(p.hyper.lr));
-  need(p.hyper.batchSize >= 1, "hyper.batch_size", "must be >= 1, got " + str(p.hyper.batchSize));
-  need(p.hyper.maxSteps >= 0, "hyper.max_steps", "must be >= 0, got " + str(p.hyper.maxSteps));
-  need(p.hyper.epochs >= 0, "hyper.epochs", "must be >= 0, got " + str(p.hyper.epochs));
-  need(p.hyper.maxSteps > 0 || p.hyper.epochs > 0, "hyper.max_steps",
-       "set hyper.max_steps or hyper.epochs to a positive number");
-  oneOf(p.hyper.optimizer, {"sgd", "adam"}, "hyper.optimizer");
-  need(p.hyper.momentum >= 0 && p.hyper.momentum < 1, "hyper.momentum", "must be in [0, 1), got " + str(p.hyper.momentum));
-  need(p.hyper.weightDecay >= 0, "hyper.weight_decay", "must be >= 0, got " + str(p.hyper.weightDecay));
+  const auto& h = p.hyper;
+  need(h.lr > 0 && std::isfinite(h.lr), "hyper.lr", "must be > 0, got " + str(h.lr));
+  need(h.batchSize >= 1, "hyper.batch_size", "must be >= 1, got " + str(h.batchSize));
+  need(h.maxSteps >= 0, "hyper.max_steps", "must be >= 0, got " + str(h.maxSteps));
+  need(h.epochs >= 0, "hyper.epochs", "must be >= 0, got " + str(h.epochs));
+  need(h.maxSteps > 0 || h.epochs > 0, "hyper.max_steps", "set hyper.max_steps or hyper.epochs to a positive number");
+  oneOf(h.optimizer, {"sgd", "adam", "adamw"}, "hyper.optimizer");
+  need(h.momentum >= 0 && h.momentum < 1, "hyper.momentum", "must be in [0, 1), got " + str(h.momentum));
+  if (h.nesterov) need(h.optimizer == "sgd" && h.momentum > 0, "hyper.nesterov", "needs optimizer sgd and momentum > 0");
+  need(h.weightDecay >= 0, "hyper.weight_decay", "must be >= 0, got " + str(h.weightDecay));
+  oneOf(h.schedule, {"constant", "step", "cosine"}, "hyper.schedule");
+  need(h.warmupSteps >= 0, "hyper.warmup_steps", "must be >= 0, got " + str(h.warmupSteps));
+  need(h.stepSize >= 1, "hyper.step_size", "must be >= 1, got " + str(h.stepSize));
+  need(h.gamma > 0 && h.gamma <= 1, "hyper.gamma", "must be in (0, 1], got " + str(h.gamma));
+  if (h.schedule == "cosine")
+    need(h.maxSteps > 0, "hyper.schedule", "cosine decays to hyper.max_steps: set it");
+  need(h.accumulate >= 1, "hyper.accumulate", "must be >= 1, got " + str(h.accumulate));
+  need(h.clipNorm >= 0 && std::isfinite(h.clipNorm), "hyper.clip_norm", "must be >= 0 (0 = off), got " + str(h.clipNorm));
+  oneOf(h.precision, {"fp32", "bf16"}, "hyper.precision");
+  if (h.precision != "fp32")
+    need(s.device == "cuda", "hyper.precision",
+         "mixed precision runs on cuda; on cpu use \"fp32\" (CPU autocast is slower than fp32 for these models)");
+  if (s.kind == "pool" && s.poolMode == "hogwild")
+    need(h.accumulate == 1 && h.clipNorm == 0, "hyper.accumulate",
+         "hogwild workers step on their own: accumulate must be 1 and clip_norm 0");
 
-  need(p.run.timeoutS > 0, "run.timeout_s", "must be > 0, got " + str(p.run.timeoutS));
-  need(p.run.threadsPerRank >= 1, "run.threads_per_rank", "must be >= 1, got " + str(p.run.threadsPerRank));
-  need(p.run.port >= 0 && p.run.port <= 65535, "run.port", "must be 0 (pick a free port) or 1-65535, got " + str(p.run.port));
+  const auto& r = p.run;
+  need(r.timeoutS > 0, "run.timeout_s", "must be > 0, got " + str(r.timeoutS));
+  need(r.threadsPerRank >= 1, "run.threads_per_rank", "must be >= 1, got " + str(r.threadsPerRank));
+  need(r.port >= 0 && r.port <= 65535, "run.port", "must be 0 (pick a free port) or 1-65535, got " + str(r.port));
+  need(r.evalEvery >= 0, "run.eval_every", "must be >= 0, got " + str(r.evalEvery));
+  if (r.evalEvery > 0)
+    need(p.data.valFraction > 0, "run.eval_every", "validation needs a held-out split: set data.val_fraction");
+  need(r.checkpointEvery >= 0, "run.checkpoint_every", "must be >= 0, got " + str(r.checkpointEvery));
   return e;
 }
 
@@ -317,6 +387,18 @@ Profile applyOverrides(const Profile& profile, const std::vector<std::string>& a
   } catch (const Error& ex) {
     PTW_FAIL("--set: ", ex.what());
   }
+}
+
+int processCount(const Profile& p) {
+  if (p.strategy.kind == "ddp") return p.strategy.ranks;
+  if (p.strategy.kind == "pool") return p.strategy.ranks + 1;
+  return 1;
+}
+
+int reportingRanks(const Profile& p) {
+  if (p.strategy.kind == "single") return 1;
+  if (p.strategy.kind == "pool") return p.strategy.ranks + 1;
+  return p.strategy.ranks;
 }
 
 Profile defaultProfile() {

@@ -11,28 +11,35 @@ namespace ptw::core {
 
 /// Example: ModelSpec{}.kind = "mlp"; hidden = {64, 64};
 struct ModelSpec {
-  std::string kind = "linear";  ///< linear | mlp
-  std::int64_t inFeatures = 10;
-  std::int64_t outFeatures = 1;
+  std::string kind = "linear";  ///< linear | mlp | cnn (LeNet-5 on 1×28×28) | torchscript
+  std::int64_t inFeatures = 10;  ///< inputs per sample (cnn: 784)
+  std::int64_t outFeatures = 1;  ///< outputs per sample (classification: number of classes)
   std::vector<std::int64_t> hidden = {};  ///< mlp only: hidden layer widths
   std::string activation = "relu";        ///< mlp only: relu | tanh | gelu
+  std::string path = "";                  ///< torchscript only: a .pt from torch.jit.script/trace
 };
 
 /// Example: DataSpec{}.samples = 1000;
 struct DataSpec {
-  std::string kind = "synthetic-regression";  ///< synthetic-regression | synthetic-classification
-  std::int64_t samples = 100;
+  std::string kind = "synthetic-regression";  ///< synthetic-regression | synthetic-classification | csv | mnist
+  std::int64_t samples = 100;  ///< synthetic: how many; csv/mnist: the first N rows, 0 = all
   std::uint64_t seed = 0;
   double noise = 0.1;
+  std::string path = "";                 ///< csv: the file; mnist: the folder with the IDX files
+  std::vector<std::string> features = {};  ///< csv: feature columns; empty = every column but the target
+  std::string target = "";               ///< csv: the target column
+  std::string task = "regression";       ///< csv: regression | classification (integer class labels)
+  double valFraction = 0.0;              ///< held out from the end of the data for validation
 };
 
 /// Example: StrategySpec{}.ranks = 4;
 struct StrategySpec {
-  std::string kind = "ddp";      ///< single | ddp
-  int ranks = 2;                 ///< processes (ddp) or 1 (single)
-  std::string backend = "gloo";  ///< gloo | nccl | shm (same-machine CPU ranks, shared memory)
-  std::string device = "cpu";    ///< cpu | cuda
-  double bucketMb = 25.0;        ///< gradient bucket size for ddp
+  std::string kind = "ddp";      ///< single | dataparallel | ddp | pool
+  int ranks = 2;                 ///< ddp: processes; dataparallel: replicas (lanes); pool: workers; single: 1
+  std::string backend = "gloo";  ///< ddp: gloo | nccl | shm (same-machine CPU ranks, shared memory)
+  std::string device = "cpu";    ///< cpu | cuda (rank/lane i uses cuda:i)
+  double bucketMb = 25.0;        ///< ddp: gradient bucket size
+  std::string poolMode = "sync";  ///< pool: sync (coordinator averages and steps) | hogwild (lock-free)
 };
 
 /// Example: HyperSpec{}.lr = 0.05;
@@ -41,9 +48,17 @@ struct HyperSpec {
   std::int64_t batchSize = 16;  ///< per rank
   std::int64_t maxSteps = 20;   ///< 0: run `epochs` epochs instead
   std::int64_t epochs = 0;
-  std::string optimizer = "sgd";  ///< sgd | adam
-  double momentum = 0.0;
+  std::string optimizer = "sgd";  ///< sgd | adam | adamw
+  double momentum = 0.0;          ///< sgd only
+  bool nesterov = false;          ///< sgd only; needs momentum > 0
   double weightDecay = 0.0;
+  std::string schedule = "constant";  ///< constant | step | cosine (to max_steps)
+  std::int64_t warmupSteps = 0;   ///< linear warm-up from 0 to lr over this many steps
+  std::int64_t stepSize = 100;    ///< step schedule: multiply lr by gamma every this many steps
+  double gamma = 0.1;             ///< step schedule factor
+  std::int64_t accumulate = 1;    ///< micro-batches per optimizer step; gradients communicated once
+  double clipNorm = 0.0;          ///< clip the global gradient norm to this; 0 = off
+  std::string precision = "fp32";  ///< fp32 | bf16 (autocast, cuda only)
   std::uint64_t seed = 0;
   bool shuffle = true;
   bool dropLast = false;
@@ -54,6 +69,9 @@ struct RunOptions {
   double timeoutS = 120.0;     ///< a rank silent this long is reported stalled
   int threadsPerRank = 1;      ///< intra-op threads per worker process
   int port = 0;                ///< store port; 0 picks a free one
+  std::int64_t evalEvery = 0;  ///< validation every N steps (and at the end); needs data.val_fraction
+  std::int64_t checkpointEvery = 0;  ///< checkpoint every N steps (and at the end); 0 = only at the end
+  std::string resumeFrom = "";  ///< a checkpoint file to continue from; "" starts fresh
 };
 
 struct Profile {
@@ -74,6 +92,13 @@ struct FieldError {
   std::string message;
   std::string text() const { return path + ": " + message; }
 };
+
+/// Worker processes a run of this profile starts: ddp ranks, pool workers + coordinator, else 1.
+int processCount(const Profile& profile);
+
+/// Series a run reports (record rank 0..n-1): one per ddp rank, DataParallel replica, or pool
+/// process (rank 0 is the pool's coordinator).
+int reportingRanks(const Profile& profile);
 
 /// Every field error of a structurally valid profile; empty when it can run.
 std::vector<FieldError> validate(const Profile& profile);

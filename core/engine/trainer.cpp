@@ -3,25 +3,30 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 
-#include "engine/sampler.h"
+#include "common/error.h"
+#ifdef PTW_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 namespace ptw::engine {
 namespace {
 using Clock = std::chrono::steady_clock;
 double ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
+
+torch::Tensor scalar(std::int64_t v) { return torch::tensor(v, torch::kInt64); }
 }  // namespace
 
-BatchPlan shardPlan(const core::Profile& p, int rank, int world) {
-  return [=](std::int64_t epoch) {
-    SamplerOptions o(p.data.samples, world, rank);
-    o.seed = p.hyper.seed;
-    o.epoch = epoch;
-    o.shuffle = p.hyper.shuffle;
-    o.dropLast = p.hyper.dropLast;
-    return shardBatches(o, p.hyper.batchSize);
-  };
+std::int64_t memoryBytes(const torch::Device& device) {
+#ifdef PTW_WITH_CUDA
+  if (device.is_cuda()) {
+    const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+    return stats.allocated_bytes[static_cast<std::size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].current;
+  }
+#endif
+  return device.is_cpu() ? residentBytes() : 0;
 }
 
 std::int64_t residentBytes() {
@@ -31,74 +36,208 @@ std::int64_t residentBytes() {
   return resident * static_cast<std::int64_t>(::sysconf(_SC_PAGESIZE));
 }
 
-Trainer::Trainer(core::Profile profile, int rank, int world, std::unique_ptr<GradientSync> sync, BatchPlan plan,
-                 RecordSink sink)
-    : m_profile(std::move(profile)),
-      m_rank(rank),
-      m_world(world),
-      m_sync(std::move(sync)),
-      m_plan(std::move(plan)),
+Trainer::Trainer(TrainerOptions options, std::unique_ptr<Strategy> strategy, RecordSink sink)
+    : m_options(std::move(options)),
+      m_profile(m_options.profile),
+      m_strategy(std::move(strategy)),
       m_sink(std::move(sink)),
       m_data(makeDataset(m_profile.data, m_profile.model)),
       m_model(makeModel(m_profile.model, m_profile.hyper.seed)) {
-  m_sync->attach(parameters());
+  checkWorkload(*m_model, m_data, m_profile);
+  m_plan = m_options.plan ? m_options.plan : m_strategy->plan(m_profile, m_data.size());
+  m_model->to(m_strategy->device());
   m_optimizer = makeOptimizer(m_profile.hyper, m_model->parameters());
+  if (!m_profile.run.resumeFrom.empty()) loadCheckpoint(m_profile.run.resumeFrom);
+  m_strategy->attach(*m_model);
 }
 
-std::vector<torch::Tensor> Trainer::parameters() const { return m_model->parameters(); }
+std::pair<double, double> Trainer::validate() {
+  if (m_data.valSize() == 0) return {0.0, -1.0};
+  torch::NoGradGuard noGrad;
+  m_model->setTraining(false);
+  const auto dev = m_strategy->device();
+  double lossSum = 0, correct = 0;
+  const std::int64_t n = m_data.valSize(), chunk = 1024;
+  for (std::int64_t at = 0; at < n; at += chunk) {
+    auto len = std::min(chunk, n - at);
+    auto x = m_data.valX.narrow(0, at, len).to(dev);
+    auto y = m_data.valY.narrow(0, at, len).to(dev);
+    auto out = m_model->forward(x);
+    lossSum += computeLoss(out, y, m_data.classification).item<double>() * static_cast<double>(len);
+    if (m_data.classification) correct += out.argmax(1).eq(y).sum().item<double>();
+  }
+  m_model->setTraining(true);
+  return {lossSum / static_cast<double>(n), m_data.classification ? correct / static_cast<double>(n) : -1.0};
+}
+
+void Trainer::saveCheckpoint(const std::string& path) {
+  torch::serialize::OutputArchive archive;
+  archive.write("step", scalar(m_step));
+  archive.write("epoch", scalar(m_epoch));
+  archive.write("batch_in_epoch", scalar(m_batchInEpoch));
+  auto params = m_model->parameters();
+  archive.write("parameter_count", scalar(static_cast<std::int64_t>(params.size())));
+  for (std::size_t i = 0; i < params.size(); ++i)
+    archive.write("parameter." + std::to_string(i), params[i].detach().cpu());
+  torch::serialize::OutputArchive optimizer;
+  m_optimizer->save(optimizer);
+  archive.write("optimizer", optimizer);
+  archive.write("rng", at::detail::getDefaultCPUGenerator().get_state());
+  const std::string tmp = path + ".tmp";
+  archive.save_to(tmp);
+  PTW_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "checkpoint: cannot write ", path);
+}
+
+void Trainer::loadCheckpoint(const std::string& path) {
+  torch::serialize::InputArchive archive;
+  try {
+    archive.load_from(path);
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    PTW_FAIL("run.resume_from: cannot read checkpoint \"", path, "\": ", what.substr(0, what.find('\n')));
+  }
+  auto read = [&](const char* key) {
+    torch::Tensor t;
+    archive.read(key, t);
+    return t.item<std::int64_t>();
+  };
+  auto params = m_model->parameters();
+  const auto count = read("parameter_count");
+  PTW_CHECK(count == static_cast<std::int64_t>(params.size()), "run.resume_from: \"", path, "\" holds ", count,
+            " parameter tensors, this model has ", params.size(), "; was it written for another model?");
+  torch::NoGradGuard noGrad;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    torch::Tensor t;
+    archive.read("parameter." + std::to_string(i), t);
+    PTW_CHECK(t.sizes() == params[i].sizes(), "run.resume_from: parameter ", i, " has another shape in \"", path,
+              "\"; was it written for another model?");
+    params[i].copy_(t);
+  }
+  torch::serialize::InputArchive optimizer;
+  archive.read("optimizer", optimizer);
+  m_optimizer->load(optimizer);
+  torch::Tensor rng;
+  archive.read("rng", rng);
+  auto generator = at::detail::getDefaultCPUGenerator();
+  generator.set_state(rng);
+  m_step = read("step");
+  m_epoch = read("epoch");
+  m_batchInEpoch = read("batch_in_epoch");
+}
 
 std::int64_t Trainer::run(const std::atomic<bool>& stopRequested) {
   const auto& h = m_profile.hyper;
+  const auto& opts = m_profile.run;
+  const bool primary = m_options.rank == 0;
+  const bool computes = m_strategy->computesGradients();
+  const bool steps = m_strategy->stepsOptimizer();
+  const auto dev = m_strategy->device();
+  const std::string checkpointPath = m_options.outDir.empty() ? "" : m_options.outDir + "/checkpoint.pt";
   auto params = m_model->parameters();
   std::int64_t memBytes = residentBytes();
   auto memReadAt = Clock::now();
+  auto validateNow = [&] {
+    if (!primary || m_data.valSize() == 0) return;
+    auto [loss, accuracy] = validate();
+    core::Record v;
+    v.kind = core::Record::Kind::Validation;
+    v.step.rank = 0;
+    v.step.step = m_step;
+    v.valLoss = loss;
+    v.valAccuracy = accuracy;
+    publish(v);
+  };
+
   bool stop = false;
-  for (std::int64_t epoch = 0; !stop && (h.epochs == 0 || epoch < h.epochs); ++epoch) {
-    auto batches = m_plan(epoch);
+  for (; !stop; ++m_epoch, m_batchInEpoch = 0) {
+    if (h.epochs > 0 && m_epoch >= h.epochs) break;
+    auto batches = m_plan(m_epoch);
     if (batches.empty()) break;
-    for (const auto& batch : batches) {
+    const auto count = static_cast<std::int64_t>(batches.size());
+    while (m_batchInEpoch < count) {
       if (h.maxSteps > 0 && m_step >= h.maxSteps) { stop = true; break; }
       auto t0 = Clock::now();
-      auto idx = torch::from_blob(const_cast<std::int64_t*>(batch.data()),
-                                  {static_cast<std::int64_t>(batch.size())}, torch::kInt64);
-      auto x = m_data.x.index_select(0, idx);
-      auto y = m_data.y.index_select(0, idx);
-      auto t1 = Clock::now();
+      const double lr = learningRate(h, m_step);
+      for (auto& group : m_optimizer->param_groups()) group.options().set_lr(lr);
+      m_strategy->beginStep(stopRequested.load(std::memory_order_relaxed));
       m_optimizer->zero_grad();
-      auto loss = computeLoss(m_model->forward(x), y, m_data.classification);
-      loss.backward();
+      // The micro-batches of this step: `accumulate` of them, fewer at the end of an epoch.
+      const std::int64_t micro = std::min(h.accumulate, count - m_batchInEpoch);
+      std::int64_t stepSamples = 0;
+      for (std::int64_t k = 0; k < micro; ++k)
+        stepSamples += static_cast<std::int64_t>(batches[static_cast<std::size_t>(m_batchInEpoch + k)].size());
+      double dataMs = 0, computeMs = 0, loss = 0;
+      auto t1 = t0;
+      if (computes) {
+        for (std::int64_t k = 0; k < micro; ++k) {
+          const auto& batch = batches[static_cast<std::size_t>(m_batchInEpoch + k)];
+          auto a = Clock::now();
+          auto idx = torch::from_blob(const_cast<std::int64_t*>(batch.data()),
+                                      {static_cast<std::int64_t>(batch.size())}, torch::kInt64);
+          auto x = m_data.x.index_select(0, idx).to(dev);
+          auto y = m_data.y.index_select(0, idx).to(dev);
+          auto b = Clock::now();
+          const double weight = static_cast<double>(batch.size()) / static_cast<double>(stepSamples);
+          m_strategy->setSyncGradients(k + 1 == micro);
+          loss += weight * m_strategy->backward(*m_model, x, y, weight, m_data.classification);
+          auto c = Clock::now();
+          dataMs += ms(a, b);
+          computeMs += ms(b, c);
+        }
+        t1 = Clock::now();
+      }
+      StepState state{false, loss, stepSamples};
+      stop = m_strategy->reduce(*m_model, state);
       auto t2 = Clock::now();
-      stop = m_sync->reduce(params, stopRequested.load(std::memory_order_relaxed));
+      if (steps) {
+        if (h.clipNorm > 0) torch::nn::utils::clip_grad_norm_(params, h.clipNorm);
+        m_optimizer->step();
+      }
+      m_strategy->afterOptimizerStep(*m_model);
       auto t3 = Clock::now();
-      m_optimizer->step();
-      auto t4 = Clock::now();
+      m_batchInEpoch += micro;
       ++m_step;
 
       if (m_sink) {
-        if (ms(memReadAt, t4) > 250) {  // /proc is cheap but not free: read it a few times a second
-          memBytes = residentBytes();
-          memReadAt = t4;
+        if (ms(memReadAt, t3) > 250) {  // /proc is cheap but not free: read it a few times a second
+          memBytes = memoryBytes(dev);
+          memReadAt = t3;
         }
-        core::Record r;
-        auto& s = r.step;
-        s.rank = m_rank;
-        s.step = m_step;
-        s.epoch = epoch;
-        s.loss = loss.item<double>();
-        s.stepMs = ms(t0, t4);
-        s.samplesPerS = s.stepMs > 0 ? static_cast<double>(batch.size()) * 1000.0 / s.stepMs : 0.0;
-        s.dataMs = ms(t0, t1);
-        s.computeMs = ms(t1, t2);
-        s.commMs = ms(t2, t3);
-        s.optMs = ms(t3, t4);
-        s.lr = h.lr;
-        s.memBytes = memBytes;
-        m_sink(r);
+        const double stepMs = ms(t0, t3);
+        auto record = [&](int rank, double l, std::int64_t samples, double compute, double comm) {
+          core::Record r;
+          auto& s = r.step;
+          s.rank = rank;
+          s.step = m_step;
+          s.epoch = m_epoch;
+          s.loss = l;
+          s.stepMs = stepMs;
+          s.samplesPerS = stepMs > 0 ? static_cast<double>(samples) * 1000.0 / stepMs : 0.0;
+          s.dataMs = dataMs;
+          s.computeMs = compute;
+          s.commMs = comm;
+          s.optMs = ms(t2, t3);
+          s.lr = lr;
+          s.memBytes = memBytes;
+          publish(r);
+        };
+        auto lanes = m_strategy->lanes();
+        if (lanes.empty()) {
+          record(m_options.rank, state.loss, state.samples, computeMs, ms(t1, t2));
+        } else {
+          for (const auto& lane : lanes) record(lane.lane, lane.loss, lane.samples, lane.computeMs, lane.waitMs + ms(t1, t2));
+        }
       }
+      if (primary && opts.evalEvery > 0 && m_step % opts.evalEvery == 0) validateNow();
+      if (primary && !checkpointPath.empty() && opts.checkpointEvery > 0 && m_step % opts.checkpointEvery == 0)
+        saveCheckpoint(checkpointPath);
       if (stop) break;
     }
-    if (h.epochs == 0 && h.maxSteps == 0) break;
+    if (stop) break;
   }
+  m_strategy->finish();
+  if (primary && (opts.evalEvery == 0 || m_step % opts.evalEvery != 0)) validateNow();
+  if (primary && !checkpointPath.empty()) saveCheckpoint(checkpointPath);
   return m_step;
 }
 

@@ -1,5 +1,6 @@
-// Trainer: the training loop of one rank. It owns the model, the data shard and the
-// optimizer, and leaves communication to a GradientSync and reporting to a callback.
+// Trainer: the training loop of one process. It owns the data, the model and the
+// optimizer, the schedule, accumulation, clipping, validation and checkpoints, and leaves
+// how gradients are computed and combined to a Strategy and reporting to a callback.
 #pragma once
 
 #include <atomic>
@@ -10,45 +11,68 @@
 
 #include "common/profile.h"
 #include "common/record.h"
-#include "engine/gradient_sync.h"
+#include "engine/model.h"
+#include "engine/strategy.h"
 #include "engine/workload.h"
 
 namespace ptw::engine {
 
-/// The batches of one epoch, as dataset indices.
-using BatchPlan = std::function<std::vector<std::vector<std::int64_t>>(std::int64_t epoch)>;
-
-/// The plan of rank `rank` of `world` under the profile's sampler settings.
-BatchPlan shardPlan(const core::Profile& profile, int rank, int world);
+/// Example: TrainerOptions(profile, 0, 1).outDir("runs/x").plan(myPlan)
+struct TrainerOptions {
+  TrainerOptions(core::Profile profile, int rank, int world)
+      : profile(std::move(profile)), rank(rank), world(world) {}
+  core::Profile profile;
+  int rank;
+  int world;
+  std::string outDir = "";  ///< checkpoints go here; "" writes none
+  BatchPlan plan = {};      ///< overrides the strategy's plan (equivalence references)
+  TrainerOptions& setOutDir(std::string v) { outDir = std::move(v); return *this; }
+  TrainerOptions& setPlan(BatchPlan v) { plan = std::move(v); return *this; }
+};
 
 class Trainer {
  public:
   using RecordSink = std::function<void(const core::Record&)>;
 
-  Trainer(core::Profile profile, int rank, int world, std::unique_ptr<GradientSync> sync, BatchPlan plan,
-          RecordSink sink = {});
+  /// Loads the data and the model, checks that they fit, resumes from
+  /// run.resume_from when set, and attaches the strategy. Throws ptw::Error on bad input.
+  Trainer(TrainerOptions options, std::unique_ptr<Strategy> strategy, RecordSink sink = {});
 
   /// Trains until max_steps / epochs, or until a rank asks to stop (checked every step,
-  /// agreed across ranks by the sync). Returns the number of optimizer steps taken.
+  /// agreed across ranks by the strategy). Returns the number of optimizer steps taken.
   std::int64_t run(const std::atomic<bool>& stopRequested);
 
-  std::vector<torch::Tensor> parameters() const;
+  std::vector<torch::Tensor> parameters() const { return m_model->parameters(); }
+  Model& model() { return *m_model; }
   std::int64_t step() const { return m_step; }
+  /// Validation loss and accuracy (-1 for regression) on the held-out split.
+  std::pair<double, double> validate();
+
+  /// Writes <outDir>/checkpoint.pt atomically: parameters, optimizer state, step, epoch,
+  /// position in the epoch and the RNG state.
+  void saveCheckpoint(const std::string& path);
 
  private:
-  core::Profile m_profile;
-  int m_rank;
-  int m_world;
-  std::unique_ptr<GradientSync> m_sync;
-  BatchPlan m_plan;
+  void loadCheckpoint(const std::string& path);
+  void publish(const core::Record& r) { if (m_sink) m_sink(r); }
+
+  TrainerOptions m_options;
+  const core::Profile& m_profile;
+  std::unique_ptr<Strategy> m_strategy;
   RecordSink m_sink;
   Dataset m_data;
-  torch::nn::Sequential m_model;
+  std::unique_ptr<Model> m_model;
   std::unique_ptr<torch::optim::Optimizer> m_optimizer;
+  BatchPlan m_plan;
   std::int64_t m_step = 0;
+  std::int64_t m_epoch = 0;
+  std::int64_t m_batchInEpoch = 0;  ///< micro-batches of m_epoch already trained
 };
 
 /// Resident set size of this process in bytes.
 std::int64_t residentBytes();
+
+/// What a rank reports as its memory: CUDA bytes allocated on a GPU, else the resident set.
+std::int64_t memoryBytes(const torch::Device& device);
 
 }  // namespace ptw::engine

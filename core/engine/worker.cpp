@@ -161,12 +161,12 @@ int workerMain(int argc, char** argv) {
     std::fprintf(stderr, "[rank %d] %s: %s, world %d, port %d\n", rank, profile.name.c_str(),
                  profile.strategy.kind.c_str(), args.world, args.port);
     SyncContext ctx{profile, rank, args.world, args.port};
-    Trainer trainer(profile, rank, args.world, makeGradientSync(ctx), shardPlan(profile, rank, args.world),
+    Trainer trainer(TrainerOptions(profile, rank, args.world).setOutDir(args.out), makeStrategy(ctx),
                     [&](const core::Record& r) { writer.write(r); });
     std::int64_t steps = trainer.run(g_stop);
     if (!args.out.empty()) {
-      auto params = trainer.parameters();
-      torch::save(params, args.out + "/rank" + std::to_string(rank) + ".final.pt");
+      torch::save(trainer.parameters(), args.out + "/rank" + std::to_string(rank) + ".final.pt");
+      if (rank == 0) trainer.model().save(args.out + "/model.final.pt");
     }
     core::Record done;
     done.kind = core::Record::Kind::Done;

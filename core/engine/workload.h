@@ -1,4 +1,5 @@
-// Workload: the model and the data a profile names, built identically on every rank.
+// Workload: the data a profile names (generated or read from files), built identically on
+// every rank; the loss, the optimizer and the learning-rate schedule that go with it.
 #pragma once
 
 #include <torch/torch.h>
@@ -7,23 +8,34 @@
 
 namespace ptw::engine {
 
+class Model;
+
 struct Dataset {
-  torch::Tensor x;  ///< [n, in_features], float32
-  torch::Tensor y;  ///< regression: [n, out_features] float32; classification: [n] int64
+  torch::Tensor x;     ///< training inputs [n, in_features], float32
+  torch::Tensor y;     ///< regression: [n, outputs] float32; classification: [n] int64
+  torch::Tensor valX;  ///< held-out split (data.val_fraction), maybe empty
+  torch::Tensor valY;
   bool classification = false;
   std::int64_t size() const { return x.size(0); }
+  std::int64_t valSize() const { return valX.defined() ? valX.size(0) : 0; }
 };
 
-/// Seeded, so every rank and every reference run builds the same samples.
+/// Synthetic data is seeded, so every rank and every reference run builds the same
+/// samples; csv and mnist are read from data.path. Throws ptw::Error naming the file, the
+/// row and the column of anything malformed. The last val_fraction of rows is held out.
 Dataset makeDataset(const core::DataSpec& data, const core::ModelSpec& model);
 
-/// Parameters are initialised from `seed`, so ranks agree before the first broadcast.
-torch::nn::Sequential makeModel(const core::ModelSpec& model, std::uint64_t seed);
+/// Runs the model on two samples and checks that its output fits the loss, so a shape
+/// mistake is reported before training starts, with the fix.
+void checkWorkload(Model& model, const Dataset& data, const core::Profile& profile);
 
 /// MSE for regression, cross-entropy for classification.
 torch::Tensor computeLoss(const torch::Tensor& output, const torch::Tensor& target, bool classification);
 
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const core::HyperSpec& hyper,
                                                        const std::vector<torch::Tensor>& params);
+
+/// Learning rate for optimizer step `step` (0-based): the schedule times the warm-up ramp.
+double learningRate(const core::HyperSpec& hyper, std::int64_t step);
 
 }  // namespace ptw::engine

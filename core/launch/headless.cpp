@@ -35,7 +35,7 @@ extern "C" void onInterrupt(int) {
 class ProgressPrinter : public LaunchObserver {
  public:
   ProgressPrinter(std::ostream& out, const Profile& p, bool tty)
-      : m_out(out), m_profile(p), m_tty(tty), m_ranks(static_cast<std::size_t>(p.strategy.ranks)) {}
+      : m_out(out), m_profile(p), m_tty(tty), m_ranks(static_cast<std::size_t>(reportingRanks(p))) {}
 
   void onStarted(int port, const std::vector<int>& pids) override {
     m_out << "started " << pids.size() << " rank(s), store on 127.0.0.1:" << port << "\n";
@@ -43,6 +43,11 @@ class ProgressPrinter : public LaunchObserver {
   }
   void onRecords(const std::vector<Record>& batch) override {
     for (const auto& r : batch) {
+      if (r.kind == Record::Kind::Validation) {
+        m_valLoss = r.valLoss;
+        m_valAccuracy = r.valAccuracy;
+        continue;
+      }
       if (r.kind != Record::Kind::Step || r.step.rank >= static_cast<int>(m_ranks.size())) continue;
       auto& slot = m_ranks[static_cast<std::size_t>(r.step.rank)];
       slot.last = r.step;
@@ -107,7 +112,10 @@ class ProgressPrinter : public LaunchObserver {
     double loss = 0, throughput = 0, stepsPerS = 0;
     std::int64_t steps = 0;
     int seen = 0;
-    for (const auto& r : m_ranks) {
+    // The pool's coordinator (rank 0) already reports the whole pool's loss and samples.
+    const std::size_t counted = m_profile.strategy.kind == "pool" ? 1 : m_ranks.size();
+    for (std::size_t i = 0; i < counted; ++i) {
+      const auto& r = m_ranks[i];
       if (!r.seen) continue;
       loss += r.last.loss;
       throughput += r.samplesPerS();
@@ -121,6 +129,8 @@ class ProgressPrinter : public LaunchObserver {
             {"final.step", static_cast<double>(steps)},
             {"throughput.samples_per_s", seen ? throughput : nan},
             {"throughput.steps_per_s", seen ? stepsPerS : nan},
+            {"final.val_loss", m_valLoss},
+            {"final.val_accuracy", m_valAccuracy},
             {"wall_s", wallS}};
   }
 
@@ -133,6 +143,8 @@ class ProgressPrinter : public LaunchObserver {
   std::chrono::steady_clock::time_point m_lastPrint{};
   int m_printedLines = 0;
   std::int64_t m_records = 0;
+  double m_valLoss = std::nan("");
+  double m_valAccuracy = std::nan("");
 };
 
 }  // namespace
@@ -196,7 +208,7 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
   }
 
   LaunchOptions lo(options.workerPath.empty() ? Launcher::defaultWorkerPath() : options.workerPath,
-                   runDir + "/profile.json", profile.strategy.ranks);
+                   runDir + "/profile.json", core::processCount(profile));
   lo.setOutDir(runDir).setPort(profile.run.port).setStallTimeoutS(profile.run.timeoutS);
   Launcher launcher(lo);
   out << "ptw: running " << (options.profilePath.empty() ? "the default profile" : options.profilePath) << " ("
@@ -255,7 +267,10 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
       j["run_dir"] = runDir;
       j["wall_s"] = report.wallS;
       auto num = [](double v) { return std::isnan(v) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v); };
-      j["final"] = {{"loss", num(metrics["final.loss"])}, {"step", metrics["final.step"]}};
+      j["final"] = {{"loss", num(metrics["final.loss"])},
+                    {"step", metrics["final.step"]},
+                    {"val_loss", num(metrics["final.val_loss"])},
+                    {"val_accuracy", num(metrics["final.val_accuracy"])}};
       j["throughput"] = {{"samples_per_s", num(metrics["throughput.samples_per_s"])},
                          {"steps_per_s", num(metrics["throughput.steps_per_s"])}};
       j["ranks"] = nlohmann::ordered_json::array();

@@ -7,7 +7,7 @@
 
 #include <torch/torch.h>
 
-#include "engine/gradient_sync.h"
+#include "engine/strategy.h"
 #include "engine/sampler.h"
 #include "engine/trainer.h"
 #include "launch/launcher.h"
@@ -26,15 +26,16 @@ std::vector<torch::Tensor> referenceParameters(const Profile& p, int world) {
   single.strategy.kind = "single";
   single.strategy.ranks = 1;
   engine::SyncContext ctx{single, 0, 1, 0};
+  const std::int64_t samples = p.data.samples;
   engine::BatchPlan plan = [&](std::int64_t epoch) {
-    engine::SamplerOptions o(p.data.samples, world, 0);
+    engine::SamplerOptions o(samples, world, 0);
     o.seed = p.hyper.seed;
     o.epoch = epoch;
     o.shuffle = p.hyper.shuffle;
     o.dropLast = p.hyper.dropLast;
     return engine::globalBatches(o, p.hyper.batchSize);
   };
-  engine::Trainer t(single, 0, 1, engine::makeGradientSync(ctx), plan);
+  engine::Trainer t(engine::TrainerOptions(single, 0, 1).setPlan(plan), engine::makeStrategy(ctx));
   std::atomic<bool> stop{false};
   t.run(stop);
   return t.parameters();

@@ -61,7 +61,7 @@ class TestProfile : public QObject {
     QTest::newRow("bad JSON names line and column")
         << "{\n  \"strategy\": {\n    \"ranks\": 2,,\n  }\n}" << "p.json:3:16: invalid JSON";
     QTest::newRow("unknown strategy") << R"({"strategy": {"kind": "horovod"}})"
-                                      << "strategy.kind: expected one of single, ddp, got \"horovod\"";
+                                      << "strategy.kind: expected one of single, dataparallel, ddp, pool, got \"horovod\"";
     QTest::newRow("negative learning rate") << R"({"hyper": {"lr": -1}})" << "hyper.lr: must be > 0, got -1";
     QTest::newRow("zero ranks") << R"({"strategy": {"ranks": 0}})" << "strategy.ranks: must be >= 1, got 0";
     QTest::newRow("wrong type") << R"({"strategy": {"ranks": "two"}})"
@@ -72,9 +72,31 @@ class TestProfile : public QObject {
     QTest::newRow("unknown section") << R"({"hyperparams": {}})" << "hyperparams: unknown section";
     QTest::newRow("not an object") << "[1, 2]" << "expected a JSON object at the top level";
     QTest::newRow("more ranks than samples") << R"({"strategy": {"ranks": 8}, "data": {"samples": 4}})"
-                                             << "strategy.ranks: more ranks (8) than samples (4)";
+                                             << "strategy.ranks: more ranks (8) than training samples (4)";
     QTest::newRow("no steps") << R"({"hyper": {"max_steps": 0, "epochs": 0}})" << "hyper.max_steps: set hyper.max_steps";
     QTest::newRow("nccl on cpu") << R"({"strategy": {"backend": "nccl"}})" << "strategy.backend: nccl needs";
+    QTest::newRow("unknown pool mode") << R"({"strategy": {"kind": "pool", "pool_mode": "async"}})"
+                                       << "strategy.pool_mode: expected one of sync, hogwild, got \"async\"";
+    QTest::newRow("pool on cuda") << R"({"strategy": {"kind": "pool", "device": "cuda"}})"
+                                  << "strategy.device: the process pool shares CPU memory";
+    QTest::newRow("mixed precision on cpu") << R"({"hyper": {"precision": "bf16"}})"
+                                            << "hyper.precision: mixed precision runs on cuda";
+    QTest::newRow("nesterov without momentum") << R"({"hyper": {"nesterov": true}})"
+                                               << "hyper.nesterov: needs optimizer sgd and momentum > 0";
+    QTest::newRow("zero accumulation") << R"({"hyper": {"accumulate": 0}})" << "hyper.accumulate: must be >= 1, got 0";
+    QTest::newRow("unknown schedule") << R"({"hyper": {"schedule": "cyclic"}})"
+                                      << "hyper.schedule: expected one of constant, step, cosine";
+    QTest::newRow("eval without split") << R"({"run": {"eval_every": 5}})"
+                                        << "run.eval_every: validation needs a held-out split";
+    QTest::newRow("csv without path") << R"({"data": {"kind": "csv", "target": "y"}})" << "data.path: csv needs the file";
+    QTest::newRow("csv without target") << R"({"data": {"kind": "csv", "path": "d.csv"}})"
+                                        << "data.target: csv needs the name of the target column";
+    QTest::newRow("torchscript without file") << R"({"model": {"kind": "torchscript"}})"
+                                              << "model.path: torchscript needs the .pt file";
+    QTest::newRow("cnn on the wrong input") << R"({"model": {"kind": "cnn", "in_features": 10}})"
+                                            << "model.in_features: cnn takes 1×28×28 images: must be 784";
+    QTest::newRow("validation split too large") << R"({"data": {"val_fraction": 1.0}})"
+                                                << "data.val_fraction: must be in [0, 1), got 1";
   }
   void invalidProfilesAreRejected() {
     QFETCH(QString, json);

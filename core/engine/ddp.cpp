@@ -1,0 +1,231 @@
+// DistributedDataParallel over c10d: one process per rank, a TCPStore on 127.0.0.1 for
+// rendezvous, ProcessGroupGloo on CPU and ProcessGroupNCCL on CUDA (compat.h hides the
+// 1.13/2.x differences). Same-machine CPU ranks can use shared memory instead (ddp_shm.cpp).
+//
+// Note [Gradient buckets]
+// This is our own bucketing over c10d rather than c10d::Reducer: Reducer's C++ API is
+// internal, differs between 1.13 and 2.x, and expects the Python DDP wrapper around it.
+// The idea is Reducer's. Parameters are grouped, in reverse order (the order backward
+// produces their gradients), into buckets of at most strategy.bucket_mb. A post-hook on
+// each parameter's gradient accumulator copies the finished gradient into its bucket's
+// flat buffer; when a bucket's last gradient arrives, its all-reduce is launched
+// asynchronously, so communication overlaps the rest of the backward pass. Buckets are
+// launched strictly in order (a ready bucket waits for the ones before it), so every
+// rank issues the same collectives in the same order. reduce() then only waits. With
+// gradient accumulation the hooks are disarmed on all but the last micro-batch, so the
+// accumulated gradient is communicated once (no_sync). A Gloo all-reduce over loopback
+// costs ~200 µs however small, so small models get one bucket: one collective a step.
+// The bucket holding the first parameter (the last to be ready) carries one extra
+// element, the rank's stop wish, so a graceful stop needs no extra round trip.
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+
+#include <chrono>
+#include <mutex>
+
+#include "common/error.h"
+#include "engine/compat.h"
+#include "engine/model.h"
+#include "engine/strategy.h"
+
+namespace ptw::engine {
+namespace {
+
+class GradReadyHook final : public torch::autograd::FunctionPostHook {
+ public:
+  explicit GradReadyHook(std::function<void()> fn) : m_fn(std::move(fn)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    m_fn();
+    return outputs;
+  }
+
+ private:
+  std::function<void()> m_fn;
+};
+
+struct Bucket {
+  std::vector<std::size_t> params;    ///< indices into the parameter list
+  std::vector<std::int64_t> offsets;  ///< of each in `buffer`
+  torch::Tensor buffer;
+  std::size_t pending = 0;
+  bool ready = false;
+  compat::WorkPtr work;
+};
+
+class Ddp final : public Strategy {
+ public:
+  explicit Ddp(const SyncContext& ctx) : m_rank(ctx.rank), m_world(ctx.world), m_bucketMb(ctx.profile.strategy.bucketMb) {
+    const auto& p = ctx.profile;
+    setDevice(deviceFor(p, ctx.rank));  // before rendezvous: a missing GPU fails fast
+    auto timeout = std::chrono::milliseconds(static_cast<long>(p.run.timeoutS * 1000));
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<std::uint16_t>(ctx.port);
+    so.isServer = ctx.rank == 0;
+    so.numWorkers = static_cast<std::size_t>(ctx.world);
+    so.waitWorkers = true;
+    so.timeout = timeout;
+    auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+    if (p.strategy.backend == "nccl") {
+#if defined(PTW_WITH_CUDA) && defined(USE_C10D_NCCL)
+      m_group = compat::makeNccl(store, ctx.rank, ctx.world, timeout);
+#else
+      PTW_FAIL("strategy.backend: this build of ptw has no NCCL (LibTorch without CUDA); use \"gloo\"");
+#endif
+    } else {
+      m_group = compat::makeGloo(store, ctx.rank, ctx.world, timeout);
+    }
+  }
+
+  BatchPlan plan(const core::Profile& p, std::int64_t samples) const override {
+    return shardPlan(p, samples, m_rank, m_world);
+  }
+
+  void attach(Model& model) override {
+    m_params = model.parameters();
+    broadcastParameters();
+    makeBuckets();
+    for (std::size_t i = 0; i < m_params.size(); ++i) {
+      auto acc = torch::autograd::impl::grad_accumulator(m_params[i]);
+      PTW_CHECK(acc, "ddp: parameter ", i, " is not a trainable leaf tensor");
+      acc->add_post_hook(std::make_unique<GradReadyHook>([this, i] { onGradReady(i); }));
+      m_accumulators.push_back(std::move(acc));  // the variable holds only a weak reference
+    }
+  }
+
+  void beginStep(bool localStop) override {
+    Strategy::beginStep(localStop);
+    for (auto& b : m_buckets) {
+      b.pending = b.params.size();
+      b.ready = false;
+      b.work.reset();
+    }
+    m_nextLaunch = 0;
+  }
+
+  void setSyncGradients(bool on) override { m_armed = on; }
+
+  bool reduce(Model&, StepState&) override {
+    {
+      std::lock_guard<std::mutex> lock(m_mutex);
+      // Parameters that got no gradient this step (unused by the forward pass) count as zero.
+      for (auto& b : m_buckets) {
+        if (b.ready) continue;
+        for (std::size_t k = 0; k < b.params.size(); ++k) {
+          const auto& g = m_params[b.params[k]].grad();
+          auto slot = b.buffer.narrow(0, b.offsets[k], m_params[b.params[k]].numel());
+          if (g.defined()) slot.copy_(g.reshape({-1}));
+          else slot.zero_();
+        }
+        markReady(b);
+      }
+    }
+    torch::NoGradGuard noGrad;
+    for (auto& b : m_buckets) {
+      b.work->wait();
+      b.buffer.div_(m_world);
+      for (std::size_t k = 0; k < b.params.size(); ++k) {
+        auto& p = m_params[b.params[k]];
+        auto slot = b.buffer.narrow(0, b.offsets[k], p.numel()).view_as(p);
+        if (p.grad().defined()) p.mutable_grad().copy_(slot);
+        else p.mutable_grad() = slot.clone();
+      }
+    }
+    // The stop element was divided with the rest: any rank's wish leaves it > 0.
+    const auto& last = m_buckets.back().buffer;
+    return last[last.numel() - 1].item<float>() > 0.f;
+  }
+
+ private:
+  void broadcastParameters() {
+    torch::NoGradGuard noGrad;
+    std::vector<torch::Tensor> flat;
+    for (const auto& p : m_params) flat.push_back(p.detach().reshape({-1}));
+    std::vector<torch::Tensor> io{torch::cat(flat)};
+    m_group->broadcast(io)->wait();
+    std::int64_t offset = 0;
+    for (const auto& p : m_params) {
+      p.detach().copy_(io[0].narrow(0, offset, p.numel()).view_as(p));
+      offset += p.numel();
+    }
+  }
+
+  void makeBuckets() {
+    const auto capBytes = static_cast<std::int64_t>(m_bucketMb * 1024 * 1024);
+    Bucket current;
+    std::int64_t bytes = 0;
+    for (std::size_t k = m_params.size(); k-- > 0;) {
+      const std::int64_t size = m_params[k].numel() * static_cast<std::int64_t>(m_params[k].element_size());
+      if (!current.params.empty() && bytes + size > capBytes) {
+        m_buckets.push_back(std::move(current));
+        current = Bucket{};
+        bytes = 0;
+      }
+      current.offsets.push_back(bytes / static_cast<std::int64_t>(m_params[k].element_size()));
+      current.params.push_back(k);
+      bytes += size;
+    }
+    m_buckets.push_back(std::move(current));
+    m_bucketOf.assign(m_params.size(), 0);
+    for (std::size_t b = 0; b < m_buckets.size(); ++b) {
+      auto& bucket = m_buckets[b];
+      std::int64_t numel = 0;
+      for (auto k : bucket.params) {
+        m_bucketOf[k] = b;
+        numel += m_params[k].numel();
+      }
+      const bool carriesStop = b + 1 == m_buckets.size();
+      bucket.buffer = torch::zeros({numel + (carriesStop ? 1 : 0)}, m_params.front().options().requires_grad(false));
+    }
+  }
+
+  // Runs on the autograd thread as each parameter's gradient is accumulated.
+  void onGradReady(std::size_t index) {
+    if (!m_armed) return;
+    std::lock_guard<std::mutex> lock(m_mutex);
+    Bucket& b = m_buckets[m_bucketOf[index]];
+    if (b.ready) return;
+    std::size_t k = 0;
+    while (b.params[k] != index) ++k;
+    torch::NoGradGuard noGrad;
+    b.buffer.narrow(0, b.offsets[k], m_params[index].numel()).copy_(m_params[index].grad().reshape({-1}));
+    if (--b.pending == 0) markReady(b);
+  }
+
+  // Call with m_mutex held.
+  void markReady(Bucket& bucket) {
+    bucket.ready = true;
+    if (&bucket == &m_buckets.back()) {
+      auto& buf = bucket.buffer;
+      buf[buf.numel() - 1].fill_(m_localStop ? 1.0f : 0.0f);
+    }
+    while (m_nextLaunch < m_buckets.size() && m_buckets[m_nextLaunch].ready) {
+      std::vector<torch::Tensor> io{m_buckets[m_nextLaunch].buffer};
+      m_buckets[m_nextLaunch].work = m_group->allreduce(io);
+      ++m_nextLaunch;
+    }
+  }
+
+  int m_rank;
+  int m_world;
+  double m_bucketMb;
+  c10::intrusive_ptr<compat::Group> m_group;
+  std::vector<torch::Tensor> m_params;
+  std::vector<std::shared_ptr<torch::autograd::Node>> m_accumulators;
+  std::vector<Bucket> m_buckets;
+  std::vector<std::size_t> m_bucketOf;
+  std::size_t m_nextLaunch = 0;
+  bool m_armed = true;
+  std::mutex m_mutex;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> makeDdpShm(const SyncContext& ctx);
+
+std::unique_ptr<Strategy> makeDdp(const SyncContext& ctx) {
+  if (ctx.profile.strategy.backend == "shm") return makeDdpShm(ctx);
+  return std::make_unique<Ddp>(ctx);
+}
+
+}  // namespace ptw::engine

@@ -1,0 +1,34 @@
+// Model: the network a profile names, behind one interface whether it is built here
+// (linear, mlp, cnn) or loaded from TorchScript, so every strategy trains either.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "common/profile.h"
+
+namespace ptw::engine {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+  /// The trainable parameters, in a fixed order shared by every rank.
+  virtual std::vector<torch::Tensor> parameters() = 0;
+  /// A deep copy on `device` (a DataParallel replica).
+  virtual std::unique_ptr<Model> replicate(const torch::Device& device) const = 0;
+  virtual void to(const torch::Device& device) = 0;
+  virtual void setTraining(bool on) = 0;
+  /// Writes the model as its own kind: TorchScript for torchscript models (readable by
+  /// Python's torch.jit.load), else the parameter list (torch::save).
+  virtual void save(const std::string& path) = 0;
+};
+
+/// Built from the spec; parameters initialised from `seed`, so every rank starts equal.
+/// A torchscript model that does not load throws ptw::Error naming model.path.
+std::unique_ptr<Model> makeModel(const core::ModelSpec& spec, std::uint64_t seed);
+
+}  // namespace ptw::engine

@@ -1,0 +1,130 @@
+#include "engine/shm_segment.h"
+
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "common/error.h"
+
+namespace ptw::engine {
+namespace {
+constexpr std::uint32_t kReady = 0x70747721;  // "ptw!"
+}
+
+struct ShmSegment::Header {
+  std::atomic<std::uint32_t> ready;
+  std::uint32_t world;
+  std::uint64_t payloadBytes;
+  alignas(64) std::atomic<std::uint32_t> arrived;
+  alignas(64) std::atomic<std::uint32_t> generation;
+  alignas(64) std::atomic<std::uint64_t> arrivedMask[kMaxRanks / 64];
+  alignas(64) std::atomic<std::uint32_t> stop;
+  alignas(64) std::atomic<std::int64_t> progress[kMaxRanks];
+  alignas(64) std::atomic<std::uint32_t> done[kMaxRanks];
+};
+
+ShmSegment::ShmSegment(std::string name, int rank, int world, std::size_t payloadBytes,
+                       std::chrono::milliseconds timeout)
+    : m_name(std::move(name)), m_rank(rank), m_world(world), m_timeout(timeout) {
+  PTW_CHECK(world <= kMaxRanks, "shm: at most ", kMaxRanks, " processes share a segment, got ", world);
+  const std::size_t headerBytes = (sizeof(Header) + 63) / 64 * 64;
+  m_bytes = headerBytes + payloadBytes;
+  auto deadline = std::chrono::steady_clock::now() + m_timeout;
+  int fd = -1;
+  if (m_rank == 0) {
+    ::shm_unlink(m_name.c_str());  // a leftover of a killed run on the same port
+    fd = ::shm_open(m_name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    PTW_CHECK(fd >= 0, "shm: cannot create ", m_name, ": ", std::strerror(errno));
+    if (::ftruncate(fd, static_cast<off_t>(m_bytes)) != 0) {
+      int err = errno;
+      ::close(fd);
+      ::shm_unlink(m_name.c_str());
+      PTW_FAIL("shm: cannot size ", m_name, " to ", m_bytes, " bytes: ", std::strerror(err), " (is /dev/shm full?)");
+    }
+  } else {
+    while ((fd = ::shm_open(m_name.c_str(), O_RDWR, 0600)) < 0) {
+      PTW_CHECK(std::chrono::steady_clock::now() < deadline, "shm: rank 0 did not create ", m_name, " within ",
+                m_timeout.count() / 1000.0, " s");
+      ::usleep(1000);
+    }
+    struct stat st {};
+    while (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) < m_bytes) {
+      PTW_CHECK(std::chrono::steady_clock::now() < deadline, "shm: segment ", m_name, " never reached its size");
+      ::usleep(1000);
+    }
+  }
+  m_base = ::mmap(nullptr, m_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  PTW_CHECK(m_base != MAP_FAILED, "shm: cannot map ", m_name, ": ", std::strerror(errno));
+  m_header = static_cast<Header*>(m_base);
+  m_payload = static_cast<char*>(m_base) + headerBytes;
+  if (m_rank == 0) {
+    new (m_header) Header();
+    m_header->world = static_cast<std::uint32_t>(m_world);
+    m_header->payloadBytes = payloadBytes;
+    m_header->ready.store(kReady, std::memory_order_release);
+  } else {
+    while (m_header->ready.load(std::memory_order_acquire) != kReady) {
+      PTW_CHECK(std::chrono::steady_clock::now() < deadline, "shm: rank 0 never initialised ", m_name);
+      ::usleep(100);
+    }
+    PTW_CHECK(m_header->world == static_cast<std::uint32_t>(m_world) && m_header->payloadBytes == payloadBytes,
+              "shm: ranks disagree on the model: rank 0 shares ", m_header->payloadBytes, " bytes, rank ", m_rank,
+              " expected ", payloadBytes);
+  }
+}
+
+ShmSegment::~ShmSegment() {
+  if (m_base && m_base != MAP_FAILED) ::munmap(m_base, m_bytes);
+  if (m_rank == 0 && !m_unlinked) ::shm_unlink(m_name.c_str());
+}
+
+void ShmSegment::unlink() {
+  if (m_rank == 0 && !m_unlinked) ::shm_unlink(m_name.c_str());
+  m_unlinked = true;
+}
+
+std::atomic<std::uint32_t>& ShmSegment::stopFlag() { return m_header->stop; }
+std::atomic<std::int64_t>& ShmSegment::progress(int rank) { return m_header->progress[rank]; }
+std::atomic<std::uint32_t>& ShmSegment::doneFlag(int rank) { return m_header->done[rank]; }
+
+void ShmSegment::barrier() {
+  Header& h = *m_header;
+  const std::uint32_t gen = h.generation.load(std::memory_order_acquire);
+  h.arrivedMask[m_rank / 64].fetch_or(1ull << (m_rank % 64), std::memory_order_relaxed);
+  if (h.arrived.fetch_add(1, std::memory_order_acq_rel) == static_cast<std::uint32_t>(m_world) - 1) {
+    h.arrived.store(0, std::memory_order_relaxed);
+    for (auto& m : h.arrivedMask) m.store(0, std::memory_order_relaxed);
+    h.generation.fetch_add(1, std::memory_order_release);
+    return;
+  }
+  std::uint64_t spins = 0;
+  auto start = std::chrono::steady_clock::now();
+  while (h.generation.load(std::memory_order_acquire) == gen) {
+    ++spins;
+    if (spins < 2000) continue;
+    if (spins < 20000) {
+      ::sched_yield();
+      continue;
+    }
+    timespec ts{0, 50'000};
+    ::nanosleep(&ts, nullptr);
+    if ((spins & 255) == 0 && std::chrono::steady_clock::now() - start > m_timeout) {
+      std::string missing;
+      for (int r = 0; r < m_world; ++r)
+        if (!(h.arrivedMask[r / 64].load() & (1ull << (r % 64))))
+          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      PTW_FAIL("shared-memory barrier timed out after ", m_timeout.count() / 1000.0, " s waiting for rank(s) ",
+               missing, " (run.timeout_s)");
+    }
+  }
+}
+
+}  // namespace ptw::engine

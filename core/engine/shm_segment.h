@@ -1,0 +1,54 @@
+// ShmSegment: a POSIX shared-memory segment that the processes of one run on one machine
+// map together, with a barrier and a few shared control words in its header. Used by
+// the shared-memory all-reduce (ddp_shm.cpp) and the process pool (process_pool.cpp).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ptw::engine {
+
+class ShmSegment {
+ public:
+  static constexpr int kMaxRanks = 256;
+
+  /// Rank 0 creates `name` with `payloadBytes` after the header; the others wait for it
+  /// (up to `timeout`) and check that they agree on its size.
+  ShmSegment(std::string name, int rank, int world, std::size_t payloadBytes, std::chrono::milliseconds timeout);
+  ~ShmSegment();
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+
+  void* payload() const { return m_payload; }
+
+  /// Waits until all `world` ranks arrive. Spins briefly, then yields, then sleeps, so an
+  /// oversubscribed machine still progresses; throws after the timeout naming the ranks
+  /// that never arrived, so a dead peer never hangs a rank.
+  void barrier();
+
+  /// Removes the name once every rank has mapped it; the memory lives until the last unmap,
+  /// so nothing leaks in /dev/shm even if the run is killed afterwards.
+  void unlink();
+
+  std::atomic<std::uint32_t>& stopFlag();
+  /// Per-rank counters (the pool's hogwild progress).
+  std::atomic<std::int64_t>& progress(int rank);
+  std::atomic<std::uint32_t>& doneFlag(int rank);
+
+ private:
+  struct Header;
+  std::string m_name;
+  int m_rank;
+  int m_world;
+  std::chrono::milliseconds m_timeout;
+  std::size_t m_bytes = 0;
+  void* m_base = nullptr;
+  Header* m_header = nullptr;
+  void* m_payload = nullptr;
+  bool m_unlinked = false;
+};
+
+}  // namespace ptw::engine

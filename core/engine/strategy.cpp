@@ -1,0 +1,68 @@
+#include "engine/strategy.h"
+
+#include "common/error.h"
+#include "engine/compat.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/workload.h"
+
+namespace ptw::engine {
+
+std::unique_ptr<Strategy> makeSingle(const SyncContext&);
+std::unique_ptr<Strategy> makeDataParallel(const SyncContext&);
+std::unique_ptr<Strategy> makeDdp(const SyncContext&);
+std::unique_ptr<Strategy> makeProcessPool(const SyncContext&);
+
+const std::map<std::string, StrategyFactory>& strategyRegistry() {
+  static const std::map<std::string, StrategyFactory> registry = {
+      {"single", makeSingle},
+      {"dataparallel", makeDataParallel},
+      {"ddp", makeDdp},
+      {"pool", makeProcessPool},
+  };
+  return registry;
+}
+
+std::unique_ptr<Strategy> makeStrategy(const SyncContext& ctx) {
+  const auto& reg = strategyRegistry();
+  auto it = reg.find(ctx.profile.strategy.kind);
+  PTW_CHECK(it != reg.end(), "strategy.kind: no engine for \"", ctx.profile.strategy.kind, "\"");
+  auto s = it->second(ctx);
+  s->setAutocast(ctx.profile.hyper.precision == "bf16");
+  return s;
+}
+
+BatchPlan shardPlan(const core::Profile& p, std::int64_t samples, int rank, int world) {
+  return [=](std::int64_t epoch) {
+    SamplerOptions o(samples, world, rank);
+    o.seed = p.hyper.seed;
+    o.epoch = epoch;
+    o.shuffle = p.hyper.shuffle;
+    o.dropLast = p.hyper.dropLast;
+    return shardBatches(o, p.hyper.batchSize);
+  };
+}
+
+torch::Device deviceFor(const core::Profile& p, int index) {
+  if (p.strategy.device != "cuda") return torch::kCPU;
+  const auto count = static_cast<int>(torch::cuda::device_count());
+  PTW_CHECK(count > 0, "strategy.device: \"cuda\" but LibTorch sees no CUDA device on this machine",
+            torch::cuda::is_available() ? "" : " (this LibTorch has no CUDA, or no driver is loaded)",
+            "; use \"cpu\"");
+  PTW_CHECK(index < count, "strategy.device: rank/lane ", index, " needs cuda:", index, " but this machine has ",
+            count, " CUDA device(s); lower strategy.ranks to ", count);
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+}
+
+double Strategy::backward(Model& model, const torch::Tensor& x, const torch::Tensor& y, double weight,
+                          bool classification) {
+  torch::Tensor loss;
+  {
+    compat::CudaAutocastGuard autocast(m_autocast);
+    loss = computeLoss(model.forward(x), y, classification);
+  }
+  (loss * weight).backward();
+  return loss.item<double>();
+}
+
+}  // namespace ptw::engine

@@ -1,0 +1,108 @@
+// Strategy: how one process takes part in a training step: which batches it sees, how
+// its gradients are computed and meet the other ranks' before the optimizer steps. One
+// class per strategy (single.cpp, data_parallel.cpp, ddp.cpp + ddp_shm.cpp,
+// process_pool.cpp), chosen by name from one registry, so adding a strategy is a file
+// and a registry line. The Trainer owns the loop and calls, each step:
+//
+//   beginStep(localStop)
+//   for each micro-batch: setSyncGradients(last); backward(...)
+//   reduce(...)                          -> every rank's gradients are the average
+//   optimizer step (if stepsOptimizer()); afterOptimizerStep(...)
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "common/profile.h"
+
+namespace ptw::engine {
+
+class Model;
+
+/// The batches of one epoch, as dataset indices.
+using BatchPlan = std::function<std::vector<std::vector<std::int64_t>>(std::int64_t epoch)>;
+
+/// The DistributedSampler plan of rank `rank` of `world` over `samples` training samples.
+BatchPlan shardPlan(const core::Profile& profile, std::int64_t samples, int rank, int world);
+
+struct SyncContext {
+  const core::Profile& profile;
+  int rank = 0;   ///< this process
+  int world = 1;  ///< processes in the run (core::processCount)
+  int port = 0;   ///< the run's store port; also names its shared-memory segments
+};
+
+/// One series of the per-step report (a DataParallel replica reports one per lane).
+struct LaneReport {
+  int lane = 0;
+  double loss = 0;
+  std::int64_t samples = 0;
+  double computeMs = 0;
+  double waitMs = 0;  ///< waiting for the slowest lane and summing gradients
+};
+
+/// What a step produced, as reduce() sees and may complete it.
+struct StepState {
+  bool localStop = false;
+  double loss = 0;            ///< this process's loss; the pool coordinator sets the workers' mean
+  std::int64_t samples = 0;   ///< this process's samples; likewise
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+
+  /// The batches this process trains on, out of `samples` training samples.
+  virtual BatchPlan plan(const core::Profile& profile, std::int64_t samples) const = 0;
+  /// Called once before training, with parameters initialised (or resumed): DDP broadcasts
+  /// rank 0's, the pool maps them into shared memory, DataParallel makes its replicas.
+  virtual void attach(Model& model) = 0;
+  /// False for a process that only reduces and steps (the pool's coordinator).
+  virtual bool computesGradients() const { return true; }
+  /// False for a process whose parameters are stepped by another (a sync pool worker).
+  virtual bool stepsOptimizer() const { return true; }
+
+  virtual void beginStep(bool localStop) { m_localStop = localStop; }
+  /// False on all but the last micro-batch of an accumulated step (no_sync semantics).
+  virtual void setSyncGradients(bool /*on*/) {}
+  /// Forward and backward of one micro-batch, its loss scaled by `weight` (its share of the
+  /// step's samples). Returns the unscaled loss. DataParallel splits it over replicas.
+  virtual double backward(Model& model, const torch::Tensor& x, const torch::Tensor& y, double weight,
+                          bool classification);
+  /// Makes this process's gradients the average over ranks. Returns whether any rank asked
+  /// to stop, so that every rank leaves after the same step.
+  virtual bool reduce(Model& model, StepState& state) = 0;
+  virtual void afterOptimizerStep(Model& /*model*/) {}
+  /// Called once after the last step (a pool worker says it is done).
+  virtual void finish() {}
+
+  /// Per-replica timings of the last step; empty unless the strategy has replicas.
+  virtual std::vector<LaneReport> lanes() const { return {}; }
+
+  void setAutocast(bool on) { m_autocast = on; }
+  void setDevice(torch::Device d) { m_device = d; }
+  torch::Device device() const { return m_device; }
+
+ protected:
+  bool m_localStop = false;
+  bool m_autocast = false;
+  torch::Device m_device = torch::kCPU;
+};
+
+using StrategyFactory = std::function<std::unique_ptr<Strategy>(const SyncContext&)>;
+
+/// Strategy name (profile strategy.kind) -> factory.
+const std::map<std::string, StrategyFactory>& strategyRegistry();
+
+std::unique_ptr<Strategy> makeStrategy(const SyncContext& ctx);
+
+/// The device of process `rank` under the profile: cpu, or cuda:rank after checking that
+/// LibTorch sees that device. Throws ptw::Error naming strategy.device otherwise.
+torch::Device deviceFor(const core::Profile& profile, int index);
+
+}  // namespace ptw::engine
