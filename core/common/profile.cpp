@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -340,7 +341,15 @@ Profile loadProfile(const std::string& path) {
   PTW_CHECK(in, path, ": cannot open profile (", std::strerror(errno), ")");
   std::stringstream buffer;
   buffer << in.rdbuf();
-  return parseProfile(buffer.str(), path);
+  Profile p = parseProfile(buffer.str(), path);
+  // Files a profile names are relative to the profile, so a folder of profiles and data
+  // can be moved or shipped as one.
+  const auto base = std::filesystem::absolute(std::filesystem::path(path)).parent_path();
+  for (std::string* file : {&p.model.path, &p.data.path, &p.run.resumeFrom}) {
+    if (!file->empty() && std::filesystem::path(*file).is_relative())
+      *file = (base / *file).lexically_normal().string();
+  }
+  return p;
 }
 
 std::string toJson(const Profile& profile) { return toJsonValue(profile).dump(2) + "\n"; }

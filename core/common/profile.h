@@ -108,7 +108,8 @@ std::vector<FieldError> validate(const Profile& profile);
 /// unknown field, or the first validation error. `origin` (a file name) prefixes messages.
 Profile parseProfile(const std::string& jsonText, const std::string& origin = "profile");
 
-/// Reads and parses a file; errors name the file.
+/// Reads and parses a file; errors name the file. Relative model.path, data.path and
+/// run.resume_from are resolved against the profile's folder.
 Profile loadProfile(const std::string& path);
 
 /// Pretty JSON with every field written.

@@ -86,7 +86,7 @@ class ProcessPool final : public Strategy {
   }
 
   void afterOptimizerStep(Model&) override {
-    if (!m_hogwild) m_segment->barrier();  // parameters updated: release the workers
+    if (!m_hogwild && m_rank == 0) m_segment->barrier();  // parameters updated: release the workers
   }
 
   void finish() override {

@@ -274,7 +274,9 @@ RunReport Launcher::run(LaunchObserver& observer) {
   };
   auto onRecordLine = [&](Rank& rk, std::string_view line) {
     if (auto rec = parseRecord(line)) {
-      rec->step.rank = rk.rank;  // a worker speaks only for itself
+      // A worker speaks only for itself; a run of one process (DataParallel) reports one
+      // series per replica, which it numbers itself.
+      if (o.worldSize > 1 || rec->kind != Record::Kind::Step) rec->step.rank = rk.rank;
       rk.lastStep = std::max(rk.lastStep, rec->step.step);
       if (rec->kind == Record::Kind::Heartbeat) rk.state = rec->state;
       else if (rec->kind == Record::Kind::Done) rk.state = "done";

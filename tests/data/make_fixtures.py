@@ -1,0 +1,60 @@
+#!/usr/bin/python3
+"""Generates the small data files ptw ships for its example profiles and tests.
+
+    /usr/bin/python3 tests/data/make_fixtures.py
+
+Nothing is downloaded: the "digits" are seeded synthetic strokes, one pattern per class,
+in the IDX format of the MNIST files; the CSV is a seeded linear problem; the TorchScript
+model is a small MLP made with torch.jit.script, as a user would make one.
+"""
+import os
+import struct
+
+import torch
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def mnist_tiny(folder, n=200, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    templates = torch.zeros(10, 28, 28)
+    for c in range(10):  # a distinct bar pattern per class
+        templates[c, 4 + 2 * c: 7 + 2 * c, 4:24] = 1.0
+        templates[c, 4:24, 4 + 2 * (9 - c): 7 + 2 * (9 - c)] = 0.6
+    labels = torch.arange(n) % 10
+    images = templates[labels] + 0.3 * torch.rand(n, 28, 28, generator=g)
+    images = (images.clamp(0, 1) * 255).to(torch.uint8)
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, "train-images-idx3-ubyte"), "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 28, 28))
+        f.write(images.numpy().tobytes())
+    with open(os.path.join(folder, "train-labels-idx1-ubyte"), "wb") as f:
+        f.write(struct.pack(">II", 0x801, n))
+        f.write(labels.to(torch.uint8).numpy().tobytes())
+
+
+def regression_csv(path, n=240, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 4, generator=g)
+    y = x @ torch.tensor([1.5, -2.0, 0.5, 3.0]) + 0.25 + 0.05 * torch.randn(n, generator=g)
+    with open(path, "w") as f:
+        f.write("x1,x2,x3,x4,y\n")
+        for row, target in zip(x.tolist(), y.tolist()):
+            f.write(",".join(f"{v:.6f}" for v in row + [target]) + "\n")
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.hidden = torch.nn.Linear(10, 16)
+        self.out = torch.nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.hidden(x)))
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    mnist_tiny(os.path.join(ROOT, "resources/data/mnist-tiny"))
+    regression_csv(os.path.join(ROOT, "resources/data/regression.csv"))
+    torch.jit.script(Mlp()).save(os.path.join(ROOT, "resources/data/mlp-10-16-1.scripted.pt"))
