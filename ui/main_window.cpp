@@ -58,6 +58,9 @@ void MainWindow::buildUi() {
   m_strategy = new QComboBox(form);
   m_strategy->setObjectName(QStringLiteral("strategy"));
   m_strategy->addItem(tr("DistributedDataParallel"), QStringLiteral("ddp"));
+  m_strategy->addItem(tr("DataParallel (replicas in one process)"), QStringLiteral("dataparallel"));
+  m_strategy->addItem(tr("Process pool, sync"), QStringLiteral("pool/sync"));
+  m_strategy->addItem(tr("Process pool, hogwild"), QStringLiteral("pool/hogwild"));
   m_strategy->addItem(tr("Single process"), QStringLiteral("single"));
   m_ranks = new QSpinBox(form);
   m_ranks->setObjectName(QStringLiteral("ranks"));
@@ -66,6 +69,7 @@ void MainWindow::buildUi() {
   m_optimizer->setObjectName(QStringLiteral("optimizer"));
   m_optimizer->addItem(tr("SGD"), QStringLiteral("sgd"));
   m_optimizer->addItem(tr("Adam"), QStringLiteral("adam"));
+  m_optimizer->addItem(tr("AdamW"), QStringLiteral("adamw"));
   m_lr = new QDoubleSpinBox(form);
   m_lr->setObjectName(QStringLiteral("lr"));
   m_lr->setDecimals(6);
@@ -168,7 +172,9 @@ void MainWindow::setProfile(const core::Profile& profile) {
 
 void MainWindow::profileToFields() {
   m_updatingFields = true;
-  m_strategy->setCurrentIndex(std::max(0, m_strategy->findData(QString::fromStdString(m_profile.strategy.kind))));
+  QString strategyKey = QString::fromStdString(m_profile.strategy.kind);
+  if (m_profile.strategy.kind == "pool") strategyKey += "/" + QString::fromStdString(m_profile.strategy.poolMode);
+  m_strategy->setCurrentIndex(std::max(0, m_strategy->findData(strategyKey)));
   m_ranks->setValue(m_profile.strategy.ranks);
   m_optimizer->setCurrentIndex(std::max(0, m_optimizer->findData(QString::fromStdString(m_profile.hyper.optimizer))));
   m_lr->setValue(m_profile.hyper.lr);
@@ -179,7 +185,9 @@ void MainWindow::profileToFields() {
 }
 
 void MainWindow::fieldsToProfile() {
-  m_profile.strategy.kind = m_strategy->currentData().toString().toStdString();
+  const QStringList strategyKey = m_strategy->currentData().toString().split('/');
+  m_profile.strategy.kind = strategyKey.front().toStdString();
+  if (strategyKey.size() > 1) m_profile.strategy.poolMode = strategyKey.back().toStdString();
   m_profile.strategy.ranks = m_ranks->value();
   m_profile.hyper.optimizer = m_optimizer->currentData().toString().toStdString();
   m_profile.hyper.lr = m_lr->value();

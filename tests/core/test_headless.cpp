@@ -47,6 +47,34 @@ class TestHeadless : public QObject {
     QCOMPARE(dirs.entryList(QDir::Dirs | QDir::NoDotAndDotDot).size(), 1);
   }
 
+  // Every example profile a new user can open runs headless to the end, and the summary
+  // says so: the steps the profile asks for, a finite loss, validation where it holds out data.
+  void everyExampleProfileRuns_data() {
+    QTest::addColumn<QString>("path");
+    QDir dir(qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/profiles");
+    const auto files = dir.entryList({"*.json"}, QDir::Files, QDir::Name);
+    QVERIFY(files.size() >= 6);
+    for (const auto& f : files) QTest::newRow(qPrintable(f)) << dir.filePath(f);
+  }
+  void everyExampleProfileRuns() {
+    QFETCH(QString, path);
+    QTemporaryDir runs;
+    const QString summaryPath = runs.filePath("summary.json");
+    Result r = runPtw({"--profile", path, "--summary", summaryPath}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    QFile f(summaryPath);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QJsonObject summary = QJsonDocument::fromJson(f.readAll()).object();
+    QFile pf(path);
+    QVERIFY(pf.open(QIODevice::ReadOnly));
+    QJsonObject profile = QJsonDocument::fromJson(pf.readAll()).object();
+    QCOMPARE(summary["status"].toString(), QString("finished"));
+    QCOMPARE(summary["final"].toObject()["step"].toInt(), profile["hyper"].toObject()["max_steps"].toInt(20));
+    QVERIFY(std::isfinite(summary["final"].toObject()["loss"].toDouble(std::nan(""))));
+    if (profile["data"].toObject()["val_fraction"].toDouble() > 0)
+      QVERIFY2(summary["final"].toObject()["val_loss"].isDouble(), "no validation loss in the summary");
+  }
+
   void invalidInputExitsTwoAndStartsNothing_data() {
     QTest::addColumn<QString>("content");
     QTest::addColumn<QStringList>("extra");

@@ -1,0 +1,282 @@
+// Workloads: TorchScript round trip with Python, the shipped MNIST-format fixture, CSV
+// columns, learning-rate schedules, and every bad-input case caught before training with
+// a message that names the problem.
+#include <QProcess>
+#include <QtTest>
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "engine/strategy.h"
+#include "engine/trainer.h"
+#include "engine/workload.h"
+#include "launch/launcher.h"
+#include "test_support.h"
+
+using namespace ptw;
+using namespace ptw::core;
+
+Q_DECLARE_METATYPE(ptw::core::Profile)
+
+namespace {
+
+QString source(const QString& rel) { return qEnvironmentVariable("PTW_SOURCE_DIR") + "/" + rel; }
+
+Profile singleProfile() {
+  Profile p = defaultProfile();
+  p.strategy.kind = "single";
+  p.strategy.ranks = 1;
+  return p;
+}
+
+// Builds a Trainer for `p` on one process; returns the error text, or "" when it built.
+std::string trainerError(const Profile& p) {
+  Profile single = p;
+  single.strategy.kind = "single";
+  single.strategy.ranks = 1;
+  try {
+    engine::SyncContext ctx{single, 0, 1, 0};
+    engine::Trainer t(engine::TrainerOptions(p, 0, 1), engine::makeStrategy(ctx));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+void writeFile(const QString& path, const QByteArray& bytes) {
+  QFile f(path);
+  QVERIFY(f.open(QIODevice::WriteOnly));
+  f.write(bytes);
+}
+
+QByteArray be32(quint32 v) {
+  QByteArray b(4, 0);
+  b[0] = char(v >> 24);
+  b[1] = char(v >> 16);
+  b[2] = char(v >> 8);
+  b[3] = char(v);
+  return b;
+}
+
+// Sum of each parameter, as Python's torch.jit.load sees the file.
+QList<double> pythonParameterSums(const QString& path) {
+  QProcess py;
+  py.start("/usr/bin/python3",
+           {"-c", "import sys, torch\nm = torch.jit.load(sys.argv[1])\n"
+                  "print(' '.join(repr(float(p.detach().double().sum())) for p in m.parameters()))",
+            path});
+  if (!py.waitForFinished(60000) || py.exitCode() != 0) {
+    qWarning() << py.readAllStandardError();
+    return {};
+  }
+  QList<double> sums;
+  for (const auto& s : QString::fromUtf8(py.readAllStandardOutput()).split(' ', Qt::SkipEmptyParts))
+    sums.push_back(s.toDouble());
+  return sums;
+}
+
+}  // namespace
+
+class TestWorkload : public QObject {
+  Q_OBJECT
+ private slots:
+  // A model made in Python with torch.jit.script trains here, is saved back as
+  // TorchScript, and Python loads the trained parameters.
+  void torchscriptTrainsAndIsSavedBack() {
+    const QString original = source("resources/data/mlp-10-16-1.scripted.pt");
+    Profile p = singleProfile();
+    p.model.kind = "torchscript";
+    p.model.path = original.toStdString();
+    p.hyper.optimizer = "adam";
+    p.hyper.maxSteps = 30;
+    QTemporaryDir dir;
+    LaunchOptions lo(test::workerPath(), test::writeProfile(dir, p), 1);
+    lo.setOutDir(dir.path().toStdString());
+    LaunchObserver quiet;
+    RunReport report = Launcher(lo).run(quiet);
+    QVERIFY2(report.status == RunReport::Status::Finished, report.message.c_str());
+
+    std::vector<torch::Tensor> trained;
+    torch::load(trained, dir.filePath("rank0.final.pt").toStdString());
+    QList<double> saved = pythonParameterSums(dir.filePath("model.final.pt"));
+    QList<double> before = pythonParameterSums(original);
+    QCOMPARE(saved.size(), static_cast<int>(trained.size()));
+    QCOMPARE(before.size(), saved.size());
+    double moved = 0;
+    for (int i = 0; i < saved.size(); ++i) {
+      const double here = trained[static_cast<std::size_t>(i)].to(torch::kDouble).sum().item<double>();
+      QVERIFY2(std::abs(saved[i] - here) < 1e-4, qPrintable(QStringLiteral("parameter %1: python %2, ptw %3")
+                                                              .arg(i).arg(saved[i]).arg(here)));
+      moved += std::abs(saved[i] - before[i]);
+    }
+    QVERIFY2(moved > 1e-3, "the saved model still holds the untrained parameters");
+  }
+
+  // LeNet-5 on the shipped MNIST-format fixture (IDX files) learns it.
+  void cnnLearnsTheShippedMnistFixture() {
+    Profile p = singleProfile();
+    p.model.kind = "cnn";
+    p.model.inFeatures = 784;
+    p.model.outFeatures = 10;
+    p.data.kind = "mnist";
+    p.data.path = source("resources/data/mnist-tiny").toStdString();
+    p.data.samples = 0;
+    p.data.valFraction = 0.2;
+    p.hyper.optimizer = "adam";
+    p.hyper.lr = 0.002;
+    p.hyper.maxSteps = 60;
+    engine::SyncContext ctx{p, 0, 1, 0};
+    engine::Trainer t(engine::TrainerOptions(p, 0, 1), engine::makeStrategy(ctx));
+    const double accuracyBefore = t.validate().second;
+    std::atomic<bool> stop{false};
+    t.run(stop);
+    auto [loss, accuracy] = t.validate();
+    QVERIFY2(accuracy >= 0.9, qPrintable(QStringLiteral("val accuracy %1 (before %2), loss %3")
+                                             .arg(accuracy).arg(accuracyBefore).arg(loss)));
+    QVERIFY(accuracyBefore < 0.5);
+  }
+
+  void csvColumnsArePickedByName() {
+    Profile p = singleProfile();
+    p.data.kind = "csv";
+    p.data.path = source("resources/data/regression.csv").toStdString();
+    p.data.target = "y";
+    p.data.features = {"x3", "x1"};
+    p.data.samples = 0;
+    auto d = engine::makeDataset(p.data, p.model);
+    QCOMPARE(d.size(), std::int64_t(240));
+    QFile f(source("resources/data/regression.csv"));
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    f.readLine();
+    auto cells = QString::fromUtf8(f.readLine()).trimmed().split(',');  // x1,x2,x3,x4,y
+    QCOMPARE(d.x[0][0].item<float>(), cells[2].toFloat());
+    QCOMPARE(d.x[0][1].item<float>(), cells[0].toFloat());
+    QCOMPARE(d.y[0][0].item<float>(), cells[4].toFloat());
+  }
+
+  void learningRateSchedules() {
+    HyperSpec h;
+    h.lr = 0.1;
+    QCOMPARE(engine::learningRate(h, 57), 0.1);
+    h.schedule = "step";
+    h.stepSize = 10;
+    h.gamma = 0.5;
+    QCOMPARE(engine::learningRate(h, 9), 0.1);
+    QCOMPARE(engine::learningRate(h, 10), 0.05);
+    QCOMPARE(engine::learningRate(h, 25), 0.025);
+    h.schedule = "cosine";
+    h.maxSteps = 100;
+    QCOMPARE(engine::learningRate(h, 0), 0.1);
+    QVERIFY(std::abs(engine::learningRate(h, 50) - 0.05) < 1e-12);
+    QVERIFY(std::abs(engine::learningRate(h, 100)) < 1e-12);
+    h.warmupSteps = 4;
+    QVERIFY(std::abs(engine::learningRate(h, 0) - 0.025) < 1e-12);
+    QVERIFY(std::abs(engine::learningRate(h, 3) - 0.1 * 0.5 * (1 + std::cos(M_PI * 0.03))) < 1e-12);
+  }
+
+  void badInputIsCaughtBeforeTraining_data() {
+    QTest::addColumn<Profile>("profile");
+    QTest::addColumn<QString>("expected");
+    static QTemporaryDir dir;
+    const auto at = [&](const char* name) { return dir.filePath(name).toStdString(); };
+
+    writeFile(dir.filePath("garbage.pt"), "not a model");
+    Profile badModel = singleProfile();
+    badModel.model.kind = "torchscript";
+    badModel.model.path = at("garbage.pt");
+    QTest::newRow("model file that does not load") << badModel << "model.path: cannot load TorchScript from";
+
+    writeFile(dir.filePath("ok.csv"), "a,b,y\n1,2,3\n4,5,6\n7,8,9\n");
+    Profile csv = singleProfile();
+    csv.data.kind = "csv";
+    csv.data.path = at("ok.csv");
+    csv.data.target = "y";
+    csv.data.samples = 0;
+    csv.model.inFeatures = 2;
+    Profile wideOutput = csv;
+    wideOutput.model.outFeatures = 2;
+    QTest::newRow("output shape that does not fit the loss")
+        << wideOutput << "model: output shape [2, 2] does not fit the target shape [2, 1] of the MSE loss";
+    Profile scriptOnClasses = singleProfile();
+    scriptOnClasses.model.kind = "torchscript";
+    scriptOnClasses.model.path = source("resources/data/mlp-10-16-1.scripted.pt").toStdString();
+    scriptOnClasses.data.kind = "synthetic-classification";
+    scriptOnClasses.model.outFeatures = 3;
+    QTest::newRow("torchscript output that does not fit the classes")
+        << scriptOnClasses << "model: output shape [2, 1] does not fit cross-entropy over 3 classes";
+    Profile wrongInputs = csv;
+    wrongInputs.model.inFeatures = 5;
+    QTest::newRow("inputs that do not fit the model")
+        << wrongInputs << "model.in_features: the data has 2 features per sample";
+    Profile missingColumn = csv;
+    missingColumn.data.target = "z";
+    QTest::newRow("csv missing column") << missingColumn << "data.target: column \"z\" is not in";
+
+    writeFile(dir.filePath("bad.csv"), "a,b,y\n1,2,3\n4,abc,6\n");
+    Profile nonNumeric = csv;
+    nonNumeric.data.path = at("bad.csv");
+    QTest::newRow("csv non-numeric cell") << nonNumeric << "line 3, column \"b\": expected a number, got \"abc\"";
+    writeFile(dir.filePath("ragged.csv"), "a,b,y\n1,2,3\n4,5\n");
+    Profile ragged = csv;
+    ragged.data.path = at("ragged.csv");
+    QTest::newRow("csv short row") << ragged << "line 3: 2 cells, expected 3";
+
+    QDir().mkpath(dir.filePath("badmagic"));
+    writeFile(dir.filePath("badmagic/train-images-idx3-ubyte"), be32(0x801) + be32(1) + be32(28) + be32(28));
+    writeFile(dir.filePath("badmagic/train-labels-idx1-ubyte"), be32(0x801) + be32(1) + QByteArray(1, 0));
+    Profile mnist = singleProfile();
+    mnist.model.kind = "cnn";
+    mnist.model.inFeatures = 784;
+    mnist.model.outFeatures = 10;
+    mnist.data.kind = "mnist";
+    mnist.data.samples = 0;
+    mnist.data.path = at("badmagic");
+    QTest::newRow("idx bad magic") << mnist << "bad magic number, expected 0x00000803";
+    QDir().mkpath(dir.filePath("truncated"));
+    writeFile(dir.filePath("truncated/train-images-idx3-ubyte"),
+              be32(0x803) + be32(3) + be32(28) + be32(28) + QByteArray(784 * 2, 1));
+    writeFile(dir.filePath("truncated/train-labels-idx1-ubyte"), be32(0x801) + be32(3) + QByteArray(3, 0));
+    Profile truncated = mnist;
+    truncated.data.path = at("truncated");
+    QTest::newRow("idx truncated") << truncated << "is truncated: 3 images need 2368 bytes, the file has 1584";
+    Profile missingFolder = mnist;
+    missingFolder.data.path = at("nowhere");
+    QTest::newRow("mnist folder missing") << missingFolder << "data.path: cannot open";
+
+    Profile crowded = csv;
+    crowded.strategy.kind = "ddp";
+    crowded.strategy.ranks = 4;
+    QTest::newRow("more ranks than samples") << crowded << "strategy.ranks: more ranks (4) than training samples (3)";
+    Profile resume = singleProfile();
+    resume.run.resumeFrom = at("garbage.pt");
+    QTest::newRow("checkpoint that does not load") << resume << "run.resume_from: cannot read checkpoint";
+  }
+  void badInputIsCaughtBeforeTraining() {
+    QFETCH(Profile, profile);
+    QFETCH(QString, expected);
+    QString got = QString::fromStdString(trainerError(profile));
+    QVERIFY2(got.contains(expected), qPrintable("got: " + got));
+  }
+
+  // A device that does not exist: every rank fails at start, and the run is reported
+  // failed with the reason, not hung in rendezvous.
+  void missingDeviceFailsTheRunWithTheReason() {
+    if (torch::cuda::is_available()) QSKIP("this machine has a CUDA device");
+    Profile p = defaultProfile();
+    p.strategy.device = "cuda";
+    QTemporaryDir dir;
+    LaunchOptions lo(test::workerPath(), test::writeProfile(dir, p), 2);
+    lo.setOutDir(dir.path().toStdString());
+    LaunchObserver quiet;
+    RunReport report = Launcher(lo).run(quiet);
+    QCOMPARE(report.status, RunReport::Status::Failed);
+    QVERIFY(report.wallS < 30);
+    std::string all;
+    for (const auto& l : report.lastLines) all += l + "\n";
+    QVERIFY2(all.find("strategy.device: \"cuda\" but LibTorch sees no CUDA device") != std::string::npos,
+             all.c_str());
+  }
+};
+
+QTEST_APPLESS_MAIN(TestWorkload)
+#include "test_workload.moc"
