@@ -1,5 +1,6 @@
 // ptw: the workbench. Opens the window when a display is available, or runs a profile
 // headless (for CI, or on a machine without a display).
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
@@ -7,7 +8,10 @@
 
 #include <CLI/CLI.hpp>
 
+#include "common/error.h"
 #include "launch/headless.h"
+#include "launch/run_directory.h"
+#include "launch/run_store.h"
 
 #ifdef PTW_WITH_GUI
 #include "ui/gui_main.h"
@@ -26,7 +30,7 @@ bool displayAvailable() {
 
 int main(int argc, char** argv) {
   CLI::App app{"ptw " PTW_VERSION ": Parallel Training Workbench. Configure, launch and watch parallel training "
-               "(single process, DistributedDataParallel) on local CPU ranks. Options that only make sense headless "
+               "(single process, DataParallel, DistributedDataParallel, a process pool) on local CPU ranks and GPUs. Options that only make sense headless "
                "(--set, --expect, --summary, --junit) also apply to the window where they can.",
                "ptw"};
   bool headless = false;
@@ -45,17 +49,28 @@ int main(int argc, char** argv) {
                  "~/.local/share/ptw/runs)");
   app.add_option("--expect", opts.expectations,
                  "Assert a result, e.g. --expect 'final.loss < 0.05' --expect 'throughput.samples_per_s > 1000' "
-                 "(repeatable; metrics: final.loss, final.step, throughput.samples_per_s, throughput.steps_per_s, "
-                 "wall_s)");
+                 "(repeatable; metrics: final.loss, final.val_loss, final.val_accuracy, final.step, "
+                 "throughput.samples_per_s, throughput.steps_per_s, wall_s)");
   app.add_option("--summary", opts.summaryPath, "Write a JSON summary (status, final metrics, per-rank throughput, "
                                                 "wall time, expectations) to FILE");
   app.add_option("--junit", opts.junitPath, "Write JUnit XML (one test case for the run, one per --expect) to FILE");
   app.set_version_flag("--version", "ptw " PTW_VERSION);
+
+  auto* runsCmd = app.add_subcommand("runs", "List the runs in the runs directory (id, status, strategy, result)");
+  std::string listDir;
+  runsCmd->add_option("--runs-dir", listDir, "Runs directory (default as above)");
+  auto* exportCmd = app.add_subcommand("export", "Export a run's metrics (every step of every rank) as CSV");
+  std::int64_t exportId = 0;
+  std::string exportCsv, exportDir;
+  exportCmd->add_option("run", exportId, "Run id (see `ptw runs`)")->required();
+  exportCmd->add_option("--csv", exportCsv, "Output file")->required();
+  exportCmd->add_option("--runs-dir", exportDir, "Runs directory (default as above)");
   app.footer(
       "Exit codes (headless):\n"
       "  0  the run finished\n"
       "  2  invalid input: profile, --set override, runs directory or port\n"
-      "  3  training failed: a rank exited non-zero, died by a signal or stalled\n"
+      "  3  training failed: a rank exited non-zero, died by a signal or stalled (after any\n"
+      "     run.max_restarts), or the metrics store could not be written (disk full)\n"
       "  4  the run finished but an --expect did not hold\n"
       "  5  interrupted: SIGINT/SIGTERM stopped the run gracefully\n"
       "\nEnvironment: PTW_RUNS_DIR (runs directory), PTW_WORKER (worker program; default: ptw-worker beside ptw).");
@@ -64,6 +79,29 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : ptw::core::kExitInvalidInput;
+  }
+
+  try {
+    if (runsCmd->parsed()) {
+      ptw::core::RunStore store(listDir.empty() ? ptw::core::defaultRunsDirectory() : listDir);
+      std::printf("%5s  %-11s  %-20s  %-13s  %5s  %12s  %12s  %s\n", "id", "status", "started (UTC)", "strategy",
+                  "world", "final loss", "samples/s", "name");
+      for (const auto& r : store.runs())
+        std::printf("%5lld  %-11s  %-20s  %-13s  %5d  %12.6g  %12.1f  %s\n", static_cast<long long>(r.id),
+                    r.status.c_str(), r.startedAt.c_str(), r.strategy.c_str(), r.world, r.finalLoss, r.samplesPerS,
+                    r.name.c_str());
+      return 0;
+    }
+    if (exportCmd->parsed()) {
+      ptw::core::RunStore store(exportDir.empty() ? ptw::core::defaultRunsDirectory() : exportDir);
+      store.exportCsv(exportId, exportCsv);
+      std::printf("ptw: run %lld: %lld step records written to %s\n", static_cast<long long>(exportId),
+                  static_cast<long long>(store.stepCount(exportId)), exportCsv.c_str());
+      return 0;
+    }
+  } catch (const ptw::Error& e) {
+    std::fprintf(stderr, "ptw: %s\n", e.what());
+    return ptw::core::kExitInvalidInput;
   }
 
 #ifdef PTW_WITH_GUI

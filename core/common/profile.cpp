@@ -78,6 +78,7 @@ template <class F> void visit(RunOptions& r, F&& f) {
   f("eval_every", r.evalEvery);
   f("checkpoint_every", r.checkpointEvery);
   f("resume_from", r.resumeFrom);
+  f("max_restarts", r.maxRestarts);
 }
 template <class F> void visitSections(Profile& p, F&& f) {
   f("model", p.model);
@@ -313,6 +314,7 @@ std::vector<FieldError> validate(const Profile& p) {
   need(r.evalEvery >= 0, "run.eval_every", "must be >= 0, got " + str(r.evalEvery));
   if (r.evalEvery > 0)
     need(p.data.valFraction > 0, "run.eval_every", "validation needs a held-out split: set data.val_fraction");
+  need(r.maxRestarts >= 0 && r.maxRestarts <= 100, "run.max_restarts", "must be in 0..100, got " + str(r.maxRestarts));
   need(r.checkpointEvery >= 0, "run.checkpoint_every", "must be >= 0, got " + str(r.checkpointEvery));
   return e;
 }

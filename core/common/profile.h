@@ -72,6 +72,7 @@ struct RunOptions {
   std::int64_t evalEvery = 0;  ///< validation every N steps (and at the end); needs data.val_fraction
   std::int64_t checkpointEvery = 0;  ///< checkpoint every N steps (and at the end); 0 = only at the end
   std::string resumeFrom = "";  ///< a checkpoint file to continue from; "" starts fresh
+  int maxRestarts = 0;          ///< after a failure, restart the run from its last checkpoint this many times
 };
 
 struct Profile {

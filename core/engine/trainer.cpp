@@ -86,6 +86,13 @@ void Trainer::saveCheckpoint(const std::string& path) {
   const std::string tmp = path + ".tmp";
   archive.save_to(tmp);
   PTW_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "checkpoint: cannot write ", path);
+  // The step beside it, for a supervisor that restarts from it without reading tensors.
+  const std::string stepPath = path.substr(0, path.rfind('.')) + ".step";
+  {
+    std::ofstream out(stepPath + ".tmp", std::ios::trunc);
+    out << m_step << "\n";
+  }
+  std::rename((stepPath + ".tmp").c_str(), stepPath.c_str());
 }
 
 void Trainer::loadCheckpoint(const std::string& path) {

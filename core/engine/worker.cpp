@@ -73,7 +73,7 @@ class RecordWriter {
 
 struct Args {
   std::string profile, out;
-  int rank = -1, world = -1, port = 0;
+  int rank = -1, world = -1, port = 0, attempt = 0;
 };
 
 Args parseArgs(int argc, char** argv) {
@@ -81,7 +81,7 @@ Args parseArgs(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     if (k == "--help" || k == "-h") {
-      std::cout << "usage: ptw-worker --profile FILE --rank R --world W --port P [--out DIR]\n"
+      std::cout << "usage: ptw-worker --profile FILE --rank R --world W --port P [--out DIR] [--attempt N]\n"
                    "One rank of a ptw run; started by ptw's launcher, not by hand.\n";
       std::exit(0);
     }
@@ -102,6 +102,7 @@ Args parseArgs(int argc, char** argv) {
     else if (k == "--rank") a.rank = toInt(v);
     else if (k == "--world") a.world = toInt(v);
     else if (k == "--port") a.port = toInt(v);
+    else if (k == "--attempt") a.attempt = toInt(v);
     else PTW_FAIL("unknown argument ", k, " (see --help)");
   }
   PTW_CHECK(!a.profile.empty(), "--profile is required");
@@ -129,12 +130,18 @@ int workerMain(int argc, char** argv) {
     return 2;
   }
   const int rank = args.rank;
-  // Test hook for the launcher's failure handling: PTW_FAULT=throw-at-start:R.
+  // Fault injection for the supervisor's tests: PTW_FAULT=throw-at-start:R fails rank R
+  // at start; PTW_FAULT=kill-at-step:R:S kills rank R (SIGKILL) after step S of the
+  // first attempt, so a restart can be seen to recover.
+  std::int64_t killAtStep = -1;
   if (const char* fault = std::getenv("PTW_FAULT")) {
-    if (std::string(fault) == "throw-at-start:" + std::to_string(rank)) {
+    const std::string f = fault, me = std::to_string(rank);
+    if (f == "throw-at-start:" + me) {
       std::fprintf(stderr, "error: injected fault at start (PTW_FAULT)\n");
       return 1;
     }
+    const std::string killPrefix = "kill-at-step:" + me + ":";
+    if (f.rfind(killPrefix, 0) == 0 && args.attempt == 0) killAtStep = std::atoll(f.c_str() + killPrefix.size());
   }
 
   torch::set_num_threads(profile.run.threadsPerRank);
@@ -162,7 +169,13 @@ int workerMain(int argc, char** argv) {
                  profile.strategy.kind.c_str(), args.world, args.port);
     SyncContext ctx{profile, rank, args.world, args.port};
     Trainer trainer(TrainerOptions(profile, rank, args.world).setOutDir(args.out), makeStrategy(ctx),
-                    [&](const core::Record& r) { writer.write(r); });
+                    [&](const core::Record& r) {
+                      writer.write(r);
+                      if (r.kind == core::Record::Kind::Step && r.step.step == killAtStep) {
+                        writer.flush();
+                        ::raise(SIGKILL);
+                      }
+                    });
     std::int64_t steps = trainer.run(g_stop);
     if (!args.out.empty()) {
       torch::save(trainer.parameters(), args.out + "/rank" + std::to_string(rank) + ".final.pt");

@@ -22,11 +22,13 @@
 #include "launch/expectation.h"
 #include "launch/launcher.h"
 #include "launch/run_directory.h"
+#include "launch/run_store.h"
+#include "launch/supervisor.h"
 
 namespace ptw::core {
 namespace {
 
-Launcher* g_active = nullptr;
+Supervisor* g_active = nullptr;
 extern "C" void onInterrupt(int) {
   if (g_active) g_active->requestStop();
 }
@@ -57,6 +59,9 @@ class ProgressPrinter : public LaunchObserver {
       ++m_records;
     }
     print(false);
+  }
+  void onLog(int rank, const std::string& line) override {
+    if (rank < 0) m_out << line << "\n";  // the supervisor's own messages (restarts)
   }
   void onRankExit(const RankExit& e) override {
     if (e.rank >= 0 && e.rank < static_cast<int>(m_ranks.size()))
@@ -201,16 +206,26 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
     }
     profile = options.profilePath.empty() ? defaultProfile() : loadProfile(options.profilePath);
     profile = applyOverrides(profile, options.overrides);
-    runDir = createRunDirectory(options.runsDir.empty() ? defaultRunsDirectory() : options.runsDir, profile);
+    if (profile.run.port != 0) Launcher::checkPortFree(profile.run.port);  // before anything is created
+  } catch (const Error& e) {
+    err << "ptw: " << e.what() << "\n";
+    return kExitInvalidInput;
+  }
+  const std::string runsDir = options.runsDir.empty() ? defaultRunsDirectory() : options.runsDir;
+  std::unique_ptr<RunStore> store;
+  std::int64_t runId = 0;
+  try {
+    runDir = createRunDirectory(runsDir, profile);
+    store = std::make_unique<RunStore>(runsDir);
+    runId = store->beginRun(runDir, profile);
   } catch (const Error& e) {
     err << "ptw: " << e.what() << "\n";
     return kExitInvalidInput;
   }
 
-  LaunchOptions lo(options.workerPath.empty() ? Launcher::defaultWorkerPath() : options.workerPath,
-                   runDir + "/profile.json", core::processCount(profile));
-  lo.setOutDir(runDir).setPort(profile.run.port).setStallTimeoutS(profile.run.timeoutS);
-  Launcher launcher(lo);
+  Supervisor launcher(SupervisorOptions(profile, runDir,
+                                        options.workerPath.empty() ? Launcher::defaultWorkerPath() : options.workerPath)
+                          .setStore(store.get(), runId));
   out << "ptw: running " << (options.profilePath.empty() ? "the default profile" : options.profilePath) << " ("
       << profile.name << ": " << profile.strategy.kind << ", " << profile.strategy.ranks << " "
       << profile.strategy.device << " rank(s))\nptw: run folder " << runDir << "\n";
@@ -229,6 +244,7 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
     g_active = nullptr;
     ::sigaction(SIGINT, &oldInt, nullptr);
     ::sigaction(SIGTERM, &oldTerm, nullptr);
+    store->endRun(runId, "failed", e.what(), std::nan(""), std::nan(""), 1);
     err << "ptw: " << e.what() << "\n";
     return kExitInvalidInput;
   }
@@ -241,6 +257,13 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
       << " s: " << report.message << "\n";
   // Expectations, summary and JUnit: judged and written whatever the outcome.
   auto metrics = progress.metrics(report.wallS);
+  store->endRun(runId, statusName(report.status), report.message, metrics["final.loss"],
+                metrics["throughput.samples_per_s"], launcher.attempts());
+  if (!store->error().empty() && report.status != RunReport::Status::Failed) {
+    report.status = RunReport::Status::Failed;
+    report.message = store->error();
+  }
+  out << "ptw: run " << runId << " stored in " << store->path() << "\n";
   std::vector<Verdict> verdicts;
   bool allHeld = true;
   for (const auto& e : expectations) {
@@ -265,6 +288,8 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
       j["strategy"] = profile.strategy.kind;
       j["world_size"] = profile.strategy.ranks;
       j["run_dir"] = runDir;
+      j["run_id"] = runId;
+      j["attempts"] = launcher.attempts();
       j["wall_s"] = report.wallS;
       auto num = [](double v) { return std::isnan(v) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v); };
       j["final"] = {{"loss", num(metrics["final.loss"])},

@@ -156,6 +156,11 @@ void forEachLine(std::string& buf, bool flushPartial, F&& f) {
 
 }  // namespace
 
+void Launcher::checkPortFree(int port) {
+  PTW_CHECK(portIsFree(port), "run.port: port ", port,
+            " on 127.0.0.1 is already in use; choose another port or set run.port to 0 to pick a free one");
+}
+
 RunReport Launcher::run(LaunchObserver& observer) {
   const LaunchOptions& o = m_options;
   PTW_CHECK(o.worldSize >= 1, "world size must be >= 1, got ", o.worldSize);
@@ -167,8 +172,7 @@ RunReport Launcher::run(LaunchObserver& observer) {
   if (port == 0) {
     port = pickFreePort();
   } else {
-    PTW_CHECK(portIsFree(port), "run.port: port ", port,
-              " on 127.0.0.1 is already in use; choose another port or set run.port to 0 to pick a free one");
+    checkPortFree(port);
   }
 
   auto started = Clock::now();

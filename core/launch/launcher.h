@@ -73,6 +73,9 @@ class LaunchObserver {
   virtual void onRecords(const std::vector<Record>& /*batch*/) {}
   virtual void onLog(int /*rank*/, const std::string& /*line*/) {}
   virtual void onRankExit(const RankExit& /*exit*/) {}
+  /// The run restarts (attempt 1, 2, ...) from a checkpoint at `step`: what was shown
+  /// past that step is replayed (Note [Restarts] in supervisor.h).
+  virtual void onRestart(int /*attempt*/, std::int64_t /*step*/) {}
 };
 
 class Launcher {
@@ -93,6 +96,9 @@ class Launcher {
 
   /// A free TCP port on 127.0.0.1, or throws.
   static int pickFreePort();
+
+  /// Throws ptw::Error naming run.port when `port` is taken on 127.0.0.1.
+  static void checkPortFree(int port);
 
   /// `ptw-worker` beside the running executable, or $PTW_WORKER when set.
   static std::string defaultWorkerPath();

@@ -8,9 +8,16 @@
 
 #include <signal.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include "launch/launcher.h"
+#include "launch/run_store.h"
 #include "test_support.h"
 
 using namespace ptw;
+using namespace ptw::core;
 
 namespace {
 
@@ -197,6 +204,44 @@ class TestHeadless : public QObject {
     QVERIFY(!test::anyAlive(workers));
   }
 
+  void takenPortOrUnwritableRunsDirStartsNothing() {
+    QTemporaryDir runs;
+    int port = Launcher::pickFreePort();
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    QCOMPARE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    QCOMPARE(::listen(fd, 1), 0);
+    Result r = runPtw({"--set", QStringLiteral("run.port=%1").arg(port)}, runs);
+    ::close(fd);
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains(QStringLiteral("run.port: port %1 on 127.0.0.1 is already in use").arg(port)), qPrintable(r.err));
+    QVERIFY(QDir(runs.path()).entryList(QDir::NoDotAndDotDot | QDir::AllEntries).isEmpty());
+
+    QFile blocker(runs.filePath("a-file"));
+    QVERIFY(blocker.open(QIODevice::WriteOnly));
+    blocker.close();
+    QProcess p;
+    p.start(test::binDir() + "/ptw", {"--headless", "--runs-dir", runs.filePath("a-file/runs")});
+    QVERIFY(p.waitForFinished(30000));
+    QCOMPARE(p.exitCode(), 2);
+    QString err = QString::fromUtf8(p.readAllStandardError());
+    QVERIFY2(err.contains("runs directory " + runs.filePath("a-file/runs") + ": cannot create"), qPrintable(err));
+    QVERIFY2(err.contains("choose another with --runs-dir"), qPrintable(err));
+  }
+
+  // The metrics store fills up: the run is stopped and fails (exit 3) with the reason.
+  void fullMetricsStoreExitsThreeWithTheReason() {
+    QTemporaryDir runs;
+    auto env = QProcessEnvironment::systemEnvironment();
+    env.insert("PTW_STORE_MAX_PAGES", "40");
+    Result r = runPtw({"--set", "hyper.max_steps=1000000000"}, runs, env);
+    QCOMPARE(r.code, 3);
+    QVERIFY2(r.err.contains("is full") && r.err.contains("free space"), qPrintable(r.err));
+  }
+
   void sigkillOfPtwLeavesNoWorker() {
     QTemporaryDir runs;
     QProcess p;
@@ -210,6 +255,45 @@ class TestHeadless : public QObject {
     ::kill(static_cast<pid_t>(p.processId()), SIGKILL);
     QVERIFY(p.waitForFinished(5000));
     QTRY_VERIFY_WITH_TIMEOUT(!test::anyAlive(workers), 5000);
+    // The next look at the store finds the run interrupted, its flushed records kept, no gaps.
+    RunStore store(runs.path().toStdString());
+    auto all = store.runs();
+    QCOMPARE(all.size(), std::size_t(1));
+    QCOMPARE(all[0].status, std::string("interrupted"));
+    auto steps = store.steps(all[0].id);
+    QVERIFY(!steps.empty());
+    std::vector<std::int64_t> last(3, 0);
+    for (const auto& s : steps) {
+      QCOMPARE(s.step, last[static_cast<std::size_t>(s.rank)] + 1);
+      last[static_cast<std::size_t>(s.rank)] = s.step;
+    }
+  }
+
+  // Every run is in the store; export writes every step record of every rank as CSV.
+  void storeListsRunsAndExportsCsv() {
+    QTemporaryDir runs;
+    QCOMPARE(runPtw({"--set", "hyper.max_steps=25"}, runs).code, 0);
+    QProcess list;
+    list.start(test::binDir() + "/ptw", {"runs", "--runs-dir", runs.path()});
+    QVERIFY(list.waitForFinished(30000));
+    QString table = QString::fromUtf8(list.readAllStandardOutput());
+    QVERIFY2(table.contains("finished") && table.contains("seed-ddp"), qPrintable(table));
+    QProcess exporter;
+    exporter.start(test::binDir() + "/ptw", {"export", "1", "--csv", runs.filePath("run1.csv"), "--runs-dir", runs.path()});
+    QVERIFY(exporter.waitForFinished(30000));
+    QCOMPARE(exporter.exitCode(), 0);
+    QFile csv(runs.filePath("run1.csv"));
+    QVERIFY(csv.open(QIODevice::ReadOnly));
+    QStringList lines = QString::fromUtf8(csv.readAll()).split('\n', Qt::SkipEmptyParts);
+    QCOMPARE(lines.size(), 1 + 2 * 25);
+    QVERIFY(lines[0].startsWith("rank,step,epoch,loss,"));
+    QVERIFY(lines[1].startsWith("0,1,0,"));
+    QVERIFY(lines[26].startsWith("1,1,0,"));
+    QProcess missing;
+    missing.start(test::binDir() + "/ptw", {"export", "7", "--csv", runs.filePath("x.csv"), "--runs-dir", runs.path()});
+    QVERIFY(missing.waitForFinished(30000));
+    QCOMPARE(missing.exitCode(), 2);
+    QVERIFY(QString::fromUtf8(missing.readAllStandardError()).contains("no run with id 7"));
   }
 };
 

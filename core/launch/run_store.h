@@ -1,0 +1,88 @@
+// RunStore: every run's metadata and every record of every rank, in one SQLite database
+// per runs directory (<runs dir>/runs.sqlite). One writer per run (its supervisor);
+// WAL mode so the window can read while a run writes. Records are buffered and committed
+// in one transaction at least every 250 ms, so a crash of a worker, of the supervisor or
+// of the machine loses at most the last fraction of a second. Nothing is sampled away.
+// The schema is documented in the README.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/profile.h"
+#include "common/record.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace ptw::core {
+
+struct RunRow {
+  std::int64_t id = 0;
+  std::string dir;
+  std::string name;
+  std::string strategy;
+  int world = 0;
+  std::string status;  ///< running | finished | failed | stopped | interrupted
+  std::string startedAt, endedAt;  ///< UTC, ISO 8601
+  std::string message;
+  double finalLoss = 0;
+  double samplesPerS = 0;
+  int attempts = 0;
+  std::string profileJson;
+};
+
+class RunStore {
+ public:
+  /// Opens or creates <runsDir>/runs.sqlite. Runs that a supervisor left `running` and
+  /// that no live process owns any more are marked `interrupted`. Throws ptw::Error
+  /// naming the file when it cannot be opened or written.
+  explicit RunStore(const std::string& runsDir);
+  ~RunStore();
+  RunStore(const RunStore&) = delete;
+  RunStore& operator=(const RunStore&) = delete;
+
+  std::string path() const { return m_path; }
+
+  /// Records a new run as `running` by this process; returns its id.
+  std::int64_t beginRun(const std::string& dir, const Profile& profile);
+  /// Buffers records of attempt `attempt`; commits when the last commit is 250 ms old.
+  /// Never throws: a write error (disk full) is kept in error() and later appends are dropped.
+  void append(std::int64_t runId, int attempt, const std::vector<Record>& batch);
+  /// Commits what is buffered.
+  void flush();
+  void endRun(std::int64_t runId, const std::string& status, const std::string& message, double finalLoss,
+              double samplesPerS, int attempts);
+
+  /// "" while every write succeeded, else what failed and what to do.
+  const std::string& error() const { return m_error; }
+
+  std::vector<RunRow> runs();
+  RunRow run(std::int64_t id);
+  /// Step records of a run, ordered by rank then step (the last attempt's, where attempts overlap).
+  std::vector<StepRecord> steps(std::int64_t runId);
+  std::int64_t stepCount(std::int64_t runId);
+  /// Writes every step record of a run as CSV with a header row; atomically.
+  void exportCsv(std::int64_t runId, const std::string& path);
+
+ private:
+  void exec(const char* sql);
+  void commitBuffer();
+
+  std::string m_path;
+  sqlite3* m_db = nullptr;
+  sqlite3_stmt* m_insertStep = nullptr;
+  sqlite3_stmt* m_insertValidation = nullptr;
+  struct Pending {
+    std::int64_t runId;
+    int attempt;
+    Record record;
+  };
+  std::vector<Pending> m_buffer;
+  std::chrono::steady_clock::time_point m_lastCommit = std::chrono::steady_clock::now();
+  std::string m_error;
+};
+
+}  // namespace ptw::core

@@ -1,0 +1,106 @@
+#include "launch/supervisor.h"
+
+#include <unistd.h>
+
+#include <fstream>
+
+#include "common/error.h"
+#include "launch/run_store.h"
+
+namespace ptw::core {
+namespace {
+
+// Passes everything on to the caller's observer, and records to the store.
+class StoringObserver final : public LaunchObserver {
+ public:
+  StoringObserver(LaunchObserver& outer, RunStore* store, std::int64_t runId, Supervisor& owner)
+      : m_outer(outer), m_store(store), m_runId(runId), m_owner(owner) {}
+  void setAttempt(int a) { m_attempt = a; }
+  void onStarted(int port, const std::vector<int>& pids) override { m_outer.onStarted(port, pids); }
+  void onRecords(const std::vector<Record>& batch) override {
+    if (m_store) {
+      m_store->append(m_runId, m_attempt, batch);
+      if (!m_store->error().empty()) m_owner.requestStop();  // a run we cannot record is stopped, not lost
+    }
+    m_outer.onRecords(batch);
+  }
+  void onLog(int rank, const std::string& line) override { m_outer.onLog(rank, line); }
+  void onRankExit(const RankExit& e) override { m_outer.onRankExit(e); }
+  void onRestart(int attempt, std::int64_t step) override { m_outer.onRestart(attempt, step); }
+
+ private:
+  LaunchObserver& m_outer;
+  RunStore* m_store;
+  std::int64_t m_runId;
+  Supervisor& m_owner;
+  int m_attempt = 0;
+};
+
+}  // namespace
+
+std::int64_t checkpointStep(const std::string& runDir) {
+  std::ifstream in(runDir + "/checkpoint.step");
+  std::int64_t step = -1;
+  if (in >> step) return step;
+  return -1;
+}
+
+Supervisor::Supervisor(SupervisorOptions options) : m_options(std::move(options)) {}
+
+void Supervisor::requestStop() {
+  m_stopRequested.store(true);
+  if (Launcher* l = m_current.load()) l->requestStop();
+}
+
+RunReport Supervisor::run(LaunchObserver& observer) {
+  const auto& o = m_options;
+  StoringObserver storing(observer, o.store, o.runId, *this);
+  RunReport report;
+  const int maxRestarts = o.profile.run.maxRestarts;
+  for (int attempt = 0;; ++attempt) {
+    std::string profilePath = o.runDir + "/profile.json";
+    if (attempt > 0) {
+      Profile resumed = o.profile;
+      const std::int64_t step = checkpointStep(o.runDir);
+      resumed.run.resumeFrom = step >= 0 ? o.runDir + "/checkpoint.pt" : "";
+      profilePath = o.runDir + "/profile.attempt" + std::to_string(attempt) + ".json";
+      saveProfile(resumed, profilePath);
+      std::string why = report.message;
+      observer.onLog(-1, "ptw: restarting (attempt " + std::to_string(attempt + 1) + " of " +
+                             std::to_string(maxRestarts + 1) + ") from " +
+                             (step >= 0 ? "the checkpoint at step " + std::to_string(step) : "the start") +
+                             " after: " + why);
+      storing.onRestart(attempt, std::max<std::int64_t>(step, 0));
+    }
+    storing.setAttempt(attempt);
+    LaunchOptions lo(o.workerPath, profilePath, processCount(o.profile));
+    lo.setOutDir(o.runDir).setPort(o.profile.run.port).setStallTimeoutS(o.profile.run.timeoutS);
+    lo.extraWorkerArgs = {"--attempt", std::to_string(attempt)};
+    Launcher launcher(lo);
+    m_current.store(&launcher);
+    if (m_stopRequested.load()) launcher.requestStop();
+    m_attempts = attempt + 1;
+    try {
+      report = launcher.run(storing);
+    } catch (...) {
+      m_current.store(nullptr);
+      if (attempt == 0) throw;
+      report = RunReport{};
+      report.status = RunReport::Status::Failed;
+      report.message = "restart could not start the ranks";
+    }
+    m_current.store(nullptr);
+    if (o.store) {
+      o.store->flush();
+      if (!o.store->error().empty()) {
+        report.status = RunReport::Status::Failed;
+        report.message = o.store->error();
+        break;
+      }
+    }
+    if (report.status != RunReport::Status::Failed || attempt >= maxRestarts || m_stopRequested.load()) break;
+  }
+  return report;
+}
+
+}  // namespace ptw::core

@@ -1,0 +1,60 @@
+// Supervisor: one run from start to verdict. It launches the ranks (Launcher), writes
+// every record to the run store while the run goes on, and after a failure restarts the
+// whole run from its last checkpoint up to run.max_restarts times.
+//
+// Note [Restarts]
+// A restart relaunches every rank with run.resume_from pointing at the run folder's
+// checkpoint.pt (written atomically by rank 0, with checkpoint.step beside it), so the
+// run continues from the step of that checkpoint and ends with the parameters of a run
+// that never failed. Records are stored with their attempt number; where attempts
+// overlap (steps after the checkpoint that were replayed), the later attempt's count.
+// Observers hear onRestart(attempt, step) and drop what they drew past that step.
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include "common/profile.h"
+#include "launch/launcher.h"
+
+namespace ptw::core {
+
+class RunStore;
+
+/// Example: SupervisorOptions(profile, "runs/20261129T120000Z-x", workerPath).setStore(&store, id)
+struct SupervisorOptions {
+  SupervisorOptions(Profile profile, std::string runDir, std::string workerPath)
+      : profile(std::move(profile)), runDir(std::move(runDir)), workerPath(std::move(workerPath)) {}
+  Profile profile;         ///< resolved; written to runDir/profile.json
+  std::string runDir;
+  std::string workerPath;
+  RunStore* store = nullptr;  ///< records go here when set
+  std::int64_t runId = 0;
+  SupervisorOptions& setStore(RunStore* s, std::int64_t id) { store = s; runId = id; return *this; }
+};
+
+class Supervisor {
+ public:
+  explicit Supervisor(SupervisorOptions options);
+
+  /// Runs every attempt; the report is the last attempt's, with the store's write error
+  /// (disk full) as the failure when there was one. Throws ptw::Error only when nothing
+  /// could be started (worker missing, port taken).
+  RunReport run(LaunchObserver& observer);
+
+  /// Graceful stop of the current attempt, and no restart. Async-signal-safe.
+  void requestStop();
+
+  int attempts() const { return m_attempts; }
+
+ private:
+  SupervisorOptions m_options;
+  std::atomic<Launcher*> m_current{nullptr};
+  std::atomic<bool> m_stopRequested{false};
+  int m_attempts = 0;
+};
+
+/// The step of the checkpoint in `runDir` (from checkpoint.step), or -1 when there is none.
+std::int64_t checkpointStep(const std::string& runDir);
+
+}  // namespace ptw::core

@@ -1,0 +1,275 @@
+// The supervisor's fault matrix: a killed rank, a stopped rank, a rank that fails at
+// start, a user stop, a restart from checkpoint, a full metrics store. After each: the
+// report names the rank and cause, no worker is left, and the run store holds every
+// record the ranks sent.
+#include <QElapsedTimer>
+#include <QtTest>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+
+#include <functional>
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "launch/launcher.h"
+#include "launch/run_directory.h"
+#include "launch/run_store.h"
+#include "launch/supervisor.h"
+#include "test_support.h"
+
+using namespace ptw;
+using namespace ptw::core;
+
+namespace {
+
+// Calls `onStep(rank, step, pids)` for every step record; collects everything.
+class Watcher : public LaunchObserver {
+ public:
+  std::function<void(int, std::int64_t)> onStep;
+  std::vector<int> pids;
+  std::vector<std::int64_t> lastStep = std::vector<std::int64_t>(8, 0);
+  std::vector<std::string> logs;
+  std::int64_t stepRecords = 0;
+  std::vector<std::pair<int, std::int64_t>> restarts;
+  void onStarted(int, const std::vector<int>& p) override { pids = p; }
+  void onRestart(int attempt, std::int64_t step) override { restarts.emplace_back(attempt, step); }
+  void onRecords(const std::vector<Record>& batch) override {
+    for (const auto& r : batch) {
+      if (r.kind != Record::Kind::Step) continue;
+      ++stepRecords;
+      lastStep[static_cast<std::size_t>(r.step.rank)] = r.step.step;
+      if (onStep) onStep(r.step.rank, r.step.step);
+    }
+  }
+  void onLog(int, const std::string& line) override { logs.push_back(line); }
+};
+
+// A run folder and its row in a fresh run store.
+struct StoredRun {
+  explicit StoredRun(const Profile& p)
+      : store(runs.path().toStdString()),
+        dir(createRunDirectory(runs.path().toStdString(), p)),
+        id(store.beginRun(dir, p)),
+        profile(p) {}
+  SupervisorOptions options() { return SupervisorOptions(profile, dir, test::workerPath()).setStore(&store, id); }
+  QString file(const char* name) const { return QString::fromStdString(dir + "/" + name); }
+  QTemporaryDir runs;
+  RunStore store;
+  std::string dir;
+  std::int64_t id;
+  Profile profile;
+};
+
+// Steps per rank of a run as the store presents it (later attempts win).
+std::vector<std::int64_t> run0Steps(StoredRun& run) {
+  std::vector<std::int64_t> perRank;
+  std::vector<std::int64_t> last;
+  for (const auto& s : run.store.steps(run.id)) {
+    if (static_cast<std::size_t>(s.rank) >= perRank.size()) {
+      perRank.resize(static_cast<std::size_t>(s.rank) + 1, 0);
+      last.resize(perRank.size(), 0);
+    }
+    if (s.step != last[static_cast<std::size_t>(s.rank)] + 1) return {};  // a gap or a duplicate
+    last[static_cast<std::size_t>(s.rank)] = s.step;
+    ++perRank[static_cast<std::size_t>(s.rank)];
+  }
+  return perRank;
+}
+
+std::vector<torch::Tensor> loadParameters(const std::string& path) {
+  std::vector<torch::Tensor> t;
+  torch::load(t, path);
+  return t;
+}
+
+}  // namespace
+
+class TestSupervisor : public QObject {
+  Q_OBJECT
+ private slots:
+  void sigkillOneRankStopsTheOthers() {
+    StoredRun run(test::endlessProfile(2));
+    Supervisor launcher(run.options());
+    Watcher w;
+    QElapsedTimer sinceKill;
+    bool killed = false;
+    w.onStep = [&](int rank, std::int64_t step) {
+      if (!killed && rank == 1 && step >= 50) {
+        ::kill(w.pids[1], SIGKILL);
+        sinceKill.start();
+        killed = true;
+      }
+    };
+    RunReport r = launcher.run(w);
+    QVERIFY(killed);
+    QVERIFY2(sinceKill.elapsed() < 5000, qPrintable(QString::number(sinceKill.elapsed())));
+    QCOMPARE(r.status, RunReport::Status::Failed);
+    QCOMPARE(r.failedRank, 1);
+    QCOMPARE(r.failedExit.signal, SIGKILL);
+    QVERIFY2(QString::fromStdString(r.message).contains("rank 1 failed with signal 9"), r.message.c_str());
+    QVERIFY(!r.lastLines.empty());  // rank 1's own log lines
+    QVERIFY(QString::fromStdString(r.lastLines.front()).contains("[rank 1]"));
+    QVERIFY(!test::anyAlive(w.pids));
+    QVERIFY(test::livePtwWorkers(::getpid()).empty());
+    // Per-rank logs are on disk, and every record the ranks sent is in the store.
+    QVERIFY(QFile::exists(run.file("rank0.log")));
+    QVERIFY(QFile::exists(run.file("rank1.log")));
+    QCOMPARE(run.store.stepCount(run.id), w.stepRecords);
+    QCOMPARE(launcher.attempts(), 1);  // max_restarts 0: no restart
+  }
+
+  void sigstopOneRankIsReportedStalled() {
+    Profile p = test::endlessProfile(2);
+    p.run.timeoutS = 3;
+    StoredRun run(p);
+    Supervisor launcher(run.options());
+    Watcher w;
+    bool stopped = false;
+    w.onStep = [&](int rank, std::int64_t step) {
+      if (!stopped && rank == 0 && step >= 30) {
+        ::kill(w.pids[0], SIGSTOP);
+        stopped = true;
+      }
+    };
+    QElapsedTimer t;
+    t.start();
+    RunReport r = launcher.run(w);
+    QVERIFY(stopped);
+    QCOMPARE(r.status, RunReport::Status::Failed);
+    QCOMPARE(r.failedRank, 0);
+    QVERIFY(r.stalled);
+    QVERIFY2(QString::fromStdString(r.message).contains("rank 0 stalled"), r.message.c_str());
+    QVERIFY2(t.elapsed() < 20000, "stall must be detected near the 3 s timeout");
+    QVERIFY(!test::anyAlive(w.pids));
+    QCOMPARE(run.store.stepCount(run.id), w.stepRecords);
+  }
+
+  void rankThatFailsAtStart() {
+    StoredRun run(test::endlessProfile(3));
+    qputenv("PTW_FAULT", "throw-at-start:1");
+    Supervisor launcher(run.options());
+    Watcher w;
+    RunReport r = launcher.run(w);
+    qunsetenv("PTW_FAULT");
+    QCOMPARE(r.status, RunReport::Status::Failed);
+    QCOMPARE(r.failedRank, 1);
+    QCOMPARE(r.failedExit.exitCode, 1);
+    QCOMPARE(r.failedExit.signal, 0);
+    QVERIFY(!r.lastLines.empty());
+    QVERIFY2(QString::fromStdString(r.lastLines.back()).contains("injected fault"), r.lastLines.back().c_str());
+    QVERIFY(!test::anyAlive(w.pids));
+    QCOMPARE(run.store.stepCount(run.id), w.stepRecords);
+  }
+
+  void userStopIsGracefulAndAgreed() {
+    Profile p = test::endlessProfile(2);
+    p.run.maxRestarts = 3;  // a user stop is not a failure: never restarted
+    StoredRun run(p);
+    Supervisor launcher(run.options());
+    Watcher w;
+    w.onStep = [&](int, std::int64_t step) {
+      if (step == 40) launcher.requestStop();
+    };
+    RunReport r = launcher.run(w);
+    QCOMPARE(r.status, RunReport::Status::Stopped);
+    for (const auto& e : r.exits) QCOMPARE(e.exitCode, 0);  // both left cleanly, no SIGKILL
+    QVERIFY(w.lastStep[0] >= 40);
+    QCOMPARE(w.lastStep[0], w.lastStep[1]);  // the stop wish travels with the gradients
+    QVERIFY(QFile::exists(run.file("rank0.final.pt")));
+    QVERIFY(QFile::exists(run.file("checkpoint.pt")));  // the stopped run can be resumed
+    QCOMPARE(checkpointStep(run.dir), w.lastStep[0]);
+    QCOMPARE(launcher.attempts(), 1);
+    QCOMPARE(run.store.stepCount(run.id), w.stepRecords);
+  }
+
+  // Rank 1 is killed at step 12 of the first attempt; with max_restarts 1 the run restarts
+  // from the checkpoint at step 10 and ends with the parameters of a run that never failed.
+  void restartFromCheckpointMatchesAnUninterruptedRun() {
+    Profile p = defaultProfile();
+    p.hyper.maxSteps = 30;
+    p.hyper.momentum = 0.9;
+    p.run.checkpointEvery = 5;
+    StoredRun clean(p);
+    Watcher quiet;
+    QCOMPARE(Supervisor(clean.options()).run(quiet).status, RunReport::Status::Finished);
+
+    p.run.maxRestarts = 1;
+    StoredRun faulty(p);
+    qputenv("PTW_FAULT", "kill-at-step:1:12");
+    Supervisor supervisor(faulty.options());
+    Watcher w;
+    RunReport r = supervisor.run(w);
+    qunsetenv("PTW_FAULT");
+    QVERIFY2(r.status == RunReport::Status::Finished, r.message.c_str());
+    QCOMPARE(supervisor.attempts(), 2);
+    QCOMPARE(w.restarts.size(), std::size_t(1));
+    QCOMPARE(w.restarts[0], std::make_pair(1, std::int64_t(10)));
+    QVERIFY(test::livePtwWorkers(::getpid()).empty());
+
+    auto expected = loadParameters(clean.dir + "/rank0.final.pt");
+    auto got = loadParameters(faulty.dir + "/rank0.final.pt");
+    for (std::size_t i = 0; i < expected.size(); ++i)
+      QVERIFY2(torch::allclose(expected[i], got[i], 0, 1e-6), "restarted run ended with other parameters");
+    // The store holds both attempts; the run's series is steps 1..30 of each rank, the
+    // replayed steps 11-12 from the second attempt.
+    QCOMPARE(run0Steps(faulty), (std::vector<std::int64_t>{30, 30}));
+    QCOMPARE(faulty.store.stepCount(faulty.id), w.stepRecords);
+  }
+
+  // A metrics store that fills up stops the run with the reason, instead of losing records.
+  void fullStoreStopsTheRunWithTheReason() {
+    QTemporaryDir runs;
+    qputenv("PTW_STORE_MAX_PAGES", "40");  // ~160 KiB
+    RunStore store(runs.path().toStdString());
+    qunsetenv("PTW_STORE_MAX_PAGES");
+    Profile p = test::endlessProfile(2);
+    std::string dir = createRunDirectory(runs.path().toStdString(), p);
+    auto id = store.beginRun(dir, p);
+    Supervisor supervisor(SupervisorOptions(p, dir, test::workerPath()).setStore(&store, id));
+    Watcher w;
+    QElapsedTimer t;
+    t.start();
+    RunReport r = supervisor.run(w);
+    QCOMPARE(r.status, RunReport::Status::Failed);
+    QVERIFY2(QString::fromStdString(r.message).contains("is full"), r.message.c_str());
+    QVERIFY(t.elapsed() < 60000);
+    QVERIFY(!test::anyAlive(w.pids));
+    QVERIFY(store.stepCount(id) > 0);  // what fitted is kept
+  }
+
+  void badWorkerPathAndTakenPortStartNothing() {
+    QTemporaryDir dir;
+    std::string profile = test::writeProfile(dir, core::defaultProfile());
+    Watcher w;
+    {
+      Launcher launcher(LaunchOptions("/nonexistent/ptw-worker", profile, 2));
+      QVERIFY_THROWS_EXCEPTION(Error, launcher.run(w));
+    }
+    int port = Launcher::pickFreePort();
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    QCOMPARE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    QCOMPARE(::listen(fd, 1), 0);
+    LaunchOptions lo(test::workerPath(), profile, 2);
+    lo.setPort(port);
+    Launcher launcher(lo);
+    try {
+      launcher.run(w);
+      QFAIL("expected an error");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).contains(QStringLiteral("port %1 on 127.0.0.1 is already in use").arg(port)), e.what());
+    }
+    ::close(fd);
+    QVERIFY(w.pids.empty());
+  }
+};
+
+QTEST_APPLESS_MAIN(TestSupervisor)
+#include "test_supervisor.moc"
