@@ -6,6 +6,7 @@
 
 #include <ATen/autocast_mode.h>
 #include <torch/version.h>
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #if defined(PTW_WITH_CUDA) && defined(USE_C10D_NCCL)

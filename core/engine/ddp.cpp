@@ -59,13 +59,20 @@ class Ddp final : public Strategy {
     const auto& p = ctx.profile;
     setDevice(deviceFor(p, ctx.rank));  // before rendezvous: a missing GPU fails fast
     auto timeout = std::chrono::milliseconds(static_cast<long>(p.run.timeoutS * 1000));
-    c10d::TCPStoreOptions so;
-    so.port = static_cast<std::uint16_t>(ctx.port);
-    so.isServer = ctx.rank == 0;
-    so.numWorkers = static_cast<std::size_t>(ctx.world);
-    so.waitWorkers = true;
-    so.timeout = timeout;
-    auto store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+    // Note [Local rendezvous] in launcher.cpp: a FileStore for local runs, else a TCPStore.
+    c10::intrusive_ptr<c10d::Store> store;
+    if (!ctx.storeFile.empty()) {
+      store = c10::make_intrusive<c10d::FileStore>(ctx.storeFile, ctx.world);
+      store->setTimeout(timeout);
+    } else {
+      c10d::TCPStoreOptions so;
+      so.port = static_cast<std::uint16_t>(ctx.port);
+      so.isServer = ctx.rank == 0;
+      so.numWorkers = static_cast<std::size_t>(ctx.world);
+      so.waitWorkers = true;
+      so.timeout = timeout;
+      store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+    }
     if (p.strategy.backend == "nccl") {
 #if defined(PTW_WITH_CUDA) && defined(USE_C10D_NCCL)
       m_group = compat::makeNccl(store, ctx.rank, ctx.world, timeout);

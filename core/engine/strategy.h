@@ -35,6 +35,7 @@ struct SyncContext {
   int rank = 0;   ///< this process
   int world = 1;  ///< processes in the run (core::processCount)
   int port = 0;   ///< the run's store port; also names its shared-memory segments
+  std::string storeFile = "";  ///< rendezvous through this c10d FileStore; "" uses a TCPStore on `port`
 };
 
 /// One series of the per-step report (a DataParallel replica reports one per lane).

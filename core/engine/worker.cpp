@@ -72,7 +72,7 @@ class RecordWriter {
 };
 
 struct Args {
-  std::string profile, out;
+  std::string profile, out, store;
   int rank = -1, world = -1, port = 0, attempt = 0;
 };
 
@@ -81,7 +81,7 @@ Args parseArgs(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     if (k == "--help" || k == "-h") {
-      std::cout << "usage: ptw-worker --profile FILE --rank R --world W --port P [--out DIR] [--attempt N]\n"
+      std::cout << "usage: ptw-worker --profile FILE --rank R --world W --port P [--out DIR] [--store FILE] [--attempt N]\n"
                    "One rank of a ptw run; started by ptw's launcher, not by hand.\n";
       std::exit(0);
     }
@@ -103,6 +103,7 @@ Args parseArgs(int argc, char** argv) {
     else if (k == "--world") a.world = toInt(v);
     else if (k == "--port") a.port = toInt(v);
     else if (k == "--attempt") a.attempt = toInt(v);
+    else if (k == "--store") a.store = v;
     else PTW_FAIL("unknown argument ", k, " (see --help)");
   }
   PTW_CHECK(!a.profile.empty(), "--profile is required");
@@ -167,7 +168,7 @@ int workerMain(int argc, char** argv) {
   try {
     std::fprintf(stderr, "[rank %d] %s: %s, world %d, port %d\n", rank, profile.name.c_str(),
                  profile.strategy.kind.c_str(), args.world, args.port);
-    SyncContext ctx{profile, rank, args.world, args.port};
+    SyncContext ctx{profile, rank, args.world, args.port, args.store};
     Trainer trainer(TrainerOptions(profile, rank, args.world).setOutDir(args.out), makeStrategy(ctx),
                     [&](const core::Record& r) {
                       writer.write(r);

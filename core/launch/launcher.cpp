@@ -168,9 +168,18 @@ RunReport Launcher::run(LaunchObserver& observer) {
             " is not executable (", std::strerror(errno), "); build ptw-worker or set PTW_WORKER");
   PTW_CHECK(::access(o.profilePath.c_str(), R_OK) == 0, "profile ", o.profilePath, " is not readable");
 
+  // Note [Local rendezvous]
+  // With no port from the user the ranks meet through a c10d FileStore in the run folder
+  // (or /tmp), so nothing listens on a network interface: LibTorch 1.13's TCPStore has
+  // no bind address and would listen on all of them, and Gloo's own sockets are bound to
+  // 127.0.0.1 (compat.h). The port picked here then only names the run's shared-memory
+  // segments. A port given by the user selects a TCPStore on it, as torchrun would.
   int port = o.port;
+  std::string storeFile;
   if (port == 0) {
     port = pickFreePort();
+    storeFile = (o.outDir.empty() ? std::string("/tmp") : o.outDir) + "/ptw-store-" + std::to_string(port);
+    ::unlink(storeFile.c_str());  // a FileStore must start empty (a restarted run reuses its folder)
   } else {
     checkPortFree(port);
   }
@@ -189,6 +198,10 @@ RunReport Launcher::run(LaunchObserver& observer) {
     if (!o.outDir.empty()) {
       a.push_back("--out");
       a.push_back(o.outDir);
+    }
+    if (!storeFile.empty()) {
+      a.push_back("--store");
+      a.push_back(storeFile);
     }
     a.insert(a.end(), o.extraWorkerArgs.begin(), o.extraWorkerArgs.end());
     argStrings.push_back(std::move(a));
@@ -430,6 +443,7 @@ RunReport Launcher::run(LaunchObserver& observer) {
   } else {
     report.message = "stopped by request";
   }
+  if (!storeFile.empty()) ::unlink(storeFile.c_str());
   report.wallS = secondsSince(started);
   return report;
 }

@@ -64,6 +64,37 @@ struct StoredRun {
   Profile profile;
 };
 
+// Local addresses (hex, as /proc/net/tcp writes them) of the TCP sockets of `pid`,
+// listening or connected.
+QStringList socketAddresses(int pid) {
+  QSet<QString> inodes;
+  QDir fds(QStringLiteral("/proc/%1/fd").arg(pid));
+  for (const auto& fd : fds.entryList(QDir::System | QDir::NoDotAndDotDot)) {
+    QString target = QFile::symLinkTarget(fds.filePath(fd));
+    if (target.contains("socket:[")) target = target.mid(target.indexOf('[') + 1).chopped(1);
+    else {
+      QByteArray link(256, 0);
+      auto n = ::readlink(fds.filePath(fd).toLocal8Bit().constData(), link.data(), 255);
+      if (n <= 0) continue;
+      QString l = QString::fromLocal8Bit(link.constData(), static_cast<int>(n));
+      if (!l.startsWith("socket:[")) continue;
+      target = l.mid(8).chopped(1);
+    }
+    inodes.insert(target);
+  }
+  QStringList out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    QFile f(QString::fromLatin1(table));
+    if (!f.open(QIODevice::ReadOnly)) continue;
+    f.readLine();
+    for (const auto& line : QString::fromLatin1(f.readAll()).split('\n', Qt::SkipEmptyParts)) {
+      auto cols = line.simplified().split(' ');
+      if (cols.size() > 9 && inodes.contains(cols[9])) out << cols[1];
+    }
+  }
+  return out;
+}
+
 // Steps per rank of a run as the store presents it (later attempts win).
 std::vector<std::int64_t> run0Steps(StoredRun& run) {
   std::vector<std::int64_t> perRank;
@@ -120,6 +151,28 @@ class TestSupervisor : public QObject {
     QVERIFY(QFile::exists(run.file("rank1.log")));
     QCOMPARE(run.store.stepCount(run.id), w.stepRecords);
     QCOMPARE(launcher.attempts(), 1);  // max_restarts 0: no restart
+  }
+
+  // A local run uses loopback only: the ranks meet through a FileStore (no store socket),
+  // and Gloo's sockets are bound to 127.0.0.1.
+  void localRunListensOnLoopbackOnly() {
+    StoredRun run(test::endlessProfile(2));
+    Supervisor supervisor(run.options());
+    Watcher w;
+    QStringList seen;
+    bool looked = false;
+    w.onStep = [&](int, std::int64_t step) {
+      if (looked || step < 20) return;
+      looked = true;
+      for (int pid : w.pids) seen += socketAddresses(pid);
+      supervisor.requestStop();
+    };
+    QCOMPARE(supervisor.run(w).status, RunReport::Status::Stopped);
+    QVERIFY(looked);
+    QVERIFY2(!seen.isEmpty(), "expected Gloo's sockets");  // the check below is not vacuous
+    for (const auto& a : seen)
+      QVERIFY2(a.startsWith("0100007F:") || a.startsWith("00000000000000000000000001000000:"),
+               qPrintable("a socket on a non-loopback address: " + a));
   }
 
   void sigstopOneRankIsReportedStalled() {
