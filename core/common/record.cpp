@@ -129,6 +129,8 @@ std::optional<Record> parseRecord(std::string_view line) {
     case 'H':
       if (f.size() != 4 || !toRank(f[1], s.rank) || !toInt(f[2], step) || f[3].empty() || f[3].size() > 16)
         return std::nullopt;
+      for (char c : f[3])  // a state is a word (train, comm, done); nothing that could garble a display
+        if (c < 'a' || c > 'z') return std::nullopt;
       r.kind = Record::Kind::Heartbeat;
       r.state = std::string(f[3]);
       break;

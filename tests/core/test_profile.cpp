@@ -147,7 +147,7 @@ class TestProfile : public QObject {
     QCOMPARE(back->step.loss, 0.25);
     QCOMPARE(back->step.memBytes, std::int64_t(123456789));
     for (const char* bad : {"", "S", "S 1 2", "X 1 2 3", "S -1 1 0 1 1 1 1 1 1 1 1 1", "D 0 -5", "H 0 1",
-                            "S 0 1 0 nan? 1 1 1 1 1 1 1 1"})
+                            "S 0 1 0 nan? 1 1 1 1 1 1 1 1", "H 1 0 \r\r", "H 1 0 Train", "H 1 0 a\x1b[2J"})
       QVERIFY2(!parseRecord(bad).has_value(), bad);
   }
 };
