@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -195,6 +196,43 @@ Profile fromJsonValue(const Json& root) {
   return p;
 }
 
+// Like fromJsonValue, but field by field, collecting every problem instead of the first.
+Profile fromJsonCollecting(const Json& root, std::vector<FieldError>& errors) {
+  Profile p;
+  if (!root.is_object()) {
+    errors.push_back({"", "expected a JSON object at the top level, got " + describe(root)});
+    return p;
+  }
+  if (auto it = root.find("name"); it != root.end()) {
+    try {
+      read(*it, "name", p.name);
+    } catch (const Error& e) {
+      errors.push_back({"name", e.what()});
+    }
+  }
+  visitSections(p, [&](const char* sectionName, auto& section) {
+    auto sit = root.find(sectionName);
+    if (sit == root.end()) return;
+    if (!sit->is_object()) {
+      errors.push_back({sectionName, "expected an object"});
+      return;
+    }
+    visit(section, [&](const char* name, auto& field) {
+      const std::string path = std::string(sectionName) + "." + name;
+      auto it = sit->find(name);
+      if (it == sit->end()) return;
+      try {
+        read(*it, path, field);
+      } catch (const Error& e) {
+        std::string msg = e.what();
+        errors.push_back({path, msg.substr(msg.find(": ") == std::string::npos ? 0 : msg.find(": ") + 2)});
+      }
+    });
+  });
+  for (auto& e : validate(p)) errors.push_back(e);
+  return p;
+}
+
 // Line and column of a byte offset, for syntax errors.
 std::pair<int, int> lineColumn(const std::string& text, std::size_t byte) {
   int line = 1, col = 1;
@@ -222,32 +260,33 @@ std::vector<FieldError> validate(const Profile& p) {
   auto need = [&](bool ok, const char* path, const std::string& msg) {
     if (!ok) e.push_back({path, msg});
   };
-  auto oneOf = [&](const std::string& v, std::initializer_list<const char*> allowed, const char* path) {
-    for (const char* a : allowed) if (v == a) return;
+  auto oneOf = [&](const std::string& v, const char* path) {
+    const auto allowed = fieldChoices(path);
+    for (const auto& a : allowed) if (v == a) return;
     std::string list;
-    for (const char* a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+    for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
     e.push_back({path, "expected one of " + list + ", got \"" + v + "\""});
   };
 
   const bool fileData = p.data.kind == "csv" || p.data.kind == "mnist";
-  oneOf(p.model.kind, {"linear", "mlp", "cnn", "torchscript"}, "model.kind");
+  oneOf(p.model.kind, "model.kind");
   need(p.model.inFeatures >= 1, "model.in_features", "must be >= 1, got " + str(p.model.inFeatures));
   need(p.model.outFeatures >= 1, "model.out_features", "must be >= 1, got " + str(p.model.outFeatures));
   for (auto h : p.model.hidden) need(h >= 1, "model.hidden", "every width must be >= 1, got " + str(h));
-  oneOf(p.model.activation, {"relu", "tanh", "gelu"}, "model.activation");
+  oneOf(p.model.activation, "model.activation");
   if (p.model.kind == "cnn")
     need(p.model.inFeatures == 784, "model.in_features",
          "cnn takes 1×28×28 images: must be 784, got " + str(p.model.inFeatures));
   if (p.model.kind == "torchscript")
     need(!p.model.path.empty(), "model.path", "torchscript needs the .pt file made with torch.jit.script or trace");
 
-  oneOf(p.data.kind, {"synthetic-regression", "synthetic-classification", "csv", "mnist"}, "data.kind");
+  oneOf(p.data.kind, "data.kind");
   need(fileData ? p.data.samples >= 0 : p.data.samples >= 1, "data.samples",
        std::string(fileData ? "must be >= 0 (0 = every row)" : "must be >= 1") + ", got " + str(p.data.samples));
   need(p.data.noise >= 0 && std::isfinite(p.data.noise), "data.noise", "must be >= 0, got " + str(p.data.noise));
   need(p.data.valFraction >= 0 && p.data.valFraction < 1, "data.val_fraction",
        "must be in [0, 1), got " + str(p.data.valFraction));
-  oneOf(p.data.task, {"regression", "classification"}, "data.task");
+  oneOf(p.data.task, "data.task");
   if (fileData)
     need(!p.data.path.empty(), "data.path",
          p.data.kind == "csv" ? "csv needs the file" : "mnist needs the folder holding the IDX files");
@@ -259,13 +298,13 @@ std::vector<FieldError> validate(const Profile& p) {
          "classification needs >= 2 outputs (one per class), got " + str(p.model.outFeatures));
 
   const auto& s = p.strategy;
-  oneOf(s.kind, {"single", "dataparallel", "ddp", "pool"}, "strategy.kind");
+  oneOf(s.kind, "strategy.kind");
   need(s.ranks >= 1, "strategy.ranks", "must be >= 1, got " + str(s.ranks));
   need(s.ranks <= 255, "strategy.ranks", "must be <= 255, got " + str(s.ranks));
   if (s.kind == "single")
     need(s.ranks == 1, "strategy.ranks", "single runs one process: must be 1, got " + str(s.ranks));
-  oneOf(s.backend, {"gloo", "nccl", "shm"}, "strategy.backend");
-  oneOf(s.device, {"cpu", "cuda"}, "strategy.device");
+  oneOf(s.backend, "strategy.backend");
+  oneOf(s.device, "strategy.device");
   if (s.kind == "ddp" && s.backend == "shm")
     need(s.device == "cpu", "strategy.backend", "shm reduces CPU gradients; use nccl for cuda");
   if (s.kind == "ddp" && s.backend == "nccl")
@@ -273,7 +312,7 @@ std::vector<FieldError> validate(const Profile& p) {
   if (s.kind == "pool")
     need(s.device == "cpu", "strategy.device", "the process pool shares CPU memory; use ddp or dataparallel for cuda");
   need(s.bucketMb > 0, "strategy.bucket_mb", "must be > 0, got " + str(s.bucketMb));
-  oneOf(s.poolMode, {"sync", "hogwild"}, "strategy.pool_mode");
+  oneOf(s.poolMode, "strategy.pool_mode");
   if (!fileData || p.data.samples > 0) {
     auto train = p.data.samples - static_cast<std::int64_t>(static_cast<double>(p.data.samples) * p.data.valFraction);
     need(train >= s.ranks, "strategy.ranks",
@@ -287,11 +326,11 @@ std::vector<FieldError> validate(const Profile& p) {
   need(h.maxSteps >= 0, "hyper.max_steps", "must be >= 0, got " + str(h.maxSteps));
   need(h.epochs >= 0, "hyper.epochs", "must be >= 0, got " + str(h.epochs));
   need(h.maxSteps > 0 || h.epochs > 0, "hyper.max_steps", "set hyper.max_steps or hyper.epochs to a positive number");
-  oneOf(h.optimizer, {"sgd", "adam", "adamw"}, "hyper.optimizer");
+  oneOf(h.optimizer, "hyper.optimizer");
   need(h.momentum >= 0 && h.momentum < 1, "hyper.momentum", "must be in [0, 1), got " + str(h.momentum));
   if (h.nesterov) need(h.optimizer == "sgd" && h.momentum > 0, "hyper.nesterov", "needs optimizer sgd and momentum > 0");
   need(h.weightDecay >= 0, "hyper.weight_decay", "must be >= 0, got " + str(h.weightDecay));
-  oneOf(h.schedule, {"constant", "step", "cosine"}, "hyper.schedule");
+  oneOf(h.schedule, "hyper.schedule");
   need(h.warmupSteps >= 0, "hyper.warmup_steps", "must be >= 0, got " + str(h.warmupSteps));
   need(h.stepSize >= 1, "hyper.step_size", "must be >= 1, got " + str(h.stepSize));
   need(h.gamma > 0 && h.gamma <= 1, "hyper.gamma", "must be in (0, 1], got " + str(h.gamma));
@@ -299,7 +338,7 @@ std::vector<FieldError> validate(const Profile& p) {
     need(h.maxSteps > 0, "hyper.schedule", "cosine decays to hyper.max_steps: set it");
   need(h.accumulate >= 1, "hyper.accumulate", "must be >= 1, got " + str(h.accumulate));
   need(h.clipNorm >= 0 && std::isfinite(h.clipNorm), "hyper.clip_norm", "must be >= 0 (0 = off), got " + str(h.clipNorm));
-  oneOf(h.precision, {"fp32", "bf16"}, "hyper.precision");
+  oneOf(h.precision, "hyper.precision");
   if (h.precision != "fp32")
     need(s.device == "cuda", "hyper.precision",
          "mixed precision runs on cuda; on cpu use \"fp32\" (CPU autocast is slower than fp32 for these models)");
@@ -336,6 +375,33 @@ Profile parseProfile(const std::string& text, const std::string& origin) {
   } catch (const Error& ex) {
     PTW_FAIL(origin, ": ", ex.what());
   }
+}
+
+Profile parseProfileFields(const std::string& text, std::vector<FieldError>& errors) {
+  Json root = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) {
+    errors.push_back({"", "invalid JSON"});
+    return Profile{};
+  }
+  return fromJsonCollecting(root, errors);
+}
+
+std::vector<std::string> fieldChoices(const std::string& path) {
+  static const std::map<std::string, std::vector<std::string>> choices = {
+      {"model.kind", {"linear", "mlp", "cnn", "torchscript"}},
+      {"model.activation", {"relu", "tanh", "gelu"}},
+      {"data.kind", {"synthetic-regression", "synthetic-classification", "csv", "mnist"}},
+      {"data.task", {"regression", "classification"}},
+      {"strategy.kind", {"single", "dataparallel", "ddp", "pool"}},
+      {"strategy.backend", {"gloo", "nccl", "shm"}},
+      {"strategy.device", {"cpu", "cuda"}},
+      {"strategy.pool_mode", {"sync", "hogwild"}},
+      {"hyper.optimizer", {"sgd", "adam", "adamw"}},
+      {"hyper.schedule", {"constant", "step", "cosine"}},
+      {"hyper.precision", {"fp32", "bf16"}},
+  };
+  auto it = choices.find(path);
+  return it == choices.end() ? std::vector<std::string>{} : it->second;
 }
 
 Profile loadProfile(const std::string& path) {

@@ -109,6 +109,15 @@ std::vector<FieldError> validate(const Profile& profile);
 /// unknown field, or the first validation error. `origin` (a file name) prefixes messages.
 Profile parseProfile(const std::string& jsonText, const std::string& origin = "profile");
 
+/// Reads what it can of a JSON profile for an editor: every field that has the right type
+/// is taken, and every problem (syntax, type, unknown field, validation) is appended to
+/// `errors` with its field path ("" for the document). Never throws.
+Profile parseProfileFields(const std::string& jsonText, std::vector<FieldError>& errors);
+
+/// The choices of an enumerated field ("strategy.kind" -> single, dataparallel, ...);
+/// empty for free fields.
+std::vector<std::string> fieldChoices(const std::string& path);
+
 /// Reads and parses a file; errors name the file. Relative model.path, data.path and
 /// run.resume_from are resolved against the profile's folder.
 Profile loadProfile(const std::string& path);

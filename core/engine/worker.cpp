@@ -17,6 +17,12 @@
 #include "common/profile.h"
 #include "common/record.h"
 #include "engine/trainer.h"
+#include "engine/workload.h"
+#ifdef PTW_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+#endif
 
 namespace ptw::engine {
 namespace {
@@ -74,6 +80,7 @@ class RecordWriter {
 struct Args {
   std::string profile, out, store;
   int rank = -1, world = -1, port = 0, attempt = 0;
+  bool preflight = false, devices = false;
 };
 
 Args parseArgs(int argc, char** argv) {
@@ -82,9 +89,13 @@ Args parseArgs(int argc, char** argv) {
     std::string k = argv[i];
     if (k == "--help" || k == "-h") {
       std::cout << "usage: ptw-worker --profile FILE --rank R --world W --port P [--out DIR] [--store FILE] [--attempt N]\n"
+                   "       ptw-worker --preflight --profile FILE   load the workload, check it, print its shapes (JSON)\n"
+                   "       ptw-worker --devices                    print the devices LibTorch sees (JSON lines)\n"
                    "One rank of a ptw run; started by ptw's launcher, not by hand.\n";
       std::exit(0);
     }
+    if (k == "--preflight") { a.preflight = true; continue; }
+    if (k == "--devices") { a.devices = true; continue; }
     PTW_CHECK(i + 1 < argc, k, ": missing value");
     std::string v = argv[++i];
     auto toInt = [&](const std::string& s) {
@@ -106,10 +117,54 @@ Args parseArgs(int argc, char** argv) {
     else if (k == "--store") a.store = v;
     else PTW_FAIL("unknown argument ", k, " (see --help)");
   }
+  if (a.devices) return a;
   PTW_CHECK(!a.profile.empty(), "--profile is required");
+  if (a.preflight) return a;
   PTW_CHECK(a.world >= 1, "--world: expected >= 1, got ", a.world);
   PTW_CHECK(a.rank >= 0 && a.rank < a.world, "--rank: expected 0..", a.world - 1, ", got ", a.rank);
   return a;
+}
+
+// One JSON line per device: the CPU, then each CUDA device LibTorch sees.
+int printDevices() {
+  long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  long long memory = static_cast<long long>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+  std::printf("{\"kind\": \"cpu\", \"index\": 0, \"name\": \"CPU\", \"cores\": %ld, \"memory_bytes\": %lld}\n", cores,
+              memory);
+#ifdef PTW_WITH_CUDA
+  const int n = static_cast<int>(torch::cuda::device_count());
+  for (int i = 0; i < n; ++i) {
+    const auto* prop = at::cuda::getDeviceProperties(i);
+    std::size_t freeBytes = 0, totalBytes = 0;
+    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(i));
+    cudaMemGetInfo(&freeBytes, &totalBytes);
+    std::printf("{\"kind\": \"cuda\", \"index\": %d, \"name\": \"%s\", \"memory_bytes\": %zu, \"used_bytes\": %zu}\n", i,
+                prop->name, totalBytes, totalBytes - freeBytes);
+  }
+#endif
+  return 0;
+}
+
+// Loads the data and the model, checks that they fit, and prints their shapes.
+int preflight(const core::Profile& profile) {
+  Dataset data = makeDataset(profile.data, profile.model);
+  auto model = makeModel(profile.model, profile.hyper.seed);
+  checkWorkload(*model, data, profile);
+  torch::NoGradGuard noGrad;
+  auto out = model->forward(data.x.narrow(0, 0, 1));
+  std::int64_t params = 0;
+  for (const auto& p : model->parameters()) params += p.numel();
+  auto dims = [](c10::IntArrayRef s) {
+    std::string o = "[";
+    for (std::size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
+    return o + "]";
+  };
+  std::printf("{\"train_samples\": %lld, \"val_samples\": %lld, \"input\": %s, \"output\": %s, "
+              "\"classification\": %s, \"parameters\": %lld}\n",
+              static_cast<long long>(data.size()), static_cast<long long>(data.valSize()),
+              dims(data.x.sizes().slice(1)).c_str(), dims(out.sizes().slice(1)).c_str(),
+              data.classification ? "true" : "false", static_cast<long long>(params));
+  return 0;
 }
 
 }  // namespace
@@ -125,7 +180,12 @@ int workerMain(int argc, char** argv) {
   core::Profile profile;
   try {
     args = parseArgs(argc, argv);
+    if (args.devices) return printDevices();
     profile = core::loadProfile(args.profile);
+    if (args.preflight) return preflight(profile);
+  } catch (const c10::Error& e) {
+    std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
