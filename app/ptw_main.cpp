@@ -55,6 +55,14 @@ int main(int argc, char** argv) {
                                                 "wall time, expectations) to FILE");
   app.add_option("--junit", opts.junitPath, "Write JUnit XML (one test case for the run, one per --expect) to FILE");
   app.set_version_flag("--version", "ptw " PTW_VERSION);
+#ifdef PTW_WITH_GUI
+  ptw::ui::GuiOptions gui;
+  app.add_flag("--start", gui.start, "Window: start the run as soon as the window is up");
+  app.add_option("--screenshot", gui.screenshotPath,
+                 "Window: start the run, save a PNG of the window to FILE after --screenshot-after seconds, "
+                 "stop the run and quit");
+  app.add_option("--screenshot-after", gui.screenshotAfterS, "Seconds into the run for --screenshot (default 3)");
+#endif
 
   auto* runsCmd = app.add_subcommand("runs", "List the runs in the runs directory (id, status, strategy, result)");
   std::string listDir;
@@ -105,7 +113,12 @@ int main(int argc, char** argv) {
   }
 
 #ifdef PTW_WITH_GUI
-  if (!headless && displayAvailable()) return ptw::ui::guiMain(argc, argv, opts.profilePath, opts.overrides, opts.runsDir);
+  if (!headless && displayAvailable()) {
+    gui.profilePath = opts.profilePath;
+    gui.overrides = opts.overrides;
+    gui.runsDir = opts.runsDir;
+    return ptw::ui::guiMain(argc, argv, gui);
+  }
   if (!headless) std::cout << "ptw: no display found; running headless (pass --headless to say so)\n";
 #else
   if (!headless) std::cout << "ptw: built without the GUI (PTW_BUILD_GUI=OFF); running headless\n";

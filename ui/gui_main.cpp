@@ -2,26 +2,40 @@
 
 #include <QApplication>
 #include <QMessageBox>
+#include <QTimer>
 
 #include "common/error.h"
 #include "ui/main_window.h"
+#include "ui/run_controller.h"
 
 namespace ptw::ui {
 
-int guiMain(int argc, char** argv, const std::string& profilePath, const std::vector<std::string>& overrides,
-            const std::string& runsDir) {
+int guiMain(int argc, char** argv, const GuiOptions& options) {
   QApplication app(argc, argv);
   QApplication::setApplicationName(QStringLiteral("ptw"));
   QApplication::setOrganizationName(QStringLiteral("ptw"));
   MainWindow window;
-  window.setRunsDirectory(QString::fromStdString(runsDir));
+  window.setRunsDirectory(QString::fromStdString(options.runsDir));
   try {
-    core::Profile p = profilePath.empty() ? core::defaultProfile() : core::loadProfile(profilePath);
-    window.setProfile(core::applyOverrides(p, overrides));
+    core::Profile p = options.profilePath.empty() ? core::defaultProfile() : core::loadProfile(options.profilePath);
+    window.setProfile(core::applyOverrides(p, options.overrides));
   } catch (const Error& e) {
     QMessageBox::warning(&window, QObject::tr("Cannot open profile"), QString::fromStdString(e.what()));
   }
   window.show();
+  if (options.start || !options.screenshotPath.empty()) QTimer::singleShot(0, &window, &MainWindow::startRun);
+  if (!options.screenshotPath.empty()) {
+    window.setConfirmations(false);
+    const QString path = QString::fromStdString(options.screenshotPath);
+    QTimer::singleShot(static_cast<int>(options.screenshotAfterS * 1000), &window, [&window, path] {
+      const bool ok = window.grab().save(path);
+      std::fprintf(ok ? stdout : stderr, ok ? "ptw: screenshot saved to %s\n" : "ptw: cannot write %s\n",
+                   path.toLocal8Bit().constData());
+      window.stopRun();
+      QObject::connect(window.controller(), &RunController::finished, qApp, &QApplication::quit);
+      if (!window.controller()->isRunning()) QApplication::quit();
+    });
+  }
   return app.exec();
 }
 

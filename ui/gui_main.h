@@ -6,7 +6,16 @@
 
 namespace ptw::ui {
 
-int guiMain(int argc, char** argv, const std::string& profilePath, const std::vector<std::string>& overrides,
-            const std::string& runsDir);
+/// Example: GuiOptions{}.profilePath = "resources/profiles/seed-ddp.json";
+struct GuiOptions {
+  std::string profilePath = "";
+  std::vector<std::string> overrides = {};
+  std::string runsDir = "";
+  bool start = false;               ///< start the run as soon as the window is up
+  std::string screenshotPath = "";  ///< save the window here `screenshotAfterS` into the run, then quit
+  double screenshotAfterS = 3.0;
+};
+
+int guiMain(int argc, char** argv, const GuiOptions& options);
 
 }  // namespace ptw::ui

@@ -2,150 +2,231 @@
 
 #include <QAction>
 #include <QApplication>
+#include <QCheckBox>
 #include <QCloseEvent>
 #include <QComboBox>
-#include <QDoubleSpinBox>
+#include <QDockWidget>
 #include <QFileDialog>
 #include <QFileInfo>
-#include <QFormLayout>
-#include <QGroupBox>
+#include <QGridLayout>
 #include <QHBoxLayout>
+#include <QHeaderView>
 #include <QLabel>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QPushButton>
-#include <QSpinBox>
+#include <QScrollArea>
+#include <QSettings>
+#include <QSlider>
 #include <QSplitter>
 #include <QStatusBar>
+#include <QTabWidget>
+#include <QTableWidget>
 #include <QTimer>
 #include <QVBoxLayout>
+#include <qcustomplot.h>
 
 #include "common/error.h"
-#include "ui/loss_chart.h"
+#include "launch/run_directory.h"
+#include "launch/run_store.h"
+#include "ui/metric_chart.h"
+#include "ui/profile_editor.h"
 #include "ui/run_controller.h"
+#include "ui/run_history.h"
+#include "ui/step_split_chart.h"
 
 namespace ptw::ui {
+namespace {
 
-MainWindow::MainWindow(QWidget* parent)
-    : QMainWindow(parent), m_profile(core::defaultProfile()), m_controller(new RunController(this)) {
-  buildUi();
-  buildMenus();
-  profileToFields();
-  revalidate();
-
-  // Records are drained and the chart redrawn at most 25 times a second, however fast
-  // the ranks report.
-  m_drainTimer = new QTimer(this);
-  m_drainTimer->setInterval(40);
-  connect(m_drainTimer, &QTimer::timeout, this, &MainWindow::drainRun);
-  connect(m_controller, &RunController::started, this,
-          [this](int port) { m_status->setText(tr("Running: store on 127.0.0.1:%1").arg(port)); });
-  connect(m_controller, &RunController::rankExited, this, [this](int rank, const QString& how, bool failed) {
-    if (failed) m_log->appendPlainText(tr("rank %1 ended with %2").arg(rank).arg(how));
-  });
-  connect(m_controller, &RunController::finished, this, &MainWindow::onFinished);
-  setWindowTitle(tr("ptw: Parallel Training Workbench"));
-  resize(1100, 700);
+QColor rankColor(int rank) {
+  static const QColor colors[] = {QColor(31, 119, 180), QColor(255, 127, 14), QColor(44, 160, 44), QColor(214, 39, 40),
+                                  QColor(148, 103, 189), QColor(140, 86, 75), QColor(227, 119, 194), QColor(127, 127, 127),
+                                  QColor(188, 189, 34), QColor(23, 190, 207)};
+  return colors[rank % 10];
 }
 
+enum RankColumn { kRank, kStatus, kStep, kLoss, kThroughput, kMessage, kExit, kColumns };
+constexpr std::size_t kMaxLogLines = 20000;
+
+}  // namespace
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new RunController(this)) {
+  buildUi();
+  buildMenus();
+  m_drainTimer = new QTimer(this);
+  m_drainTimer->setInterval(40);  // ingest in batches, redraw at most 25 times a second
+  connect(m_drainTimer, &QTimer::timeout, this, &MainWindow::drainRun);
+  connect(m_controller, &RunController::started, this, [this](int) {
+    m_status->setText(tr("Running %1 series…").arg(m_reportingRanks));
+  });
+  connect(m_controller, &RunController::rankExited, this, [this](int rank, const QString& how, bool failed) {
+    setRankCell(rank, kExit, how);
+    if (rank >= 0 && rank < static_cast<int>(m_rankStatus.size())) {
+      m_rankStatus[static_cast<std::size_t>(rank)] = failed ? tr("failed") : tr("exited");
+      setRankCell(rank, kStatus, m_rankStatus[static_cast<std::size_t>(rank)]);
+    }
+  });
+  connect(m_controller, &RunController::finished, this, &MainWindow::onFinished);
+  connect(m_editor, &ProfileEditor::edited, this, [this] {
+    revalidate();
+    updateTitle();
+  });
+  setRunsDirectory(QString());
+  m_savedProfile = m_editor->profile();
+  revalidate();
+  updateTitle();
+  QSettings settings;
+  restoreGeometry(settings.value("window/geometry").toByteArray());
+  restoreState(settings.value("window/state").toByteArray());
+}
+
+MainWindow::~MainWindow() = default;
+
 void MainWindow::buildUi() {
-  auto* central = new QWidget(this);
-  auto* outer = new QHBoxLayout(central);
-
-  auto* form = new QGroupBox(tr("Experiment"), central);
-  auto* fl = new QFormLayout(form);
-  m_strategy = new QComboBox(form);
-  m_strategy->setObjectName(QStringLiteral("strategy"));
-  m_strategy->addItem(tr("DistributedDataParallel"), QStringLiteral("ddp"));
-  m_strategy->addItem(tr("DataParallel (replicas in one process)"), QStringLiteral("dataparallel"));
-  m_strategy->addItem(tr("Process pool, sync"), QStringLiteral("pool/sync"));
-  m_strategy->addItem(tr("Process pool, hogwild"), QStringLiteral("pool/hogwild"));
-  m_strategy->addItem(tr("Single process"), QStringLiteral("single"));
-  m_ranks = new QSpinBox(form);
-  m_ranks->setObjectName(QStringLiteral("ranks"));
-  m_ranks->setRange(1, 256);
-  m_optimizer = new QComboBox(form);
-  m_optimizer->setObjectName(QStringLiteral("optimizer"));
-  m_optimizer->addItem(tr("SGD"), QStringLiteral("sgd"));
-  m_optimizer->addItem(tr("Adam"), QStringLiteral("adam"));
-  m_optimizer->addItem(tr("AdamW"), QStringLiteral("adamw"));
-  m_lr = new QDoubleSpinBox(form);
-  m_lr->setObjectName(QStringLiteral("lr"));
-  m_lr->setDecimals(6);
-  m_lr->setRange(-1.0, 100.0);  // negative is allowed in the field so validation can explain it
-  m_lr->setSingleStep(0.001);
-  m_momentum = new QDoubleSpinBox(form);
-  m_momentum->setObjectName(QStringLiteral("momentum"));
-  m_momentum->setDecimals(3);
-  m_momentum->setRange(0.0, 0.999);
-  m_batch = new QSpinBox(form);
-  m_batch->setObjectName(QStringLiteral("batch"));
-  m_batch->setRange(1, 1 << 20);
-  m_steps = new QSpinBox(form);
-  m_steps->setObjectName(QStringLiteral("steps"));
-  m_steps->setRange(0, 1 << 30);
-  fl->addRow(tr("Strategy"), m_strategy);
-  fl->addRow(tr("CPU ranks"), m_ranks);
-  fl->addRow(tr("Optimizer"), m_optimizer);
-  fl->addRow(tr("Learning rate"), m_lr);
-  fl->addRow(tr("Momentum"), m_momentum);
-  fl->addRow(tr("Batch per rank"), m_batch);
-  fl->addRow(tr("Max steps"), m_steps);
-
-  m_start = new QPushButton(tr("Start"), form);
-  m_start->setObjectName(QStringLiteral("start"));
-  m_stop = new QPushButton(tr("Stop"), form);
-  m_stop->setObjectName(QStringLiteral("stop"));
-  m_stop->setEnabled(false);
+  // Left: the profile, Start/Stop and the status.
+  auto* dock = new QDockWidget(tr("Profile"), this);
+  dock->setObjectName("profileDock");
+  auto* side = new QWidget(dock);
+  auto* sideLayout = new QVBoxLayout(side);
   auto* buttons = new QHBoxLayout;
+  m_start = new QPushButton(tr("Start"), side);
+  m_start->setObjectName("start");
+  m_stop = new QPushButton(tr("Stop"), side);
+  m_stop->setObjectName("stop");
+  m_stop->setEnabled(false);
+  m_stop->setToolTip(tr("Stop gracefully: ranks finish their step and checkpoint (Shift+F5)"));
   buttons->addWidget(m_start);
   buttons->addWidget(m_stop);
-  fl->addRow(buttons);
-  m_status = new QLabel(form);
-  m_status->setObjectName(QStringLiteral("status"));
+  sideLayout->addLayout(buttons);
+  m_status = new QLabel(side);
+  m_status->setObjectName("status");
   m_status->setWordWrap(true);
-  fl->addRow(m_status);
-  form->setMaximumWidth(340);
-
-  auto* splitter = new QSplitter(Qt::Vertical, central);
-  m_chart = new LossChart(splitter);
-  m_chart->setObjectName(QStringLiteral("lossChart"));
-  m_log = new QPlainTextEdit(splitter);
-  m_log->setObjectName(QStringLiteral("log"));
-  m_log->setReadOnly(true);
-  m_log->setMaximumBlockCount(5000);
-  splitter->addWidget(m_chart);
-  splitter->addWidget(m_log);
-  splitter->setStretchFactor(0, 4);
-  splitter->setStretchFactor(1, 1);
-
-  outer->addWidget(form);
-  outer->addWidget(splitter, 1);
-  setCentralWidget(central);
-
-  auto onEdit = [this] {
-    if (m_updatingFields) return;
-    fieldsToProfile();
-    revalidate();
-  };
-  connect(m_strategy, qOverload<int>(&QComboBox::currentIndexChanged), this, onEdit);
-  connect(m_optimizer, qOverload<int>(&QComboBox::currentIndexChanged), this, onEdit);
-  for (QSpinBox* s : {m_ranks, m_batch, m_steps}) connect(s, qOverload<int>(&QSpinBox::valueChanged), this, onEdit);
-  for (QDoubleSpinBox* s : {m_lr, m_momentum})
-    connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), this, onEdit);
+  sideLayout->addWidget(m_status);
+  m_editor = new ProfileEditor(side);
+  auto* scroll = new QScrollArea(side);
+  scroll->setWidget(m_editor);
+  scroll->setWidgetResizable(true);
+  sideLayout->addWidget(scroll, 1);
+  dock->setWidget(side);
+  dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable);
+  addDockWidget(Qt::LeftDockWidgetArea, dock);
   connect(m_start, &QPushButton::clicked, this, &MainWindow::startRun);
   connect(m_stop, &QPushButton::clicked, this, &MainWindow::stopRun);
+
+  // Center: live view and run history.
+  auto* tabs = new QTabWidget(this);
+  auto* live = new QSplitter(Qt::Vertical, tabs);
+  auto* charts = new QWidget(live);
+  auto* grid = new QGridLayout(charts);
+  auto* lossBox = new QWidget(charts);
+  auto* lossLayout = new QVBoxLayout(lossBox);
+  lossLayout->setContentsMargins(0, 0, 0, 0);
+  auto* controls = new QHBoxLayout;
+  controls->addWidget(new QLabel(tr("Smoothing"), lossBox));
+  m_smoothing = new QSlider(Qt::Horizontal, lossBox);
+  m_smoothing->setObjectName("smoothing");
+  m_smoothing->setRange(0, 99);
+  m_smoothing->setToolTip(tr("Exponential moving average weight (bias-corrected); the raw series stays faint behind"));
+  controls->addWidget(m_smoothing, 1);
+  m_logX = new QCheckBox(tr("log x"), lossBox);
+  m_logX->setObjectName("logX");
+  m_logY = new QCheckBox(tr("log y"), lossBox);
+  m_logY->setObjectName("logY");
+  controls->addWidget(m_logX);
+  controls->addWidget(m_logY);
+  lossLayout->addLayout(controls);
+  m_loss = new MetricChart(tr("loss"), lossBox);
+  m_loss->setObjectName("lossChart");
+  lossLayout->addWidget(m_loss, 1);
+  m_throughput = new MetricChart(tr("samples/s"), charts);
+  m_throughput->setObjectName("throughputChart");
+  m_split = new StepSplitChart(charts);
+  m_split->setObjectName("splitChart");
+  grid->addWidget(lossBox, 0, 0, 2, 1);
+  grid->addWidget(m_throughput, 0, 1);
+  grid->addWidget(m_split, 1, 1);
+  grid->setColumnStretch(0, 3);
+  grid->setColumnStretch(1, 2);
+  connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
+    m_loss->setSmoothing(v / 100.0);
+    m_loss->refresh();
+  });
+  connect(m_logX, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogX(on); });
+  connect(m_logY, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogY(on); });
+
+  auto* bottom = new QSplitter(Qt::Horizontal, live);
+  m_ranks = new QTableWidget(0, kColumns, bottom);
+  m_ranks->setObjectName("rankTable");
+  m_ranks->setHorizontalHeaderLabels(
+      {tr("rank"), tr("status"), tr("step"), tr("loss"), tr("samples/s"), tr("last message"), tr("exit")});
+  m_ranks->setSelectionBehavior(QAbstractItemView::SelectRows);
+  m_ranks->setSelectionMode(QAbstractItemView::SingleSelection);
+  m_ranks->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  m_ranks->verticalHeader()->setVisible(false);
+  m_ranks->horizontalHeader()->setStretchLastSection(true);
+  connect(m_ranks, &QTableWidget::itemSelectionChanged, this, [this] {
+    auto rows = m_ranks->selectionModel()->selectedRows();
+    const int rank = rows.isEmpty() ? -1 : rows.front().row();
+    m_loss->setHighlighted(rank);
+    m_throughput->setHighlighted(rank);
+  });
+  auto* logBox = new QWidget(bottom);
+  auto* logLayout = new QVBoxLayout(logBox);
+  logLayout->setContentsMargins(0, 0, 0, 0);
+  auto* filters = new QHBoxLayout;
+  m_logRank = new QComboBox(logBox);
+  m_logRank->setObjectName("logRank");
+  m_logLevel = new QComboBox(logBox);
+  m_logLevel->setObjectName("logLevel");
+  m_logLevel->addItem(tr("all lines"), 0);
+  m_logLevel->addItem(tr("warnings and errors"), 1);
+  m_logLevel->addItem(tr("errors"), 2);
+  filters->addWidget(new QLabel(tr("Log:"), logBox));
+  filters->addWidget(m_logRank);
+  filters->addWidget(m_logLevel);
+  filters->addStretch(1);
+  logLayout->addLayout(filters);
+  m_log = new QPlainTextEdit(logBox);
+  m_log->setObjectName("log");
+  m_log->setReadOnly(true);
+  m_log->setMaximumBlockCount(static_cast<int>(kMaxLogLines));
+  logLayout->addWidget(m_log);
+  connect(m_logRank, qOverload<int>(&QComboBox::currentIndexChanged), this, &MainWindow::refilterLog);
+  connect(m_logLevel, qOverload<int>(&QComboBox::currentIndexChanged), this, &MainWindow::refilterLog);
+  live->addWidget(charts);
+  live->addWidget(bottom);
+  live->setStretchFactor(0, 3);
+  live->setStretchFactor(1, 1);
+  tabs->addTab(live, tr("&Live"));
+  m_history = new RunHistory(tabs);
+  m_history->setObjectName("history");
+  tabs->addTab(m_history, tr("&Runs"));
+  connect(m_history, &RunHistory::openProfileRequested, this, [this](const QString& json) {
+    try {
+      setProfile(core::parseProfile(json.toStdString(), "run profile"));
+      m_path.clear();
+      updateTitle();
+    } catch (const Error& e) {
+      QMessageBox::warning(this, tr("Cannot open the run's profile"), QString::fromStdString(e.what()));
+    }
+  });
+  setCentralWidget(tabs);
+  statusBar();
+  resize(1400, 900);
 }
 
 void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
+  file->addAction(tr("&New Profile"), QKeySequence::New, this, &MainWindow::newProfile);
   file->addAction(tr("&Open Profile…"), QKeySequence::Open, this, [this] {
     QString path = QFileDialog::getOpenFileName(this, tr("Open profile"), QFileInfo(m_path).absolutePath(),
                                                 tr("ptw profiles (*.json);;All files (*)"));
     QString error;
     if (!path.isEmpty() && !openProfile(path, &error)) QMessageBox::warning(this, tr("Cannot open profile"), error);
   });
+  m_recentMenu = file->addMenu(tr("Open &Recent"));
+  updateRecentMenu();
   auto saveAs = [this] {
     QString path = QFileDialog::getSaveFileName(this, tr("Save profile"), m_path, tr("ptw profiles (*.json)"));
     QString error;
@@ -158,59 +239,132 @@ void MainWindow::buildMenus() {
   });
   file->addAction(tr("Save Profile &As…"), QKeySequence::SaveAs, this, saveAs);
   file->addSeparator();
+  file->addAction(tr("Export Loss Chart as &PNG…"), QKeySequence(Qt::CTRL | Qt::Key_E), this, [this] {
+    QString path = QFileDialog::getSaveFileName(this, tr("Export chart"), QString(), tr("PNG images (*.png)"));
+    if (!path.isEmpty() && !m_loss->plot()->savePng(path, 0, 0, 2.0))
+      QMessageBox::warning(this, tr("Cannot export"), tr("Could not write %1").arg(path));
+  });
+  file->addAction(tr("Export Run as &CSV…"), this, [this] {
+    auto ids = m_history->selectedRuns();
+    const qint64 id = !ids.empty() ? ids.front() : m_controller->runId();
+    if (id <= 0) {
+      QMessageBox::information(this, tr("Export run"), tr("Select a run in the Runs tab, or start one."));
+      return;
+    }
+    QString path = QFileDialog::getSaveFileName(this, tr("Export run %1").arg(id), QStringLiteral("run%1.csv").arg(id),
+                                                tr("CSV files (*.csv)"));
+    if (path.isEmpty()) return;
+    try {
+      core::RunStore store(m_runsDir.isEmpty() ? core::defaultRunsDirectory() : m_runsDir.toStdString());
+      store.exportCsv(id, path.toStdString());
+      statusBar()->showMessage(tr("Exported run %1 to %2").arg(id).arg(path), 5000);
+    } catch (const Error& e) {
+      QMessageBox::warning(this, tr("Cannot export"), QString::fromStdString(e.what()));
+    }
+  });
+  file->addSeparator();
   file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
   QMenu* run = menuBar()->addMenu(tr("&Run"));
   run->addAction(tr("&Start"), QKeySequence(Qt::Key_F5), this, &MainWindow::startRun);
   run->addAction(tr("S&top"), QKeySequence(Qt::SHIFT | Qt::Key_F5), this, &MainWindow::stopRun);
+  run->addAction(tr("&Check Workload"), QKeySequence(Qt::CTRL | Qt::Key_K), m_editor, &ProfileEditor::runPreflight);
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  view->addAction(tr("&Fit Charts"), QKeySequence(Qt::CTRL | Qt::Key_0), this, [this] {
+    m_loss->fit();
+    m_throughput->fit();
+  });
 }
+
+core::Profile MainWindow::profile() const { return m_editor->profile(); }
 
 void MainWindow::setProfile(const core::Profile& profile) {
-  m_profile = profile;
-  profileToFields();
+  m_editor->setProfile(profile);
   revalidate();
+  updateTitle();
 }
 
-void MainWindow::profileToFields() {
-  m_updatingFields = true;
-  QString strategyKey = QString::fromStdString(m_profile.strategy.kind);
-  if (m_profile.strategy.kind == "pool") strategyKey += "/" + QString::fromStdString(m_profile.strategy.poolMode);
-  m_strategy->setCurrentIndex(std::max(0, m_strategy->findData(strategyKey)));
-  m_ranks->setValue(m_profile.strategy.ranks);
-  m_optimizer->setCurrentIndex(std::max(0, m_optimizer->findData(QString::fromStdString(m_profile.hyper.optimizer))));
-  m_lr->setValue(m_profile.hyper.lr);
-  m_momentum->setValue(m_profile.hyper.momentum);
-  m_batch->setValue(static_cast<int>(m_profile.hyper.batchSize));
-  m_steps->setValue(static_cast<int>(m_profile.hyper.maxSteps));
-  m_updatingFields = false;
+void MainWindow::newProfile() {
+  if (m_confirm && profile() != m_savedProfile &&
+      QMessageBox::question(this, tr("Discard changes?"), tr("The profile has unsaved changes. Discard them?")) !=
+          QMessageBox::Yes)
+    return;
+  m_path.clear();
+  setProfile(core::defaultProfile());
+  m_savedProfile = profile();
+  updateTitle();
 }
 
-void MainWindow::fieldsToProfile() {
-  const QStringList strategyKey = m_strategy->currentData().toString().split('/');
-  m_profile.strategy.kind = strategyKey.front().toStdString();
-  if (strategyKey.size() > 1) m_profile.strategy.poolMode = strategyKey.back().toStdString();
-  m_profile.strategy.ranks = m_ranks->value();
-  m_profile.hyper.optimizer = m_optimizer->currentData().toString().toStdString();
-  m_profile.hyper.lr = m_lr->value();
-  m_profile.hyper.momentum = m_momentum->value();
-  m_profile.hyper.batchSize = m_batch->value();
-  m_profile.hyper.maxSteps = m_steps->value();
+void MainWindow::setRunsDirectory(const QString& dir) {
+  m_runsDir = dir;
+  m_history->setRunsDirectory(dir.isEmpty() ? QString::fromStdString(core::defaultRunsDirectory()) : dir);
+  // Zoomed into the past of a live run: real points come back from the store.
+  auto provider = [this](const char* column) {
+    return [this, column](int series, double x0, double x1) -> std::vector<std::pair<double, double>> {
+      if (m_controller->runId() <= 0 || series >= m_reportingRanks) return {};
+      try {
+        core::RunStore store(m_runsDir.isEmpty() ? core::defaultRunsDirectory() : m_runsDir.toStdString());
+        return store.series(m_controller->runId(), series, column, x0, x1);
+      } catch (const Error&) {
+        return {};
+      }
+    };
+  };
+  m_loss->setDetailProvider(provider("loss"));
+  m_throughput->setDetailProvider(provider("samples_per_s"));
 }
 
 void MainWindow::revalidate() {
-  auto errors = core::validate(m_profile);
+  const auto& errors = m_editor->errors();
   m_blockingReason.clear();
   for (const auto& e : errors)
     m_blockingReason += (m_blockingReason.isEmpty() ? "" : "\n") + QString::fromStdString(e.text());
-  bool running = m_controller->isRunning();
+  const bool running = m_controller->isRunning();
   m_start->setEnabled(errors.empty() && !running);
   m_start->setToolTip(m_blockingReason.isEmpty() ? tr("Start the run (F5)") : m_blockingReason);
   if (!running) m_status->setText(m_blockingReason);
 }
 
+void MainWindow::updateTitle() {
+  const QString name = m_path.isEmpty() ? tr("untitled") : QFileInfo(m_path).fileName();
+  setWindowTitle(QStringLiteral("%1[*] — ptw").arg(name));
+  setWindowModified(profile() != m_savedProfile);
+}
+
+void MainWindow::markSaved(const QString& path) {
+  m_path = path;
+  m_savedProfile = profile();
+  addRecent(path);
+  updateTitle();
+}
+
+QStringList MainWindow::recentFiles() const { return QSettings().value("recentFiles").toStringList(); }
+
+void MainWindow::addRecent(const QString& path) {
+  QStringList recent = recentFiles();
+  const QString abs = QFileInfo(path).absoluteFilePath();
+  recent.removeAll(abs);
+  recent.prepend(abs);
+  while (recent.size() > 10) recent.removeLast();
+  QSettings().setValue("recentFiles", recent);
+  updateRecentMenu();
+}
+
+void MainWindow::updateRecentMenu() {
+  m_recentMenu->clear();
+  const QStringList recent = recentFiles();
+  for (const QString& path : recent) {
+    m_recentMenu->addAction(path, this, [this, path] {
+      QString error;
+      if (!openProfile(path, &error)) QMessageBox::warning(this, tr("Cannot open profile"), error);
+    });
+  }
+  m_recentMenu->setEnabled(!recent.isEmpty());
+}
+
 bool MainWindow::openProfile(const QString& path, QString* error) {
   try {
     setProfile(core::loadProfile(path.toStdString()));
-    m_path = path;
+    markSaved(path);
     statusBar()->showMessage(tr("Opened %1").arg(path), 5000);
     return true;
   } catch (const Error& e) {
@@ -220,9 +374,13 @@ bool MainWindow::openProfile(const QString& path, QString* error) {
 }
 
 bool MainWindow::saveProfile(const QString& path, QString* error) {
+  if (!m_editor->errors().empty()) {
+    if (error) *error = tr("The profile has invalid fields:\n%1").arg(m_blockingReason);
+    return false;
+  }
   try {
-    core::saveProfile(m_profile, path.toStdString());
-    m_path = path;
+    core::saveProfile(profile(), path.toStdString());
+    markSaved(path);
     statusBar()->showMessage(tr("Saved %1").arg(path), 5000);
     return true;
   } catch (const Error& e) {
@@ -231,35 +389,152 @@ bool MainWindow::saveProfile(const QString& path, QString* error) {
   }
 }
 
+void MainWindow::resetLive(int ranks) {
+  m_reportingRanks = ranks;
+  m_loss->clear();
+  m_throughput->clear();
+  const bool pool = profile().strategy.kind == "pool";
+  for (int r = 0; r < ranks; ++r) {
+    const QString name = pool ? (r == 0 ? tr("coordinator") : tr("worker %1").arg(r)) : tr("rank %1").arg(r);
+    m_loss->addSeries(name, rankColor(r));
+    m_throughput->addSeries(name, rankColor(r));
+  }
+  m_meanSeries = ranks > 1 && !pool ? m_loss->addSeries(tr("mean"), Qt::black) : -1;
+  m_valSeries = m_loss->addSeries(tr("validation"), Qt::black, true);
+  m_totalSeries = ranks > 1 && !pool ? m_throughput->addSeries(tr("total"), Qt::black) : -1;
+  m_loss->setSmoothing(m_smoothing->value() / 100.0);
+  m_split->reset(ranks);
+  m_stepLoss.clear();
+  m_lastThroughput.assign(static_cast<std::size_t>(ranks), 0.0);
+  m_lastMessage.assign(static_cast<std::size_t>(ranks), QString());
+  m_rankStatus.assign(static_cast<std::size_t>(ranks), tr("starting"));
+  m_ranks->setRowCount(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    for (int c = 0; c < kColumns; ++c) m_ranks->setItem(r, c, new QTableWidgetItem);
+    setRankCell(r, kRank, QString::number(r));
+    setRankCell(r, kStatus, m_rankStatus[static_cast<std::size_t>(r)]);
+  }
+  m_logLines.clear();
+  m_log->clear();
+  m_logRank->blockSignals(true);
+  m_logRank->clear();
+  m_logRank->addItem(tr("all ranks"), -2);
+  m_logRank->addItem(tr("ptw"), -1);
+  for (int r = 0; r < ranks; ++r) m_logRank->addItem(tr("rank %1").arg(r), r);
+  m_logRank->blockSignals(false);
+}
+
+void MainWindow::setRankCell(int rank, int column, const QString& text) {
+  if (rank < 0 || rank >= m_ranks->rowCount()) return;
+  if (auto* item = m_ranks->item(rank, column)) item->setText(text);
+}
+
 void MainWindow::startRun() {
   if (m_controller->isRunning() || !m_blockingReason.isEmpty()) return;
+  const core::Profile p = profile();
   QString error;
-  if (!m_controller->start(m_profile, m_runsDir, &error)) {
+  if (!m_controller->start(p, m_runsDir, &error)) {
     m_status->setText(tr("Cannot start: %1").arg(error));
     return;
   }
   m_lastStatus = QStringLiteral("running");
-  m_chart->reset(core::reportingRanks(m_profile));
-  m_log->clear();
-  m_log->appendPlainText(tr("Run folder: %1").arg(m_controller->runDirectory()));
+  resetLive(core::reportingRanks(p));
+  appendLog(-1, tr("run %1 in %2").arg(m_controller->runId()).arg(m_controller->runDirectory()));
   m_start->setEnabled(false);
   m_stop->setEnabled(true);
-  m_status->setText(tr("Starting %1 rank(s)…").arg(m_profile.strategy.ranks));
+  m_status->setText(tr("Starting %1 process(es)…").arg(core::processCount(p)));
   m_drainTimer->start();
+  m_history->reload();
 }
 
 void MainWindow::stopRun() {
   if (!m_controller->isRunning()) return;
-  m_status->setText(tr("Stopping…"));
+  m_status->setText(tr("Stopping: ranks finish their step and checkpoint…"));
   m_controller->stop();
 }
 
 void MainWindow::drainRun() {
-  auto records = m_controller->takeRecords();
-  if (!records.empty()) m_chart->addRecords(records);
-  for (const auto& [rank, line] : m_controller->takeLogs())
-    m_log->appendPlainText(QStringLiteral("[%1] %2").arg(rank).arg(QString::fromStdString(line)));
-  m_chart->refresh();
+  auto batch = m_controller->take();
+  std::size_t nextRestart = 0;
+  const int ranks = m_reportingRanks;
+  for (std::size_t i = 0; i <= batch.records.size(); ++i) {
+    while (nextRestart < batch.restarts.size() && batch.restarts[nextRestart].first == i) {
+      const double step = static_cast<double>(batch.restarts[nextRestart].second);
+      m_loss->truncateAfter(step);
+      m_throughput->truncateAfter(step);
+      m_stepLoss.clear();
+      ++nextRestart;
+    }
+    if (i == batch.records.size()) break;
+    const core::Record& rec = batch.records[i];
+    const auto& s = rec.step;
+    if (rec.kind == core::Record::Kind::Validation) {
+      m_loss->append(m_valSeries, static_cast<double>(s.step), rec.valLoss);
+      continue;
+    }
+    if (rec.kind != core::Record::Kind::Step || s.rank < 0 || s.rank >= ranks) continue;
+    const double x = static_cast<double>(s.step);
+    m_loss->append(s.rank, x, s.loss);
+    m_throughput->append(s.rank, x, s.samplesPerS);
+    m_split->add(s);
+    m_lastThroughput[static_cast<std::size_t>(s.rank)] = s.samplesPerS;
+    if (m_meanSeries >= 0) {
+      auto& acc = m_stepLoss[s.step];
+      acc.first += s.loss;
+      if (++acc.second == ranks) {
+        m_loss->append(m_meanSeries, x, acc.first / ranks);
+        m_stepLoss.erase(m_stepLoss.begin(), std::next(m_stepLoss.find(s.step)));
+      }
+    }
+    if (m_totalSeries >= 0 && s.rank == 0) {
+      double total = 0;
+      for (double t : m_lastThroughput) total += t;
+      m_throughput->append(m_totalSeries, x, total);
+    }
+    if (m_rankStatus[static_cast<std::size_t>(s.rank)] == tr("starting")) {
+      m_rankStatus[static_cast<std::size_t>(s.rank)] = tr("running");
+      setRankCell(s.rank, kStatus, tr("running"));
+    }
+  }
+  // The table shows each rank's latest record.
+  for (int r = 0; r < ranks; ++r) {
+    const auto row = static_cast<std::size_t>(r);
+    if (m_loss->pointCount(r) == 0) continue;
+    setRankCell(r, kThroughput, QString::number(m_lastThroughput[row], 'f', 0));
+  }
+  for (auto it = batch.records.rbegin(); it != batch.records.rend(); ++it) {
+    if (it->kind != core::Record::Kind::Step || it->step.rank < 0 || it->step.rank >= ranks) continue;
+    auto* stepItem = m_ranks->item(it->step.rank, kStep);
+    if (stepItem && stepItem->text().toLongLong() >= it->step.step) continue;
+    setRankCell(it->step.rank, kStep, QString::number(it->step.step));
+    setRankCell(it->step.rank, kLoss, QString::number(it->step.loss, 'g', 6));
+  }
+  for (const auto& [rank, line] : batch.logs) appendLog(rank, QString::fromStdString(line));
+  m_loss->refresh();
+  m_throughput->refresh();
+  m_split->refresh();
+}
+
+void MainWindow::appendLog(int rank, const QString& line) {
+  m_logLines.push_back({rank, line});
+  if (m_logLines.size() > kMaxLogLines) m_logLines.pop_front();
+  if (rank >= 0 && rank < static_cast<int>(m_lastMessage.size())) {
+    m_lastMessage[static_cast<std::size_t>(rank)] = line;
+    setRankCell(rank, kMessage, line);
+  }
+  const int wantRank = m_logRank->currentData().isValid() ? m_logRank->currentData().toInt() : -2;
+  const int level = m_logLevel->currentData().toInt();
+  const bool isError = line.contains("error", Qt::CaseInsensitive) || line.contains("failed");
+  const bool isWarning = isError || line.contains("warn", Qt::CaseInsensitive);
+  if ((wantRank == -2 || wantRank == rank) && (level == 0 || (level == 1 && isWarning) || (level == 2 && isError)))
+    m_log->appendPlainText(rank < 0 ? line : QStringLiteral("[%1] %2").arg(rank).arg(line));
+}
+
+void MainWindow::refilterLog() {
+  std::deque<LogLine> lines;
+  lines.swap(m_logLines);
+  m_log->clear();
+  for (const auto& l : lines) appendLog(l.rank, l.text);
 }
 
 void MainWindow::onFinished(const QString& status, const QString& message, int failedRank,
@@ -270,21 +545,55 @@ void MainWindow::onFinished(const QString& status, const QString& message, int f
   m_stop->setEnabled(false);
   revalidate();
   m_status->setText(tr("Run %1: %2").arg(status, message));
-  if (failedRank >= 0) {
-    m_log->appendPlainText(tr("rank %1 failed: %2").arg(failedRank).arg(message));
-    for (const QString& l : lastLines) m_log->appendPlainText(QStringLiteral("  | ") + l);
+  for (int r = 0; r < m_reportingRanks; ++r) {
+    auto& st = m_rankStatus[static_cast<std::size_t>(r)];
+    if (st != tr("failed")) st = status == "finished" ? tr("finished") : status == "stopped" ? tr("stopped") : st;
+    setRankCell(r, kStatus, st);
   }
+  if (failedRank >= 0 && failedRank < m_reportingRanks) {
+    m_rankStatus[static_cast<std::size_t>(failedRank)] = tr("failed");
+    setRankCell(failedRank, kStatus, tr("failed"));
+    setRankCell(failedRank, kMessage, message);
+    for (int c = 0; c < kColumns; ++c)
+      if (auto* item = m_ranks->item(failedRank, c)) item->setForeground(QColor(176, 0, 32));
+    appendLog(-1, tr("rank %1 failed: %2").arg(failedRank).arg(message));
+    for (const QString& l : lastLines) appendLog(-1, QStringLiteral("  | ") + l);
+  } else if (status == "failed") {
+    appendLog(-1, tr("run failed: %1").arg(message));
+  }
+  m_history->reload();
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
+  if (m_confirm && profile() != m_savedProfile) {
+    auto answer = QMessageBox::question(this, tr("Unsaved profile"), tr("Save the changes to the profile?"),
+                                        QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel);
+    if (answer == QMessageBox::Cancel) {
+      event->ignore();
+      return;
+    }
+    if (answer == QMessageBox::Save) {
+      QString path = m_path.isEmpty() ? QFileDialog::getSaveFileName(this, tr("Save profile"), QString(),
+                                                                      tr("ptw profiles (*.json)"))
+                                      : m_path;
+      QString error;
+      if (path.isEmpty() || !saveProfile(path, &error)) {
+        event->ignore();
+        return;
+      }
+    }
+  }
   if (m_controller->isRunning()) {
-    auto answer = QMessageBox::question(this, tr("Run in progress"), tr("A run is in progress. Stop it and quit?"));
-    if (answer != QMessageBox::Yes) {
+    if (m_confirm && QMessageBox::question(this, tr("Run in progress"), tr("A run is in progress. Stop it and quit?")) !=
+                         QMessageBox::Yes) {
       event->ignore();
       return;
     }
     m_controller->stop();
   }
+  QSettings settings;
+  settings.setValue("window/geometry", saveGeometry());
+  settings.setValue("window/state", saveState());
   event->accept();
 }
 

@@ -1,47 +1,67 @@
-// MainWindow: configure a profile, start and stop a run, watch per-rank loss live.
+// MainWindow: configure a profile, start and stop a run, watch every rank live (loss,
+// throughput, step-time split, rank table, logs), and compare past runs.
 #pragma once
 
 #include <QMainWindow>
 #include <QString>
 
+#include <deque>
+#include <map>
+#include <vector>
+
 #include "common/profile.h"
 
+class QCheckBox;
 class QComboBox;
-class QDoubleSpinBox;
 class QLabel;
+class QMenu;
 class QPlainTextEdit;
 class QPushButton;
-class QSpinBox;
+class QSlider;
+class QTableWidget;
 class QTimer;
 
 namespace ptw::ui {
 
-class LossChart;
+class MetricChart;
+class ProfileEditor;
 class RunController;
+class RunHistory;
+class StepSplitChart;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
  public:
   explicit MainWindow(QWidget* parent = nullptr);
+  ~MainWindow() override;
 
-  /// The profile the fields describe now.
-  core::Profile profile() const { return m_profile; }
+  /// The profile the editor describes now.
+  core::Profile profile() const;
   void setProfile(const core::Profile& profile);
 
-  /// Loads a profile file into the fields; on failure nothing changes and `error` says why.
+  /// Loads a profile file into the editor; on failure nothing changes and `error` says why.
   bool openProfile(const QString& path, QString* error = nullptr);
   bool saveProfile(const QString& path, QString* error = nullptr);
-  void setRunsDirectory(const QString& dir) { m_runsDir = dir; }
+  void setRunsDirectory(const QString& dir);
+  /// Dialogs on close (unsaved changes, active run); off in tests.
+  void setConfirmations(bool on) { m_confirm = on; }
 
   /// Why Start is disabled, or empty when the profile can run.
   QString blockingReason() const { return m_blockingReason; }
   RunController* controller() const { return m_controller; }
-  LossChart* lossChart() const { return m_chart; }
+  ProfileEditor* editor() const { return m_editor; }
+  MetricChart* lossChart() const { return m_loss; }
+  MetricChart* throughputChart() const { return m_throughput; }
+  StepSplitChart* splitChart() const { return m_split; }
+  QTableWidget* rankTable() const { return m_ranks; }
+  RunHistory* history() const { return m_history; }
   QString lastStatus() const { return m_lastStatus; }
+  QStringList recentFiles() const;
 
  public slots:
   void startRun();
   void stopRun();
+  void newProfile();
 
  protected:
   void closeEvent(QCloseEvent* event) override;
@@ -49,33 +69,58 @@ class MainWindow : public QMainWindow {
  private:
   void buildUi();
   void buildMenus();
-  void fieldsToProfile();
-  void profileToFields();
   void revalidate();
   void drainRun();
+  void resetLive(int ranks);
+  void setRankCell(int rank, int column, const QString& text);
+  void appendLog(int rank, const QString& line);
+  void refilterLog();
   void onFinished(const QString& status, const QString& message, int failedRank, const QStringList& lastLines);
+  void markSaved(const QString& path);
+  void addRecent(const QString& path);
+  void updateRecentMenu();
+  void updateTitle();
 
-  core::Profile m_profile;
   QString m_path;
   QString m_runsDir;
   QString m_blockingReason;
   QString m_lastStatus;
-  bool m_updatingFields = false;
+  core::Profile m_savedProfile;
+  bool m_confirm = true;
 
-  QComboBox* m_strategy = nullptr;
-  QSpinBox* m_ranks = nullptr;
-  QComboBox* m_optimizer = nullptr;
-  QDoubleSpinBox* m_lr = nullptr;
-  QDoubleSpinBox* m_momentum = nullptr;
-  QSpinBox* m_batch = nullptr;
-  QSpinBox* m_steps = nullptr;
+  ProfileEditor* m_editor = nullptr;
   QPushButton* m_start = nullptr;
   QPushButton* m_stop = nullptr;
   QLabel* m_status = nullptr;
+  MetricChart* m_loss = nullptr;
+  MetricChart* m_throughput = nullptr;
+  StepSplitChart* m_split = nullptr;
+  QSlider* m_smoothing = nullptr;
+  QCheckBox* m_logX = nullptr;
+  QCheckBox* m_logY = nullptr;
+  QTableWidget* m_ranks = nullptr;
   QPlainTextEdit* m_log = nullptr;
-  LossChart* m_chart = nullptr;
+  QComboBox* m_logRank = nullptr;
+  QComboBox* m_logLevel = nullptr;
+  RunHistory* m_history = nullptr;
+  QMenu* m_recentMenu = nullptr;
   RunController* m_controller = nullptr;
   QTimer* m_drainTimer = nullptr;
+
+  // Live run state.
+  struct LogLine {
+    int rank;
+    QString text;
+  };
+  std::deque<LogLine> m_logLines;
+  int m_reportingRanks = 0;
+  int m_valSeries = -1;
+  int m_meanSeries = -1;
+  int m_totalSeries = -1;
+  std::map<std::int64_t, std::pair<double, int>> m_stepLoss;  ///< step -> (sum, ranks) for the mean
+  std::vector<double> m_lastThroughput;
+  std::vector<QString> m_lastMessage;
+  std::vector<QString> m_rankStatus;
 };
 
 }  // namespace ptw::ui

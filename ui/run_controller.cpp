@@ -3,8 +3,12 @@
 #include <QMetaObject>
 #include <QStringList>
 
+#include <cmath>
+
 #include "common/error.h"
 #include "launch/run_directory.h"
+#include "launch/run_store.h"
+#include "launch/supervisor.h"
 
 namespace ptw::ui {
 
@@ -16,11 +20,16 @@ class RunController::Observer : public core::LaunchObserver {
   }
   void onRecords(const std::vector<core::Record>& batch) override {
     std::lock_guard<std::mutex> lock(m_c->m_mutex);
-    m_c->m_records.insert(m_c->m_records.end(), batch.begin(), batch.end());
+    auto& r = m_c->m_pending.records;
+    r.insert(r.end(), batch.begin(), batch.end());
   }
   void onLog(int rank, const std::string& line) override {
     std::lock_guard<std::mutex> lock(m_c->m_mutex);
-    m_c->m_logs.emplace_back(rank, line);
+    m_c->m_pending.logs.emplace_back(rank, line);
+  }
+  void onRestart(int, std::int64_t step) override {
+    std::lock_guard<std::mutex> lock(m_c->m_mutex);
+    m_c->m_pending.restarts.emplace_back(m_c->m_pending.records.size(), step);
   }
   void onRankExit(const core::RankExit& e) override {
     QString how = QString::fromStdString(e.describe());
@@ -37,7 +46,7 @@ class RunController::Observer : public core::LaunchObserver {
 RunController::RunController(QObject* parent) : QObject(parent), m_observer(std::make_unique<Observer>(this)) {}
 
 RunController::~RunController() {
-  if (m_launcher) m_launcher->requestStop();
+  if (m_supervisor) m_supervisor->requestStop();
   if (m_thread.joinable()) m_thread.join();
 }
 
@@ -47,30 +56,32 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
     return false;
   }
   if (m_thread.joinable()) m_thread.join();
+  const std::string dirOfRuns = runsDir.isEmpty() ? core::defaultRunsDirectory() : runsDir.toStdString();
   std::string dir;
   try {
-    dir = core::createRunDirectory(runsDir.isEmpty() ? core::defaultRunsDirectory() : runsDir.toStdString(), profile);
+    if (profile.run.port != 0) core::Launcher::checkPortFree(profile.run.port);
+    dir = core::createRunDirectory(dirOfRuns, profile);
+    m_store = std::make_unique<core::RunStore>(dirOfRuns);
+    m_runId = m_store->beginRun(dir, profile);
   } catch (const Error& e) {
     if (error) *error = QString::fromStdString(e.what());
     return false;
   }
   m_runDir = QString::fromStdString(dir);
-  core::LaunchOptions lo(core::Launcher::defaultWorkerPath(), dir + "/profile.json", core::processCount(profile));
-  lo.setOutDir(dir).setPort(profile.run.port).setStallTimeoutS(profile.run.timeoutS);
-  m_launcher = std::make_unique<core::Launcher>(lo);
+  m_supervisor = std::make_unique<core::Supervisor>(
+      core::SupervisorOptions(profile, dir, core::Launcher::defaultWorkerPath()).setStore(m_store.get(), m_runId));
   {
     std::lock_guard<std::mutex> lock(m_mutex);
-    m_records.clear();
-    m_logs.clear();
+    m_pending = Batch{};
   }
   m_running = true;
-  // The launcher thread lives until every worker is reaped (Note [Worker lifetime]).
+  // The supervisor's thread lives until every worker is reaped (Note [Worker lifetime]).
   m_thread = std::thread([this] {
     QString status, message;
     int failedRank = -1;
     QStringList lastLines;
     try {
-      core::RunReport r = m_launcher->run(*m_observer);
+      core::RunReport r = m_supervisor->run(*m_observer);
       status = core::statusName(r.status);
       message = QString::fromStdString(r.message);
       failedRank = r.failedRank;
@@ -78,6 +89,11 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
     } catch (const std::exception& e) {
       status = QStringLiteral("failed");
       message = QString::fromStdString(e.what());
+    }
+    try {
+      m_store->endRun(m_runId, status.toStdString(), message.toStdString(), std::nan(""), std::nan(""),
+                      m_supervisor->attempts());
+    } catch (const std::exception&) {
     }
     QMetaObject::invokeMethod(
         this,
@@ -91,20 +107,13 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
 }
 
 void RunController::stop() {
-  if (m_launcher && m_running) m_launcher->requestStop();
+  if (m_supervisor && m_running) m_supervisor->requestStop();
 }
 
-std::vector<core::Record> RunController::takeRecords() {
+RunController::Batch RunController::take() {
   std::lock_guard<std::mutex> lock(m_mutex);
-  std::vector<core::Record> out;
-  out.swap(m_records);
-  return out;
-}
-
-std::vector<std::pair<int, std::string>> RunController::takeLogs() {
-  std::lock_guard<std::mutex> lock(m_mutex);
-  std::vector<std::pair<int, std::string>> out;
-  out.swap(m_logs);
+  Batch out;
+  std::swap(out, m_pending);
   return out;
 }
 

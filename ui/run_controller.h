@@ -1,11 +1,13 @@
-// RunController: runs the launcher off the GUI thread and hands its records to the
-// window in batches. The launcher's thread fills a mutex-guarded buffer; the window
-// drains it from a timer, so the GUI never sees one signal per record.
+// RunController: runs the supervisor off the GUI thread and hands what it hears to the
+// window in batches. The supervisor's thread fills a mutex-guarded buffer; the window
+// drains it from a timer, so the GUI never sees one signal per record. The records also
+// go to the run store (Supervisor), where the history reads them back.
 #pragma once
 
 #include <QObject>
 #include <QString>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -15,6 +17,11 @@
 #include "common/record.h"
 #include "launch/launcher.h"
 
+namespace ptw::core {
+class RunStore;
+class Supervisor;
+}  // namespace ptw::core
+
 namespace ptw::ui {
 
 class RunController : public QObject {
@@ -23,17 +30,22 @@ class RunController : public QObject {
   explicit RunController(QObject* parent = nullptr);
   ~RunController() override;
 
-  /// Creates the run folder and starts the ranks. Returns false with `error` set when
-  /// nothing could be started; the run is then not running.
+  /// Creates the run folder and its row in the store, and starts the ranks. Returns false
+  /// with `error` set when nothing could be started; the run is then not running.
   bool start(const core::Profile& profile, const QString& runsDir, QString* error);
   void stop();
   bool isRunning() const { return m_running; }
   QString runDirectory() const { return m_runDir; }
+  qint64 runId() const { return m_runId; }
 
-  /// Records received since the last call, in arrival order.
-  std::vector<core::Record> takeRecords();
-  /// Log lines received since the last call, as (rank, line).
-  std::vector<std::pair<int, std::string>> takeLogs();
+  /// What arrived since the last call, in arrival order. A restart at index i means: drop
+  /// what was drawn past `step`, then apply records[i...].
+  struct Batch {
+    std::vector<core::Record> records;
+    std::vector<std::pair<std::size_t, std::int64_t>> restarts;  ///< (index into records, step)
+    std::vector<std::pair<int, std::string>> logs;                ///< (rank, line); rank -1: ptw itself
+  };
+  Batch take();
 
  signals:
   void started(int port);
@@ -43,14 +55,15 @@ class RunController : public QObject {
 
  private:
   class Observer;
-  std::unique_ptr<core::Launcher> m_launcher;
+  std::unique_ptr<core::RunStore> m_store;
+  std::unique_ptr<core::Supervisor> m_supervisor;
   std::unique_ptr<Observer> m_observer;
   std::thread m_thread;
   std::mutex m_mutex;
-  std::vector<core::Record> m_records;
-  std::vector<std::pair<int, std::string>> m_logs;
+  Batch m_pending;
   bool m_running = false;
   QString m_runDir;
+  qint64 m_runId = 0;
 };
 
 }  // namespace ptw::ui

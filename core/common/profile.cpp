@@ -386,6 +386,17 @@ Profile parseProfileFields(const std::string& text, std::vector<FieldError>& err
   return fromJsonCollecting(root, errors);
 }
 
+std::vector<std::pair<std::string, std::string>> profileFields(const Profile& profile) {
+  Profile p = profile;
+  std::vector<std::pair<std::string, std::string>> out{{"name", Json(p.name).dump()}};
+  visitSections(p, [&](const char* sectionName, auto& section) {
+    visit(section, [&](const char* name, auto& field) {
+      out.emplace_back(std::string(sectionName) + "." + name, Json(field).dump());
+    });
+  });
+  return out;
+}
+
 std::vector<std::string> fieldChoices(const std::string& path) {
   static const std::map<std::string, std::vector<std::string>> choices = {
       {"model.kind", {"linear", "mlp", "cnn", "torchscript"}},

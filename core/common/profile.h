@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace ptw::core {
@@ -113,6 +114,10 @@ Profile parseProfile(const std::string& jsonText, const std::string& origin = "p
 /// is taken, and every problem (syntax, type, unknown field, validation) is appended to
 /// `errors` with its field path ("" for the document). Never throws.
 Profile parseProfileFields(const std::string& jsonText, std::vector<FieldError>& errors);
+
+/// Every field of a profile in declaration order, as (path, value as JSON text), e.g.
+/// {"hyper.lr", "0.01"}, {"model.hidden", "[64,64]"}, {"name", "\"seed-ddp\""}.
+std::vector<std::pair<std::string, std::string>> profileFields(const Profile& profile);
 
 /// The choices of an enumerated field ("strategy.kind" -> single, dataparallel, ...);
 /// empty for free fields.

@@ -231,6 +231,20 @@ void RunStore::commitBuffer() {
 void RunStore::endRun(std::int64_t runId, const std::string& status, const std::string& message, double finalLoss,
                       double samplesPerS, int attempts) {
   commitBuffer();
+  if (!std::isfinite(finalLoss) || !std::isfinite(samplesPerS)) {
+    // Not given (the window's runs): from the stored records, last step's mean loss and the
+    // sum over ranks of their mean throughput.
+    Statement q(m_db,
+                "SELECT (SELECT avg(loss) FROM steps WHERE run_id = ?1 AND step = (SELECT max(step) FROM steps "
+                "WHERE run_id = ?1)), (SELECT sum(t) FROM (SELECT avg(samples_per_s) AS t FROM steps WHERE "
+                "run_id = ?1 GROUP BY rank))");
+    sqlite3_bind_int64(q, 1, runId);
+    if (sqlite3_step(q) == SQLITE_ROW) {
+      if (!std::isfinite(finalLoss) && sqlite3_column_type(q, 0) != SQLITE_NULL) finalLoss = sqlite3_column_double(q, 0);
+      if (!std::isfinite(samplesPerS) && sqlite3_column_type(q, 1) != SQLITE_NULL)
+        samplesPerS = sqlite3_column_double(q, 1);
+    }
+  }
   Statement s(m_db,
               "UPDATE runs SET status = ?, ended_at = ?, message = ?, final_loss = ?, samples_per_s = ?, "
               "attempts = ? WHERE id = ?");
@@ -310,6 +324,27 @@ std::int64_t RunStore::stepCount(std::int64_t runId) {
   Statement s(m_db, "SELECT count(*) FROM steps WHERE run_id = ?");
   sqlite3_bind_int64(s, 1, runId);
   return sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+}
+
+std::vector<std::pair<double, double>> RunStore::series(std::int64_t runId, int rank, const std::string& column,
+                                                       double x0, double x1) {
+  PTW_CHECK(column == "loss" || column == "samples_per_s" || column == "step_ms", "run store: no series \"", column,
+            "\"");
+  const std::string sql = "SELECT step, " + column +
+                          " FROM steps WHERE run_id = ?1 AND rank = ?2 AND step BETWEEN ?3 AND ?4 "
+                          "ORDER BY step, attempt";
+  Statement s(m_db, sql.c_str());
+  sqlite3_bind_int64(s, 1, runId);
+  sqlite3_bind_int(s, 2, rank);
+  sqlite3_bind_double(s, 3, std::floor(x0));
+  sqlite3_bind_double(s, 4, std::ceil(x1));
+  std::vector<std::pair<double, double>> out;
+  while (sqlite3_step(s) == SQLITE_ROW) {
+    const double step = sqlite3_column_double(s, 0), v = sqlite3_column_double(s, 1);
+    if (!out.empty() && out.back().first == step) out.back().second = v;  // a later attempt replayed it
+    else out.emplace_back(step, v);
+  }
+  return out;
 }
 
 void RunStore::exportCsv(std::int64_t runId, const std::string& path) {

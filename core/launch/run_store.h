@@ -64,6 +64,10 @@ class RunStore {
   /// Step records of a run, ordered by rank then step (the last attempt's, where attempts overlap).
   std::vector<StepRecord> steps(std::int64_t runId);
   std::int64_t stepCount(std::int64_t runId);
+  /// (step, value) of one rank's `column` (loss | samples_per_s | step_ms) for steps in [x0, x1],
+  /// the latest attempt's where attempts overlap: what a chart reads when zoomed in.
+  std::vector<std::pair<double, double>> series(std::int64_t runId, int rank, const std::string& column, double x0,
+                                                double x1);
   /// Writes every step record of a run as CSV with a header row; atomically.
   void exportCsv(std::int64_t runId, const std::string& path);
 

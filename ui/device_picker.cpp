@@ -1,0 +1,154 @@
+#include "ui/device_picker.h"
+
+#include <QCheckBox>
+#include <QHBoxLayout>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QLabel>
+#include <QProcess>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include <thread>
+
+#include "launch/launcher.h"
+
+namespace ptw::ui {
+namespace {
+QString gib(qint64 bytes) { return QString::number(static_cast<double>(bytes) / (1 << 30), 'f', 1) + " GiB"; }
+}  // namespace
+
+DevicePicker::DevicePicker(QWidget* parent) : QWidget(parent), m_rows(new QVBoxLayout), m_summary(new QLabel(this)) {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->addLayout(m_rows);
+  layout->addWidget(m_summary);
+  // Until the worker answers: the CPU as Qt sees it.
+  Device cpu;
+  cpu.kind = "cpu";
+  cpu.name = "CPU";
+  cpu.cores = static_cast<int>(std::thread::hardware_concurrency());
+  setDevices({cpu});
+  auto* probe = new QProcess(this);
+  connect(probe, &QProcess::finished, this, [this, probe](int code, QProcess::ExitStatus) {
+    if (code == 0) {
+      auto found = parseDevices(probe->readAllStandardOutput());
+      if (!found.empty()) {
+        const QString dev = device();
+        const int n = ranks();
+        setDevices(found);
+        select(dev, n);
+      }
+    }
+    probe->deleteLater();
+  });
+  probe->start(QString::fromStdString(core::Launcher::defaultWorkerPath()), {"--devices"});
+}
+
+std::vector<DevicePicker::Device> DevicePicker::parseDevices(const QByteArray& jsonLines) {
+  std::vector<Device> out;
+  for (const auto& line : jsonLines.split('\n')) {
+    auto o = QJsonDocument::fromJson(line).object();
+    if (o.isEmpty()) continue;
+    Device d;
+    d.kind = o["kind"].toString();
+    d.index = o["index"].toInt();
+    d.name = o["name"].toString();
+    d.cores = o["cores"].toInt();
+    d.memoryBytes = static_cast<qint64>(o["memory_bytes"].toDouble());
+    d.usedBytes = static_cast<qint64>(o["used_bytes"].toDouble());
+    out.push_back(d);
+  }
+  return out;
+}
+
+void DevicePicker::setDevices(const std::vector<Device>& devices) {
+  m_devices = devices;
+  rebuild();
+}
+
+void DevicePicker::rebuild() {
+  while (auto* item = m_rows->takeAt(0)) {
+    if (auto* w = item->widget()) w->deleteLater();
+    if (auto* l = item->layout()) {
+      while (auto* inner = l->takeAt(0)) {
+        if (inner->widget()) inner->widget()->deleteLater();
+        delete inner;
+      }
+    }
+    delete item;
+  }
+  m_gpus.clear();
+  m_cpu = nullptr;
+  for (const auto& d : m_devices) {
+    if (d.kind == "cpu") {
+      auto* row = new QHBoxLayout;
+      m_cpu = new QCheckBox(tr("CPU: %1 cores, %2").arg(d.cores).arg(gib(d.memoryBytes)), this);
+      m_cpu->setObjectName("device.cpu");
+      m_cpuRanks = new QSpinBox(this);
+      m_cpuRanks->setObjectName("device.cpu.ranks");
+      m_cpuRanks->setRange(1, 255);
+      m_cpuRanks->setToolTip(tr("CPU ranks (DDP), lanes (DataParallel) or workers (pool)"));
+      row->addWidget(m_cpu);
+      row->addWidget(new QLabel(tr("ranks"), this));
+      row->addWidget(m_cpuRanks);
+      m_rows->addLayout(row);
+      connect(m_cpu, &QCheckBox::toggled, this, [this](bool on) {
+        if (m_updating) return;
+        m_updating = true;
+        if (on) for (auto* g : m_gpus) g->setChecked(false);
+        m_updating = false;
+        emit changed();
+      });
+      connect(m_cpuRanks, qOverload<int>(&QSpinBox::valueChanged), this, [this] {
+        if (!m_updating) emit changed();
+      });
+    } else {
+      auto* box = new QCheckBox(tr("cuda:%1: %2, %3 (%4 in use)")
+                                    .arg(d.index)
+                                    .arg(d.name, gib(d.memoryBytes), gib(d.usedBytes)),
+                                this);
+      box->setObjectName(QStringLiteral("device.cuda.%1").arg(d.index));
+      m_gpus.push_back(box);
+      m_rows->addWidget(box);
+      connect(box, &QCheckBox::toggled, this, [this](bool on) {
+        if (m_updating) return;
+        m_updating = true;
+        if (on && m_cpu) m_cpu->setChecked(false);
+        m_updating = false;
+        emit changed();
+      });
+    }
+  }
+  if (m_gpus.empty()) {
+    auto* none = new QLabel(tr("No CUDA device visible to LibTorch."), this);
+    none->setEnabled(false);
+    m_rows->addWidget(none);
+  }
+}
+
+void DevicePicker::select(const QString& device, int ranks) {
+  m_updating = true;
+  const bool cuda = device == "cuda" && !m_gpus.empty();
+  if (m_cpu) m_cpu->setChecked(!cuda);
+  if (m_cpuRanks) m_cpuRanks->setValue(std::max(1, ranks));
+  for (std::size_t i = 0; i < m_gpus.size(); ++i) m_gpus[i]->setChecked(cuda && static_cast<int>(i) < ranks);
+  m_updating = false;
+}
+
+QString DevicePicker::device() const {
+  for (auto* g : m_gpus)
+    if (g->isChecked()) return "cuda";
+  return "cpu";
+}
+
+int DevicePicker::ranks() const {
+  int gpus = 0;
+  for (auto* g : m_gpus) gpus += g->isChecked() ? 1 : 0;
+  if (gpus > 0) return gpus;
+  return m_cpuRanks ? m_cpuRanks->value() : 1;
+}
+
+void DevicePicker::setSummary(const QString& text) { m_summary->setText(text); }
+
+}  // namespace ptw::ui

@@ -1,0 +1,58 @@
+// DevicePicker: the devices this machine has, as LibTorch sees them (asked of
+// `ptw-worker --devices`, so the GUI never links LibTorch): the CPU with its cores and
+// memory, each CUDA GPU with its name, memory and current use. The user ticks the CPU
+// (and sets ranks or lanes) or GPUs; the picker reports the device and the count.
+#pragma once
+
+#include <QString>
+#include <QWidget>
+
+#include <vector>
+
+class QCheckBox;
+class QLabel;
+class QSpinBox;
+class QVBoxLayout;
+
+namespace ptw::ui {
+
+class DevicePicker : public QWidget {
+  Q_OBJECT
+ public:
+  struct Device {
+    QString kind;  ///< cpu | cuda
+    int index = 0;
+    QString name;
+    int cores = 0;
+    qint64 memoryBytes = 0;
+    qint64 usedBytes = 0;
+  };
+  explicit DevicePicker(QWidget* parent = nullptr);
+
+  /// Parses `ptw-worker --devices` output (JSON lines).
+  static std::vector<Device> parseDevices(const QByteArray& jsonLines);
+  void setDevices(const std::vector<Device>& devices);
+  const std::vector<Device>& devices() const { return m_devices; }
+
+  /// Shows the profile's choice: `device` cpu with `ranks`, or the first `ranks` GPUs.
+  void select(const QString& device, int ranks);
+  QString device() const;
+  int ranks() const;
+  /// "world size 4 · global batch 64"
+  void setSummary(const QString& text);
+
+ signals:
+  void changed();
+
+ private:
+  void rebuild();
+  std::vector<Device> m_devices;
+  QVBoxLayout* m_rows;
+  QCheckBox* m_cpu = nullptr;
+  QSpinBox* m_cpuRanks = nullptr;
+  std::vector<QCheckBox*> m_gpus;
+  QLabel* m_summary;
+  bool m_updating = false;
+};
+
+}  // namespace ptw::ui

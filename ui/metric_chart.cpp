@@ -1,0 +1,219 @@
+#include "ui/metric_chart.h"
+
+#include <QEvent>
+#include <QTimer>
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace ptw::ui {
+
+MetricChart::MetricChart(const QString& yLabel, QWidget* parent) : QWidget(parent), m_plot(new QCustomPlot(this)) {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->addWidget(m_plot);
+  m_plot->setNotAntialiasedElements(QCP::aeAll);  // what keeps 32 series fast
+  m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+  m_plot->xAxis->setLabel(tr("step"));
+  m_plot->yAxis->setLabel(yLabel);
+  m_plot->legend->setVisible(true);
+  m_plot->legend->setFont(QFont(font().family(), 8));
+  m_plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+  m_plot->installEventFilter(this);
+  connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] { m_dirty = true; });
+  connect(m_plot, &QCustomPlot::mouseDoubleClick, this, [this] { fit(); });
+  connect(m_plot, &QCustomPlot::afterLayout, this, [this] { m_dirty = true; });
+}
+
+bool MetricChart::eventFilter(QObject* watched, QEvent* event) {
+  // The user takes the view: stop following the newest data until a double-click.
+  if (watched == m_plot && (event->type() == QEvent::Wheel || event->type() == QEvent::MouseMove))
+    if (event->type() == QEvent::Wheel || static_cast<QMouseEvent*>(event)->buttons() != Qt::NoButton)
+      m_follow = false;
+  return QWidget::eventFilter(watched, event);
+}
+
+void MetricChart::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  m_dirty = true;
+  QTimer::singleShot(0, this, &MetricChart::refresh);
+}
+
+void MetricChart::resizeEvent(QResizeEvent* event) {
+  QWidget::resizeEvent(event);
+  m_dirty = true;
+  QTimer::singleShot(0, this, &MetricChart::refresh);
+}
+
+int MetricChart::addSeries(const QString& name, const QColor& color, bool dashed) {
+  auto s = std::make_unique<Series>();
+  s->name = name;
+  s->color = color;
+  s->dashed = dashed;
+  s->raw = m_plot->addGraph();
+  s->raw->setName(name);
+  s->smooth = m_plot->addGraph();
+  s->smooth->removeFromLegend();
+  m_series.push_back(std::move(s));
+  applyPens();
+  m_dirty = true;
+  return static_cast<int>(m_series.size()) - 1;
+}
+
+void MetricChart::append(int series, double x, double y) {
+  if (series < 0 || series >= seriesCount()) return;
+  m_series[static_cast<std::size_t>(series)]->data.add(x, y);
+  m_dirty = true;
+}
+
+void MetricChart::truncateAfter(double x) {
+  for (auto& s : m_series) s->data.truncateAfter(x);
+  m_dirty = true;
+}
+
+void MetricChart::clear() {
+  m_plot->clearGraphs();
+  m_series.clear();
+  m_highlighted = -1;
+  m_follow = true;
+  m_dirty = true;
+  m_plot->replot();
+}
+
+void MetricChart::setSmoothing(double weight) {
+  m_smoothing = std::clamp(weight, 0.0, 0.999);
+  applyPens();
+  m_dirty = true;
+}
+
+void MetricChart::setLogX(bool on) {
+  m_plot->xAxis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
+  m_plot->xAxis->setTicker(on ? QSharedPointer<QCPAxisTicker>(new QCPAxisTickerLog) : QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+  fit();
+}
+
+void MetricChart::setLogY(bool on) {
+  m_plot->yAxis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
+  m_plot->yAxis->setTicker(on ? QSharedPointer<QCPAxisTicker>(new QCPAxisTickerLog) : QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+  fit();
+}
+
+void MetricChart::setHighlighted(int series) {
+  m_highlighted = series;
+  applyPens();
+  m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+void MetricChart::applyPens() {
+  for (int i = 0; i < seriesCount(); ++i) {
+    auto& s = *m_series[static_cast<std::size_t>(i)];
+    QColor c = s.color;
+    const bool dim = m_highlighted >= 0 && i != m_highlighted;
+    if (dim) c.setAlpha(70);
+    QPen main(c, i == m_highlighted ? 2.5 : 1.2, s.dashed ? Qt::DashLine : Qt::SolidLine);
+    if (m_smoothing > 0) {
+      QColor faint = c;
+      faint.setAlpha(std::min(c.alpha(), 60));
+      s.raw->setPen(QPen(faint, 1));
+      s.smooth->setPen(main);
+      s.smooth->setVisible(true);
+    } else {
+      s.raw->setPen(main);
+      s.smooth->setVisible(false);
+    }
+  }
+}
+
+void MetricChart::fit() {
+  m_follow = true;
+  m_dirty = true;
+  refresh();
+}
+
+std::size_t MetricChart::pointCount(int series) const {
+  return series >= 0 && series < seriesCount() ? m_series[static_cast<std::size_t>(series)]->data.count() : 0;
+}
+
+int MetricChart::drawnPoints(int series) const {
+  return series >= 0 && series < seriesCount() ? m_series[static_cast<std::size_t>(series)]->raw->dataCount() : 0;
+}
+
+std::size_t MetricChart::memoryBytes() const {
+  std::size_t total = 0;
+  for (const auto& s : m_series) total += s->data.memoryBytes() + sizeof(Series);
+  return total;
+}
+
+void MetricChart::refresh() {
+  if (!m_dirty) return;
+  if (m_plot->width() <= 0 || m_plot->height() <= 0 || !m_plot->isVisible()) return;  // drawn when shown
+  m_dirty = false;
+  double xFirst = std::numeric_limits<double>::max(), xLast = std::numeric_limits<double>::lowest();
+  for (const auto& s : m_series) {
+    if (s->data.empty()) continue;
+    xFirst = std::min(xFirst, s->data.xFirst());
+    xLast = std::max(xLast, s->data.xLast());
+  }
+  if (xFirst > xLast) {
+    m_plot->replot(QCustomPlot::rpQueuedReplot);
+    return;
+  }
+  if (m_follow) {
+    const bool logX = m_plot->xAxis->scaleType() == QCPAxis::stLogarithmic;
+    m_plot->xAxis->blockSignals(true);
+    m_plot->xAxis->setRange(logX ? std::max(xFirst, 1.0) : xFirst, std::max(xLast, xFirst + 1));
+    m_plot->xAxis->blockSignals(false);
+  }
+  const QCPRange range = m_plot->xAxis->range();
+  const int columns = std::max(16, m_plot->axisRect()->width());
+  double yMin = std::numeric_limits<double>::max(), yMax = std::numeric_limits<double>::lowest();
+  const bool logY = m_plot->yAxis->scaleType() == QCPAxis::stLogarithmic;
+  for (int i = 0; i < seriesCount(); ++i) {
+    auto& s = *m_series[static_cast<std::size_t>(i)];
+    auto cols = s.data.render(range.lower, range.upper, columns);
+    // Zoomed into the part that is no longer held raw: read the real points back.
+    std::size_t inView = 0;
+    for (const auto& c : cols) inView += c.count;
+    if (m_detail && range.lower < s.data.rawFrom() && inView > cols.size() && inView <= static_cast<std::size_t>(2 * columns)) {
+      auto real = m_detail(i, range.lower, range.upper);
+      if (!real.empty()) {
+        cols.clear();
+        for (const auto& [x, y] : real) cols.push_back({x, y, y, x, x, y, 1});
+      }
+    }
+    QVector<QCPGraphData> raw, smooth;
+    raw.reserve(static_cast<int>(cols.size() * 2));
+    for (const auto& c : cols) {
+      if (c.count == 1) {
+        raw.push_back({c.x, c.yMin});
+      } else if (c.xAtMin <= c.xAtMax) {
+        raw.push_back({c.xAtMin, c.yMin});
+        raw.push_back({c.xAtMax, c.yMax});
+      } else {
+        raw.push_back({c.xAtMax, c.yMax});
+        raw.push_back({c.xAtMin, c.yMin});
+      }
+      if (!logY || c.yMin > 0) yMin = std::min(yMin, c.yMin);
+      yMax = std::max(yMax, c.yMax);
+    }
+    s.raw->data()->set(raw, true);
+    if (m_smoothing > 0) {
+      auto ema = smoothedMeans(cols, m_smoothing);
+      smooth.reserve(static_cast<int>(cols.size()));
+      for (std::size_t k = 0; k < cols.size(); ++k) smooth.push_back({cols[k].x, ema[k]});
+      s.smooth->data()->set(smooth, true);
+    } else {
+      s.smooth->data()->clear();
+    }
+  }
+  if (m_follow && yMin <= yMax) {
+    const double pad = (yMax - yMin) * 0.05 + (yMax == yMin ? std::abs(yMax) * 0.1 + 1e-9 : 0);
+    m_plot->yAxis->setRange(logY ? yMin / 1.2 : yMin - pad, logY ? yMax * 1.2 : yMax + pad);
+  }
+  m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+}  // namespace ptw::ui

@@ -1,0 +1,85 @@
+// MetricChart: one metric against the step, one series per rank (plus aggregates), on a
+// QCustomPlot. Data goes into per-series SeriesSummary objects as it arrives; refresh()
+// draws what is visible at the plot's width, at a rate the caller bounds. Follows the
+// newest data until the user zooms or pans; a double-click fits the data and follows
+// again. Optional EMA smoothing (the raw series faint behind it) and log axes.
+#pragma once
+
+#include <QColor>
+#include <QString>
+#include <QWidget>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "ui/series_summary.h"
+
+class QCustomPlot;
+class QCPGraph;
+
+namespace ptw::ui {
+
+class MetricChart : public QWidget {
+  Q_OBJECT
+ public:
+  explicit MetricChart(const QString& yLabel, QWidget* parent = nullptr);
+
+  /// Adds a series; returns its id (0, 1, ... in order of addition).
+  int addSeries(const QString& name, const QColor& color, bool dashed = false);
+  void append(int series, double x, double y);
+  /// Drops every point past step `x` in every series (a restart replays from there).
+  void truncateAfter(double x);
+  /// Removes every series.
+  void clear();
+
+  void setSmoothing(double weight);  ///< 0 = raw only; TensorBoard-style weight in [0, 1)
+  double smoothing() const { return m_smoothing; }
+  void setLogX(bool on);
+  void setLogY(bool on);
+  void setHighlighted(int series);  ///< -1: none
+  /// Real points of `series` in [x0, x1], for zooming into the part no longer held raw.
+  using DetailProvider = std::function<std::vector<std::pair<double, double>>(int series, double x0, double x1)>;
+  void setDetailProvider(DetailProvider provider) { m_detail = std::move(provider); }
+
+  /// Redraws when data arrived or the view changed since the last call.
+  void refresh();
+  /// Fits the view to the data and follows new data again.
+  void fit();
+
+  int seriesCount() const { return static_cast<int>(m_series.size()); }
+  std::size_t pointCount(int series) const;
+  /// Points drawn for `series` at the last refresh (at most ~2 per pixel column).
+  int drawnPoints(int series) const;
+  std::size_t memoryBytes() const;
+  QCustomPlot* plot() const { return m_plot; }
+  bool following() const { return m_follow; }
+
+ protected:
+  bool eventFilter(QObject* watched, QEvent* event) override;
+  void showEvent(QShowEvent* event) override;
+  void resizeEvent(QResizeEvent* event) override;
+
+ private:
+  struct Series {
+    QString name;
+    QColor color;
+    bool dashed = false;
+    SeriesSummary data;
+    QCPGraph* raw = nullptr;
+    QCPGraph* smooth = nullptr;
+  };
+  void applyPens();
+
+  QCustomPlot* m_plot;
+  std::vector<std::unique_ptr<Series>> m_series;
+  double m_smoothing = 0;
+  int m_highlighted = -1;
+  bool m_dirty = false;
+  bool m_follow = true;
+  DetailProvider m_detail;
+};
+
+}  // namespace ptw::ui

@@ -1,0 +1,63 @@
+// ProfileEditor: every field of a profile, grouped (workload, strategy and devices,
+// hyperparameters, run), built from the profile's own field list so a new field appears
+// without UI work. Each field's widget is named by its path ("hyper.lr"). Invalid values
+// are marked at the field with the reason; a preflight check loads the model and data in
+// a worker process and shows their shapes.
+#pragma once
+
+#include <QMap>
+#include <QString>
+#include <QWidget>
+
+#include <vector>
+
+#include "common/profile.h"
+
+class QLabel;
+class QProcess;
+
+namespace ptw::ui {
+
+class DevicePicker;
+
+class ProfileEditor : public QWidget {
+  Q_OBJECT
+ public:
+  explicit ProfileEditor(QWidget* parent = nullptr);
+
+  void setProfile(const core::Profile& profile);
+  /// What the fields say now; valid only when errors() is empty.
+  core::Profile profile() const { return m_profile; }
+  const std::vector<core::FieldError>& errors() const { return m_errors; }
+  /// The widget of a field ("hyper.lr"), or null.
+  QWidget* field(const QString& path) const { return m_fields.value(path); }
+  /// Sets a field's value from text as a user would type it.
+  void setFieldText(const QString& path, const QString& text);
+  DevicePicker* devicePicker() const { return m_devices; }
+
+ public slots:
+  /// Loads the workload in `ptw-worker --preflight` and shows its shapes (asynchronous).
+  void runPreflight();
+
+ signals:
+  /// A field changed (not emitted by setProfile).
+  void edited();
+  void preflightFinished(bool ok, const QString& text);
+
+ private:
+  QString textOf(const QString& path) const;
+  void collect();
+  void markErrors();
+
+  core::Profile m_profile;
+  std::vector<core::FieldError> m_errors;
+  QMap<QString, QWidget*> m_fields;
+  QMap<QString, QString> m_kinds;  ///< path -> string | bool | int | double | array
+  QLabel* m_summary = nullptr;
+  QLabel* m_preflight = nullptr;
+  DevicePicker* m_devices = nullptr;
+  QProcess* m_preflightProcess = nullptr;
+  bool m_filling = false;
+};
+
+}  // namespace ptw::ui

@@ -1,0 +1,171 @@
+#include "ui/run_history.h"
+
+#include <QHeaderView>
+#include <QItemSelectionModel>
+#include <QLabel>
+#include <QPushButton>
+#include <QSplitter>
+#include <QTableWidget>
+#include <QVBoxLayout>
+
+#include <cmath>
+#include <map>
+
+#include "common/error.h"
+#include "ui/metric_chart.h"
+
+namespace ptw::ui {
+namespace {
+QColor paletteColor(int i) {
+  static const QColor colors[] = {QColor(31, 119, 180), QColor(255, 127, 14), QColor(44, 160, 44), QColor(214, 39, 40),
+                                  QColor(148, 103, 189), QColor(140, 86, 75), QColor(227, 119, 194), QColor(127, 127, 127)};
+  return colors[i % 8];
+}
+}  // namespace
+
+RunHistory::RunHistory(QWidget* parent)
+    : QWidget(parent), m_table(new QTableWidget(this)), m_overlay(new MetricChart(tr("loss (mean over ranks)"), this)),
+      m_diff(new QTableWidget(this)) {
+  auto* layout = new QVBoxLayout(this);
+  auto* split = new QSplitter(Qt::Vertical, this);
+  m_table->setObjectName("runHistory");
+  m_table->setColumnCount(8);
+  m_table->setHorizontalHeaderLabels(
+      {tr("id"), tr("status"), tr("started (UTC)"), tr("strategy"), tr("world"), tr("final loss"), tr("samples/s"), tr("name")});
+  m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
+  m_table->setSelectionMode(QAbstractItemView::ExtendedSelection);
+  m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  m_table->horizontalHeader()->setStretchLastSection(true);
+  m_table->verticalHeader()->setVisible(false);
+  connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, &RunHistory::showSelection);
+  m_overlay->setObjectName("overlayChart");
+  m_diff->setObjectName("profileDiff");
+  m_diff->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  auto* bottom = new QSplitter(Qt::Horizontal, this);
+  bottom->addWidget(m_overlay);
+  bottom->addWidget(m_diff);
+  split->addWidget(m_table);
+  split->addWidget(bottom);
+  layout->addWidget(new QLabel(tr("Select several runs to overlay their loss and compare their profiles."), this));
+  layout->addWidget(split);
+  auto* open = new QPushButton(tr("Open the selected run's profile"), this);
+  open->setObjectName("openRunProfile");
+  connect(open, &QPushButton::clicked, this, [this] {
+    auto ids = selectedRuns();
+    for (const auto& r : m_runs)
+      if (!ids.empty() && r.id == ids.front()) emit openProfileRequested(QString::fromStdString(r.profileJson));
+  });
+  layout->addWidget(open);
+}
+
+void RunHistory::setRunsDirectory(const QString& dir) {
+  m_dir = dir;
+  m_store.reset();
+  reload();
+}
+
+void RunHistory::reload() {
+  try {
+    if (!m_store) m_store = std::make_unique<core::RunStore>(m_dir.toStdString());
+    m_runs = m_store->runs();
+  } catch (const Error&) {
+    m_runs.clear();  // no store yet (no run so far) or unreadable: an empty history
+  }
+  const auto keep = selectedRuns();
+  m_table->blockSignals(true);
+  m_table->setRowCount(static_cast<int>(m_runs.size()));
+  for (int row = 0; row < static_cast<int>(m_runs.size()); ++row) {
+    const auto& r = m_runs[static_cast<std::size_t>(m_runs.size()) - 1 - static_cast<std::size_t>(row)];  // newest first
+    auto num = [](double v, int prec) { return std::isfinite(v) ? QString::number(v, 'g', prec) : QStringLiteral("–"); };
+    const QStringList cells = {QString::number(r.id), QString::fromStdString(r.status), QString::fromStdString(r.startedAt),
+                               QString::fromStdString(r.strategy), QString::number(r.world), num(r.finalLoss, 6),
+                               num(r.samplesPerS, 6), QString::fromStdString(r.name)};
+    for (int c = 0; c < cells.size(); ++c) {
+      auto* item = new QTableWidgetItem(cells[c]);
+      item->setData(Qt::UserRole, static_cast<qlonglong>(r.id));
+      if (c == 1 && (r.status == "failed" || r.status == "interrupted")) item->setForeground(QColor(176, 0, 32));
+      if (!r.message.empty()) item->setToolTip(QString::fromStdString(r.message));
+      m_table->setItem(row, c, item);
+    }
+  }
+  m_table->blockSignals(false);
+  selectRuns(keep);
+}
+
+std::vector<qint64> RunHistory::selectedRuns() const {
+  std::vector<qint64> ids;
+  for (const auto& index : m_table->selectionModel()->selectedRows())
+    ids.push_back(index.data(Qt::UserRole).toLongLong());
+  std::sort(ids.begin(), ids.end());
+  return ids;
+}
+
+void RunHistory::selectRuns(const std::vector<qint64>& ids) {
+  m_table->clearSelection();
+  for (int row = 0; row < m_table->rowCount(); ++row) {
+    const qint64 id = m_table->item(row, 0)->data(Qt::UserRole).toLongLong();
+    if (std::find(ids.begin(), ids.end(), id) != ids.end())
+      m_table->selectionModel()->select(m_table->model()->index(row, 0),
+                                        QItemSelectionModel::Select | QItemSelectionModel::Rows);
+  }
+  showSelection();
+}
+
+std::vector<core::StepRecord> RunHistory::steps(qint64 runId) {
+  if (!m_store) return {};
+  return m_store->steps(runId);
+}
+
+void RunHistory::showSelection() {
+  const auto ids = selectedRuns();
+  m_overlay->clear();
+  std::vector<const core::RunRow*> chosen;
+  for (const auto& r : m_runs)
+    if (std::find(ids.begin(), ids.end(), r.id) != ids.end()) chosen.push_back(&r);
+  // Overlay: the mean loss over ranks at each step (the pool's coordinator already reports the mean).
+  for (std::size_t i = 0; i < chosen.size(); ++i) {
+    const auto& r = *chosen[i];
+    int series = m_overlay->addSeries(QStringLiteral("run %1: %2").arg(r.id).arg(QString::fromStdString(r.name)),
+                                      paletteColor(static_cast<int>(i)));
+    std::map<std::int64_t, std::pair<double, int>> perStep;
+    for (const auto& s : steps(r.id)) {
+      if (r.strategy.rfind("pool", 0) == 0 && s.rank != 0) continue;
+      auto& acc = perStep[s.step];
+      acc.first += s.loss;
+      acc.second += 1;
+    }
+    for (const auto& [step, acc] : perStep) m_overlay->append(series, static_cast<double>(step), acc.first / acc.second);
+  }
+  m_overlay->fit();
+  // Profiles side by side; rows whose values differ are highlighted.
+  m_differing.clear();
+  m_diff->clear();
+  m_diff->setColumnCount(static_cast<int>(chosen.size()) + 1);
+  QStringList headers{tr("field")};
+  std::vector<std::vector<std::pair<std::string, std::string>>> fields;
+  for (const auto* r : chosen) {
+    headers << tr("run %1").arg(r->id);
+    std::vector<core::FieldError> ignored;
+    fields.push_back(core::profileFields(core::parseProfileFields(r->profileJson, ignored)));
+  }
+  m_diff->setHorizontalHeaderLabels(headers);
+  const int rows = fields.empty() ? 0 : static_cast<int>(fields.front().size());
+  m_diff->setRowCount(rows);
+  for (int row = 0; row < rows; ++row) {
+    const QString path = QString::fromStdString(fields.front()[static_cast<std::size_t>(row)].first);
+    bool differs = false;
+    for (const auto& f : fields) differs = differs || f[static_cast<std::size_t>(row)].second != fields.front()[static_cast<std::size_t>(row)].second;
+    if (differs) m_differing << path;
+    auto* name = new QTableWidgetItem(path);
+    m_diff->setItem(row, 0, name);
+    for (std::size_t c = 0; c < fields.size(); ++c) {
+      auto* item = new QTableWidgetItem(QString::fromStdString(fields[c][static_cast<std::size_t>(row)].second));
+      m_diff->setItem(row, static_cast<int>(c) + 1, item);
+    }
+    if (differs)
+      for (int c = 0; c <= static_cast<int>(fields.size()); ++c) m_diff->item(row, c)->setBackground(QColor(255, 236, 153));
+  }
+  m_diff->resizeColumnsToContents();
+}
+
+}  // namespace ptw::ui

@@ -1,0 +1,52 @@
+// RunHistory: the runs in the run store (status, start time, strategy, world size, final
+// loss, throughput). Selecting several overlays their loss curves and shows their
+// profiles side by side with the differing fields highlighted.
+#pragma once
+
+#include <QString>
+#include <QWidget>
+
+#include <memory>
+#include <vector>
+
+#include "launch/run_store.h"
+
+class QTableWidget;
+
+namespace ptw::ui {
+
+class MetricChart;
+
+class RunHistory : public QWidget {
+  Q_OBJECT
+ public:
+  explicit RunHistory(QWidget* parent = nullptr);
+  void setRunsDirectory(const QString& dir);
+  /// Re-reads the runs (after a run ends).
+  void reload();
+  /// Selects the runs with these ids (as a user's multi-selection would).
+  void selectRuns(const std::vector<qint64>& ids);
+  std::vector<qint64> selectedRuns() const;
+  /// Field paths whose values differ between the selected runs.
+  QStringList differingFields() const { return m_differing; }
+  QTableWidget* table() const { return m_table; }
+  QTableWidget* diff() const { return m_diff; }
+  MetricChart* overlay() const { return m_overlay; }
+  /// Real points of one overlaid run (for zooming into old parts of the live chart too).
+  std::vector<core::StepRecord> steps(qint64 runId);
+
+ signals:
+  void openProfileRequested(const QString& profileJson);
+
+ private:
+  void showSelection();
+  QString m_dir;
+  std::unique_ptr<core::RunStore> m_store;
+  std::vector<core::RunRow> m_runs;
+  QTableWidget* m_table;
+  MetricChart* m_overlay;
+  QTableWidget* m_diff;
+  QStringList m_differing;
+};
+
+}  // namespace ptw::ui

@@ -1,0 +1,72 @@
+// SeriesSummary: what a chart keeps of one series, in memory that does not grow with the
+// run. A fixed number of buckets summarise every point (min, max, mean; when they fill,
+// neighbours merge and each bucket covers twice as many points), and the most recent
+// points are kept raw. A chart asks for the points to draw at its width: the real points
+// where there are few enough, else the min and max of each pixel column. Every point
+// stays in the run store; zooming into the past reads them back from there.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <vector>
+
+namespace ptw::ui {
+
+class SeriesSummary {
+ public:
+  /// Example: SeriesSummary(2048, 4096)
+  explicit SeriesSummary(std::size_t buckets = 2048, std::size_t rawTail = 4096);
+
+  /// Appends a point; x must not decrease (steps).
+  void add(double x, double y);
+  /// Drops every point with x > `x` (a restarted run replays from its checkpoint).
+  void truncateAfter(double x);
+  void clear();
+
+  std::size_t count() const { return m_count; }
+  bool empty() const { return m_count == 0; }
+  double xFirst() const { return m_xFirst; }
+  double xLast() const { return m_xLast; }
+  /// x of the oldest point still held raw.
+  double rawFrom() const { return m_tail.empty() ? m_xLast : m_tail.front().x; }
+
+  struct Column {
+    double x;       ///< where to draw the mean
+    double yMin, yMax;
+    double xAtMin, xAtMax;
+    double mean;
+    std::size_t count;
+  };
+  /// The points in [x0, x1] at `columns` pixel columns: one Column per real point when
+  /// there are at most 2 × columns of them raw, else one per non-empty pixel column.
+  std::vector<Column> render(double x0, double x1, int columns) const;
+
+  /// Bytes held, whatever the run length (for the chart benchmark).
+  std::size_t memoryBytes() const;
+
+ private:
+  struct Point {
+    double x, y;
+  };
+  struct Bucket {
+    double x0 = 0, x1 = 0, yMin = 0, yMax = 0, xAtMin = 0, xAtMax = 0, sum = 0;
+    std::size_t count = 0;
+    void add(double x, double y);
+    void merge(const Bucket& b);
+  };
+  void compact();
+
+  std::size_t m_capacity;
+  std::size_t m_tailCapacity;
+  std::size_t m_width = 1;  ///< points per full bucket
+  std::vector<Bucket> m_buckets;
+  std::deque<Point> m_tail;
+  std::size_t m_count = 0;
+  double m_xFirst = 0, m_xLast = 0;
+};
+
+/// Exponential moving average with TensorBoard's bias correction, over rendered columns:
+/// a column of n points with mean m counts as n points of value m (exact for real points).
+std::vector<double> smoothedMeans(const std::vector<SeriesSummary::Column>& columns, double weight);
+
+}  // namespace ptw::ui

@@ -1,0 +1,79 @@
+#include "ui/step_split_chart.h"
+
+#include <QVBoxLayout>
+#include <qcustomplot.h>
+
+namespace ptw::ui {
+
+StepSplitChart::StepSplitChart(QWidget* parent) : QWidget(parent), m_plot(new QCustomPlot(this)) {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(0, 0, 0, 0);
+  layout->addWidget(m_plot);
+  const char* names[] = {"data", "compute", "communication", "optimizer"};
+  const QColor colors[] = {QColor(120, 120, 120), QColor(31, 119, 180), QColor(214, 39, 40), QColor(44, 160, 44)};
+  for (int i = 0; i < 4; ++i) {
+    m_bars[i] = new QCPBars(m_plot->xAxis, m_plot->yAxis);
+    m_bars[i]->setName(tr(names[i]));
+    m_bars[i]->setBrush(colors[i]);
+    m_bars[i]->setPen(Qt::NoPen);
+    m_bars[i]->setWidth(0.6);
+    if (i > 0) m_bars[i]->moveAbove(m_bars[i - 1]);
+  }
+  m_plot->yAxis->setLabel(tr("ms per step (recent average)"));
+  m_plot->legend->setVisible(true);
+  m_plot->legend->setFont(QFont(font().family(), 8));
+  m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
+  m_plot->axisRect()->setRangeDrag(Qt::Vertical);
+  m_plot->axisRect()->setRangeZoom(Qt::Vertical);
+  connect(m_plot, &QCustomPlot::mouseDoubleClick, this, [this] {
+    m_plot->yAxis->rescale();
+    m_plot->yAxis->setRangeLower(0);
+    m_plot->replot();
+  });
+}
+
+void StepSplitChart::reset(int ranks) {
+  m_average.assign(static_cast<std::size_t>(ranks), {0, 0, 0, 0});
+  m_seen.assign(static_cast<std::size_t>(ranks), false);
+  QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
+  for (int r = 0; r < ranks; ++r) ticker->addTick(r, tr("rank %1").arg(r));
+  m_plot->xAxis->setTicker(ticker);
+  m_plot->xAxis->setRange(-0.6, ranks - 0.4);
+  for (auto* b : m_bars) b->data()->clear();
+  m_dirty = true;
+  refresh();
+}
+
+void StepSplitChart::add(const core::StepRecord& r) {
+  if (r.rank < 0 || r.rank >= static_cast<int>(m_average.size())) return;
+  auto& a = m_average[static_cast<std::size_t>(r.rank)];
+  const double v[4] = {r.dataMs, r.computeMs, r.commMs, r.optMs};
+  const double alpha = m_seen[static_cast<std::size_t>(r.rank)] ? 0.02 : 1.0;  // ~50-step window
+  for (int i = 0; i < 4; ++i) a[static_cast<std::size_t>(i)] += alpha * (v[i] - a[static_cast<std::size_t>(i)]);
+  m_seen[static_cast<std::size_t>(r.rank)] = true;
+  m_dirty = true;
+}
+
+std::array<double, 4> StepSplitChart::split(int rank) const {
+  return rank >= 0 && rank < static_cast<int>(m_average.size()) ? m_average[static_cast<std::size_t>(rank)]
+                                                                 : std::array<double, 4>{0, 0, 0, 0};
+}
+
+void StepSplitChart::refresh() {
+  if (!m_dirty) return;
+  m_dirty = false;
+  double top = 0;
+  for (int i = 0; i < 4; ++i) {
+    QVector<double> keys, values;
+    for (std::size_t r = 0; r < m_average.size(); ++r) {
+      keys << static_cast<double>(r);
+      values << m_average[r][static_cast<std::size_t>(i)];
+    }
+    m_bars[i]->setData(keys, values, true);
+  }
+  for (const auto& a : m_average) top = std::max(top, a[0] + a[1] + a[2] + a[3]);
+  m_plot->yAxis->setRange(0, top > 0 ? top * 1.15 : 1);
+  m_plot->replot(QCustomPlot::rpQueuedReplot);
+}
+
+}  // namespace ptw::ui
