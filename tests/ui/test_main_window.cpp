@@ -1,52 +1,102 @@
-// The window, offscreen: profile fields, Open/Save, and a live 2-rank run started and
-// stopped from the buttons.
+// The window, offscreen: the profile editor, Open/Save, a live 2-rank run to the end, the
+// history with overlay and profile diff, a killed rank, and the chart summaries that keep
+// display memory bounded.
+#include <QCheckBox>
 #include <QComboBox>
-#include <QDoubleSpinBox>
 #include <QLabel>
+#include <QLineEdit>
+#include <QPlainTextEdit>
 #include <QPushButton>
-#include <QSpinBox>
+#include <QSettings>
+#include <QStandardPaths>
+#include <QTableWidget>
 #include <QtTest>
 
+#include <signal.h>
+
+#include <cmath>
+
 #include "test_support.h"
-#include "ui/loss_chart.h"
 #include "ui/main_window.h"
+#include "ui/metric_chart.h"
+#include "ui/profile_editor.h"
 #include "ui/run_controller.h"
+#include "ui/run_history.h"
+#include "ui/series_summary.h"
+#include "ui/step_split_chart.h"
 
 using namespace ptw;
+
+namespace {
+QString cell(QTableWidget* t, int row, int col) {
+  auto* item = t->item(row, col);
+  return item ? item->text() : QString();
+}
+}  // namespace
 
 class TestMainWindow : public QObject {
   Q_OBJECT
  private slots:
-  void editingFieldsChangesTheProfileAndValidates() {
-    ui::MainWindow w;
-    auto* lr = w.findChild<QDoubleSpinBox*>("lr");
-    auto* ranks = w.findChild<QSpinBox*>("ranks");
-    auto* start = w.findChild<QPushButton*>("start");
-    QVERIFY(lr && ranks && start);
-    ranks->setValue(3);
-    QCOMPARE(w.profile().strategy.ranks, 3);
-    QVERIFY(start->isEnabled());
-    lr->setValue(-0.5);
-    QVERIFY(!start->isEnabled());
-    QVERIFY2(start->toolTip().contains("hyper.lr: must be > 0"), qPrintable(start->toolTip()));
-    lr->setValue(0.02);
-    QVERIFY(start->isEnabled());
-    QCOMPARE(w.profile().hyper.lr, 0.02);
+  void initTestCase() {
+    QStandardPaths::setTestModeEnabled(true);  // QSettings in a test location
+    QCoreApplication::setOrganizationName("ptw-tests");
+    QCoreApplication::setApplicationName("test_main_window");
+    QSettings().clear();
   }
 
-  void openAndSaveRoundTrip() {
+  void editingFieldsChangesTheProfileAndMarksInvalidOnes() {
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    auto* e = w.editor();
+    auto* start = w.findChild<QPushButton*>("start");
+    QVERIFY(start && start->isEnabled());
+    // Every profile field has an editor, named by its path.
+    for (const auto& [path, value] : core::profileFields(core::defaultProfile()))
+      QVERIFY2(e->field(QString::fromStdString(path)), path.c_str());
+    e->setFieldText("strategy.ranks", "3");
+    QCOMPARE(w.profile().strategy.ranks, 3);
+    e->setFieldText("hyper.lr", "-0.5");
+    QVERIFY(!start->isEnabled());
+    QVERIFY2(start->toolTip().contains("hyper.lr: must be > 0"), qPrintable(start->toolTip()));
+    QVERIFY(e->field("hyper.lr")->toolTip().contains("must be > 0"));
+    QVERIFY(e->field("hyper.batch_size")->toolTip().isEmpty());
+    e->setFieldText("hyper.lr", "abc");
+    QVERIFY2(e->field("hyper.lr")->toolTip().contains("expected a number, got \"abc\""),
+             qPrintable(e->field("hyper.lr")->toolTip()));
+    e->setFieldText("hyper.lr", "0.02");
+    QVERIFY(start->isEnabled());
+    QCOMPARE(w.profile().hyper.lr, 0.02);
+    e->setFieldText("model.hidden", "32, 16");
+    QCOMPARE(w.profile().model.hidden, (std::vector<std::int64_t>{32, 16}));
+    e->setFieldText("strategy.kind", "pool");
+    e->setFieldText("strategy.pool_mode", "hogwild");
+    QCOMPARE(w.profile().strategy.poolMode, std::string("hogwild"));
+    e->setFieldText("hyper.nesterov", "true");  // needs momentum > 0
+    QVERIFY(!start->isEnabled());
+    QVERIFY(e->field("hyper.nesterov")->toolTip().contains("needs optimizer sgd and momentum > 0"));
+  }
+
+  void openSaveRecentAndUnsavedMarker() {
     QTemporaryDir dir;
     ui::MainWindow w;
+    w.setConfirmations(false);
     QString error;
-    QVERIFY(w.openProfile(test::binDir() + "/../../resources/profiles/seed-ddp.json", &error) ||
-            w.openProfile(qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/profiles/seed-ddp.json", &error));
+    const QString seed = qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/profiles/seed-ddp.json";
+    QVERIFY2(w.openProfile(seed, &error), qPrintable(error));
     QVERIFY(w.profile() == core::defaultProfile());
-    w.findChild<QSpinBox*>("steps")->setValue(77);
+    QVERIFY(!w.isWindowModified());
+    QCOMPARE(w.recentFiles().value(0), QFileInfo(seed).absoluteFilePath());
+    w.editor()->setFieldText("hyper.max_steps", "77");
+    QVERIFY(w.isWindowModified());
+    QVERIFY(w.windowTitle().contains("seed-ddp.json"));
     QVERIFY(w.saveProfile(dir.filePath("saved.json"), &error));
+    QVERIFY(!w.isWindowModified());
+    QCOMPARE(w.recentFiles().value(0), dir.filePath("saved.json"));
     ui::MainWindow other;
+    other.setConfirmations(false);
     QVERIFY(other.openProfile(dir.filePath("saved.json"), &error));
     QCOMPARE(other.profile().hyper.maxSteps, std::int64_t(77));
-    QCOMPARE(other.findChild<QSpinBox*>("steps")->value(), 77);
+    QCOMPARE(qobject_cast<QLineEdit*>(other.editor()->field("hyper.max_steps"))->text(), QString("77"));
 
     // A bad file changes nothing and says why.
     QFile bad(dir.filePath("bad.json"));
@@ -58,23 +108,150 @@ class TestMainWindow : public QObject {
     QCOMPARE(other.profile().hyper.maxSteps, std::int64_t(77));
   }
 
-  void startShowsLiveSeriesAndStopEndsCleanly() {
+  void preflightShowsShapesOrTheProblem() {
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    QSignalSpy spy(w.editor(), &ui::ProfileEditor::preflightFinished);
+    w.editor()->runPreflight();
+    QVERIFY(spy.wait(30000));
+    QVERIFY(spy.at(0).at(0).toBool());
+    QVERIFY2(spy.at(0).at(1).toString().contains("input [10] → output [1]"), qPrintable(spy.at(0).at(1).toString()));
+    w.editor()->setFieldText("model.kind", "torchscript");
+    w.editor()->setFieldText("model.path", "/nonexistent/model.pt");
+    w.editor()->runPreflight();
+    QVERIFY(spy.wait(30000));
+    QVERIFY(!spy.at(1).at(0).toBool());
+    QVERIFY2(spy.at(1).at(1).toString().contains("model.path: cannot load TorchScript"), qPrintable(spy.at(1).at(1).toString()));
+  }
+
+  // A 2-rank run from the window: both series fill, the table reaches finished, the run
+  // is in the history. A second run with another learning rate: overlay and diff.
+  void runsFillSeriesTableAndHistoryThenCompare() {
     QTemporaryDir runs;
     ui::MainWindow w;
+    w.setConfirmations(false);
     w.setRunsDirectory(runs.path());
     w.show();
-    w.findChild<QSpinBox*>("steps")->setValue(100000000);
+    w.editor()->setFieldText("hyper.max_steps", "300");
+    w.editor()->setFieldText("data.val_fraction", "0.2");
+    w.editor()->setFieldText("run.eval_every", "50");
     QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
     QVERIFY(w.controller()->isRunning());
-    QCOMPARE(w.lossChart()->rankCount(), 2);
+    QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 30000);
+    QCOMPARE(w.lossChart()->pointCount(0), std::size_t(300));
+    QCOMPARE(w.lossChart()->pointCount(1), std::size_t(300));
+    QCOMPARE(w.throughputChart()->pointCount(0), std::size_t(300));
+    QVERIFY(w.lossChart()->pointCount(3) >= 6);  // validation every 50 steps and at the end
+    QCOMPARE(w.rankTable()->rowCount(), 2);
+    for (int r = 0; r < 2; ++r) {
+      QCOMPARE(cell(w.rankTable(), r, 1), QString("finished"));
+      QCOMPARE(cell(w.rankTable(), r, 2), QString("300"));
+      QCOMPARE(cell(w.rankTable(), r, 6), QString("exit code 0"));
+    }
+    const auto split = w.splitChart()->split(0);
+    QVERIFY(split[1] > 0 && split[2] > 0);  // compute and communication measured
+    QCOMPARE(w.history()->table()->rowCount(), 1);
+    QCOMPARE(cell(w.history()->table(), 0, 1), QString("finished"));
+
+    w.editor()->setFieldText("hyper.lr", "0.02");
+    QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 30000);
+    QCOMPARE(w.history()->table()->rowCount(), 2);
+    w.history()->selectRuns({1, 2});
+    QCOMPARE(w.history()->overlay()->seriesCount(), 2);
+    QCOMPARE(w.history()->overlay()->pointCount(0), std::size_t(300));
+    QCOMPARE(w.history()->overlay()->pointCount(1), std::size_t(300));
+    QCOMPARE(w.history()->differingFields(), QStringList{"hyper.lr"});
+    QCOMPARE(w.history()->diff()->columnCount(), 3);
+
+    // Selecting a rank highlights its series; the log filters by rank.
+    w.rankTable()->selectRow(1);
+    auto* rankFilter = w.findChild<QComboBox*>("logRank");
+    rankFilter->setCurrentIndex(rankFilter->findData(1));
+    const QString log = w.findChild<QPlainTextEdit*>("log")->toPlainText();
+    QVERIFY(!log.isEmpty());
+    for (const auto& line : log.split('\n', Qt::SkipEmptyParts)) QVERIFY2(line.startsWith("[1]"), qPrintable(line));
+  }
+
+  void killedRankShowsFailedAndTheWindowStaysResponsive() {
+    QTemporaryDir runs;
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    w.setRunsDirectory(runs.path());
+    w.show();
+    w.editor()->setFieldText("hyper.max_steps", "1000000000");
+    QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(w.lossChart()->pointCount(1) >= 20, 20000);
+    auto workers = test::livePtwWorkers(static_cast<int>(::getpid()));
+    QCOMPARE(workers.size(), std::size_t(2));
+    // Which pid is rank 1: its log names it; the launcher started them in rank order.
+    std::sort(workers.begin(), workers.end());
+    ::kill(workers[1], SIGKILL);
+    QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("failed"), 15000);
+    QCOMPARE(cell(w.rankTable(), 1, 1), QString("failed"));
+    QVERIFY2(cell(w.rankTable(), 1, 5).contains("signal 9"), qPrintable(cell(w.rankTable(), 1, 5)));
+    QVERIFY(w.rankTable()->item(1, 1)->foreground().color() == QColor(176, 0, 32));
+    QVERIFY(!test::anyAlive(workers));
+    // Still responsive: edits apply and a new run can start.
+    w.editor()->setFieldText("hyper.max_steps", "30");
+    QVERIFY(w.findChild<QPushButton*>("start")->isEnabled());
+    QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 30000);
+    QCOMPARE(w.lossChart()->pointCount(0), std::size_t(30));  // the charts were reset for the new run
+  }
+
+  void stopIsGraceful() {
+    QTemporaryDir runs;
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    w.setRunsDirectory(runs.path());
+    w.show();
+    w.editor()->setFieldText("hyper.max_steps", "100000000");
+    QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
     QTRY_VERIFY_WITH_TIMEOUT(w.lossChart()->pointCount(0) >= 10 && w.lossChart()->pointCount(1) >= 10, 20000);
     auto workers = test::livePtwWorkers(static_cast<int>(::getpid()));
     QCOMPARE(workers.size(), std::size_t(2));
     QTest::mouseClick(w.findChild<QPushButton*>("stop"), Qt::LeftButton);
     QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("stopped"), 15000);
-    QVERIFY(!w.controller()->isRunning());
+    QCOMPARE(cell(w.rankTable(), 0, 6), QString("exit code 0"));
     QVERIFY(w.findChild<QPushButton*>("start")->isEnabled());
     QVERIFY(!test::anyAlive(workers));
+  }
+
+  // Display memory does not grow with the run; min and max survive decimation; zoomed in
+  // on recent data the real points are drawn.
+  void seriesSummaryIsBoundedAndFaithful() {
+    ui::SeriesSummary s(1024, 2048);
+    const std::size_t before = s.memoryBytes();
+    for (int i = 1; i <= 1'000'000; ++i) s.add(i, i == 123'457 ? 50.0 : (i == 700'001 ? -50.0 : std::sin(i * 0.001)));
+    QCOMPARE(s.count(), std::size_t(1'000'000));
+    QVERIFY2(s.memoryBytes() < before + 200'000, qPrintable(QString::number(s.memoryBytes())));
+    auto cols = s.render(1, 1'000'000, 800);
+    QVERIFY(cols.size() <= 800);
+    double top = -1e9, bottom = 1e9, topAt = 0;
+    for (const auto& c : cols) {
+      if (c.yMax > top) { top = c.yMax; topAt = c.xAtMax; }
+      bottom = std::min(bottom, c.yMin);
+    }
+    QCOMPARE(top, 50.0);
+    QCOMPARE(topAt, 123'457.0);
+    QCOMPARE(bottom, -50.0);
+    auto raw = s.render(999'500, 999'600, 800);  // inside the raw tail: the real points
+    QVERIFY(raw.size() >= 101 && raw.size() <= 103);
+    for (const auto& c : raw) QCOMPARE(c.count, std::size_t(1));
+    s.truncateAfter(500'000);
+    QCOMPARE(s.xLast(), 500'000.0);
+  }
+
+  void smoothingIsBiasCorrected() {
+    std::vector<ui::SeriesSummary::Column> flat;
+    for (int i = 0; i < 10; ++i) flat.push_back({double(i), 2, 2, double(i), double(i), 2.0, 1});
+    for (double v : ui::smoothedMeans(flat, 0.9)) QVERIFY(std::abs(v - 2.0) < 1e-12);  // no pull towards 0
+    std::vector<ui::SeriesSummary::Column> step = flat;
+    for (int i = 5; i < 10; ++i) step[static_cast<std::size_t>(i)].mean = 4.0;
+    auto ema = ui::smoothedMeans(step, 0.5);
+    QVERIFY(ema[5] > 2.0 && ema[5] < 4.0);
+    QVERIFY(ema[9] > ema[5] && ema[9] < 4.0);
   }
 };
 
