@@ -113,7 +113,9 @@ void MetricChart::applyPens() {
     QColor c = s.color;
     const bool dim = m_highlighted >= 0 && i != m_highlighted;
     if (dim) c.setAlpha(70);
-    QPen main(c, i == m_highlighted ? 2.5 : 1.2, s.dashed ? Qt::DashLine : Qt::SolidLine);
+    // Width 1 is a cosmetic pen, drawn on QPainter's fast path; wider pens are stroked as
+    // polygons and cost ~50x on zigzag series, so only the highlighted series gets one.
+    QPen main(c, i == m_highlighted ? 2 : 1, s.dashed ? Qt::DashLine : Qt::SolidLine);
     if (m_smoothing > 0) {
       QColor faint = c;
       faint.setAlpha(std::min(c.alpha(), 60));
