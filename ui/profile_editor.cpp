@@ -144,7 +144,7 @@ void ProfileEditor::setProfile(const core::Profile& profile) {
       if (kind == "string") e->setText(v.toString());
       else if (kind == "array") {
         QStringList parts;
-        for (const auto& x : v.toArray()) parts << QString::number(x.toDouble(), 'g', 17);
+        for (const auto& x : v.toArray()) parts << (x.isString() ? x.toString() : QString::number(x.toDouble(), 'g', 17));
         e->setText(parts.join(", "));
       } else {
         e->setText(QString::fromStdString(json));
@@ -183,11 +183,19 @@ void ProfileEditor::collect() {
       value = text;
     } else if (kind == "bool") {
       value = text == "true";
+    } else if (kind == "array") {
+      // "64, 64" or "x1, x2": numbers where they parse, else strings; the reader says which fit.
+      QJsonArray items;
+      for (const QString& part : text.split(',', Qt::SkipEmptyParts)) {
+        bool isNumber = false;
+        const double number = part.trimmed().toDouble(&isNumber);
+        items.append(isNumber ? QJsonValue(number) : QJsonValue(part.trimmed()));
+      }
+      value = items;
     } else {
-      // Numbers and arrays as typed: what does not parse stays a string, so the reader
-      // reports "expected a number, got "abc"" at the field.
-      const QString json = kind == "array" ? "[" + text + "]" : text;
-      QJsonDocument doc = QJsonDocument::fromJson(("[" + json + "]").toUtf8());
+      // Numbers as typed: what does not parse stays a string, so the reader reports
+      // "expected a number, got "abc"" at the field.
+      QJsonDocument doc = QJsonDocument::fromJson(("[" + text + "]").toUtf8());
       value = doc.isArray() && doc.array().size() == 1 ? doc.array().at(0) : QJsonValue(text);
     }
     if (path.contains('.')) {

@@ -68,6 +68,12 @@ class TestMainWindow : public QObject {
     QCOMPARE(w.profile().hyper.lr, 0.02);
     e->setFieldText("model.hidden", "32, 16");
     QCOMPARE(w.profile().model.hidden, (std::vector<std::int64_t>{32, 16}));
+    e->setFieldText("data.features", "x3, x1");
+    QCOMPARE(w.profile().data.features, (std::vector<std::string>{"x3", "x1"}));
+    core::Profile withFeatures = w.profile();
+    ui::MainWindow shown;
+    shown.setProfile(withFeatures);
+    QCOMPARE(qobject_cast<QLineEdit*>(shown.editor()->field("data.features"))->text(), QString("x3, x1"));
     e->setFieldText("strategy.kind", "pool");
     e->setFieldText("strategy.pool_mode", "hogwild");
     QCOMPARE(w.profile().strategy.poolMode, std::string("hogwild"));

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Runs the workbench window under Xvfb on short real runs and saves screenshots of the
+# main window mid-run (the README shows resources/screenshots/window-ddp.png).
+#
+#   bash packaging/screenshot.sh [output folder, default resources/screenshots]
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="${BUILD_DIR:-$root/build}"
+out="${1:-$root/resources/screenshots}"
+command -v xvfb-run >/dev/null || { echo "screenshot: xvfb-run not found (apt install xvfb xauth)" >&2; exit 1; }
+[ -x "$build/bin/ptw" ] || { echo "screenshot: $build/bin/ptw not built (cmake --build --preset default)" >&2; exit 1; }
+mkdir -p "$out"
+runs="$(mktemp -d)"
+trap 'rm -rf "$runs"' EXIT
+
+shoot() {  # name profile seconds overrides...
+  local name="$1" profile="$2" after="$3"
+  shift 3
+  xvfb-run -a -s "-screen 0 1600x1000x24" \
+    "$build/bin/ptw" --profile "$root/resources/profiles/$profile" --runs-dir "$runs" \
+    --screenshot "$out/$name.png" --screenshot-after "$after" "$@"
+}
+
+shoot window-ddp ddp-csv-regression.json 6 --set hyper.max_steps=1000000 --set run.eval_every=200
+shoot window-pool pool-sync-mlp.json 5 --set hyper.max_steps=1000000 --set run.eval_every=500
+echo "screenshot: saved in $out"
