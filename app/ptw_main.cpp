@@ -12,6 +12,7 @@
 #include "launch/headless.h"
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
+#include "launch/sweep.h"
 
 #ifdef PTW_WITH_GUI
 #include "ui/gui_main.h"
@@ -73,6 +74,29 @@ int main(int argc, char** argv) {
   exportCmd->add_option("run", exportId, "Run id (see `ptw runs`)")->required();
   exportCmd->add_option("--csv", exportCsv, "Output file")->required();
   exportCmd->add_option("--runs-dir", exportDir, "Runs directory (default as above)");
+
+  auto* sweepCmd = app.add_subcommand(
+      "sweep", "Run a profile under several strategies and worker counts for a fixed number of steps; print "
+               "throughput and scaling efficiency (throughput / (workers x Single)), the fastest marked *");
+  std::string sweepProfile, sweepCsv, sweepJson, sweepDir;
+  std::vector<std::string> sweepStrategies{"dataparallel", "ddp", "ddp-shm", "pool"}, sweepSets;
+  std::vector<int> sweepWorkers{1, 2};
+  std::int64_t sweepSteps = 200;
+  double minEfficiency = 0;
+  sweepCmd->add_option("-p,--profile", sweepProfile, "Profile (default: the built-in seed workload)")
+      ->check(CLI::ExistingFile);
+  sweepCmd->add_option("--set", sweepSets, "Override a profile field, as for a run (repeatable)");
+  sweepCmd->add_option("--strategies", sweepStrategies,
+                       "Comma-separated: single, dataparallel, ddp, ddp-shm, pool, pool-hogwild (Single always runs "
+                       "as the baseline; default dataparallel,ddp,ddp-shm,pool)")
+      ->delimiter(',');
+  sweepCmd->add_option("--workers", sweepWorkers, "Comma-separated worker counts (default 1,2)")->delimiter(',');
+  sweepCmd->add_option("--steps", sweepSteps, "Steps per configuration (default 200)");
+  sweepCmd->add_option("--csv", sweepCsv, "Write the table as CSV to FILE");
+  sweepCmd->add_option("--json", sweepJson, "Write the table as JSON to FILE");
+  sweepCmd->add_option("--min-efficiency", minEfficiency,
+                       "Fail (exit 4) when any configuration's scaling efficiency is below this (e.g. 0.8)");
+  sweepCmd->add_option("--runs-dir", sweepDir, "Runs directory (default as above); every configuration is a stored run");
   app.footer(
       "Exit codes (headless):\n"
       "  0  the run finished\n"
@@ -99,6 +123,38 @@ int main(int argc, char** argv) {
                     r.status.c_str(), r.startedAt.c_str(), r.strategy.c_str(), r.world, r.finalLoss, r.samplesPerS,
                     r.name.c_str());
       return 0;
+    }
+    if (sweepCmd->parsed()) {
+      ptw::core::Profile base = sweepProfile.empty() ? ptw::core::defaultProfile() : ptw::core::loadProfile(sweepProfile);
+      base = ptw::core::applyOverrides(base, sweepSets);
+      ptw::core::Sweep sweep(ptw::core::SweepOptions(base, sweepStrategies, sweepWorkers).setSteps(sweepSteps).setRunsDir(sweepDir));
+      std::printf("%-14s %7s %14s %11s  %s\n", "strategy", "workers", "samples/s", "efficiency", "status");
+      auto points = sweep.run([](const ptw::core::SweepPoint& p, int, int) {
+        std::printf("%-14s %7d %14.1f %11.2f  %s%s%s\n", p.strategy.c_str(), p.workers, p.samplesPerS, p.efficiency,
+                    p.status.c_str(), p.status == "finished" ? "" : ": ", p.status == "finished" ? "" : p.message.c_str());
+        std::fflush(stdout);
+      });
+      const int best = ptw::core::Sweep::fastest(points);
+      if (best >= 0)
+        std::printf("* fastest: %s with %d worker(s), %.1f samples/s (run %lld)\n", points[best].strategy.c_str(),
+                    points[best].workers, points[best].samplesPerS, static_cast<long long>(points[best].runId));
+      auto write = [](const std::string& path, const std::string& text) {
+        if (path.empty()) return;
+        std::FILE* f = std::fopen(path.c_str(), "w");
+        PTW_CHECK(f && std::fputs(text.c_str(), f) >= 0 && std::fclose(f) == 0, path, ": cannot write");
+      };
+      write(sweepCsv, ptw::core::Sweep::toCsv(points));
+      write(sweepJson, ptw::core::Sweep::toJson(points));
+      bool failed = false, belowMin = false;
+      for (const auto& p : points) {
+        failed = failed || p.status != "finished";
+        if (p.strategy != "single" && p.efficiency < minEfficiency) {
+          belowMin = true;
+          std::printf("ptw: %s with %d worker(s): efficiency %.2f is below --min-efficiency %.2f\n", p.strategy.c_str(),
+                      p.workers, p.efficiency, minEfficiency);
+        }
+      }
+      return failed ? ptw::core::kExitTrainingFailed : belowMin ? ptw::core::kExitExpectationFailed : 0;
     }
     if (exportCmd->parsed()) {
       ptw::core::RunStore store(exportDir.empty() ? ptw::core::defaultRunsDirectory() : exportDir);

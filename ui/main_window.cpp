@@ -35,6 +35,7 @@
 #include "ui/run_controller.h"
 #include "ui/run_history.h"
 #include "ui/step_split_chart.h"
+#include "ui/sweep_panel.h"
 
 namespace ptw::ui {
 namespace {
@@ -211,6 +212,17 @@ void MainWindow::buildUi() {
       QMessageBox::warning(this, tr("Cannot open the run's profile"), QString::fromStdString(e.what()));
     }
   });
+  m_sweep = new SweepPanel(tabs);
+  m_sweep->setObjectName("sweep");
+  m_sweep->setProfileSource([this] { return profile(); });
+  tabs->addTab(m_sweep, tr("&Scaling Sweep"));
+  connect(m_sweep, &SweepPanel::openProfile, this, [this](const core::Profile& p) {
+    setProfile(p);
+    m_path.clear();
+    updateTitle();
+    statusBar()->showMessage(tr("Opened the sweep's fastest configuration as the profile"), 5000);
+  });
+  connect(m_sweep, &SweepPanel::finished, this, [this] { m_history->reload(); });
   setCentralWidget(tabs);
   statusBar();
   resize(1400, 900);
@@ -296,6 +308,7 @@ void MainWindow::newProfile() {
 
 void MainWindow::setRunsDirectory(const QString& dir) {
   m_runsDir = dir;
+  m_sweep->setRunsDirectory(dir);
   m_history->setRunsDirectory(dir.isEmpty() ? QString::fromStdString(core::defaultRunsDirectory()) : dir);
   // Zoomed into the past of a live run: real points come back from the store.
   auto provider = [this](const char* column) {

@@ -28,6 +28,7 @@ class ProfileEditor;
 class RunController;
 class RunHistory;
 class StepSplitChart;
+class SweepPanel;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -55,6 +56,7 @@ class MainWindow : public QMainWindow {
   StepSplitChart* splitChart() const { return m_split; }
   QTableWidget* rankTable() const { return m_ranks; }
   RunHistory* history() const { return m_history; }
+  SweepPanel* sweep() const { return m_sweep; }
   QString lastStatus() const { return m_lastStatus; }
   QStringList recentFiles() const;
 
@@ -103,6 +105,7 @@ class MainWindow : public QMainWindow {
   QComboBox* m_logRank = nullptr;
   QComboBox* m_logLevel = nullptr;
   RunHistory* m_history = nullptr;
+  SweepPanel* m_sweep = nullptr;
   QMenu* m_recentMenu = nullptr;
   RunController* m_controller = nullptr;
   QTimer* m_drainTimer = nullptr;

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 
 #include "common/error.h"
@@ -96,6 +97,10 @@ std::string text(sqlite3_stmt* s, int col) {
 }  // namespace
 
 RunStore::RunStore(const std::string& runsDir) : m_path(runsDir + "/runs.sqlite") {
+  std::error_code ec;
+  std::filesystem::create_directories(runsDir, ec);
+  PTW_CHECK(!ec, "runs directory ", runsDir, ": cannot create (", ec.message(),
+            "); choose another with --runs-dir or PTW_RUNS_DIR");
   if (sqlite3_open(m_path.c_str(), &m_db) != SQLITE_OK) {
     std::string why = m_db ? sqlite3_errmsg(m_db) : "out of memory";
     sqlite3_close(m_db);

@@ -242,6 +242,56 @@ class TestHeadless : public QObject {
     QVERIFY2(r.err.contains("is full") && r.err.contains("free space"), qPrintable(r.err));
   }
 
+  // `ptw sweep`: one row per configuration plus the Single baseline, efficiency as defined,
+  // the fastest marked, CSV and JSON agreeing, and --min-efficiency failing with exit 4.
+  void sweepWritesTheTableAndAssertsEfficiency() {
+    QTemporaryDir runs;
+    auto sweep = [&](const QStringList& extra) {
+      QProcess p;
+      p.start(test::binDir() + "/ptw", QStringList{"sweep", "--runs-dir", runs.path(), "--strategies", "ddp,pool",
+                                                   "--workers", "1,2", "--steps", "30"} + extra);
+      p.waitForFinished(120000);
+      return Result{p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
+    };
+    Result ok = sweep({"--csv", runs.filePath("s.csv"), "--json", runs.filePath("s.json")});
+    QVERIFY2(ok.code == 0, qPrintable(ok.out + ok.err));
+    QFile csv(runs.filePath("s.csv"));
+    QVERIFY(csv.open(QIODevice::ReadOnly));
+    QStringList lines = QString::fromUtf8(csv.readAll()).split('\n', Qt::SkipEmptyParts);
+    QCOMPARE(lines.size(), 1 + 5);
+    QCOMPARE(lines[0], QString("strategy,workers,samples_per_s,efficiency,status,run_id,fastest"));
+    QVERIFY(lines[1].startsWith("single,1,"));
+    const double single = lines[1].split(',')[2].toDouble();
+    QVERIFY(single > 0);
+    double best = 0;
+    int fastestRows = 0;
+    for (int i = 1; i < lines.size(); ++i) {
+      auto c = lines[i].split(',');
+      QCOMPARE(c[4], QString("finished"));
+      const double tput = c[2].toDouble(), eff = c[3].toDouble();
+      QVERIFY(std::abs(eff - tput / (c[1].toInt() * single)) < 1e-6 * std::max(1.0, eff));
+      best = std::max(best, tput);
+      fastestRows += c[6].toInt();
+    }
+    QCOMPARE(fastestRows, 1);
+    QFile json(runs.filePath("s.json"));
+    QVERIFY(json.open(QIODevice::ReadOnly));
+    QJsonArray rows = QJsonDocument::fromJson(json.readAll()).array();
+    QCOMPARE(rows.size(), 5);
+    for (const auto& r : rows)
+      if (r.toObject()["fastest"].toBool()) QVERIFY(std::abs(r.toObject()["samples_per_s"].toDouble() - best) < 1e-6 * best);
+    QVERIFY(ok.out.contains("* fastest:"));
+    // Every configuration is a stored run.
+    QCOMPARE(RunStore(runs.path().toStdString()).runs().size(), std::size_t(5));
+
+    Result strict = sweep({"--min-efficiency", "1000"});
+    QCOMPARE(strict.code, 4);
+    QVERIFY2(strict.out.contains("is below --min-efficiency"), qPrintable(strict.out));
+    Result bad = sweep({"--strategies", "horovod"});
+    QCOMPARE(bad.code, 2);
+    QVERIFY2(bad.err.contains("unknown strategy \"horovod\""), qPrintable(bad.err));
+  }
+
   void sigkillOfPtwLeavesNoWorker() {
     QTemporaryDir runs;
     QProcess p;

@@ -8,6 +8,8 @@
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSettings>
+#include <qcustomplot.h>
+#include <QSpinBox>
 #include <QStandardPaths>
 #include <QTableWidget>
 #include <QtTest>
@@ -24,6 +26,8 @@
 #include "ui/run_history.h"
 #include "ui/series_summary.h"
 #include "ui/step_split_chart.h"
+#include "ui/sweep_panel.h"
+#include "launch/sweep.h"
 
 using namespace ptw;
 
@@ -222,6 +226,36 @@ class TestMainWindow : public QObject {
     QCOMPARE(cell(w.rankTable(), 0, 6), QString("exit code 0"));
     QVERIFY(w.findChild<QPushButton*>("start")->isEnabled());
     QVERIFY(!test::anyAlive(workers));
+  }
+
+  // The scaling sweep from the window: a line per strategy, the fastest opened as the profile.
+  void sweepDrawsLinesAndOpensTheFastest() {
+    QTemporaryDir runs;
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    w.setRunsDirectory(runs.path());
+    auto* panel = w.sweep();
+    for (const char* name : {"sweep.dataparallel", "sweep.ddp-shm", "sweep.pool-hogwild", "sweep.pool"})
+      w.findChild<QCheckBox*>(name)->setChecked(false);
+    w.findChild<QCheckBox*>("sweep.ddp")->setChecked(true);
+    auto* workers = w.findChild<QLineEdit*>("sweep.workers");
+    workers->setText("1, x");
+    QVERIFY(!panel->start());
+    QVERIFY(w.findChild<QLabel*>("sweep.status")->text().contains("expected positive integers"));
+    workers->setText("1, 2");
+    w.findChild<QSpinBox*>("sweep.steps")->setValue(20);
+    QSignalSpy done(panel, &ui::SweepPanel::finished);
+    QVERIFY(panel->start());
+    QVERIFY(done.wait(120000));
+    QCOMPARE(panel->points().size(), std::size_t(3));  // single + ddp × {1, 2}
+    QCOMPARE(panel->table()->rowCount(), 3);
+    QVERIFY(panel->throughputPlot()->graphCount() >= 2);  // single, ddp (+ the fastest marker)
+    const auto& points = panel->points();
+    const auto best = static_cast<std::size_t>(core::Sweep::fastest(points));
+    QTest::mouseClick(w.findChild<QPushButton*>("sweep.openFastest"), Qt::LeftButton);
+    const core::Profile p = w.profile();
+    QCOMPARE(p.strategy.kind, std::string(points[best].strategy == "single" ? "single" : "ddp"));
+    QCOMPARE(p.strategy.ranks, points[best].workers);
   }
 
   // Display memory does not grow with the run; min and max survive decimation; zoomed in

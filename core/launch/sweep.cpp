@@ -1,0 +1,177 @@
+#include "launch/sweep.h"
+
+#include <cmath>
+#include <memory>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "launch/launcher.h"
+#include "launch/run_directory.h"
+#include "launch/run_store.h"
+#include "launch/supervisor.h"
+
+namespace ptw::core {
+namespace {
+
+// Throughput as the headless summary counts it: samples over time inside steps, summed
+// over ranks (the pool's coordinator alone already reports the whole pool).
+class Throughput final : public LaunchObserver {
+ public:
+  explicit Throughput(bool coordinatorOnly) : m_coordinatorOnly(coordinatorOnly) {}
+  void onRecords(const std::vector<Record>& batch) override {
+    for (const auto& r : batch) {
+      if (r.kind != Record::Kind::Step || (m_coordinatorOnly && r.step.rank != 0)) continue;
+      if (static_cast<std::size_t>(r.step.rank) >= m_samples.size()) {
+        m_samples.resize(static_cast<std::size_t>(r.step.rank) + 1, 0);
+        m_busy.resize(m_samples.size(), 0);
+      }
+      m_samples[static_cast<std::size_t>(r.step.rank)] += r.step.samplesPerS * r.step.stepMs / 1000.0;
+      m_busy[static_cast<std::size_t>(r.step.rank)] += r.step.stepMs / 1000.0;
+    }
+  }
+  double samplesPerS() const {
+    double total = 0;
+    for (std::size_t r = 0; r < m_samples.size(); ++r) total += m_busy[r] > 0 ? m_samples[r] / m_busy[r] : 0;
+    return total;
+  }
+
+ private:
+  bool m_coordinatorOnly;
+  std::vector<double> m_samples, m_busy;
+};
+
+}  // namespace
+
+Sweep::Sweep(SweepOptions options) : m_options(std::move(options)) {}
+
+const std::vector<std::string>& Sweep::strategyNames() {
+  static const std::vector<std::string> names = {"single", "dataparallel", "ddp", "ddp-shm", "pool", "pool-hogwild"};
+  return names;
+}
+
+Profile Sweep::profileFor(const Profile& base, const std::string& strategy, int workers, std::int64_t steps) {
+  Profile p = base;
+  p.hyper.maxSteps = steps;
+  p.hyper.epochs = 0;
+  p.run.maxRestarts = 0;
+  p.run.resumeFrom = "";
+  p.strategy.ranks = workers;
+  if (strategy == "single") {
+    p.strategy.kind = "single";
+    p.strategy.ranks = 1;
+  } else if (strategy == "dataparallel") {
+    p.strategy.kind = "dataparallel";
+  } else if (strategy == "ddp" || strategy == "ddp-shm") {
+    p.strategy.kind = "ddp";
+    p.strategy.backend = strategy == "ddp-shm" ? "shm" : (p.strategy.device == "cuda" ? "nccl" : "gloo");
+  } else if (strategy == "pool" || strategy == "pool-hogwild") {
+    p.strategy.kind = "pool";
+    p.strategy.poolMode = strategy == "pool" ? "sync" : "hogwild";
+  } else {
+    std::string known;
+    for (const auto& n : strategyNames()) known += (known.empty() ? "" : ", ") + n;
+    PTW_FAIL("sweep: unknown strategy \"", strategy, "\" (known: ", known, ")");
+  }
+  p.name = base.name + "-" + strategy + "-" + std::to_string(p.strategy.ranks);
+  auto errors = validate(p);
+  PTW_CHECK(errors.empty(), "sweep: ", strategy, " with ", workers, " worker(s): ", errors.front().text());
+  return p;
+}
+
+void Sweep::requestStop() {
+  m_stop = true;
+  if (Supervisor* s = m_current.load()) s->requestStop();
+}
+
+std::vector<SweepPoint> Sweep::run(const std::function<void(const SweepPoint&, int, int)>& progress) {
+  const auto& o = m_options;
+  PTW_CHECK(!o.workers.empty(), "sweep: --workers: give at least one worker count");
+  PTW_CHECK(o.steps >= 1, "sweep: --steps must be >= 1, got ", o.steps);
+  for (int w : o.workers) PTW_CHECK(w >= 1 && w <= 255, "sweep: --workers: each count must be in 1..255, got ", w);
+  // Every configuration is checked before anything runs.
+  std::vector<std::pair<std::string, int>> plan{{"single", 1}};
+  for (const auto& s : o.strategies) {
+    if (s == "single") continue;
+    for (int w : o.workers) {
+      profileFor(o.base, s, w, o.steps);
+      plan.emplace_back(s, w);
+    }
+  }
+  const std::string runsDir = o.runsDir.empty() ? defaultRunsDirectory() : o.runsDir;
+  RunStore store(runsDir);
+  const std::string worker = o.workerPath.empty() ? Launcher::defaultWorkerPath() : o.workerPath;
+  std::vector<SweepPoint> points;
+  double single = 0;
+  for (const auto& [strategy, workers] : plan) {
+    if (m_stop) break;
+    const Profile p = profileFor(o.base, strategy, workers, o.steps);
+    SweepPoint point;
+    point.strategy = strategy;
+    point.workers = strategy == "single" ? 1 : workers;
+    const std::string dir = createRunDirectory(runsDir, p);
+    point.runId = store.beginRun(dir, p);
+    Supervisor supervisor(SupervisorOptions(p, dir, worker).setStore(&store, point.runId));
+    m_current = &supervisor;
+    if (m_stop) supervisor.requestStop();
+    Throughput throughput(p.strategy.kind == "pool");
+    RunReport report;
+    try {
+      report = supervisor.run(throughput);
+    } catch (const Error& e) {
+      report.status = RunReport::Status::Failed;
+      report.message = e.what();
+    }
+    m_current = nullptr;
+    point.status = statusName(report.status);
+    point.message = report.message;
+    point.samplesPerS = throughput.samplesPerS();
+    store.endRun(point.runId, point.status, report.message, std::nan(""), point.samplesPerS, 1);
+    if (strategy == "single") single = point.samplesPerS;
+    point.efficiency = single > 0 ? point.samplesPerS / (point.workers * single) : 0;
+    points.push_back(point);
+    if (progress) progress(point, static_cast<int>(points.size()), static_cast<int>(plan.size()));
+  }
+  return points;
+}
+
+int Sweep::fastest(const std::vector<SweepPoint>& points) {
+  int best = -1;
+  for (std::size_t i = 0; i < points.size(); ++i)
+    if (points[i].status == "finished" && (best < 0 || points[i].samplesPerS > points[static_cast<std::size_t>(best)].samplesPerS))
+      best = static_cast<int>(i);
+  return best;
+}
+
+std::string Sweep::toCsv(const std::vector<SweepPoint>& points) {
+  std::ostringstream out;
+  out.precision(9);
+  out << "strategy,workers,samples_per_s,efficiency,status,run_id,fastest\n";
+  const int best = fastest(points);
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const auto& p = points[i];
+    out << p.strategy << ',' << p.workers << ',' << p.samplesPerS << ',' << p.efficiency << ',' << p.status << ','
+        << p.runId << ',' << (static_cast<int>(i) == best ? 1 : 0) << '\n';
+  }
+  return out.str();
+}
+
+std::string Sweep::toJson(const std::vector<SweepPoint>& points) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::array();
+  const int best = fastest(points);
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    const auto& p = points[i];
+    j.push_back({{"strategy", p.strategy},
+                 {"workers", p.workers},
+                 {"samples_per_s", p.samplesPerS},
+                 {"efficiency", p.efficiency},
+                 {"status", p.status},
+                 {"message", p.message},
+                 {"run_id", p.runId},
+                 {"fastest", static_cast<int>(i) == best}});
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace ptw::core

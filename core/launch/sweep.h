@@ -1,0 +1,69 @@
+// Sweep: the question users open the workbench with — on this model and this machine,
+// which strategy and how many workers? Runs a profile under each strategy and worker
+// count for a fixed number of steps, one after another, and reports throughput and
+// scaling efficiency (throughput ÷ (workers × Single's throughput)) for each.
+#pragma once
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/profile.h"
+
+namespace ptw::core {
+
+class RunStore;
+
+struct SweepPoint {
+  std::string strategy;  ///< single | dataparallel | ddp | ddp-shm | pool | pool-hogwild
+  int workers = 1;
+  double samplesPerS = 0;
+  double efficiency = 0;  ///< vs workers × single; 1 for single itself
+  std::string status;     ///< finished | failed | stopped
+  std::string message;
+  std::int64_t runId = 0;
+};
+
+/// Example: SweepOptions(profile, {"ddp", "pool"}, {1, 2, 4}).setSteps(200)
+struct SweepOptions {
+  SweepOptions(Profile base, std::vector<std::string> strategies, std::vector<int> workers)
+      : base(std::move(base)), strategies(std::move(strategies)), workers(std::move(workers)) {}
+  Profile base;
+  std::vector<std::string> strategies;
+  std::vector<int> workers;
+  std::int64_t steps = 200;
+  std::string runsDir = "";     ///< "" uses defaultRunsDirectory(); every point is a stored run
+  std::string workerPath = "";  ///< "" uses Launcher::defaultWorkerPath()
+  SweepOptions& setSteps(std::int64_t v) { steps = v; return *this; }
+  SweepOptions& setRunsDir(std::string v) { runsDir = std::move(v); return *this; }
+};
+
+class Sweep {
+ public:
+  explicit Sweep(SweepOptions options);
+
+  /// The strategy names a sweep accepts.
+  static const std::vector<std::string>& strategyNames();
+  /// `base` set up for `strategy` with `workers` (ranks, lanes or pool workers) and `steps`.
+  /// Throws ptw::Error naming the strategy or the field when that cannot run.
+  static Profile profileFor(const Profile& base, const std::string& strategy, int workers, std::int64_t steps);
+
+  /// Runs Single first (the baseline), then every strategy × worker count. `progress` is
+  /// called after each point. Throws ptw::Error on invalid options before running anything.
+  std::vector<SweepPoint> run(const std::function<void(const SweepPoint&, int done, int total)>& progress = {});
+  /// Stops the current run and skips the rest. Safe from any thread.
+  void requestStop();
+
+  /// Index of the highest throughput among finished points, or -1.
+  static int fastest(const std::vector<SweepPoint>& points);
+  static std::string toCsv(const std::vector<SweepPoint>& points);
+  static std::string toJson(const std::vector<SweepPoint>& points);
+
+ private:
+  SweepOptions m_options;
+  std::atomic<bool> m_stop{false};
+  std::atomic<class Supervisor*> m_current{nullptr};
+};
+
+}  // namespace ptw::core
