@@ -5,6 +5,7 @@
 #include <QMainWindow>
 #include <QString>
 
+#include <chrono>
 #include <deque>
 #include <map>
 #include <vector>
@@ -124,6 +125,9 @@ class MainWindow : public QMainWindow {
   std::vector<double> m_lastThroughput;
   std::vector<QString> m_lastMessage;
   std::vector<QString> m_rankStatus;
+  std::chrono::steady_clock::time_point m_lastRedraw{};
+  double m_redrawMs = 0;      ///< cost of the last redraw (Note [Redraw budget])
+  bool m_forceRedraw = false;
 };
 
 }  // namespace ptw::ui

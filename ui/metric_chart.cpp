@@ -15,6 +15,7 @@ MetricChart::MetricChart(const QString& yLabel, QWidget* parent) : QWidget(paren
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   layout->addWidget(m_plot);
+  m_plot->setPlottingHint(QCP::phFastPolylines, true);
   m_plot->setNotAntialiasedElements(QCP::aeAll);  // what keeps 32 series fast
   m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   m_plot->xAxis->setLabel(tr("step"));

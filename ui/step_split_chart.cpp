@@ -9,6 +9,7 @@ StepSplitChart::StepSplitChart(QWidget* parent) : QWidget(parent), m_plot(new QC
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   layout->addWidget(m_plot);
+  m_plot->setPlottingHint(QCP::phFastPolylines, true);
   const char* names[] = {"data", "compute", "communication", "optimizer"};
   const QColor colors[] = {QColor(120, 120, 120), QColor(31, 119, 180), QColor(214, 39, 40), QColor(44, 160, 44)};
   for (int i = 0; i < 4; ++i) {

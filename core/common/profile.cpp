@@ -80,6 +80,7 @@ template <class F> void visit(RunOptions& r, F&& f) {
   f("checkpoint_every", r.checkpointEvery);
   f("resume_from", r.resumeFrom);
   f("max_restarts", r.maxRestarts);
+  f("metrics", r.metrics);
 }
 template <class F> void visitSections(Profile& p, F&& f) {
   f("model", p.model);

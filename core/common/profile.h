@@ -74,6 +74,7 @@ struct RunOptions {
   std::int64_t checkpointEvery = 0;  ///< checkpoint every N steps (and at the end); 0 = only at the end
   std::string resumeFrom = "";  ///< a checkpoint file to continue from; "" starts fresh
   int maxRestarts = 0;          ///< after a failure, restart the run from its last checkpoint this many times
+  bool metrics = true;          ///< stream per-step records; false sends only heartbeats (to measure their cost)
 };
 
 struct Profile {

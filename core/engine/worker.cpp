@@ -231,13 +231,15 @@ int workerMain(int argc, char** argv) {
     SyncContext ctx{profile, rank, args.world, args.port, args.store};
     Trainer trainer(TrainerOptions(profile, rank, args.world).setOutDir(args.out), makeStrategy(ctx),
                     [&](const core::Record& r) {
-                      writer.write(r);
+                      if (profile.run.metrics || r.kind == core::Record::Kind::Done) writer.write(r);
                       if (r.kind == core::Record::Kind::Step && r.step.step == killAtStep) {
                         writer.flush();
                         ::raise(SIGKILL);
                       }
                     });
+    const auto trainStart = std::chrono::steady_clock::now();
     std::int64_t steps = trainer.run(g_stop);
+    const double trainS = std::chrono::duration<double>(std::chrono::steady_clock::now() - trainStart).count();
     if (!args.out.empty()) {
       torch::save(trainer.parameters(), args.out + "/rank" + std::to_string(rank) + ".final.pt");
       if (rank == 0) trainer.model().save(args.out + "/model.final.pt");
@@ -247,8 +249,9 @@ int workerMain(int argc, char** argv) {
     done.step.rank = rank;
     done.step.step = steps;
     writer.write(done);
-    std::fprintf(stderr, "[rank %d] %s after %lld steps\n", rank, g_stop ? "stopped" : "finished",
-                 static_cast<long long>(steps));
+    std::fprintf(stderr, "[rank %d] %s after %lld steps in %.3f s (%.1f steps/s)\n", rank,
+                 g_stop ? "stopped" : "finished", static_cast<long long>(steps), trainS,
+                 trainS > 0 ? static_cast<double>(steps) / trainS : 0.0);
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what_without_backtrace());
     code = 1;

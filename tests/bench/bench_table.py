@@ -20,7 +20,7 @@ for (w, impl), values in sorted(runs.items()):
     base = runs.get((w, "python-ddp"))
     single = runs.get((w, "ptw-single"))
     ratio = statistics.median(v / b for v, b in zip(values, base)) if base else float("nan")
-    workers = 2 if "ddp" in impl else 1
+    workers = 2 if any(k in impl for k in ("ddp", "dataparallel", "pool")) else 1
     eff = ""
     if single and impl.startswith("ptw"):
         eff = f"{statistics.median(v / (workers * s) for v, s in zip(values, single)):.2f}"

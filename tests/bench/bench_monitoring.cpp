@@ -1,0 +1,108 @@
+// What watching costs: (1) time from Start to the first loss point on the chart for a
+// 2-rank run, and (2) the seed workload's training rate with every record streaming into
+// the run store and a live window, against the same run with per-step metrics off
+// (run.metrics false, no store, no window), alternated in one run.
+//
+//   QT_QPA_PLATFORM=offscreen build/bin/bench_monitoring [rounds=3] [steps=100000] [backend=shm]
+#include <QApplication>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QRegularExpression>
+#include <QTemporaryDir>
+#include <QTest>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "launch/launcher.h"
+#include "launch/run_directory.h"
+#include "launch/supervisor.h"
+#include "ui/main_window.h"
+#include "ui/metric_chart.h"
+#include "ui/profile_editor.h"
+#include "ui/run_controller.h"
+
+using namespace ptw;
+
+namespace {
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+// Steps per second of training, from rank 0's "finished after N steps in X s" line.
+double trainingRate(const QString& runDir) {
+  QFile log(runDir + "/rank0.log");
+  if (!log.open(QIODevice::ReadOnly)) return 0;
+  auto m = QRegularExpression(R"(after (\d+) steps in ([0-9.]+) s)").match(QString::fromUtf8(log.readAll()));
+  return m.hasMatch() ? m.captured(1).toDouble() / m.captured(2).toDouble() : 0;
+}
+
+core::Profile seedProfile(long steps, const char* backend) {
+  core::Profile p = core::defaultProfile();  // seed workload, DDP, 2 ranks
+  p.hyper.maxSteps = steps;
+  p.strategy.backend = backend;
+  p.data.samples = 4096;
+  return p;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!qEnvironmentVariableIsSet("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
+  QApplication app(argc, argv);
+  const int rounds = argc > 1 ? std::atoi(argv[1]) : 3;
+  const long steps = argc > 2 ? std::atol(argv[2]) : 100000;
+  const char* backend = argc > 3 ? argv[3] : "shm";
+  QTemporaryDir runs;
+
+  // (1) Start to first point, default profile (2 ranks, Gloo), in the window.
+  std::vector<double> firstPoint;
+  for (int i = 0; i < 5; ++i) {
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    w.setRunsDirectory(runs.path());
+    w.show();
+    w.editor()->setFieldText("hyper.max_steps", "1000000");
+    QElapsedTimer t;
+    t.start();
+    w.startRun();
+    while (w.lossChart()->pointCount(0) == 0 && t.elapsed() < 30000) QTest::qWait(5);
+    firstPoint.push_back(t.elapsed() / 1000.0);
+    w.stopRun();
+    while (w.controller()->isRunning()) QTest::qWait(10);
+  }
+
+  // (2) Monitoring cost, alternating.
+  std::vector<double> off, on, ratio;
+  for (int i = 0; i < rounds; ++i) {
+    core::Profile quiet = seedProfile(steps, backend);
+    quiet.run.metrics = false;
+    const std::string dir = core::createRunDirectory(runs.path().toStdString(), quiet);
+    core::LaunchObserver none;
+    core::Supervisor(core::SupervisorOptions(quiet, dir, core::Launcher::defaultWorkerPath())).run(none);
+    off.push_back(trainingRate(QString::fromStdString(dir)));
+
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    w.setRunsDirectory(runs.path());
+    w.show();
+    w.setProfile(seedProfile(steps, backend));
+    w.startRun();
+    while (w.controller()->isRunning()) QTest::qWait(20);
+    on.push_back(trainingRate(w.controller()->runDirectory()));
+    ratio.push_back(on.back() / off.back());
+  }
+
+  std::printf("time from Start to the first loss point (2 ranks, Gloo): median %.2f s, max %.2f s over 5 (target <= 3 s)\n",
+              median(firstPoint), *std::max_element(firstPoint.begin(), firstPoint.end()));
+  std::printf("monitoring cost, seed workload, DDP %s, 2 ranks, %ld steps, %d rounds:\n", backend, steps, rounds);
+  std::printf("  metrics off (no records, no store, no window):  %.0f steps/s (median)\n", median(off));
+  std::printf("  every record to the store and a live window:    %.0f steps/s (median)\n", median(on));
+  std::printf("  paired ratio on/off: %.3f (median); cost %.1f%% (target <= 2%%)\n", median(ratio),
+              (1 - median(ratio)) * 100);
+  return 0;
+}
