@@ -370,6 +370,11 @@ Profile parseProfile(const std::string& text, const std::string& origin) {
     auto pos = what.find("syntax error");
     PTW_FAIL(origin, ":", line, ":", col, ": invalid JSON: ",
              pos == std::string::npos ? what : what.substr(pos));
+  } catch (const nlohmann::json::exception& ex) {
+    // Not a syntax error but a value JSON cannot hold here, e.g. a number beyond double range.
+    std::string what = ex.what();
+    auto pos = what.find("] ");
+    PTW_FAIL(origin, ": invalid JSON: ", pos == std::string::npos ? what : what.substr(pos + 2));
   }
   try {
     return fromJsonValue(root);

@@ -75,6 +75,7 @@ class TestProfile : public QObject {
                                              << "strategy.ranks: more ranks (8) than training samples (4)";
     QTest::newRow("no steps") << R"({"hyper": {"max_steps": 0, "epochs": 0}})" << "hyper.max_steps: set hyper.max_steps";
     QTest::newRow("nccl on cpu") << R"({"strategy": {"backend": "nccl"}})" << "strategy.backend: nccl needs";
+    QTest::newRow("number beyond double range") << R"({"hyper": {"lr": 1e999}})" << "p.json: invalid JSON: number overflow";
     QTest::newRow("unknown pool mode") << R"({"strategy": {"kind": "pool", "pool_mode": "async"}})"
                                        << "strategy.pool_mode: expected one of sync, hogwild, got \"async\"";
     QTest::newRow("pool on cuda") << R"({"strategy": {"kind": "pool", "device": "cuda"}})"
