@@ -172,7 +172,7 @@ class ProcessPool final : public Strategy {
       if (!behind) return finishWith(state, m_localStop);
       PTW_CHECK(std::chrono::steady_clock::now() - start < m_timeout, "pool: no hogwild worker progress for ",
                 m_timeout.count() / 1000.0, " s (run.timeout_s)");
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // leave the cores to the workers
     }
   }
 

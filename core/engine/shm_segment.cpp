@@ -1,7 +1,9 @@
 #include "engine/shm_segment.h"
 
 #include <fcntl.h>
+#include <linux/futex.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -16,6 +18,15 @@
 namespace ptw::engine {
 namespace {
 constexpr std::uint32_t kReady = 0x70747721;  // "ptw!"
+
+// Process-shared futex on a word of the segment (not FUTEX_PRIVATE: other processes map it).
+void futexWait(std::atomic<std::uint32_t>* word, std::uint32_t expected, long timeoutNs) {
+  timespec ts{0, timeoutNs};
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+void futexWakeAll(std::atomic<std::uint32_t>* word) {
+  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
 }
 
 struct ShmSegment::Header {
@@ -24,6 +35,7 @@ struct ShmSegment::Header {
   std::uint64_t payloadBytes;
   alignas(64) std::atomic<std::uint32_t> arrived;
   alignas(64) std::atomic<std::uint32_t> generation;
+  std::atomic<std::uint32_t> sleepers;
   alignas(64) std::atomic<std::uint64_t> arrivedMask[kMaxRanks / 64];
   alignas(64) std::atomic<std::uint32_t> stop;
   alignas(64) std::atomic<std::int64_t> progress[kMaxRanks];
@@ -95,6 +107,13 @@ std::atomic<std::uint32_t>& ShmSegment::stopFlag() { return m_header->stop; }
 std::atomic<std::int64_t>& ShmSegment::progress(int rank) { return m_header->progress[rank]; }
 std::atomic<std::uint32_t>& ShmSegment::doneFlag(int rank) { return m_header->done[rank]; }
 
+// Note [Barrier waits]
+// A rank first spins (the partner is microseconds away on a small model), then yields,
+// then sleeps on a futex until the last rank arrives, so a rank that waits long (the
+// pool's coordinator while workers compute) costs no CPU the others need. The last
+// arriver wakes sleepers only when some are registered; the sleeper registers before it
+// re-checks the generation, and both sides use sequentially consistent operations, so
+// either the waker sees the sleeper or the sleeper sees the new generation.
 void ShmSegment::barrier() {
   Header& h = *m_header;
   const std::uint32_t gen = h.generation.load(std::memory_order_acquire);
@@ -102,7 +121,8 @@ void ShmSegment::barrier() {
   if (h.arrived.fetch_add(1, std::memory_order_acq_rel) == static_cast<std::uint32_t>(m_world) - 1) {
     h.arrived.store(0, std::memory_order_relaxed);
     for (auto& m : h.arrivedMask) m.store(0, std::memory_order_relaxed);
-    h.generation.fetch_add(1, std::memory_order_release);
+    h.generation.fetch_add(1, std::memory_order_seq_cst);
+    if (h.sleepers.load(std::memory_order_seq_cst) > 0) futexWakeAll(&h.generation);
     return;
   }
   std::uint64_t spins = 0;
@@ -110,13 +130,14 @@ void ShmSegment::barrier() {
   while (h.generation.load(std::memory_order_acquire) == gen) {
     ++spins;
     if (spins < 2000) continue;
-    if (spins < 20000) {
+    if (spins < 6000) {
       ::sched_yield();
       continue;
     }
-    timespec ts{0, 50'000};
-    ::nanosleep(&ts, nullptr);
-    if ((spins & 255) == 0 && std::chrono::steady_clock::now() - start > m_timeout) {
+    h.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (h.generation.load(std::memory_order_seq_cst) == gen) futexWait(&h.generation, gen, 10'000'000);
+    h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (std::chrono::steady_clock::now() - start > m_timeout && h.generation.load() == gen) {
       std::string missing;
       for (int r = 0; r < m_world; ++r)
         if (!(h.arrivedMask[r / 64].load() & (1ull << (r % 64))))
