@@ -37,6 +37,8 @@ inline std::vector<int> livePtwWorkers(int parent = -1) {
     if (!ok) continue;
     QFile comm(QStringLiteral("/proc/%1/comm").arg(pid));
     if (!comm.open(QIODevice::ReadOnly) || comm.readAll().trimmed() != "ptw-worker") continue;
+    QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));  // ranks only, not --devices/--preflight probes
+    if (!cmdline.open(QIODevice::ReadOnly) || !cmdline.readAll().contains(QByteArray("--rank\0", 7))) continue;
     if (!processAlive(pid)) continue;
     if (parent > 0) {
       QFile status(QStringLiteral("/proc/%1/status").arg(pid));

@@ -29,8 +29,9 @@ DevicePicker::DevicePicker(QWidget* parent) : QWidget(parent), m_rows(new QVBoxL
   cpu.name = "CPU";
   cpu.cores = static_cast<int>(std::thread::hardware_concurrency());
   setDevices({cpu});
-  auto* probe = new QProcess(this);
+  auto* probe = m_probe = new QProcess(this);
   connect(probe, &QProcess::finished, this, [this, probe](int code, QProcess::ExitStatus) {
+    m_probe = nullptr;
     if (code == 0) {
       auto found = parseDevices(probe->readAllStandardOutput());
       if (!found.empty()) {
@@ -43,6 +44,15 @@ DevicePicker::DevicePicker(QWidget* parent) : QWidget(parent), m_rows(new QVBoxL
     probe->deleteLater();
   });
   probe->start(QString::fromStdString(core::Launcher::defaultWorkerPath()), {"--devices"});
+}
+
+DevicePicker::~DevicePicker() {
+  // A probe still running is killed here; its finished() must not reach a half-destroyed picker.
+  if (m_probe) {
+    m_probe->disconnect(this);
+    m_probe->kill();
+    m_probe->waitForFinished(2000);
+  }
 }
 
 std::vector<DevicePicker::Device> DevicePicker::parseDevices(const QByteArray& jsonLines) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 class QCheckBox;
+class QProcess;
 class QLabel;
 class QSpinBox;
 class QVBoxLayout;
@@ -28,6 +29,7 @@ class DevicePicker : public QWidget {
     qint64 usedBytes = 0;
   };
   explicit DevicePicker(QWidget* parent = nullptr);
+  ~DevicePicker() override;
 
   /// Parses `ptw-worker --devices` output (JSON lines).
   static std::vector<Device> parseDevices(const QByteArray& jsonLines);
@@ -52,6 +54,7 @@ class DevicePicker : public QWidget {
   QSpinBox* m_cpuRanks = nullptr;
   std::vector<QCheckBox*> m_gpus;
   QLabel* m_summary;
+  QProcess* m_probe = nullptr;
   bool m_updating = false;
 };
 

@@ -130,6 +130,14 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
   setProfile(core::defaultProfile());
 }
 
+ProfileEditor::~ProfileEditor() {
+  if (m_preflightProcess) {  // see ~DevicePicker
+    m_preflightProcess->disconnect(this);
+    m_preflightProcess->kill();
+    m_preflightProcess->waitForFinished(2000);
+  }
+}
+
 void ProfileEditor::setProfile(const core::Profile& profile) {
   m_filling = true;
   for (const auto& [pathStd, json] : core::profileFields(profile)) {

@@ -24,6 +24,7 @@ class ProfileEditor : public QWidget {
   Q_OBJECT
  public:
   explicit ProfileEditor(QWidget* parent = nullptr);
+  ~ProfileEditor() override;
 
   void setProfile(const core::Profile& profile);
   /// What the fields say now; valid only when errors() is empty.

@@ -161,15 +161,14 @@ class ProcessPool final : public Strategy {
     if (m_localStop) m_segment->stopFlag().store(1, std::memory_order_release);
     const auto start = std::chrono::steady_clock::now();
     for (;;) {
-      bool behind = false;
-      int finished = 0;
+      bool behind = false, endedEarly = false;
       for (int w = 1; w <= m_workers; ++w) {
         const bool done = m_segment->doneFlag(w).load(std::memory_order_acquire) != 0;
-        finished += done;
-        if (!done && m_segment->progress(w).load(std::memory_order_acquire) < m_followed) behind = true;
+        const bool short_ = m_segment->progress(w).load(std::memory_order_acquire) < m_followed;
+        if (short_ && done) endedEarly = true;  // a worker stopped before this step: stop too
+        if (short_ && !done) behind = true;
       }
-      if (finished == m_workers) return finishWith(state, true);
-      if (!behind) return finishWith(state, m_localStop);
+      if (!behind) return finishWith(state, m_localStop || endedEarly);
       PTW_CHECK(std::chrono::steady_clock::now() - start < m_timeout, "pool: no hogwild worker progress for ",
                 m_timeout.count() / 1000.0, " s (run.timeout_s)");
       std::this_thread::sleep_for(std::chrono::milliseconds(1));  // leave the cores to the workers
