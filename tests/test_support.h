@@ -6,7 +6,10 @@
 #include <QString>
 #include <QTemporaryDir>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <string>
@@ -57,6 +60,28 @@ inline bool anyAlive(const std::vector<int>& pids) {
     if (processAlive(p)) return true;
   return false;
 }
+
+/// Listens on a free loopback port until destroyed, so that port is taken.
+class TakenPort {
+ public:
+  explicit TakenPort(int port) : m_port(port), m_fd(::socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    m_ok = ::bind(m_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(m_fd, 1) == 0;
+  }
+  ~TakenPort() { ::close(m_fd); }
+  TakenPort(const TakenPort&) = delete;
+  TakenPort& operator=(const TakenPort&) = delete;
+  bool ok() const { return m_ok; }
+  int port() const { return m_port; }
+
+ private:
+  int m_port;
+  int m_fd;
+  bool m_ok = false;
+};
 
 /// Writes `p` to `<dir>/<name>` and returns the path.
 inline std::string writeProfile(const QTemporaryDir& dir, const core::Profile& p, const char* name = "profile.json") {

@@ -309,6 +309,7 @@ void MainWindow::newProfile() {
 
 void MainWindow::setRunsDirectory(const QString& dir) {
   m_runsDir = dir;
+  m_reader.reset();
   m_sweep->setRunsDirectory(dir);
   m_history->setRunsDirectory(dir.isEmpty() ? QString::fromStdString(core::defaultRunsDirectory()) : dir);
   // Zoomed into the past of a live run: real points come back from the store.
@@ -316,8 +317,10 @@ void MainWindow::setRunsDirectory(const QString& dir) {
     return [this, column](int series, double x0, double x1) -> std::vector<std::pair<double, double>> {
       if (m_controller->runId() <= 0 || series >= m_reportingRanks) return {};
       try {
-        core::RunStore store(m_runsDir.isEmpty() ? core::defaultRunsDirectory() : m_runsDir.toStdString());
-        return store.series(m_controller->runId(), series, column, x0, x1);
+        if (!m_reader)
+          m_reader = std::make_unique<core::RunStore>(m_runsDir.isEmpty() ? core::defaultRunsDirectory()
+                                                                          : m_runsDir.toStdString());
+        return m_reader->series(m_controller->runId(), series, column, x0, x1);
       } catch (const Error&) {
         return {};
       }

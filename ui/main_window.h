@@ -8,6 +8,7 @@
 #include <chrono>
 #include <deque>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "common/profile.h"
@@ -21,6 +22,10 @@ class QPushButton;
 class QSlider;
 class QTableWidget;
 class QTimer;
+
+namespace ptw::core {
+class RunStore;
+}
 
 namespace ptw::ui {
 
@@ -110,6 +115,7 @@ class MainWindow : public QMainWindow {
   QMenu* m_recentMenu = nullptr;
   RunController* m_controller = nullptr;
   QTimer* m_drainTimer = nullptr;
+  std::unique_ptr<core::RunStore> m_reader;  ///< read connection for zoomed-in detail
 
   // Live run state.
   struct LogLine {

@@ -192,7 +192,7 @@ class DataParallel final : public Strategy {
     }
   }
 
-  std::vector<LaneReport> lanes() const override { return m_reports; }
+  const std::vector<LaneReport>& lanes() const override { return m_reports; }
 
  private:
   int m_lanes;

@@ -31,7 +31,8 @@ class DdpShm final : public Strategy {
   }
 
   void attach(Model& model) override {
-    auto params = model.parameters();
+    m_params = model.parameters();
+    const auto& params = m_params;
     std::int64_t total = 1;  // + the stop wish
     for (const auto& p : params) total += p.numel();
     m_slotFloats = static_cast<std::size_t>((total + 15) / 16 * 16);
@@ -46,8 +47,8 @@ class DdpShm final : public Strategy {
     m_segment->barrier();
   }
 
-  bool reduce(Model& model, StepState&) override {
-    auto params = model.parameters();
+  bool reduce(Model&, StepState&) override {
+    const auto& params = m_params;
     pack(params, /*grads=*/true, m_localStop ? 1.f : 0.f);
     m_segment->barrier();
     // Sum in rank order into a private buffer: identical on every rank.
@@ -105,6 +106,7 @@ class DdpShm final : public Strategy {
   std::chrono::milliseconds m_timeout;
   std::string m_name;
   std::unique_ptr<ShmSegment> m_segment;
+  std::vector<torch::Tensor> m_params;
   std::size_t m_slotFloats = 0;
   std::size_t m_total = 0;
   std::vector<float> m_sum;

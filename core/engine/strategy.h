@@ -83,7 +83,10 @@ class Strategy {
   virtual void finish() {}
 
   /// Per-replica timings of the last step; empty unless the strategy has replicas.
-  virtual std::vector<LaneReport> lanes() const { return {}; }
+  virtual const std::vector<LaneReport>& lanes() const {
+    static const std::vector<LaneReport> none;
+    return none;
+  }
 
   void setAutocast(bool on) { m_autocast = on; }
   void setDevice(torch::Device d) { m_device = d; }

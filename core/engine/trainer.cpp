@@ -228,7 +228,7 @@ std::int64_t Trainer::run(const std::atomic<bool>& stopRequested) {
           s.memBytes = memBytes;
           publish(r);
         };
-        auto lanes = m_strategy->lanes();
+        const auto& lanes = m_strategy->lanes();
         if (lanes.empty()) {
           record(m_options.rank, state.loss, state.samples, computeMs, ms(t1, t2));
         } else {

@@ -206,16 +206,13 @@ class TestHeadless : public QObject {
 
   void takenPortOrUnwritableRunsDirStartsNothing() {
     QTemporaryDir runs;
-    int port = Launcher::pickFreePort();
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    QCOMPARE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    QCOMPARE(::listen(fd, 1), 0);
-    Result r = runPtw({"--set", QStringLiteral("run.port=%1").arg(port)}, runs);
-    ::close(fd);
+    const int port = Launcher::pickFreePort();
+    Result r;
+    {
+      test::TakenPort taken(port);
+      QVERIFY(taken.ok());
+      r = runPtw({"--set", QStringLiteral("run.port=%1").arg(port)}, runs);
+    }
     QCOMPARE(r.code, 2);
     QVERIFY2(r.err.contains(QStringLiteral("run.port: port %1 on 127.0.0.1 is already in use").arg(port)), qPrintable(r.err));
     QVERIFY(QDir(runs.path()).entryList(QDir::NoDotAndDotDot | QDir::AllEntries).isEmpty());

@@ -302,14 +302,9 @@ class TestSupervisor : public QObject {
       Launcher launcher(LaunchOptions("/nonexistent/ptw-worker", profile, 2));
       QVERIFY_THROWS_EXCEPTION(Error, launcher.run(w));
     }
-    int port = Launcher::pickFreePort();
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    QCOMPARE(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    QCOMPARE(::listen(fd, 1), 0);
+    const int port = Launcher::pickFreePort();
+    test::TakenPort taken(port);
+    QVERIFY(taken.ok());
     LaunchOptions lo(test::workerPath(), profile, 2);
     lo.setPort(port);
     Launcher launcher(lo);
@@ -319,7 +314,6 @@ class TestSupervisor : public QObject {
     } catch (const Error& e) {
       QVERIFY2(QString(e.what()).contains(QStringLiteral("port %1 on 127.0.0.1 is already in use").arg(port)), e.what());
     }
-    ::close(fd);
     QVERIFY(w.pids.empty());
   }
 };
