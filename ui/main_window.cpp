@@ -529,12 +529,13 @@ void MainWindow::drainRun() {
   for (const auto& [rank, line] : batch.logs) appendLog(rank, QString::fromStdString(line));
   // Note [Redraw budget]
   // Training ranks usually own every core, so each millisecond spent drawing is taken
-  // from them. Records are ingested every 50 ms, but the charts are redrawn only when the
-  // last redraw is at most 3% of the time since: 20 frames/s when drawing is cheap, fewer
-  // on a slow machine or with large charts, never below 2.
+  // from them. Records are ingested every 50 ms, but the charts are redrawn (drawn at
+  // once, so the time measured is the drawing) only when the last redraw is at most 2%
+  // of the time since: 20 frames/s when drawing is cheap, fewer on a slow machine or
+  // with large charts, never below 2.
   const auto now = std::chrono::steady_clock::now();
   const double sinceMs = std::chrono::duration<double, std::milli>(now - m_lastRedraw).count();
-  if (sinceMs >= std::min(500.0, std::max(50.0, m_redrawMs / 0.03)) || m_forceRedraw) {
+  if (sinceMs >= std::min(500.0, std::max(50.0, m_redrawMs / 0.02)) || m_forceRedraw) {
     m_forceRedraw = false;
     m_lastRedraw = now;
     m_loss->refresh();

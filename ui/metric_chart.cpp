@@ -161,7 +161,7 @@ void MetricChart::refresh() {
     xLast = std::max(xLast, s->data.xLast());
   }
   if (xFirst > xLast) {
-    m_plot->replot(QCustomPlot::rpQueuedReplot);
+    m_plot->replot();  // drawn now, so the redraw budget counts the drawing
     return;
   }
   if (m_follow) {
@@ -216,7 +216,7 @@ void MetricChart::refresh() {
     const double pad = (yMax - yMin) * 0.05 + (yMax == yMin ? std::abs(yMax) * 0.1 + 1e-9 : 0);
     m_plot->yAxis->setRange(logY ? yMin / 1.2 : yMin - pad, logY ? yMax * 1.2 : yMax + pad);
   }
-  m_plot->replot(QCustomPlot::rpQueuedReplot);
+  m_plot->replot();  // drawn now, so the redraw budget counts the drawing
 }
 
 }  // namespace ptw::ui

@@ -74,7 +74,7 @@ void StepSplitChart::refresh() {
   }
   for (const auto& a : m_average) top = std::max(top, a[0] + a[1] + a[2] + a[3]);
   m_plot->yAxis->setRange(0, top > 0 ? top * 1.15 : 1);
-  m_plot->replot(QCustomPlot::rpQueuedReplot);
+  m_plot->replot();  // drawn now, so the redraw budget counts the drawing
 }
 
 }  // namespace ptw::ui

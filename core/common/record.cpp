@@ -1,10 +1,8 @@
 #include "common/record.h"
 
-#include <cerrno>
-#include <cmath>
+#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
-#include <vector>
+#include <cstring>
 
 namespace ptw::core {
 namespace {
@@ -18,48 +16,6 @@ void appendInt(std::string& out, long long v) {
   char buf[24];
   int n = std::snprintf(buf, sizeof buf, " %lld", v);
   out.append(buf, static_cast<std::size_t>(n));
-}
-
-// Splits on single spaces into at most `max` fields; returns false on too many.
-bool split(std::string_view line, std::vector<std::string_view>& fields, std::size_t max) {
-  fields.clear();
-  std::size_t start = 0;
-  while (start <= line.size()) {
-    std::size_t end = line.find(' ', start);
-    if (end == std::string_view::npos) end = line.size();
-    if (fields.size() == max) return false;
-    fields.push_back(line.substr(start, end - start));
-    start = end + 1;
-  }
-  return true;
-}
-
-bool toInt(std::string_view s, long long& v) {
-  if (s.empty() || s.size() > 20) return false;
-  char buf[24];
-  s.copy(buf, s.size());
-  buf[s.size()] = '\0';
-  char* end = nullptr;
-  errno = 0;
-  v = std::strtoll(buf, &end, 10);
-  return errno == 0 && end == buf + s.size();
-}
-
-bool toDouble(std::string_view s, double& v) {
-  if (s.empty() || s.size() > 30) return false;
-  char buf[32];
-  s.copy(buf, s.size());
-  buf[s.size()] = '\0';
-  char* end = nullptr;
-  v = std::strtod(buf, &end);
-  return end == buf + s.size();
-}
-
-bool toRank(std::string_view s, int& rank) {
-  long long v = 0;
-  if (!toInt(s, v) || v < 0 || v > 1'000'000) return false;
-  rank = static_cast<int>(v);
-  return true;
 }
 
 }  // namespace
@@ -99,51 +55,125 @@ void formatRecord(const Record& r, std::string& out) {
   out += '\n';
 }
 
-std::optional<Record> parseRecord(std::string_view line) {
-  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  thread_local std::vector<std::string_view> f;
-  if (!split(line, f, 16) || f.empty() || f[0].size() != 1) return std::nullopt;
-  Record r;
-  StepRecord& s = r.step;
-  long long step = 0;
-  switch (f[0][0]) {
-    case 'S': {
-      long long epoch = 0, mem = 0;
-      if (f.size() != 13 || !toRank(f[1], s.rank) || !toInt(f[2], step) || !toInt(f[3], epoch) ||
-          !toInt(f[12], mem))
-        return std::nullopt;
-      double* dst[] = {&s.loss, &s.samplesPerS, &s.stepMs, &s.dataMs, &s.computeMs, &s.commMs, &s.optMs, &s.lr};
-      for (int i = 0; i < 8; ++i)
-        if (!toDouble(f[4 + i], *dst[i])) return std::nullopt;
-      r.kind = Record::Kind::Step;
-      s.epoch = epoch;
-      s.memBytes = mem;
+namespace {
+
+constexpr std::uint32_t kMagic = 0x52575450;  // "PTWR"
+
+char kindCode(Record::Kind k) {
+  switch (k) {
+    case Record::Kind::Step: return 'S';
+    case Record::Kind::Validation: return 'V';
+    case Record::Kind::Heartbeat: return 'H';
+    case Record::Kind::Done: return 'D';
+  }
+  return '?';
+}
+
+template <class T>
+void put(char* frame, std::size_t at, T v) {
+  std::memcpy(frame + at, &v, sizeof v);
+}
+template <class T>
+T get(const char* frame, std::size_t at) {
+  T v;
+  std::memcpy(&v, frame + at, sizeof v);
+  return v;
+}
+
+constexpr std::size_t kKindAt = 4, kRankAt = 8, kStepAt = 16, kEpochAt = 24, kValuesAt = 32, kMemAt = 96;
+constexpr std::size_t kStateBytes = 16;
+
+bool allZero(const char* p, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i)
+    if (p[i] != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+void encodeRecord(const Record& r, std::string& out) {
+  char f[kRecordFrameBytes] = {};
+  const StepRecord& s = r.step;
+  put(f, 0, kMagic);
+  f[kKindAt] = kindCode(r.kind);
+  put<std::int32_t>(f, kRankAt, s.rank);
+  put<std::int64_t>(f, kStepAt, s.step);
+  switch (r.kind) {
+    case Record::Kind::Step: {
+      put<std::int64_t>(f, kEpochAt, s.epoch);
+      const double v[8] = {s.loss, s.samplesPerS, s.stepMs, s.dataMs, s.computeMs, s.commMs, s.optMs, s.lr};
+      std::memcpy(f + kValuesAt, v, sizeof v);
+      put<std::int64_t>(f, kMemAt, s.memBytes);
       break;
     }
-    case 'V':
-      if (f.size() != 5 || !toRank(f[1], s.rank) || !toInt(f[2], step) || !toDouble(f[3], r.valLoss) ||
-          !toDouble(f[4], r.valAccuracy))
-        return std::nullopt;
-      r.kind = Record::Kind::Validation;
+    case Record::Kind::Validation:
+      put(f, kValuesAt, r.valLoss);
+      put(f, kValuesAt + 8, r.valAccuracy);
       break;
-    case 'H':
-      if (f.size() != 4 || !toRank(f[1], s.rank) || !toInt(f[2], step) || f[3].empty() || f[3].size() > 16)
-        return std::nullopt;
-      for (char c : f[3])  // a state is a word (train, comm, done); nothing that could garble a display
-        if (c < 'a' || c > 'z') return std::nullopt;
-      r.kind = Record::Kind::Heartbeat;
-      r.state = std::string(f[3]);
+    case Record::Kind::Heartbeat: {
+      const std::string_view state = r.state.empty() ? std::string_view("train") : std::string_view(r.state);
+      std::memcpy(f + kValuesAt, state.data(), std::min(state.size(), kStateBytes));
       break;
-    case 'D':
-      if (f.size() != 3 || !toRank(f[1], s.rank) || !toInt(f[2], step)) return std::nullopt;
-      r.kind = Record::Kind::Done;
+    }
+    case Record::Kind::Done:
       break;
-    default:
-      return std::nullopt;
   }
-  if (step < 0) return std::nullopt;
-  s.step = step;
-  return r;
+  out.append(f, sizeof f);
+}
+
+std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& malformed) {
+  std::size_t at = 0;
+  for (; in.size() - at >= kRecordFrameBytes; at += kRecordFrameBytes) {
+    const char* f = in.data() + at;
+    const auto rank = get<std::int32_t>(f, kRankAt);
+    const auto step = get<std::int64_t>(f, kStepAt);
+    // Bytes a frame of this kind leaves zero must be zero: anything else is not ours.
+    if (get<std::uint32_t>(f, 0) != kMagic || !allZero(f + kKindAt + 1, 3) || !allZero(f + kRankAt + 4, 4) ||
+        rank < 0 || rank > 1'000'000 || step < 0) {
+      malformed = true;
+      return at;
+    }
+    Record r;
+    r.step.rank = rank;
+    r.step.step = step;
+    const char kind = f[kKindAt];
+    bool ok = true;
+    if (kind == 'S') {
+      r.kind = Record::Kind::Step;
+      StepRecord& s = r.step;
+      s.epoch = get<std::int64_t>(f, kEpochAt);
+      double v[8];
+      std::memcpy(v, f + kValuesAt, sizeof v);
+      s.loss = v[0], s.samplesPerS = v[1], s.stepMs = v[2], s.dataMs = v[3];
+      s.computeMs = v[4], s.commMs = v[5], s.optMs = v[6], s.lr = v[7];
+      s.memBytes = get<std::int64_t>(f, kMemAt);
+    } else if (kind == 'V') {
+      r.kind = Record::Kind::Validation;
+      r.valLoss = get<double>(f, kValuesAt);
+      r.valAccuracy = get<double>(f, kValuesAt + 8);
+      ok = allZero(f + kEpochAt, 8) && allZero(f + kValuesAt + 16, kMemAt + 8 - kValuesAt - 16);
+    } else if (kind == 'H') {
+      // A state is a word (train, comm, done): nothing that could garble a display.
+      r.kind = Record::Kind::Heartbeat;
+      const char* state = f + kValuesAt;
+      std::size_t n = 0;
+      while (n < kStateBytes && state[n] >= 'a' && state[n] <= 'z') ++n;
+      r.state.assign(state, n);
+      ok = n > 0 && allZero(state + n, kStateBytes - n) && allZero(f + kEpochAt, 8) &&
+           allZero(f + kValuesAt + kStateBytes, kMemAt + 8 - kValuesAt - kStateBytes);
+    } else if (kind == 'D') {
+      r.kind = Record::Kind::Done;
+      ok = allZero(f + kEpochAt, kRecordFrameBytes - kEpochAt);
+    } else {
+      ok = false;
+    }
+    if (!ok) {
+      malformed = true;
+      return at;
+    }
+    out.push_back(std::move(r));
+  }
+  return at;
 }
 
 }  // namespace ptw::core

@@ -1,5 +1,6 @@
 #include "engine/worker.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -31,16 +32,20 @@ std::atomic<bool> g_stop{false};
 
 extern "C" void onStopSignal(int) { g_stop.store(true); }
 
-// Buffers records and writes them to stdout in batches: at most every few
-// milliseconds when steps are fast, at once when they are slow.
+// Buffers records and writes them in batches: binary frames to the launcher's record
+// pipe, or text lines to stdout for a worker run by hand (common/record.h). A batch
+// leaves at most every 20 ms when steps are fast (each write wakes the launcher, which
+// then takes a core from a rank), at once when they are slow or the buffer is large.
 class RecordWriter {
  public:
+  explicit RecordWriter(int fd) : m_fd(fd >= 0 ? fd : 1), m_binary(fd >= 0) { m_buffer.reserve(kFlushBytes + 256); }
   void write(const core::Record& r) {
     std::lock_guard<std::mutex> lock(m_mutex);
-    core::formatRecord(r, m_buffer);
+    if (m_binary) core::encodeRecord(r, m_buffer);
+    else core::formatRecord(r, m_buffer);
     if (r.kind == core::Record::Kind::Step) m_lastStep = r.step.step;
     auto now = std::chrono::steady_clock::now();
-    if (m_buffer.size() > 16384 || now - m_lastFlush > std::chrono::milliseconds(5)) flushLocked(now);
+    if (m_buffer.size() >= kFlushBytes || now - m_lastFlush > std::chrono::milliseconds(20)) flushLocked(now);
   }
   void heartbeat(int rank, const char* state) {
     std::lock_guard<std::mutex> lock(m_mutex);
@@ -49,7 +54,8 @@ class RecordWriter {
     h.step.rank = rank;
     h.step.step = m_lastStep;
     h.state = state;
-    core::formatRecord(h, m_buffer);
+    if (m_binary) core::encodeRecord(h, m_buffer);
+    else core::formatRecord(h, m_buffer);
     flushLocked(std::chrono::steady_clock::now());
   }
   void flush() {
@@ -62,7 +68,7 @@ class RecordWriter {
     const char* p = m_buffer.data();
     std::size_t left = m_buffer.size();
     while (left > 0) {
-      ssize_t n = ::write(1, p, left);
+      ssize_t n = ::write(m_fd, p, left);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) break;  // launcher gone: the death signal ends us
       p += n;
@@ -71,6 +77,9 @@ class RecordWriter {
     m_buffer.clear();
     m_lastFlush = now;
   }
+  static constexpr std::size_t kFlushBytes = 64 * 1024;
+  const int m_fd;
+  const bool m_binary;
   std::mutex m_mutex;
   std::string m_buffer;
   std::int64_t m_lastStep = 0;
@@ -79,7 +88,7 @@ class RecordWriter {
 
 struct Args {
   std::string profile, out, store;
-  int rank = -1, world = -1, port = 0, attempt = 0;
+  int rank = -1, world = -1, port = 0, attempt = 0, records = -1;
   bool preflight = false, devices = false;
 };
 
@@ -89,6 +98,7 @@ Args parseArgs(int argc, char** argv) {
     std::string k = argv[i];
     if (k == "--help" || k == "-h") {
       std::cout << "usage: ptw-worker --profile FILE --rank R --world W --port P [--out DIR] [--store FILE] [--attempt N]\n"
+                   "                  [--records FD]   binary records to descriptor FD (else text lines on stdout)\n"
                    "       ptw-worker --preflight --profile FILE   load the workload, check it, print its shapes (JSON)\n"
                    "       ptw-worker --devices                    print the devices LibTorch sees (JSON lines)\n"
                    "One rank of a ptw run; started by ptw's launcher, not by hand.\n";
@@ -115,8 +125,10 @@ Args parseArgs(int argc, char** argv) {
     else if (k == "--port") a.port = toInt(v);
     else if (k == "--attempt") a.attempt = toInt(v);
     else if (k == "--store") a.store = v;
+    else if (k == "--records") a.records = toInt(v);
     else PTW_FAIL("unknown argument ", k, " (see --help)");
   }
+  PTW_CHECK(a.records < 0 || ::fcntl(a.records, F_GETFD) != -1, "--records: descriptor ", a.records, " is not open");
   if (a.devices) return a;
   PTW_CHECK(!a.profile.empty(), "--profile is required");
   if (a.preflight) return a;
@@ -206,7 +218,7 @@ int workerMain(int argc, char** argv) {
   }
 
   torch::set_num_threads(profile.run.threadsPerRank);
-  RecordWriter writer;
+  RecordWriter writer(args.records);
   std::atomic<bool> finished{false};
   std::mutex hbMutex;
   std::condition_variable hbWake;

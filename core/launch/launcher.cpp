@@ -33,12 +33,17 @@ double secondsSince(Clock::time_point t) {
 void setNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 // Per-rank state of a running worker.
+// The descriptor a worker writes its records to (--records).
+constexpr int kRecordFd = 3;
+
 struct Rank {
   int rank = 0;
   pid_t pid = -1;
-  int outFd = -1;  // records
-  int errFd = -1;  // logs
-  std::string outBuf, errBuf;
+  int outFd = -1;  // stdout: log lines
+  int errFd = -1;  // stderr: log lines
+  int recFd = -1;  // records (common/record.h)
+  std::string outBuf, errBuf, recBuf;
+  bool recMalformed = false;
   std::deque<std::string> tail;
   std::unique_ptr<std::ofstream> logFile;
   bool exited = false;
@@ -193,8 +198,9 @@ RunReport Launcher::run(LaunchObserver& observer) {
   // async-signal-safe calls happen in the child.
   std::vector<std::vector<std::string>> argStrings;
   for (int r = 0; r < o.worldSize; ++r) {
-    std::vector<std::string> a = {o.workerPath, "--profile", o.profilePath, "--rank", std::to_string(r),
-                                  "--world", std::to_string(o.worldSize), "--port", std::to_string(port)};
+    std::vector<std::string> a = {o.workerPath, "--profile", o.profilePath,          "--rank",
+                                  std::to_string(r), "--world",   std::to_string(o.worldSize), "--port",
+                                  std::to_string(port), "--records", std::to_string(kRecordFd)};
     if (!o.outDir.empty()) {
       a.push_back("--out");
       a.push_back(o.outDir);
@@ -221,11 +227,23 @@ RunReport Launcher::run(LaunchObserver& observer) {
   for (int r = 0; r < o.worldSize; ++r) {
     Rank& rk = ranks[static_cast<std::size_t>(r)];
     rk.rank = r;
-    int outPipe[2], errPipe[2];
-    if (::pipe2(outPipe, O_CLOEXEC) != 0 || ::pipe2(errPipe, O_CLOEXEC) != 0) {
+    int outPipe[2] = {-1, -1}, errPipe[2] = {-1, -1}, recPipe[2] = {-1, -1};
+    if (::pipe2(outPipe, O_CLOEXEC) != 0 || ::pipe2(errPipe, O_CLOEXEC) != 0 || ::pipe2(recPipe, O_CLOEXEC) != 0) {
       int err = errno;
+      for (int fd : {outPipe[0], outPipe[1], errPipe[0], errPipe[1], recPipe[0], recPipe[1]})
+        if (fd >= 0) ::close(fd);
       killAll(SIGKILL);
       PTW_FAIL("cannot create pipes for rank ", r, ": ", std::strerror(err));
+    }
+    // The record pipe's write end, away from 0-2 and from kRecordFd before the dup2s.
+    const int recWrite = ::fcntl(recPipe[1], F_DUPFD_CLOEXEC, kRecordFd + 1);
+    const int dupErr = errno;
+    ::close(recPipe[1]);
+    recPipe[1] = recWrite;
+    if (recWrite < 0) {
+      for (int fd : {outPipe[0], outPipe[1], errPipe[0], errPipe[1], recPipe[0]}) ::close(fd);
+      killAll(SIGKILL);
+      PTW_FAIL("cannot create pipes for rank ", r, ": ", std::strerror(dupErr));
     }
     std::vector<char*> argv;
     for (auto& s : argStrings[static_cast<std::size_t>(r)]) argv.push_back(s.data());
@@ -246,6 +264,7 @@ RunReport Launcher::run(LaunchObserver& observer) {
       ::dup2(devNull, 0);
       ::dup2(outPipe[1], 1);
       ::dup2(errPipe[1], 2);
+      ::dup2(recPipe[1], kRecordFd);  // dup2 clears close-on-exec on the copy
       ::execv(argv[0], argv.data());
       const char msg[] = "ptw-worker: exec failed\n";
       [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);
@@ -254,9 +273,11 @@ RunReport Launcher::run(LaunchObserver& observer) {
     int forkErr = errno;
     ::close(outPipe[1]);
     ::close(errPipe[1]);
+    ::close(recPipe[1]);
     if (pid < 0) {
       ::close(outPipe[0]);
       ::close(errPipe[0]);
+      ::close(recPipe[0]);
       killAll(SIGKILL);
       PTW_FAIL("cannot start rank ", r, ": fork failed: ", std::strerror(forkErr));
     }
@@ -265,8 +286,10 @@ RunReport Launcher::run(LaunchObserver& observer) {
     rk.pid = pid;
     rk.outFd = outPipe[0];
     rk.errFd = errPipe[0];
+    rk.recFd = recPipe[0];
     setNonBlocking(rk.outFd);
     setNonBlocking(rk.errFd);
+    setNonBlocking(rk.recFd);
     if (!o.outDir.empty())
       rk.logFile = std::make_unique<std::ofstream>(o.outDir + "/rank" + std::to_string(r) + ".log", std::ios::app);
     pids.push_back(pid);
@@ -289,18 +312,47 @@ RunReport Launcher::run(LaunchObserver& observer) {
     while (rk.tail.size() > o.logTail) rk.tail.pop_front();
     observer.onLog(rk.rank, s);
   };
-  auto onRecordLine = [&](Rank& rk, std::string_view line) {
-    if (auto rec = parseRecord(line)) {
+  auto takeRecords = [&](Rank& rk) {
+    if (rk.recMalformed) {
+      rk.recBuf.clear();
+      return;
+    }
+    const std::size_t first = batch.size();
+    bool malformed = false;
+    rk.recBuf.erase(0, decodeRecords(rk.recBuf, batch, malformed));
+    for (std::size_t i = first; i < batch.size(); ++i) {
+      Record& rec = batch[i];
       // A worker speaks only for itself; a run of one process (DataParallel) reports one
       // series per replica, which it numbers itself.
-      if (o.worldSize > 1 || rec->kind != Record::Kind::Step) rec->step.rank = rk.rank;
-      rk.lastStep = std::max(rk.lastStep, rec->step.step);
-      if (rec->kind == Record::Kind::Heartbeat) rk.state = rec->state;
-      else if (rec->kind == Record::Kind::Done) rk.state = "done";
+      if (o.worldSize > 1 || rec.kind != Record::Kind::Step) rec.step.rank = rk.rank;
+      rk.lastStep = std::max(rk.lastStep, rec.step.step);
+    }
+    if (batch.size() > first) {
+      const Record& last = batch.back();
+      if (last.kind == Record::Kind::Heartbeat) rk.state = last.state;
+      else if (last.kind == Record::Kind::Done) rk.state = "done";
       else rk.state = "train";
-      batch.push_back(std::move(*rec));
-    } else if (!line.empty()) {
-      keepLog(rk, line);  // stray stdout (a library printing) is a log line, not lost
+    }
+    if (malformed) {
+      rk.recMalformed = true;
+      rk.recBuf.clear();
+      keepLog(rk, "ptw: malformed data on this rank's record pipe; its further records are ignored");
+    }
+  };
+  // Reads what a rank has written; at end of file (or when `final`) closes its pipes.
+  auto pump = [&](Rank& rk, bool final, Clock::time_point now) {
+    for (int* fd : {&rk.outFd, &rk.errFd, &rk.recFd}) {
+      if (*fd < 0) continue;
+      std::string& buf = fd == &rk.recFd ? rk.recBuf : fd == &rk.outFd ? rk.outBuf : rk.errBuf;
+      const std::size_t before = buf.size();
+      const bool open = drain(*fd, buf) && !final;
+      if (buf.size() != before) rk.lastSeen = now;
+      if (fd == &rk.recFd) takeRecords(rk);
+      else forEachLine(buf, !open, [&](std::string_view l) { keepLog(rk, l); });
+      if (!open) {
+        ::close(*fd);
+        *fd = -1;
+      }
     }
   };
   auto beginTeardown = [&](double graceS) {
@@ -332,6 +384,7 @@ RunReport Launcher::run(LaunchObserver& observer) {
     for (auto& rk : ranks) {
       if (rk.outFd >= 0) fds.push_back({rk.outFd, POLLIN, 0});
       if (rk.errFd >= 0) fds.push_back({rk.errFd, POLLIN, 0});
+      if (rk.recFd >= 0) fds.push_back({rk.recFd, POLLIN, 0});
     }
     ::poll(fds.data(), fds.size(), 100);
 
@@ -344,22 +397,7 @@ RunReport Launcher::run(LaunchObserver& observer) {
     }
 
     auto now = Clock::now();
-    for (auto& rk : ranks) {
-      if (rk.outFd >= 0) {
-        std::size_t before = rk.outBuf.size();
-        bool open = drain(rk.outFd, rk.outBuf);
-        if (rk.outBuf.size() != before) rk.lastSeen = now;
-        forEachLine(rk.outBuf, !open, [&](std::string_view l) { onRecordLine(rk, l); });
-        if (!open) { ::close(rk.outFd); rk.outFd = -1; }
-      }
-      if (rk.errFd >= 0) {
-        std::size_t before = rk.errBuf.size();
-        bool open = drain(rk.errFd, rk.errBuf);
-        if (rk.errBuf.size() != before) rk.lastSeen = now;
-        forEachLine(rk.errBuf, !open, [&](std::string_view l) { keepLog(rk, l); });
-        if (!open) { ::close(rk.errFd); rk.errFd = -1; }
-      }
-    }
+    for (auto& rk : ranks) pump(rk, false, now);
     if (!batch.empty()) {
       observer.onRecords(batch);
       batch.clear();
@@ -373,16 +411,7 @@ RunReport Launcher::run(LaunchObserver& observer) {
       int status = 0;
       pid_t got = ::waitpid(rk.pid, &status, WNOHANG);
       if (got != rk.pid) continue;
-      // Read what is left in its pipes before judging it.
-      for (int* fd : {&rk.outFd, &rk.errFd}) {
-        if (*fd < 0) continue;
-        std::string& buf = (fd == &rk.outFd) ? rk.outBuf : rk.errBuf;
-        drain(*fd, buf);
-        if (fd == &rk.outFd) forEachLine(buf, true, [&](std::string_view l) { onRecordLine(rk, l); });
-        else forEachLine(buf, true, [&](std::string_view l) { keepLog(rk, l); });
-        ::close(*fd);
-        *fd = -1;
-      }
+      pump(rk, true, Clock::now());  // what is left in its pipes, before judging it
       if (!batch.empty()) {
         observer.onRecords(batch);
         batch.clear();

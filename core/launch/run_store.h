@@ -3,7 +3,8 @@
 // WAL mode so the window can read while a run writes. Records are buffered and committed
 // in one transaction at least every 250 ms, so a crash of a worker, of the supervisor or
 // of the machine loses at most the last fraction of a second. Nothing is sampled away.
-// The schema is documented in the README.
+// The schema is documented in the README. A RunStore is used by one thread at a time
+// (it may be handed from one to another); readers elsewhere open their own.
 #pragma once
 
 #include <chrono>

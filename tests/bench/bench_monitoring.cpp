@@ -11,6 +11,8 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -27,6 +29,21 @@
 using namespace ptw;
 
 namespace {
+
+// CPU seconds used so far by this process (window, supervisor, store) and by its reaped
+// children (the ranks).
+struct Cpu {
+  double self = 0, children = 0;
+  static Cpu now() {
+    auto seconds = [](int who) {
+      rusage u{};
+      ::getrusage(who, &u);
+      return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6;
+    };
+    return {seconds(RUSAGE_SELF), seconds(RUSAGE_CHILDREN)};
+  }
+  Cpu operator-(const Cpu& o) const { return {self - o.self, children - o.children}; }
+};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -77,13 +94,15 @@ int main(int argc, char** argv) {
   }
 
   // (2) Monitoring cost, alternating.
-  std::vector<double> off, on, ratio;
+  std::vector<double> off, on, ratio, monitorUs, rankOffUs, rankOnUs;
   for (int i = 0; i < rounds; ++i) {
     core::Profile quiet = seedProfile(steps, backend);
     quiet.run.metrics = false;
     const std::string dir = core::createRunDirectory(runs.path().toStdString(), quiet);
     core::LaunchObserver none;
+    const Cpu offStart = Cpu::now();
     core::Supervisor(core::SupervisorOptions(quiet, dir, core::Launcher::defaultWorkerPath())).run(none);
+    const Cpu offCpu = Cpu::now() - offStart;
     off.push_back(trainingRate(QString::fromStdString(dir)));
 
     ui::MainWindow w;
@@ -91,9 +110,16 @@ int main(int argc, char** argv) {
     w.setRunsDirectory(runs.path());
     w.show();
     w.setProfile(seedProfile(steps, backend));
+    const Cpu onStart = Cpu::now();
     w.startRun();
     while (w.controller()->isRunning()) QTest::qWait(20);
+    const Cpu onCpu = Cpu::now() - onStart;
     on.push_back(trainingRate(w.controller()->runDirectory()));
+    // Per record (2 ranks x steps): the monitor's CPU, and the ranks' CPU with and without.
+    const double records = 2.0 * static_cast<double>(steps);
+    monitorUs.push_back((onCpu.self - offCpu.self) / records * 1e6);
+    rankOffUs.push_back(offCpu.children / records * 1e6);
+    rankOnUs.push_back(onCpu.children / records * 1e6);
     ratio.push_back(on.back() / off.back());
   }
 
@@ -104,5 +130,8 @@ int main(int argc, char** argv) {
   std::printf("  every record to the store and a live window:    %.0f steps/s (median)\n", median(on));
   std::printf("  paired ratio on/off: %.3f (median); cost %.1f%% (target <= 2%%)\n", median(ratio),
               (1 - median(ratio)) * 100);
+  std::printf("  CPU per rank step: %.1f us with metrics off, %.1f us on (rank processes, start-up included)\n",
+              median(rankOffUs), median(rankOnUs));
+  std::printf("  CPU per record in the window's process (supervisor, store, charts): %.2f us\n", median(monitorUs));
   return 0;
 }

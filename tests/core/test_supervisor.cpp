@@ -294,6 +294,42 @@ class TestSupervisor : public QObject {
     QVERIFY(store.stepCount(id) > 0);  // what fitted is kept
   }
 
+  void recordPipeKeepsRecordsApartFromStrayOutput() {
+    // A stand-in worker: a library's stray stdout, two good frames, then bytes that are not
+    // a frame. The launcher keeps the records, logs the stray line, names the bad data once.
+    QTemporaryDir dir;
+    std::string frames;
+    Record r;
+    r.step.rank = 0;
+    r.step.loss = 0.5;
+    for (std::int64_t step : {1, 2}) {
+      r.step.step = step;
+      encodeRecord(r, frames);
+    }
+    frames += std::string(kRecordFrameBytes, 'x');
+    QFile bin(dir.filePath("frames.bin"));
+    QVERIFY(bin.open(QIODevice::WriteOnly));
+    bin.write(frames.data(), static_cast<qint64>(frames.size()));
+    bin.close();
+    const QString script = dir.filePath("fake-worker.sh");
+    QFile sh(script);
+    QVERIFY(sh.open(QIODevice::WriteOnly));
+    sh.write(QStringLiteral("#!/bin/sh\necho 'a library says hello'\ncat '%1' >&3\n").arg(bin.fileName()).toUtf8());
+    sh.close();
+    sh.setPermissions(sh.permissions() | QFileDevice::ExeOwner);
+    Watcher w;
+    Launcher launcher(LaunchOptions(script.toStdString(), test::writeProfile(dir, core::defaultProfile()), 1));
+    const RunReport report = launcher.run(w);
+    QVERIFY2(report.status == RunReport::Status::Finished, report.message.c_str());
+    QCOMPARE(w.stepRecords, std::int64_t(2));
+    QCOMPARE(w.lastStep[0], std::int64_t(2));
+    auto logged = [&](const char* text) {
+      return std::count_if(w.logs.begin(), w.logs.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
+    };
+    QCOMPARE(logged("a library says hello"), 1L);
+    QCOMPARE(logged("malformed data on this rank's record pipe"), 1L);
+  }
+
   void badWorkerPathAndTakenPortStartNothing() {
     QTemporaryDir dir;
     std::string profile = test::writeProfile(dir, core::defaultProfile());

@@ -1,22 +1,35 @@
-// libFuzzer target for the worker record parser: never crash or throw on any line, and a
-// parsed record formats back into a line that parses to the same kind, rank and step.
+// libFuzzer target for the record-pipe decoder: never crash or throw on any bytes; what
+// decodes encodes back to frames that decode to the same records (byte for byte, NaNs
+// included); a malformed frame stops decoding at its own offset.
 //
 //   build/bin/fuzz_record -max_total_time=600 tests/fuzz/seeds/record   (longer, on demand)
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/record.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const std::string_view line(reinterpret_cast<const char*>(data), size);
-  auto r = ptw::core::parseRecord(line);
-  if (!r) return 0;
-  std::string out;
-  ptw::core::formatRecord(*r, out);
-  if (out.empty() || out.back() != '\n') __builtin_trap();
-  out.pop_back();
-  auto again = ptw::core::parseRecord(out);
-  if (!again || again->kind != r->kind || again->step.rank != r->step.rank || again->step.step != r->step.step)
-    __builtin_trap();
+  using namespace ptw::core;
+  const std::string_view in(reinterpret_cast<const char*>(data), size);
+  std::vector<Record> records;
+  bool malformed = false;
+  const std::size_t used = decodeRecords(in, records, malformed);
+  if (used != records.size() * kRecordFrameBytes || used > size) __builtin_trap();
+  if (!malformed && size - used >= kRecordFrameBytes) __builtin_trap();
+  std::string frames;
+  for (const auto& r : records) encodeRecord(r, frames);
+  if (frames.size() != used) __builtin_trap();
+  std::vector<Record> again;
+  bool bad = false;
+  if (decodeRecords(frames, again, bad) != used || bad || again.size() != records.size()) __builtin_trap();
+  std::string framesAgain;
+  for (const auto& r : again) encodeRecord(r, framesAgain);
+  if (framesAgain != frames) __builtin_trap();
+  for (const auto& r : again) {
+    std::string line;
+    formatRecord(r, line);
+    if (line.empty() || line.back() != '\n') __builtin_trap();
+  }
   return 0;
 }
