@@ -61,7 +61,8 @@ double Strategy::backward(Model& model, const torch::Tensor& x, const torch::Ten
     compat::CudaAutocastGuard autocast(m_autocast);
     loss = computeLoss(model.forward(x), y, classification);
   }
-  (loss * weight).backward();
+  if (weight == 1.0) loss.backward();  // no extra node in the graph for the usual step of one micro-batch
+  else (loss * weight).backward();
   return loss.item<double>();
 }
 

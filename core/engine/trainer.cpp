@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include "common/error.h"
@@ -17,6 +18,30 @@ using Clock = std::chrono::steady_clock;
 double ms(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); }
 
 torch::Tensor scalar(std::int64_t v) { return torch::tensor(v, torch::kInt64); }
+
+// Rows `index` of `from`. A contiguous CPU tensor is gathered with one memcpy a row into
+// `into`, which is kept between steps (the step before has finished its backward by
+// then); anything else through index_select.
+torch::Tensor gatherRows(const torch::Tensor& from, const std::vector<std::int64_t>& index, torch::Tensor& into) {
+  const auto n = static_cast<std::int64_t>(index.size());
+  if (!from.device().is_cpu() || !from.is_contiguous() || from.dim() == 0 || from.size(0) == 0)
+    return from.index_select(0, torch::from_blob(const_cast<std::int64_t*>(index.data()), {n}, torch::kInt64));
+  if (!into.defined() || into.size(0) != n || into.scalar_type() != from.scalar_type()) {
+    auto sizes = from.sizes().vec();
+    sizes[0] = n;
+    into = torch::empty(sizes, from.options());
+  }
+  const std::int64_t rows = from.size(0);
+  const auto rowBytes = static_cast<std::size_t>(from.numel() / rows) * from.element_size();
+  const auto* src = static_cast<const char*>(from.data_ptr());
+  auto* dst = static_cast<char*>(into.data_ptr());
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t row = index[static_cast<std::size_t>(i)];
+    PTW_CHECK(row >= 0 && row < rows, "batch index ", row, " out of range 0..", rows - 1);
+    std::memcpy(dst + static_cast<std::size_t>(i) * rowBytes, src + static_cast<std::size_t>(row) * rowBytes, rowBytes);
+  }
+  return into;
+}
 }  // namespace
 
 std::int64_t memoryBytes(const torch::Device& device) {
@@ -179,10 +204,8 @@ std::int64_t Trainer::run(const std::atomic<bool>& stopRequested) {
         for (std::int64_t k = 0; k < micro; ++k) {
           const auto& batch = batches[static_cast<std::size_t>(m_batchInEpoch + k)];
           auto a = Clock::now();
-          auto idx = torch::from_blob(const_cast<std::int64_t*>(batch.data()),
-                                      {static_cast<std::int64_t>(batch.size())}, torch::kInt64);
-          auto x = m_data.x.index_select(0, idx).to(dev);
-          auto y = m_data.y.index_select(0, idx).to(dev);
+          auto x = gatherRows(m_data.x, batch, m_batchX).to(dev);
+          auto y = gatherRows(m_data.y, batch, m_batchY).to(dev);
           auto b = Clock::now();
           const double weight = static_cast<double>(batch.size()) / static_cast<double>(stepSamples);
           m_strategy->setSyncGradients(k + 1 == micro);

@@ -61,6 +61,7 @@ class Trainer {
   std::unique_ptr<Strategy> m_strategy;
   RecordSink m_sink;
   Dataset m_data;
+  torch::Tensor m_batchX, m_batchY;  ///< the step's batch, gathered in place (trainer.cpp)
   std::unique_ptr<Model> m_model;
   std::unique_ptr<torch::optim::Optimizer> m_optimizer;
   BatchPlan m_plan;

@@ -2,6 +2,7 @@
 // columns, learning-rate schedules, and every bad-input case caught before training with
 // a message that names the problem.
 #include <QProcess>
+#include <sstream>
 #include <QtTest>
 
 #include <torch/torch.h>
@@ -251,6 +252,73 @@ class TestWorkload : public QObject {
     resume.run.resumeFrom = at("garbage.pt");
     QTest::newRow("checkpoint that does not load") << resume << "run.resume_from: cannot read checkpoint";
   }
+  void sgdMatchesTorchSgdOptionByOption() {
+    // makeOptimizer's SGD (Note [Fused SGD]) against torch::optim::SGD: same parameters and
+    // momentum buffers after every step, for each option; a checkpoint of one loads into
+    // the other and both go on identically.
+    struct Case {
+      double momentum, decay;
+      bool nesterov;
+    };
+    for (const Case c : {Case{0, 0, false}, Case{0.9, 0, false}, Case{0.9, 1e-2, false}, Case{0.9, 1e-2, true},
+                         Case{0, 1e-2, false}}) {
+      core::HyperSpec h;
+      h.optimizer = "sgd";
+      h.lr = 0.05;
+      h.momentum = c.momentum;
+      h.weightDecay = c.decay;
+      h.nesterov = c.nesterov;
+      torch::manual_seed(3);
+      std::vector<torch::Tensor> ours = {torch::randn({7, 5}).requires_grad_(), torch::randn({5}).requires_grad_(),
+                                         torch::randn({3, 2, 2}).requires_grad_()};
+      std::vector<torch::Tensor> theirs;
+      for (const auto& p : ours) theirs.push_back(p.detach().clone().requires_grad_());
+      auto fused = engine::makeOptimizer(h, ours);
+      torch::optim::SGD reference(
+          theirs, torch::optim::SGDOptions(h.lr).momentum(h.momentum).weight_decay(h.weightDecay).nesterov(h.nesterov));
+      auto stepBoth = [&](torch::optim::Optimizer& a, torch::optim::Optimizer& b, int steps) {
+        for (int s = 0; s < steps; ++s) {
+          for (std::size_t k = 0; k < ours.size(); ++k) {
+            auto g = torch::randn_like(ours[k]);
+            ours[k].mutable_grad() = g.clone();
+            theirs[k].mutable_grad() = g.clone();
+          }
+          a.step();
+          b.step();
+          for (std::size_t k = 0; k < ours.size(); ++k)
+            QVERIFY2(torch::allclose(ours[k], theirs[k], 1e-5, 1e-6),
+                     qPrintable(QStringLiteral("momentum %1 decay %2 nesterov %3: parameter %4 differs at step %5")
+                                    .arg(c.momentum).arg(c.decay).arg(c.nesterov).arg(k).arg(s)));
+        }
+      };
+      stepBoth(*fused, reference, 6);
+      if (QTest::currentTestFailed()) return;
+      // The fused state, saved, is torch's: a fresh torch SGD loaded from it continues the same.
+      std::stringstream saved;
+      {
+        torch::serialize::OutputArchive out;
+        fused->save(out);
+        out.save_to(saved);
+      }
+      torch::optim::SGD reloaded(
+          ours, torch::optim::SGDOptions(h.lr).momentum(h.momentum).weight_decay(h.weightDecay).nesterov(h.nesterov));
+      torch::serialize::InputArchive in;
+      in.load_from(saved);
+      reloaded.load(in);
+      stepBoth(reloaded, reference, 3);
+    }
+    // A gradient that is not dense float32 on the CPU takes torch's own step, with the same result.
+    core::HyperSpec h;
+    h.lr = 0.1;
+    h.momentum = 0.5;
+    auto p = torch::ones({4}, torch::kDouble).requires_grad_();
+    auto opt = engine::makeOptimizer(h, {p});
+    p.mutable_grad() = torch::full({4}, 2.0, torch::kDouble);
+    opt->step();
+    opt->step();
+    QVERIFY(torch::allclose(p, torch::full({4}, 1.0 - 0.1 * 2.0 - 0.1 * (2.0 * 0.5 + 2.0), torch::kDouble)));
+  }
+
   void badInputIsCaughtBeforeTraining() {
     QFETCH(Profile, profile);
     QFETCH(QString, expected);
