@@ -34,8 +34,10 @@ extern "C" void onStopSignal(int) { g_stop.store(true); }
 
 // Buffers records and writes them in batches: binary frames to the launcher's record
 // pipe, or text lines to stdout for a worker run by hand (common/record.h). A batch
-// leaves at most every 20 ms when steps are fast (each write wakes the launcher, which
-// then takes a core from a rank), at once when they are slow or the buffer is large.
+// leaves at most every 100 ms when steps are fast (each write wakes the launcher, which
+// then takes a core from a rank: a few large batches cost less than many small ones),
+// at once when steps are slower than that or the buffer is full. The launcher enlarges
+// the record pipe to hold a full buffer.
 class RecordWriter {
  public:
   explicit RecordWriter(int fd) : m_fd(fd >= 0 ? fd : 1), m_binary(fd >= 0) { m_buffer.reserve(kFlushBytes + 256); }
@@ -45,7 +47,7 @@ class RecordWriter {
     else core::formatRecord(r, m_buffer);
     if (r.kind == core::Record::Kind::Step) m_lastStep = r.step.step;
     auto now = std::chrono::steady_clock::now();
-    if (m_buffer.size() >= kFlushBytes || now - m_lastFlush > std::chrono::milliseconds(20)) flushLocked(now);
+    if (m_buffer.size() >= kFlushBytes || now - m_lastFlush > std::chrono::milliseconds(100)) flushLocked(now);
   }
   void heartbeat(int rank, const char* state) {
     std::lock_guard<std::mutex> lock(m_mutex);
@@ -77,7 +79,7 @@ class RecordWriter {
     m_buffer.clear();
     m_lastFlush = now;
   }
-  static constexpr std::size_t kFlushBytes = 64 * 1024;
+  static constexpr std::size_t kFlushBytes = 256 * 1024;
   const int m_fd;
   const bool m_binary;
   std::mutex m_mutex;

@@ -221,6 +221,14 @@ namespace {
 // (state_, one SGDParamState per parameter), so checkpoints load into either. Anything
 // else (CUDA, other dtypes, sparse gradients) takes SGD's own step. test_workload holds
 // it to torch::optim::SGD, option by option.
+void momentumStep(float* __restrict w, float* __restrict buf, const float* __restrict g, std::int64_t n, float momentum,
+                  float keep, float lr) {
+  for (std::int64_t i = 0; i < n; ++i) {
+    buf[i] = buf[i] * momentum + keep * g[i];
+    w[i] -= lr * buf[i];
+  }
+}
+
 class FusedSgd final : public torch::optim::SGD {
  public:
   using SGD::SGD;
@@ -251,6 +259,10 @@ class FusedSgd final : public torch::optim::SGD {
           auto& b = static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer();
           if (!b.is_contiguous() || b.scalar_type() != torch::kFloat || b.numel() != n) b = b.contiguous().to(torch::kFloat);
           buf = b.data_ptr<float>();
+        }
+        if (buf && !first && decay == 0 && !o.nesterov()) {  // the usual case, in a loop the compiler vectorises
+          momentumStep(w, buf, g, n, momentum, keep, lr);
+          continue;
         }
         for (std::int64_t i = 0; i < n; ++i) {
           float d = g[i];

@@ -290,6 +290,7 @@ RunReport Launcher::run(LaunchObserver& observer) {
     setNonBlocking(rk.outFd);
     setNonBlocking(rk.errFd);
     setNonBlocking(rk.recFd);
+    ::fcntl(rk.recFd, F_SETPIPE_SZ, 1 << 20);  // a worker's full batch (worker.cpp) in one write; best effort
     if (!o.outDir.empty())
       rk.logFile = std::make_unique<std::ofstream>(o.outDir + "/rank" + std::to_string(r) + ".log", std::ios::app);
     pids.push_back(pid);
