@@ -1,7 +1,8 @@
 // What watching costs: (1) time from Start to the first loss point on the chart for a
 // 2-rank run, and (2) the seed workload's training rate with every record streaming into
 // the run store and a live window, against the same run with per-step metrics off
-// (run.metrics false, no store, no window), alternated in one run.
+// (run.metrics false, no store, no window), alternated in one run; the CPU each side
+// spends per record; and (3) what appending to the run store alone costs a record.
 //
 //   QT_QPA_PLATFORM=offscreen build/bin/bench_monitoring [rounds=3] [steps=100000] [backend=shm]
 #include <QApplication>
@@ -14,12 +15,14 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
 #include "launch/launcher.h"
 #include "launch/run_directory.h"
+#include "launch/run_store.h"
 #include "launch/supervisor.h"
 #include "ui/main_window.h"
 #include "ui/metric_chart.h"
@@ -133,5 +136,29 @@ int main(int argc, char** argv) {
   std::printf("  CPU per rank step: %.1f us with metrics off, %.1f us on (rank processes, start-up included)\n",
               median(rankOffUs), median(rankOnUs));
   std::printf("  CPU per record in the window's process (supervisor, store, charts): %.2f us\n", median(monitorUs));
+
+  // (3) The floor: appending records to the run store alone (SQLite, one row a record),
+  // no processes, no window.
+  {
+    QTemporaryDir storeDir;
+    core::RunStore store(storeDir.path().toStdString());
+    const auto id = store.beginRun(storeDir.path().toStdString(), seedProfile(steps, backend));
+    std::vector<core::Record> batch(1000);
+    const long total = 400000;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (long at = 0; at < total; at += static_cast<long>(batch.size())) {
+      for (std::size_t i = 0; i < batch.size(); ++i) {
+        batch[i].step.rank = static_cast<int>(i % 2);
+        batch[i].step.step = (at + static_cast<long>(i)) / 2;
+        batch[i].step.loss = 1.0 / static_cast<double>(at + static_cast<long>(i) + 1);
+      }
+      store.append(id, 0, batch);
+    }
+    store.flush();
+    const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / total;
+    const double rate = 2.0 * median(on);
+    std::printf("  run store alone: %.2f us per record; at the run's %.0f records/s that is %.1f%% of one core\n", us,
+                rate, us * rate / 1e4);
+  }
   return 0;
 }
