@@ -5,7 +5,9 @@
 #   tests/bench/bench_ddp.sh [repeats=3] > table.md      (all samples in tests/bench/bench-samples.json)
 #
 # Rows: Python single and DDP; ptw Single, DataParallel (2 lanes), DDP over Gloo and over shared
-# memory (2 ranks), process pool sync and hogwild (2 workers). MLP_STEPS (default 150) shortens the mlp runs.
+# memory (2 ranks), process pool sync and hogwild (2 workers). MLP_STEPS (default 150) shortens the mlp runs;
+# SEED_STEPS (default 60000) sets the fast seed rows' length (a few seconds each, so a burst of load from
+# elsewhere on the machine is averaged out rather than decisive).
 # Workloads (one intra-op thread per rank, 2 ranks):
 #   seed: Linear(10, 2), cross-entropy, SGD momentum 0.9, batch 16/rank   (latency-bound)
 #   mlp:  MLP 784-512-512-10, cross-entropy, SGD momentum 0.9, batch 128/rank (compute-bound)
@@ -17,6 +19,7 @@ root=$(cd "$here/../.." && pwd)
 ptw=${PTW:-$root/build/bin/ptw}
 repeats=${1:-3}
 mlp_steps=${MLP_STEPS:-150}
+seed_steps=${SEED_STEPS:-60000}
 if [ "$repeats" = "--table" ]; then exec /usr/bin/python3 "$here/bench_table.py" "$here/bench-samples.json"; fi
 ref=${PY_DDP_REF:-$here/py_ddp_ref.py}
 [ -x "$ptw" ] || { echo "bench: $ptw not built; run the README's build first" >&2; exit 2; }
@@ -61,12 +64,12 @@ mlp_sets=(--set model.kind=mlp --set model.in_features=784 --set 'model.hidden=[
 for ((i = 0; i < repeats; i++)); do
   py_ddp seed 2000 16 IN=10 HID=0 OUTD=2
   ptw_run seed ptw-ddp-gloo 2000 "${seed_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2
-  ptw_run seed ptw-ddp-shm 20000 "${seed_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=shm
-  py_single seed 20000 16 IN=10 HID=0 OUTD=2
-  ptw_run seed ptw-single 20000 "${seed_sets[@]}" --set strategy.kind=single --set strategy.ranks=1
-  ptw_run seed ptw-dataparallel 20000 "${seed_sets[@]}" --set strategy.kind=dataparallel --set strategy.ranks=2
-  ptw_run seed ptw-pool-sync 20000 "${seed_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2
-  ptw_run seed ptw-pool-hogwild 20000 "${seed_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2 --set strategy.pool_mode=hogwild
+  ptw_run seed ptw-ddp-shm "$seed_steps" "${seed_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=shm
+  py_single seed "$seed_steps" 16 IN=10 HID=0 OUTD=2
+  ptw_run seed ptw-single "$seed_steps" "${seed_sets[@]}" --set strategy.kind=single --set strategy.ranks=1
+  ptw_run seed ptw-dataparallel "$seed_steps" "${seed_sets[@]}" --set strategy.kind=dataparallel --set strategy.ranks=2
+  ptw_run seed ptw-pool-sync "$seed_steps" "${seed_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2
+  ptw_run seed ptw-pool-hogwild "$seed_steps" "${seed_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2 --set strategy.pool_mode=hogwild
   py_ddp mlp "$mlp_steps" 128
   ptw_run mlp ptw-ddp-gloo "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2
   ptw_run mlp ptw-ddp-shm "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=shm
