@@ -6,7 +6,7 @@ set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   qt6-base-dev libqt6sql6-sqlite libqcustomplot-dev
-  libtorch-dev libgloo-dev
+  libtorch-dev libgloo-dev libopenblas0-pthread
   nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3
   clang libclang-rt-14-dev
   xvfb xauth

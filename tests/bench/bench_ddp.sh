@@ -5,9 +5,11 @@
 #   tests/bench/bench_ddp.sh [repeats=3] > table.md      (all samples in tests/bench/bench-samples.json)
 #
 # Rows: Python single and DDP; ptw Single, DataParallel (2 lanes), DDP over Gloo and over shared
-# memory (2 ranks), process pool sync and hogwild (2 workers). MLP_STEPS (default 150) shortens the mlp runs;
-# SEED_STEPS (default 60000) sets the fast seed rows' length (a few seconds each, so a burst of load from
-# elsewhere on the machine is averaged out rather than decisive).
+# memory (2 ranks), process pool sync and hogwild (2 workers); and two ptw Single runs at once that share
+# nothing (two-singles-apart): the most two ranks can reach on this machine, communication aside.
+# MLP_STEPS (default 600) and SEED_STEPS (default 60000) set the runs' lengths: a few seconds each, so a
+# burst of load from elsewhere on the machine is averaged out rather than decisive. WORKLOADS=mlp (or
+# seed) runs one workload.
 # Workloads (one intra-op thread per rank, 2 ranks):
 #   seed: Linear(10, 2), cross-entropy, SGD momentum 0.9, batch 16/rank   (latency-bound)
 #   mlp:  MLP 784-512-512-10, cross-entropy, SGD momentum 0.9, batch 128/rank (compute-bound)
@@ -18,8 +20,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 ptw=${PTW:-$root/build/bin/ptw}
 repeats=${1:-3}
-mlp_steps=${MLP_STEPS:-150}
+mlp_steps=${MLP_STEPS:-600}
 seed_steps=${SEED_STEPS:-60000}
+workloads=" ${WORKLOADS:-seed mlp} "   # WORKLOADS=mlp runs one of them
 if [ "$repeats" = "--table" ]; then exec /usr/bin/python3 "$here/bench_table.py" "$here/bench-samples.json"; fi
 ref=${PY_DDP_REF:-$here/py_ddp_ref.py}
 [ -x "$ptw" ] || { echo "bench: $ptw not built; run the README's build first" >&2; exit 2; }
@@ -40,14 +43,14 @@ record() {  # workload impl value
 py_ddp() {  # workload steps batch envs...
   local port=$((20000 + RANDOM % 20000)) w=$1 steps=$2 batch=$3; shift 3
   local line
-  line=$(for r in 1 0; do env "$@" OMP_NUM_THREADS=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=2 \
+  line=$(for r in 1 0; do env "$@" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=2 \
            /usr/bin/python3 "$ref" "$steps" "$batch" & done; wait)
   record "$w" python-ddp "$(echo "$line" | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' | head -1)"
 }
 py_single() {
   local w=$1 steps=$2 batch=$3; shift 3
   local line
-  line=$(env "$@" OMP_NUM_THREADS=1 /usr/bin/python3 "$ref" "$steps" "$batch")
+  line=$(env "$@" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$ref" "$steps" "$batch")
   record "$w" python-single "$(echo "$line" | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p')"
 }
 ptw_run() {  # workload impl steps sets...
@@ -56,28 +59,44 @@ ptw_run() {  # workload impl steps sets...
   record "$w" "$impl" "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["throughput"]["samples_per_s"])' "$out/s.json")"
 }
 
+apart() {  # workload steps sets...: two ptw Single runs at once, sharing nothing: what 2 ranks could reach
+  local w=$1 steps=$2; shift 2
+  for k in a b; do
+    "$ptw" --headless --runs-dir "$out/runs-$k" --summary "$out/s-$k.json" --set hyper.max_steps="$steps" "$@" \
+      --set strategy.kind=single --set strategy.ranks=1 >/dev/null &
+  done
+  wait
+  record "$w" two-singles-apart "$(/usr/bin/python3 -c 'import json,sys; print(sum(json.load(open(f))["throughput"]["samples_per_s"] for f in sys.argv[1:]))' "$out/s-a.json" "$out/s-b.json")"
+}
+
 seed_sets=(--set model.kind=linear --set model.in_features=10 --set model.out_features=2 --set data.kind=synthetic-classification
            --set data.samples=4096 --set hyper.batch_size=16 --set hyper.momentum=0.9 --set hyper.lr=0.01)
 mlp_sets=(--set model.kind=mlp --set model.in_features=784 --set 'model.hidden=[512,512]' --set model.out_features=10
           --set data.kind=synthetic-classification --set data.samples=8192 --set hyper.batch_size=128 --set hyper.momentum=0.9 --set hyper.lr=0.01)
 
 for ((i = 0; i < repeats; i++)); do
-  py_ddp seed 2000 16 IN=10 HID=0 OUTD=2
-  ptw_run seed ptw-ddp-gloo 2000 "${seed_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2
-  ptw_run seed ptw-ddp-shm "$seed_steps" "${seed_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=shm
-  py_single seed "$seed_steps" 16 IN=10 HID=0 OUTD=2
-  ptw_run seed ptw-single "$seed_steps" "${seed_sets[@]}" --set strategy.kind=single --set strategy.ranks=1
-  ptw_run seed ptw-dataparallel "$seed_steps" "${seed_sets[@]}" --set strategy.kind=dataparallel --set strategy.ranks=2
-  ptw_run seed ptw-pool-sync "$seed_steps" "${seed_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2
-  ptw_run seed ptw-pool-hogwild "$seed_steps" "${seed_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2 --set strategy.pool_mode=hogwild
-  py_ddp mlp "$mlp_steps" 128
-  ptw_run mlp ptw-ddp-gloo "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2
-  ptw_run mlp ptw-ddp-shm "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=shm
-  py_single mlp "$mlp_steps" 128
-  ptw_run mlp ptw-single "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=single --set strategy.ranks=1
-  ptw_run mlp ptw-dataparallel "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=dataparallel --set strategy.ranks=2
-  ptw_run mlp ptw-pool-sync "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2
-  ptw_run mlp ptw-pool-hogwild "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2 --set strategy.pool_mode=hogwild
+  if [[ $workloads == *" seed "* ]]; then
+    py_ddp seed 2000 16 IN=10 HID=0 OUTD=2
+    ptw_run seed ptw-ddp-gloo 2000 "${seed_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2
+    ptw_run seed ptw-ddp-shm "$seed_steps" "${seed_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=shm
+    py_single seed "$seed_steps" 16 IN=10 HID=0 OUTD=2
+    ptw_run seed ptw-single "$seed_steps" "${seed_sets[@]}" --set strategy.kind=single --set strategy.ranks=1
+    apart seed "$seed_steps" "${seed_sets[@]}"
+    ptw_run seed ptw-dataparallel "$seed_steps" "${seed_sets[@]}" --set strategy.kind=dataparallel --set strategy.ranks=2
+    ptw_run seed ptw-pool-sync "$seed_steps" "${seed_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2
+    ptw_run seed ptw-pool-hogwild "$seed_steps" "${seed_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2 --set strategy.pool_mode=hogwild
+  fi
+  if [[ $workloads == *" mlp "* ]]; then
+    py_ddp mlp "$mlp_steps" 128
+    ptw_run mlp ptw-ddp-gloo "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2
+    ptw_run mlp ptw-ddp-shm "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=shm
+    py_single mlp "$mlp_steps" 128
+    ptw_run mlp ptw-single "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=single --set strategy.ranks=1
+    apart mlp "$mlp_steps" "${mlp_sets[@]}"
+    ptw_run mlp ptw-dataparallel "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=dataparallel --set strategy.ranks=2
+    ptw_run mlp ptw-pool-sync "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2
+    ptw_run mlp ptw-pool-hogwild "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2 --set strategy.pool_mode=hogwild
+  fi
 done
 echo "]" >> "$samples.tmp"
 mv "$samples.tmp" "$samples"

@@ -22,9 +22,9 @@ for (w, impl), values in sorted(runs.items()):
     base = runs.get((w, "python-ddp"))
     single = runs.get((w, "ptw-single"))
     ratio = statistics.median(v / b for v, b in zip(values, base)) if base else float("nan")
-    workers = 2 if any(k in impl for k in ("ddp", "dataparallel", "pool")) else 1
+    workers = 2 if any(k in impl for k in ("ddp", "dataparallel", "pool", "two-")) else 1
     eff = ""
-    if single and impl.startswith("ptw"):
+    if single and (impl.startswith("ptw") or impl == "two-singles-apart"):
         eff = f"{statistics.median(v / (workers * s) for v, s in zip(values, single)):.2f}"
     best = max(values) / max(base) if base else float("nan")
     print(f"| {w} | {impl} | {statistics.median(values):,.0f} | {ratio:.2f} | {eff} | {max(values):,.0f} | {best:.2f} |")
