@@ -3,11 +3,16 @@
 // Note [Shared-memory all-reduce]
 // On loopback a Gloo all-reduce costs ~200 µs even for one float, which is ten times the
 // whole step of a small model. Ranks on the same machine instead each write their
-// gradients into their own slot of one shared segment, meet at a barrier, and every rank
-// sums all slots in rank order (so every rank computes bit-identical results), then meet
-// again before a slot may be overwritten. Two barriers a step cost a few microseconds.
-// The reduction is one fused pass after backward: at these latencies overlapping it with
-// the backward pass (Note [Gradient buckets]) would buy nothing.
+// gradients into their own slot of one shared segment and meet at a barrier; each rank
+// then sums its own share of the elements over all slots, in rank order, into a shared
+// result (every element is summed once, in the same order, so every rank reads
+// bit-identical results), and after a second barrier every rank copies the whole result,
+// averaged, into its gradients. Splitting the sum keeps the memory each rank moves near
+// three passes over the gradients, which is what bounds the step once they are megabytes.
+// Two barriers a step cost a few microseconds. The reduction is one fused pass after
+// backward: at these latencies overlapping it with the backward pass (Note [Gradient
+// buckets]) would buy nothing.
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.h"
@@ -17,6 +22,14 @@
 
 namespace ptw::engine {
 namespace {
+
+void addInto(float* __restrict sum, const float* __restrict part, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) sum[i] += part[i];
+}
+
+void scaleInto(float* __restrict out, const float* __restrict in, std::size_t n, float scale) {
+  for (std::size_t i = 0; i < n; ++i) out[i] = in[i] * scale;
+}
 
 class DdpShm final : public Strategy {
  public:
@@ -36,8 +49,9 @@ class DdpShm final : public Strategy {
     std::int64_t total = 1;  // + the stop wish
     for (const auto& p : params) total += p.numel();
     m_slotFloats = static_cast<std::size_t>((total + 15) / 16 * 16);
-    m_segment = std::make_unique<ShmSegment>(m_name, m_rank, m_world,
-                                             sizeof(float) * m_slotFloats * static_cast<std::size_t>(m_world), m_timeout);
+    // One slot per rank, then the shared result.
+    m_segment = std::make_unique<ShmSegment>(
+        m_name, m_rank, m_world, sizeof(float) * m_slotFloats * static_cast<std::size_t>(m_world + 1), m_timeout);
     // Broadcast rank 0's parameters through its slot.
     torch::NoGradGuard noGrad;
     if (m_rank == 0) pack(params, /*grads=*/false, 0.f);
@@ -51,17 +65,18 @@ class DdpShm final : public Strategy {
     const auto& params = m_params;
     pack(params, /*grads=*/true, m_localStop ? 1.f : 0.f);
     m_segment->barrier();
-    // Sum in rank order into a private buffer: identical on every rank.
-    if (m_sum.size() != m_slotFloats) m_sum.assign(m_slotFloats, 0.f);
+    // This rank's share of the elements, summed over the slots in rank order.
     const std::size_t n = m_total;
-    std::memcpy(m_sum.data(), slot(0), n * sizeof(float));
-    for (int r = 1; r < m_world; ++r) {
-      const float* s = slot(r);
-      for (std::size_t i = 0; i < n; ++i) m_sum[i] += s[i];
+    const std::size_t share = (n + static_cast<std::size_t>(m_world) - 1) / static_cast<std::size_t>(m_world);
+    const std::size_t lo = std::min(n, share * static_cast<std::size_t>(m_rank)), hi = std::min(n, lo + share);
+    float* result = slot(m_world);
+    if (hi > lo) {
+      std::memcpy(result + lo, slot(0) + lo, (hi - lo) * sizeof(float));
+      for (int r = 1; r < m_world; ++r) addInto(result + lo, slot(r) + lo, hi - lo);
     }
     m_segment->barrier();
-    const bool stop = m_sum[n - 1] > 0.5f;
-    unpack(params, m_sum.data(), /*grads=*/true, 1.0f / static_cast<float>(m_world));
+    const bool stop = result[n - 1] > 0.5f;
+    unpack(params, result, /*grads=*/true, 1.0f / static_cast<float>(m_world));
     return stop;
   }
 
@@ -95,8 +110,7 @@ class DdpShm final : public Strategy {
         p.mutable_grad() = torch::zeros_like(p);
         dst = p.mutable_grad();
       }
-      float* d = dst.data_ptr<float>();
-      for (std::size_t i = 0; i < n; ++i) d[i] = src[off + i] * scale;
+      scaleInto(dst.data_ptr<float>(), src + off, n, scale);
       off += n;
     }
   }
@@ -109,7 +123,6 @@ class DdpShm final : public Strategy {
   std::vector<torch::Tensor> m_params;
   std::size_t m_slotFloats = 0;
   std::size_t m_total = 0;
-  std::vector<float> m_sum;
 };
 
 }  // namespace
