@@ -1,7 +1,6 @@
 #include "ui/main_window.h"
 
 #include <QAction>
-#include <chrono>
 #include <QApplication>
 #include <QCheckBox>
 #include <QCloseEvent>
@@ -28,10 +27,13 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include <chrono>
+
 #include "common/error.h"
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
 #include "ui/metric_chart.h"
+#include "ui/palette.h"
 #include "ui/profile_editor.h"
 #include "ui/run_controller.h"
 #include "ui/run_history.h"
@@ -40,13 +42,6 @@
 
 namespace ptw::ui {
 namespace {
-
-QColor rankColor(int rank) {
-  static const QColor colors[] = {QColor(31, 119, 180), QColor(255, 127, 14), QColor(44, 160, 44), QColor(214, 39, 40),
-                                  QColor(148, 103, 189), QColor(140, 86, 75), QColor(227, 119, 194), QColor(127, 127, 127),
-                                  QColor(188, 189, 34), QColor(23, 190, 207)};
-  return colors[rank % 10];
-}
 
 enum RankColumn { kRank, kStatus, kStep, kLoss, kThroughput, kMessage, kExit, kColumns };
 constexpr std::size_t kMaxLogLines = 20000;
@@ -413,8 +408,8 @@ void MainWindow::resetLive(int ranks) {
   const bool pool = profile().strategy.kind == "pool";
   for (int r = 0; r < ranks; ++r) {
     const QString name = pool ? (r == 0 ? tr("coordinator") : tr("worker %1").arg(r)) : tr("rank %1").arg(r);
-    m_loss->addSeries(name, rankColor(r));
-    m_throughput->addSeries(name, rankColor(r));
+    m_loss->addSeries(name, seriesColor(r));
+    m_throughput->addSeries(name, seriesColor(r));
   }
   m_meanSeries = ranks > 1 && !pool ? m_loss->addSeries(tr("mean"), Qt::black) : -1;
   m_valSeries = m_loss->addSeries(tr("validation"), Qt::black, true);
@@ -586,7 +581,7 @@ void MainWindow::onFinished(const QString& status, const QString& message, int f
     setRankCell(failedRank, kStatus, tr("failed"));
     setRankCell(failedRank, kMessage, message);
     for (int c = 0; c < kColumns; ++c)
-      if (auto* item = m_ranks->item(failedRank, c)) item->setForeground(QColor(176, 0, 32));
+      if (auto* item = m_ranks->item(failedRank, c)) item->setForeground(failureColor());
     appendLog(-1, tr("rank %1 failed: %2").arg(failedRank).arg(message));
     for (const QString& l : lastLines) appendLog(-1, QStringLiteral("  | ") + l);
   } else if (status == "failed") {

@@ -13,15 +13,9 @@
 
 #include "common/error.h"
 #include "ui/metric_chart.h"
+#include "ui/palette.h"
 
 namespace ptw::ui {
-namespace {
-QColor paletteColor(int i) {
-  static const QColor colors[] = {QColor(31, 119, 180), QColor(255, 127, 14), QColor(44, 160, 44), QColor(214, 39, 40),
-                                  QColor(148, 103, 189), QColor(140, 86, 75), QColor(227, 119, 194), QColor(127, 127, 127)};
-  return colors[i % 8];
-}
-}  // namespace
 
 RunHistory::RunHistory(QWidget* parent)
     : QWidget(parent), m_table(new QTableWidget(this)), m_overlay(new MetricChart(tr("loss (mean over ranks)"), this)),
@@ -83,7 +77,7 @@ void RunHistory::reload() {
     for (int c = 0; c < cells.size(); ++c) {
       auto* item = new QTableWidgetItem(cells[c]);
       item->setData(Qt::UserRole, static_cast<qlonglong>(r.id));
-      if (c == 1 && (r.status == "failed" || r.status == "interrupted")) item->setForeground(QColor(176, 0, 32));
+      if (c == 1 && (r.status == "failed" || r.status == "interrupted")) item->setForeground(failureColor());
       if (!r.message.empty()) item->setToolTip(QString::fromStdString(r.message));
       m_table->setItem(row, c, item);
     }
@@ -126,7 +120,7 @@ void RunHistory::showSelection() {
   for (std::size_t i = 0; i < chosen.size(); ++i) {
     const auto& r = *chosen[i];
     int series = m_overlay->addSeries(QStringLiteral("run %1: %2").arg(r.id).arg(QString::fromStdString(r.name)),
-                                      paletteColor(static_cast<int>(i)));
+                                      seriesColor(static_cast<int>(i)));
     std::map<std::int64_t, std::pair<double, int>> perStep;
     for (const auto& s : steps(r.id)) {
       if (r.strategy.rfind("pool", 0) == 0 && s.rank != 0) continue;
@@ -163,7 +157,7 @@ void RunHistory::showSelection() {
       m_diff->setItem(row, static_cast<int>(c) + 1, item);
     }
     if (differs)
-      for (int c = 0; c <= static_cast<int>(fields.size()); ++c) m_diff->item(row, c)->setBackground(QColor(255, 236, 153));
+      for (int c = 0; c <= static_cast<int>(fields.size()); ++c) m_diff->item(row, c)->setBackground(highlightColor());
   }
   m_diff->resizeColumnsToContents();
 }

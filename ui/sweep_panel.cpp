@@ -16,13 +16,14 @@
 #include <map>
 
 #include "common/error.h"
+#include "ui/palette.h"
 
 namespace ptw::ui {
 namespace {
 QColor strategyColor(const std::string& s) {
   static const std::map<std::string, QColor> colors = {
-      {"single", Qt::black},          {"dataparallel", QColor(44, 160, 44)}, {"ddp", QColor(31, 119, 180)},
-      {"ddp-shm", QColor(23, 190, 207)}, {"pool", QColor(255, 127, 14)},    {"pool-hogwild", QColor(214, 39, 40)}};
+      {"single", Qt::black},          {"dataparallel", seriesColor(2)}, {"ddp", seriesColor(0)},
+      {"ddp-shm", seriesColor(9)}, {"pool", seriesColor(1)}, {"pool-hogwild", seriesColor(3)}};
   auto it = colors.find(s);
   return it == colors.end() ? Qt::gray : it->second;
 }
@@ -189,7 +190,7 @@ void SweepPanel::redraw() {
         QFont f = item->font();
         f.setBold(true);
         item->setFont(f);
-        item->setBackground(QColor(255, 236, 153));
+        item->setBackground(highlightColor());
       }
       m_table->setItem(row, c, item);
     }
