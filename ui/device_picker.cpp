@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "launch/launcher.h"
+#include "ui/child_process.h"
 
 namespace ptw::ui {
 namespace {
@@ -46,14 +47,7 @@ DevicePicker::DevicePicker(QWidget* parent) : QWidget(parent), m_rows(new QVBoxL
   probe->start(QString::fromStdString(core::Launcher::defaultWorkerPath()), {"--devices"});
 }
 
-DevicePicker::~DevicePicker() {
-  // A probe still running is killed here; its finished() must not reach a half-destroyed picker.
-  if (m_probe) {
-    m_probe->disconnect(this);
-    m_probe->kill();
-    m_probe->waitForFinished(2000);
-  }
-}
+DevicePicker::~DevicePicker() { stopChildProcess(m_probe, this); }
 
 std::vector<DevicePicker::Device> DevicePicker::parseDevices(const QByteArray& jsonLines) {
   std::vector<Device> out;

@@ -18,6 +18,7 @@
 #include <QVBoxLayout>
 
 #include "launch/launcher.h"
+#include "ui/child_process.h"
 #include "ui/device_picker.h"
 
 namespace ptw::ui {
@@ -130,13 +131,7 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
   setProfile(core::defaultProfile());
 }
 
-ProfileEditor::~ProfileEditor() {
-  if (m_preflightProcess) {  // see ~DevicePicker
-    m_preflightProcess->disconnect(this);
-    m_preflightProcess->kill();
-    m_preflightProcess->waitForFinished(2000);
-  }
-}
+ProfileEditor::~ProfileEditor() { stopChildProcess(m_preflightProcess, this); }
 
 void ProfileEditor::setProfile(const core::Profile& profile) {
   m_filling = true;

@@ -164,9 +164,9 @@ class ProcessPool final : public Strategy {
       bool behind = false, endedEarly = false;
       for (int w = 1; w <= m_workers; ++w) {
         const bool done = m_segment->doneFlag(w).load(std::memory_order_acquire) != 0;
-        const bool short_ = m_segment->progress(w).load(std::memory_order_acquire) < m_followed;
-        if (short_ && done) endedEarly = true;  // a worker stopped before this step: stop too
-        if (short_ && !done) behind = true;
+        const bool lagging = m_segment->progress(w).load(std::memory_order_acquire) < m_followed;
+        if (lagging && done) endedEarly = true;  // a worker stopped before this step: stop too
+        if (lagging && !done) behind = true;
       }
       if (!behind) return finishWith(state, m_localStop || endedEarly);
       PTW_CHECK(std::chrono::steady_clock::now() - start < m_timeout, "pool: no hogwild worker progress for ",

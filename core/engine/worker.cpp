@@ -44,8 +44,7 @@ class RecordWriter {
   explicit RecordWriter(int fd) : m_fd(fd >= 0 ? fd : 1), m_binary(fd >= 0) { m_buffer.reserve(kFlushBytes + 256); }
   void write(const core::Record& r) {
     std::lock_guard<std::mutex> lock(m_mutex);
-    if (m_binary) core::encodeRecord(r, m_buffer);
-    else core::formatRecord(r, m_buffer);
+    append(r);
     if (r.kind == core::Record::Kind::Step) m_lastStep = r.step.step;
     auto now = std::chrono::steady_clock::now();
     if (m_buffer.size() >= kFlushBytes || now - m_lastFlush > std::chrono::milliseconds(100)) flushLocked(now);
@@ -57,8 +56,7 @@ class RecordWriter {
     h.step.rank = rank;
     h.step.step = m_lastStep;
     h.state = state;
-    if (m_binary) core::encodeRecord(h, m_buffer);
-    else core::formatRecord(h, m_buffer);
+    append(h);
     flushLocked(std::chrono::steady_clock::now());
   }
   void flush() {
@@ -67,6 +65,10 @@ class RecordWriter {
   }
 
  private:
+  void append(const core::Record& r) {
+    if (m_binary) core::encodeRecord(r, m_buffer);
+    else core::formatRecord(r, m_buffer);
+  }
   void flushLocked(std::chrono::steady_clock::time_point now) {
     const char* p = m_buffer.data();
     std::size_t left = m_buffer.size();

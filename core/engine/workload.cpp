@@ -257,7 +257,10 @@ class FusedSgd final : public torch::optim::SGD {
             first = true;
           }
           auto& b = static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer();
-          if (!b.is_contiguous() || b.scalar_type() != torch::kFloat || b.numel() != n) b = b.contiguous().to(torch::kFloat);
+          // torch's SGD and a checkpoint of it both hold a dense float buffer shaped like the parameter.
+          PTW_CHECK(b.is_contiguous() && b.scalar_type() == torch::kFloat && b.numel() == n,
+                    "optimizer state: a momentum buffer does not match its parameter (", b.sizes(), " against ",
+                    p.sizes(), ")");
           buf = b.data_ptr<float>();
         }
         if (buf && !first && decay == 0 && !o.nesterov()) {  // the usual case, in a loop the compiler vectorises

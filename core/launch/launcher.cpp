@@ -32,10 +32,10 @@ double secondsSince(Clock::time_point t) {
 
 void setNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
-// Per-rank state of a running worker.
 // The descriptor a worker writes its records to (--records).
 constexpr int kRecordFd = 3;
 
+// Per-rank state of a running worker.
 struct Rank {
   int rank = 0;
   pid_t pid = -1;
@@ -228,22 +228,21 @@ RunReport Launcher::run(LaunchObserver& observer) {
     Rank& rk = ranks[static_cast<std::size_t>(r)];
     rk.rank = r;
     int outPipe[2] = {-1, -1}, errPipe[2] = {-1, -1}, recPipe[2] = {-1, -1};
-    if (::pipe2(outPipe, O_CLOEXEC) != 0 || ::pipe2(errPipe, O_CLOEXEC) != 0 || ::pipe2(recPipe, O_CLOEXEC) != 0) {
-      int err = errno;
+    bool piped = ::pipe2(outPipe, O_CLOEXEC) == 0 && ::pipe2(errPipe, O_CLOEXEC) == 0 && ::pipe2(recPipe, O_CLOEXEC) == 0;
+    int pipeErr = errno;
+    if (piped) {
+      // The record pipe's write end moves above kRecordFd, so the child's dup2s cannot clobber it.
+      const int moved = ::fcntl(recPipe[1], F_DUPFD_CLOEXEC, kRecordFd + 1);
+      pipeErr = errno;
+      ::close(recPipe[1]);
+      recPipe[1] = moved;
+      piped = moved >= 0;
+    }
+    if (!piped) {
       for (int fd : {outPipe[0], outPipe[1], errPipe[0], errPipe[1], recPipe[0], recPipe[1]})
         if (fd >= 0) ::close(fd);
       killAll(SIGKILL);
-      PTW_FAIL("cannot create pipes for rank ", r, ": ", std::strerror(err));
-    }
-    // The record pipe's write end, away from 0-2 and from kRecordFd before the dup2s.
-    const int recWrite = ::fcntl(recPipe[1], F_DUPFD_CLOEXEC, kRecordFd + 1);
-    const int dupErr = errno;
-    ::close(recPipe[1]);
-    recPipe[1] = recWrite;
-    if (recWrite < 0) {
-      for (int fd : {outPipe[0], outPipe[1], errPipe[0], errPipe[1], recPipe[0]}) ::close(fd);
-      killAll(SIGKILL);
-      PTW_FAIL("cannot create pipes for rank ", r, ": ", std::strerror(dupErr));
+      PTW_FAIL("cannot create pipes for rank ", r, ": ", std::strerror(pipeErr));
     }
     std::vector<char*> argv;
     for (auto& s : argStrings[static_cast<std::size_t>(r)]) argv.push_back(s.data());
