@@ -2,34 +2,48 @@
 //
 // Note [Shared-memory all-reduce]
 // On loopback a Gloo all-reduce costs ~200 µs even for one float, which is ten times the
-// whole step of a small model. Ranks on the same machine instead each write their
-// gradients into their own slot of one shared segment and meet at a barrier; each rank
-// then sums its own share of the elements over all slots, in rank order, into a shared
-// result (every element is summed once, in the same order, so every rank reads
-// bit-identical results), and after a second barrier every rank copies the whole result,
-// averaged, into its gradients. Splitting the sum keeps the memory each rank moves near
-// three passes over the gradients, which is what bounds the step once they are megabytes.
-// Two barriers a step cost a few microseconds. The reduction is one fused pass after
-// backward: at these latencies overlapping it with the backward pass (Note [Gradient
-// buckets]) would buy nothing.
+// whole step of a small model. Ranks on the same machine instead share one segment with a
+// slot per rank, and each rank's gradients live in its own slot: at attach every
+// parameter's .grad becomes a view of the slot, and backward accumulates into it in place
+// (zero_grad zeroes it, it never replaces it), so nothing is packed. At a barrier each
+// rank takes its own share of the elements, sums them over all slots in rank order,
+// scales by 1/world and writes the average back into every slot; after a second barrier
+// every rank's gradients are the average, bit-identical on all ranks (every element is
+// summed once, in the same order). Each rank moves its share of the gradients once in
+// and world times out, near two passes over the gradients instead of five when they were
+// packed, summed into a result and copied back: the step is memory-bound once gradients
+// are megabytes. Two barriers a step cost a few microseconds. The reduction is one fused
+// pass after backward: at these latencies overlapping it with the backward pass (Note
+// [Gradient buckets]) would buy nothing.
+//
+// Note [Sharded SGD step]
+// With SGD and no clipping (the optimizer every rank would otherwise run on the same
+// averaged gradients), the ranks also share one copy of the parameters and of the
+// momentum buffers, in the segment after the slots: each parameter's data is a view of
+// it (set at attach, which is also the broadcast of rank 0's values), and its momentum
+// buffer in the optimizer's state is one too. After the first barrier each rank averages
+// its share of the gradients and applies SGD's update (sgdUpdate, Note [Fused SGD]) to
+// its share of the parameters and buffers at once; the second barrier ends the step.
+// Each rank so does 1/world of the optimizer's work, and the averaged gradients are never
+// written anywhere: the step's memory traffic after backward falls from ~10 passes over
+// the gradients to ~3/world. A checkpoint (rank 0) holds the full parameters and buffers,
+// as a torch SGD would; a resumed buffer is copied in, share by share, on the first step.
+// Adam, AdamW or clipping (which needs the norm of the whole gradient) keep the
+// all-reduce above and every rank's own optimizer. The views keep the mapping alive
+// (their deleter holds the segment), so parameters outlive the strategy safely.
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "common/error.h"
 #include "engine/model.h"
+#include "engine/kernels.h"
 #include "engine/shm_segment.h"
 #include "engine/strategy.h"
+#include "engine/workload.h"
 
 namespace ptw::engine {
 namespace {
-
-void addInto(float* __restrict sum, const float* __restrict part, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) sum[i] += part[i];
-}
-
-void scaleInto(float* __restrict out, const float* __restrict in, std::size_t n, float scale) {
-  for (std::size_t i = 0; i < n; ++i) out[i] = in[i] * scale;
-}
 
 class DdpShm final : public Strategy {
  public:
@@ -37,7 +51,9 @@ class DdpShm final : public Strategy {
       : m_rank(ctx.rank),
         m_world(ctx.world),
         m_timeout(std::chrono::milliseconds(static_cast<long>(ctx.profile.run.timeoutS * 1000))),
-        m_name("/ptw-" + std::to_string(ctx.port) + "-ddp") {}
+        m_name("/ptw-" + std::to_string(ctx.port) + "-ddp"),
+        m_sharded(ctx.profile.hyper.optimizer == "sgd" && ctx.profile.hyper.clipNorm <= 0),
+        m_momentum(ctx.profile.hyper.momentum != 0) {}
 
   BatchPlan plan(const core::Profile& p, std::int64_t samples) const override {
     return shardPlan(p, samples, m_rank, m_world);
@@ -45,84 +61,149 @@ class DdpShm final : public Strategy {
 
   void attach(Model& model) override {
     m_params = model.parameters();
-    const auto& params = m_params;
-    std::int64_t total = 1;  // + the stop wish
-    for (const auto& p : params) total += p.numel();
-    m_slotFloats = static_cast<std::size_t>((total + 15) / 16 * 16);
-    // One slot per rank, then the shared result.
-    m_segment = std::make_unique<ShmSegment>(
-        m_name, m_rank, m_world, sizeof(float) * m_slotFloats * static_cast<std::size_t>(m_world + 1), m_timeout);
-    // Broadcast rank 0's parameters through its slot.
+    std::size_t total = 0;
+    for (const auto& p : m_params) {
+      PTW_CHECK(p.scalar_type() == torch::kFloat && p.device().is_cpu() && p.is_contiguous(),
+                "strategy.backend shm reduces dense float32 CPU parameters; this model has a ", p.scalar_type(),
+                " parameter on ", p.device(), " (use gloo)");
+      m_offset[p.unsafeGetTensorImpl()] = total;
+      total += static_cast<std::size_t>(p.numel());
+    }
+    m_gradFloats = total;
+    // A slot: the gradients, then this rank's stop wish, padded to a cache line. Sharded:
+    // then the parameters and the momentum buffers (Note [Sharded SGD step]).
+    m_slotFloats = (total + 1 + 15) / 16 * 16;
+    const std::size_t regionFloats = (total + 15) / 16 * 16;
+    std::size_t floats = m_slotFloats * static_cast<std::size_t>(m_world);
+    if (m_sharded) floats += regionFloats * (m_momentum ? 2 : 1);
+    m_segment = std::make_shared<ShmSegment>(m_name, m_rank, m_world, sizeof(float) * floats, m_timeout);
+    for (int r = 0; r < m_world; ++r) m_slots.push_back(slot(r));
+    if (m_sharded) {
+      m_weights = slot(m_world);
+      if (m_momentum) m_buffers = m_weights + regionFloats;
+    }
+    // Broadcast rank 0's parameters: through the shared parameters when sharded, else its slot.
     torch::NoGradGuard noGrad;
-    if (m_rank == 0) pack(params, /*grads=*/false, 0.f);
+    float* staging = m_sharded ? m_weights : slot(0);
+    if (m_rank == 0) forEachParameter([&](torch::Tensor& p, std::size_t off) {
+      std::memcpy(staging + off, p.data_ptr<float>(), static_cast<std::size_t>(p.numel()) * sizeof(float));
+    });
     m_segment->barrier();
     m_segment->unlink();
-    if (m_rank != 0) unpack(params, slot(0), /*grads=*/false, 1.0f);
+    forEachParameter([&](torch::Tensor& p, std::size_t off) {
+      if (m_sharded)
+        p.set_data(segmentView(m_segment, m_weights + off, p.sizes()));
+      else if (m_rank != 0)
+        std::memcpy(p.data_ptr<float>(), staging + off, static_cast<std::size_t>(p.numel()) * sizeof(float));
+    });
     m_segment->barrier();
+    // From here on the slot holds this rank's gradients (Note [Shared-memory all-reduce]).
+    bindGradients(m_params, m_segment, slot(m_rank));
   }
 
   bool reduce(Model&, StepState&) override {
-    const auto& params = m_params;
-    pack(params, /*grads=*/true, m_localStop ? 1.f : 0.f);
+    bindGradients(m_params, m_segment, slot(m_rank));
+    slot(m_rank)[m_gradFloats] = m_localStop ? 1.f : 0.f;
     m_segment->barrier();
-    // This rank's share of the elements, summed over the slots in rank order.
-    const std::size_t n = m_total;
-    const std::size_t share = (n + static_cast<std::size_t>(m_world) - 1) / static_cast<std::size_t>(m_world);
-    const std::size_t lo = std::min(n, share * static_cast<std::size_t>(m_rank)), hi = std::min(n, lo + share);
-    float* result = slot(m_world);
-    if (hi > lo) {
-      std::memcpy(result + lo, slot(0) + lo, (hi - lo) * sizeof(float));
-      for (int r = 1; r < m_world; ++r) addInto(result + lo, slot(r) + lo, hi - lo);
+    // Every wish is read before the second barrier, so no rank can overwrite one first.
+    bool stop = false;
+    for (int r = 0; r < m_world; ++r) stop = stop || slot(r)[m_gradFloats] > 0.5f;
+    if (!m_sharded) {
+      auto [lo, hi] = share();
+      averageAcross(m_slots.data(), m_world, lo, hi);
+      m_segment->barrier();
+    }
+    return stop;
+  }
+
+  void optimizerStep(torch::optim::Optimizer& optimizer, double clipNorm) override {
+    if (!m_sharded) return Strategy::optimizerStep(optimizer, clipNorm);
+    PTW_CHECK(dynamic_cast<torch::optim::SGD*>(&optimizer) && clipNorm <= 0,
+              "internal: the sharded step needs SGD without clipping");
+    auto [lo, hi] = share();
+    constexpr std::size_t kBlock = 512;  // a block of averaged gradients stays in L1 until the update reads it
+    alignas(64) float grad[kBlock];
+    for (auto& group : optimizer.param_groups()) {
+      const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+      const SgdScalars scalars = sgdScalars(o);
+      for (auto& p : group.params()) {
+        const std::size_t off = m_offset.at(p.unsafeGetTensorImpl()), n = static_cast<std::size_t>(p.numel());
+        const std::size_t a = std::max(off, lo), b = std::min(off + n, hi);
+        bool first = false;
+        float* buf = o.momentum() != 0 ? momentumBuffer(optimizer, p, off, a, b, first) : nullptr;
+        for (std::size_t at = a; at < b; at += kBlock) {
+          const std::size_t len = std::min(kBlock, b - at);
+          averageOf(grad, m_slots.data(), m_world, at, len);
+          sgdUpdate(m_weights + at, buf ? buf + (at - off) : nullptr, grad, static_cast<std::int64_t>(len), scalars,
+                    first);
+        }
+      }
     }
     m_segment->barrier();
-    const bool stop = result[n - 1] > 0.5f;
-    unpack(params, result, /*grads=*/true, 1.0f / static_cast<float>(m_world));
-    return stop;
   }
 
  private:
   float* slot(int r) const { return static_cast<float*>(m_segment->payload()) + static_cast<std::size_t>(r) * m_slotFloats; }
 
-  void pack(const std::vector<torch::Tensor>& params, bool grads, float flag) {
-    float* dst = slot(m_rank);
-    std::size_t off = 0;
-    for (const auto& p : params) {
-      const auto n = static_cast<std::size_t>(p.numel());
-      torch::Tensor src = grads ? p.grad() : p.detach();
-      if (src.defined()) {
-        auto c = src.contiguous();
-        std::memcpy(dst + off, c.data_ptr<float>(), n * sizeof(float));
-      } else {
-        std::memset(dst + off, 0, n * sizeof(float));
-      }
-      off += n;
-    }
-    dst[off] = flag;
-    m_total = off + 1;
+  /// This rank's share of the gradient elements: [lo, hi).
+  std::pair<std::size_t, std::size_t> share() const {
+    const auto world = static_cast<std::size_t>(m_world);
+    const std::size_t each = (m_gradFloats + world - 1) / world;
+    const std::size_t lo = std::min(m_gradFloats, each * static_cast<std::size_t>(m_rank));
+    return {lo, std::min(m_gradFloats, lo + each)};
   }
 
-  void unpack(const std::vector<torch::Tensor>& params, const float* src, bool grads, float scale) {
+  template <typename F>
+  void forEachParameter(F&& f) {
     std::size_t off = 0;
-    for (const auto& p : params) {
-      const auto n = static_cast<std::size_t>(p.numel());
-      torch::Tensor dst = grads ? p.mutable_grad() : p.detach();
-      if (!dst.defined()) {
-        p.mutable_grad() = torch::zeros_like(p);
-        dst = p.mutable_grad();
-      }
-      scaleInto(dst.data_ptr<float>(), src + off, n, scale);
-      off += n;
+    for (auto& p : m_params) {
+      f(p, off);
+      off += static_cast<std::size_t>(p.numel());
     }
+  }
+
+  /// The shared momentum buffer of `p` (at `off`), put into the optimizer's state the first
+  /// time. `first`: SGD has no buffer for it yet. A buffer SGD already had (a resumed
+  /// checkpoint) is copied in for this rank's elements [a, b).
+  float* momentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& p, std::size_t off, std::size_t a,
+                        std::size_t b, bool& first) {
+    float* shared = m_buffers + off;
+    const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
+    auto& state = optimizer.state();
+    auto it = state.find(key);
+    if (it == state.end()) {
+      auto st = std::make_unique<torch::optim::SGDParamState>();
+      st->momentum_buffer(segmentView(m_segment, shared, p.sizes()));
+      state.emplace(key, std::move(st));
+      first = true;
+      return shared;
+    }
+    auto& st = static_cast<torch::optim::SGDParamState&>(*it->second);
+    const auto& old = st.momentum_buffer();
+    if (old.data_ptr() != static_cast<void*>(shared)) {
+      PTW_CHECK(old.is_contiguous() && old.scalar_type() == torch::kFloat && old.numel() == p.numel(),
+                "optimizer state: a momentum buffer does not match its parameter (", old.sizes(), " against ",
+                p.sizes(), ")");
+      if (b > a) std::memcpy(shared + (a - off), old.data_ptr<float>() + (a - off), (b - a) * sizeof(float));
+      st.momentum_buffer(segmentView(m_segment, shared, p.sizes()));
+    }
+    return shared;
   }
 
   int m_rank;
   int m_world;
   std::chrono::milliseconds m_timeout;
   std::string m_name;
-  std::unique_ptr<ShmSegment> m_segment;
+  bool m_sharded;
+  bool m_momentum;
+  std::shared_ptr<ShmSegment> m_segment;
   std::vector<torch::Tensor> m_params;
+  std::unordered_map<const void*, std::size_t> m_offset;  ///< parameter -> first element in a slot
+  std::vector<float*> m_slots;
+  float* m_weights = nullptr;  ///< the shared parameters (sharded)
+  float* m_buffers = nullptr;  ///< the shared momentum buffers (sharded, momentum > 0)
+  std::size_t m_gradFloats = 0;
   std::size_t m_slotFloats = 0;
-  std::size_t m_total = 0;
 };
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "engine/kernels.h"
 #include "engine/model.h"
 #include "engine/shm_segment.h"
 #include "engine/strategy.h"
@@ -56,7 +57,7 @@ class ProcessPool final : public Strategy {
     for (const auto& p : m_params) m_numel += static_cast<std::size_t>(p.numel());
     m_slotFloats = (m_numel + 3 + 15) / 16 * 16;
     const std::size_t paramFloats = (m_numel + 15) / 16 * 16;
-    m_segment = std::make_unique<ShmSegment>(
+    m_segment = std::make_shared<ShmSegment>(
         m_name, m_rank, m_world, sizeof(float) * (paramFloats + m_slotFloats * static_cast<std::size_t>(m_workers)),
         m_timeout);
     m_shared = static_cast<float*>(m_segment->payload());
@@ -71,12 +72,15 @@ class ProcessPool final : public Strategy {
     }
     m_segment->barrier();
     m_segment->unlink();
-    // From here every process's parameters are views of the segment.
+    // From here every process's parameters are views of the segment, and a sync worker's
+    // gradients are views of its slot: backward writes them where the coordinator reads.
     std::size_t off = 0;
     for (auto& p : m_params) {
-      p.set_data(torch::from_blob(m_shared + off, p.sizes(), torch::kFloat32));
+      p.set_data(segmentView(m_segment, m_shared + off, p.sizes()));
       off += static_cast<std::size_t>(p.numel());
     }
+    if (!m_hogwild && m_rank != 0) bindGradients(m_params, m_segment, slot(m_rank));
+    for (int w = 1; w <= m_workers; ++w) m_slotPtrs.push_back(slot(w));
     m_segment->barrier();
   }
 
@@ -99,13 +103,7 @@ class ProcessPool final : public Strategy {
   // sync, worker: gradients, loss and stop wish into the slot; wait for the new parameters.
   bool offerGradients(StepState& state) {
     float* s = slot(m_rank);
-    std::size_t off = 0;
-    for (const auto& p : m_params) {
-      const auto n = static_cast<std::size_t>(p.numel());
-      if (p.grad().defined()) std::memcpy(s + off, p.grad().contiguous().data_ptr<float>(), n * sizeof(float));
-      else std::memset(s + off, 0, n * sizeof(float));
-      off += n;
-    }
+    bindGradients(m_params, m_segment, s);  // normally already there: nothing to copy
     s[m_numel] = static_cast<float>(state.loss);
     s[m_numel + 1] = static_cast<float>(state.samples);
     s[m_numel + 2] = m_localStop ? 1.f : 0.f;
@@ -123,15 +121,8 @@ class ProcessPool final : public Strategy {
     std::size_t off = 0;
     for (auto& p : m_params) {
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-      float* g = p.mutable_grad().data_ptr<float>();
       const auto n = static_cast<std::size_t>(p.numel());
-      std::memcpy(g, slot(1) + off, n * sizeof(float));
-      for (int w = 2; w <= m_workers; ++w) {
-        const float* s = slot(w) + off;
-        for (std::size_t i = 0; i < n; ++i) g[i] += s[i];
-      }
-      const float scale = 1.0f / static_cast<float>(m_workers);
-      for (std::size_t i = 0; i < n; ++i) g[i] *= scale;
+      averageOf(p.mutable_grad().data_ptr<float>(), m_slotPtrs.data(), m_workers, off, n);
       off += n;
     }
     for (int w = 1; w <= m_workers; ++w) {
@@ -192,7 +183,8 @@ class ProcessPool final : public Strategy {
   bool m_hogwild;
   std::chrono::milliseconds m_timeout;
   std::string m_name;
-  std::unique_ptr<ShmSegment> m_segment;
+  std::shared_ptr<ShmSegment> m_segment;
+  std::vector<const float*> m_slotPtrs;  ///< slot(1) .. slot(N)
   std::vector<torch::Tensor> m_params;
   std::size_t m_numel = 0;
   std::size_t m_slotFloats = 0;

@@ -148,4 +148,26 @@ void ShmSegment::barrier() {
   }
 }
 
+torch::Tensor segmentView(const std::shared_ptr<ShmSegment>& segment, float* at, c10::IntArrayRef sizes) {
+  return torch::from_blob(
+      at, sizes, [keep = segment](void*) { (void)keep; }, torch::TensorOptions().dtype(torch::kFloat));
+}
+
+void bindGradients(const std::vector<torch::Tensor>& params, const std::shared_ptr<ShmSegment>& segment,
+                   float* slot) {
+  std::size_t off = 0;
+  for (const auto& p : params) {
+    const auto& g = p.grad();
+    if (!g.defined() || g.data_ptr() != static_cast<void*>(slot + off)) {
+      auto view = segmentView(segment, slot + off, p.sizes());
+      if (g.defined())
+        view.copy_(g);
+      else
+        view.zero_();
+      p.mutable_grad() = view;
+    }
+    off += static_cast<std::size_t>(p.numel());
+  }
+}
+
 }  // namespace ptw::engine

@@ -7,7 +7,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
+
+#include <torch/torch.h>
 
 namespace ptw::engine {
 
@@ -50,5 +54,17 @@ class ShmSegment {
   void* m_payload = nullptr;
   bool m_unlinked = false;
 };
+
+/// A float32 tensor of `sizes` over `at`, memory of `segment`, that keeps the segment mapped
+/// while it (or any tensor sharing its storage) lives, so parameters and optimizer state made
+/// of segment memory may outlive the strategy that mapped it.
+torch::Tensor segmentView(const std::shared_ptr<ShmSegment>& segment, float* at, c10::IntArrayRef sizes);
+
+/// Makes every parameter's gradient a view of `slot` (parameters back to back, in order),
+/// keeping its values; a gradient that is already that view is left alone, so calling this
+/// each step only rebinds one that something replaced. Backward then accumulates straight
+/// into the slot (zero_grad zeroes gradients in place, it never replaces them).
+void bindGradients(const std::vector<torch::Tensor>& params, const std::shared_ptr<ShmSegment>& segment,
+                   float* slot);
 
 }  // namespace ptw::engine

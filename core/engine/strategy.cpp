@@ -66,4 +66,14 @@ double Strategy::backward(Model& model, const torch::Tensor& x, const torch::Ten
   return loss.item<double>();
 }
 
+void Strategy::optimizerStep(torch::optim::Optimizer& optimizer, double clipNorm) {
+  if (clipNorm > 0) {
+    std::vector<torch::Tensor> params;
+    for (const auto& group : optimizer.param_groups())
+      params.insert(params.end(), group.params().begin(), group.params().end());
+    torch::nn::utils::clip_grad_norm_(params, clipNorm);
+  }
+  optimizer.step();
+}
+
 }  // namespace ptw::engine

@@ -7,7 +7,7 @@
 //   beginStep(localStop)
 //   for each micro-batch: setSyncGradients(last); backward(...)
 //   reduce(...)                          -> every rank's gradients are the average
-//   optimizer step (if stepsOptimizer()); afterOptimizerStep(...)
+//   optimizerStep(...) (if stepsOptimizer()); afterOptimizerStep(...)
 #pragma once
 
 #include <functional>
@@ -78,6 +78,9 @@ class Strategy {
   /// Makes this process's gradients the average over ranks. Returns whether any rank asked
   /// to stop, so that every rank leaves after the same step.
   virtual bool reduce(Model& model, StepState& state) = 0;
+  /// Clips the gradients' norm to `clipNorm` (if > 0) and steps `optimizer`. DDP over shared
+  /// memory instead steps its share of parameters that all ranks share.
+  virtual void optimizerStep(torch::optim::Optimizer& optimizer, double clipNorm);
   virtual void afterOptimizerStep(Model& /*model*/) {}
   /// Called once after the last step (a pool worker says it is done).
   virtual void finish() {}

@@ -165,7 +165,6 @@ std::int64_t Trainer::run(const std::atomic<bool>& stopRequested) {
   const bool steps = m_strategy->stepsOptimizer();
   const auto dev = m_strategy->device();
   const std::string checkpointPath = m_options.outDir.empty() ? "" : m_options.outDir + "/checkpoint.pt";
-  auto params = m_model->parameters();
   std::int64_t memBytes = residentBytes();
   auto memReadAt = Clock::now();
   auto validateNow = [&] {
@@ -219,10 +218,7 @@ std::int64_t Trainer::run(const std::atomic<bool>& stopRequested) {
       StepState state{false, loss, stepSamples};
       stop = m_strategy->reduce(*m_model, state);
       auto t2 = Clock::now();
-      if (steps) {
-        if (h.clipNorm > 0) torch::nn::utils::clip_grad_norm_(params, h.clipNorm);
-        m_optimizer->step();
-      }
+      if (steps) m_strategy->optimizerStep(*m_optimizer, h.clipNorm);
       m_strategy->afterOptimizerStep(*m_model);
       auto t3 = Clock::now();
       m_batchInEpoch += micro;

@@ -210,24 +210,27 @@ torch::Tensor computeLoss(const torch::Tensor& output, const torch::Tensor& targ
   return classification ? torch::nn::functional::cross_entropy(output, target) : torch::mse_loss(output, target);
 }
 
-namespace {
+SgdScalars sgdScalars(const torch::optim::SGDOptions& o) {
+  SgdScalars s;
+  s.lr = static_cast<float>(o.lr());
+  s.momentum = static_cast<float>(o.momentum());
+  s.decay = static_cast<float>(o.weight_decay());
+  s.keep = static_cast<float>(1 - o.dampening());
+  s.nesterov = o.nesterov();
+  return s;
+}
 
 // Note [Fused SGD]
 // torch::optim::SGD spends ~10 small operator calls per parameter and step (each
 // dispatched, some wrapping the scalar into a tensor and converting it), which on a small
 // model is a tenth of the whole step. For the common case (dense float32 parameters and
 // gradients on the CPU, contiguous) this does the same arithmetic in one pass over each
-// tensor, in float like the kernels do, and keeps its momentum buffers where SGD does
+// tensor (sgdUpdate, kernels.h), in float like the kernels do, and keeps its momentum buffers where SGD does
 // (state_, one SGDParamState per parameter), so checkpoints load into either. Anything
 // else (CUDA, other dtypes, sparse gradients) takes SGD's own step. test_workload holds
-// it to torch::optim::SGD, option by option.
-void momentumStep(float* __restrict w, float* __restrict buf, const float* __restrict g, std::int64_t n, float momentum,
-                  float keep, float lr) {
-  for (std::int64_t i = 0; i < n; ++i) {
-    buf[i] = buf[i] * momentum + keep * g[i];
-    w[i] -= lr * buf[i];
-  }
-}
+// it to torch::optim::SGD, option by option. DDP over shared memory runs the same update on
+// its share of the parameters (Note [Sharded SGD step]).
+namespace {
 
 class FusedSgd final : public torch::optim::SGD {
  public:
@@ -237,8 +240,6 @@ class FusedSgd final : public torch::optim::SGD {
     if (closure || !fusable()) return SGD::step(std::move(closure));
     for (auto& group : param_groups_) {
       const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
-      const float lr = static_cast<float>(o.lr()), momentum = static_cast<float>(o.momentum()),
-                  decay = static_cast<float>(o.weight_decay()), keep = static_cast<float>(1 - o.dampening());
       for (auto& p : group.params()) {
         const auto& grad = p.grad();
         if (!grad.defined()) continue;
@@ -247,7 +248,7 @@ class FusedSgd final : public torch::optim::SGD {
         const std::int64_t n = p.numel();
         float* buf = nullptr;
         bool first = false;
-        if (momentum != 0) {
+        if (o.momentum() != 0) {
           const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
           auto it = state_.find(key);
           if (it == state_.end()) {
@@ -263,19 +264,7 @@ class FusedSgd final : public torch::optim::SGD {
                     p.sizes(), ")");
           buf = b.data_ptr<float>();
         }
-        if (buf && !first && decay == 0 && !o.nesterov()) {  // the usual case, in a loop the compiler vectorises
-          momentumStep(w, buf, g, n, momentum, keep, lr);
-          continue;
-        }
-        for (std::int64_t i = 0; i < n; ++i) {
-          float d = g[i];
-          if (decay != 0) d += decay * w[i];
-          if (buf) {
-            buf[i] = first ? d : buf[i] * momentum + keep * d;
-            d = o.nesterov() ? d + momentum * buf[i] : buf[i];
-          }
-          w[i] -= lr * d;
-        }
+        sgdUpdate(w, buf, g, n, sgdScalars(o), first);
       }
     }
     return {};

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "common/profile.h"
+#include "engine/kernels.h"
 
 namespace ptw::engine {
 
@@ -34,6 +35,9 @@ torch::Tensor computeLoss(const torch::Tensor& output, const torch::Tensor& targ
 
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const core::HyperSpec& hyper,
                                                        const std::vector<torch::Tensor>& params);
+
+/// The scalars of SGD's update (kernels.h) from its options.
+SgdScalars sgdScalars(const torch::optim::SGDOptions& options);
 
 /// Learning rate for optimizer step `step` (0-based): the schedule times the warm-up ramp.
 double learningRate(const core::HyperSpec& hyper, std::int64_t step);

@@ -6,6 +6,8 @@
 #include <QJsonObject>
 #include <QtTest>
 
+#include <unistd.h>
+
 #include <torch/torch.h>
 
 #include "engine/strategy.h"
@@ -152,6 +154,26 @@ class TestDdp : public QObject {
     Profile shmSeed = seed;
     shmSeed.strategy.backend = "shm";
     QTest::newRow("ddp shm, seed workload, 2 ranks") << shmSeed;
+    // SGD shards its step over the ranks (Note [Sharded SGD step]); the rest all-reduce.
+    Profile shmNesterov = with(mlp, "ddp", 2);
+    shmNesterov.strategy.backend = "shm";
+    shmNesterov.hyper.nesterov = true;
+    shmNesterov.hyper.weightDecay = 0.01;
+    QTest::newRow("ddp shm, mlp, 2 ranks, SGD Nesterov and weight decay") << shmNesterov;
+    Profile shmPlain = with(mlp, "ddp", 3);
+    shmPlain.strategy.backend = "shm";
+    shmPlain.hyper.momentum = 0;
+    QTest::newRow("ddp shm, mlp, 3 ranks, SGD without momentum") << shmPlain;
+    Profile shmAccumulate = accumulate;
+    shmAccumulate.strategy.backend = "shm";
+    QTest::newRow("ddp shm, mlp, 2 ranks, accumulate 4") << shmAccumulate;
+    Profile shmAdam = with(adam, "ddp", 2);
+    shmAdam.strategy.backend = "shm";
+    QTest::newRow("ddp shm, mlp, 2 ranks, Adam (all-reduce)") << shmAdam;
+    Profile shmClipped = with(mlp, "ddp", 2);
+    shmClipped.strategy.backend = "shm";
+    shmClipped.hyper.clipNorm = 0.05;
+    QTest::newRow("ddp shm, mlp, 2 ranks, SGD with clipping (all-reduce)") << shmClipped;
     QTest::newRow("dataparallel, mlp, 2 lanes, SGD momentum") << with(mlp, "dataparallel", 2);
     QTest::newRow("dataparallel, mlp, 2 lanes, Adam") << with(adam, "dataparallel", 2);
     QTest::newRow("pool sync, mlp, 2 workers, SGD momentum") << with(mlp, "pool", 2);
@@ -181,6 +203,26 @@ class TestDdp : public QObject {
     // And training did something: the parameters moved away from their initial values.
     auto initial = engine::makeModel(profile.model, profile.hyper.seed)->parameters();
     QVERIFY(maxAbsDiff(reference, initial) > 1e-3);
+  }
+
+  // DDP over shared memory makes the parameters views of its segment (Note [Sharded SGD
+  // step]); they stay valid, with the trained values, after the trainer and the strategy that
+  // mapped the segment are gone.
+  void sharedParametersOutliveTheTrainer() {
+    Profile p = mlpProfile();
+    p.strategy.kind = "ddp";
+    p.strategy.ranks = 1;
+    p.strategy.backend = "shm";
+    std::vector<torch::Tensor> params;
+    {
+      engine::SyncContext ctx{p, 0, 1, static_cast<int>(::getpid())};
+      engine::Trainer t(engine::TrainerOptions(p, 0, 1), engine::makeStrategy(ctx));
+      std::atomic<bool> stop{false};
+      QCOMPARE(t.run(stop), std::int64_t(20));
+      params = t.parameters();
+    }
+    double diff = maxAbsDiff(params, referenceParameters(p, 1));
+    QVERIFY2(diff < 1e-5, qPrintable(QStringLiteral("max |shm ddp - single| = %1").arg(diff)));
   }
 
   // Single with 4 micro-batches of 8 per step equals Single with batches of 32.
@@ -236,15 +278,26 @@ class TestDdp : public QObject {
   }
 
   // 40 steps straight equals 20 steps, a stop, and a resume from the checkpoint for 20
-  // more: parameters, Adam state, step (LR schedule) and the position in the epoch.
+  // more: parameters, optimizer state, step (LR schedule) and the position in the epoch.
+  void resumeContinuesExactly_data() {
+    QTest::addColumn<QString>("backend");
+    QTest::addColumn<QString>("optimizer");
+    QTest::newRow("ddp gloo, Adam") << "gloo" << "adam";
+    // Momentum buffers shared by the ranks, each stepping its share (Note [Sharded SGD step]):
+    // the checkpoint must hold all of them and the resumed run must start from them.
+    QTest::newRow("ddp shm, SGD momentum") << "shm" << "sgd";
+  }
   void resumeContinuesExactly() {
+    QFETCH(QString, backend);
+    QFETCH(QString, optimizer);
     Profile p = mlpProfile();
     p.strategy.kind = "ddp";
     p.strategy.ranks = 2;
+    p.strategy.backend = backend.toStdString();
     p.data.samples = 90;  // 3 batches per rank and epoch: 20 steps end mid-epoch
-    p.hyper.optimizer = "adam";
-    p.hyper.lr = 0.01;
-    p.hyper.momentum = 0;
+    p.hyper.optimizer = optimizer.toStdString();
+    p.hyper.lr = optimizer == "adam" ? 0.01 : 0.05;
+    p.hyper.momentum = optimizer == "adam" ? 0 : 0.9;
     p.hyper.schedule = "step";
     p.hyper.stepSize = 7;
     p.hyper.gamma = 0.5;

@@ -1,0 +1,50 @@
+#include "engine/kernels.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace ptw::engine {
+
+void sgdUpdate(float* __restrict w, float* __restrict buf, const float* __restrict g, std::int64_t n,
+               const SgdScalars& s, bool first) {
+  const float lr = s.lr, momentum = s.momentum, decay = s.decay, keep = s.keep;
+  if (buf && !first && decay == 0 && !s.nesterov) {  // the usual case
+    for (std::int64_t i = 0; i < n; ++i) {
+      buf[i] = buf[i] * momentum + keep * g[i];
+      w[i] -= lr * buf[i];
+    }
+    return;
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    float d = g[i];
+    if (decay != 0) d += decay * w[i];
+    if (buf) {
+      buf[i] = first ? d : buf[i] * momentum + keep * d;
+      d = s.nesterov ? d + momentum * buf[i] : buf[i];
+    }
+    w[i] -= lr * d;
+  }
+}
+
+void averageOf(float* __restrict out, const float* const* slots, int world, std::size_t at, std::size_t n) {
+  const float* __restrict first = slots[0] + at;
+  for (std::size_t i = 0; i < n; ++i) out[i] = first[i];
+  for (int r = 1; r < world; ++r) {
+    const float* __restrict part = slots[r] + at;
+    for (std::size_t i = 0; i < n; ++i) out[i] += part[i];
+  }
+  const float scale = 1.0f / static_cast<float>(world);
+  for (std::size_t i = 0; i < n; ++i) out[i] *= scale;
+}
+
+void averageAcross(float* const* slots, int world, std::size_t lo, std::size_t hi) {
+  constexpr std::size_t kBlock = 512;  // a block of sums stays in L1 while it is written out
+  alignas(64) float sum[kBlock];
+  for (std::size_t b = lo; b < hi; b += kBlock) {
+    const std::size_t n = std::min(kBlock, hi - b);
+    averageOf(sum, slots, world, b, n);
+    for (int r = 0; r < world; ++r) std::memcpy(slots[r] + b, sum, n * sizeof(float));
+  }
+}
+
+}  // namespace ptw::engine

@@ -1,0 +1,34 @@
+// Elementwise float loops of the training step that LibTorch's operators would run as
+// several dispatched passes: SGD's update and the shared-memory average. Plain C++ in a
+// file of their own, compiled for vectorisation (core/CMakeLists.txt) and kept free of
+// LibTorch headers. Every element is computed as the scalar expression would, in float
+// (no reassociation, no fused multiply-add), so results do not depend on the vector width.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ptw::engine {
+
+/// torch::optim::SGD's arithmetic for one parameter (Note [Fused SGD]).
+struct SgdScalars {
+  float lr = 0;
+  float momentum = 0;
+  float decay = 0;      ///< weight decay
+  float keep = 1;       ///< 1 - dampening
+  bool nesterov = false;
+};
+
+/// SGD's update of `n` elements in one pass: `w` the parameters, `g` their gradients, `buf`
+/// the momentum buffer (null without momentum), which `first` starts at the gradient as SGD
+/// does on a parameter's first step.
+void sgdUpdate(float* w, float* buf, const float* g, std::int64_t n, const SgdScalars& s, bool first);
+
+/// out[i] = (slots[0][i] + slots[1][i] + ... + slots[world-1][i]) / world for i in [at, at + n),
+/// summed in slot order; `out` holds n elements.
+void averageOf(float* out, const float* const* slots, int world, std::size_t at, std::size_t n);
+
+/// Elements [lo, hi) of every slot become their average over the slots (averageOf).
+void averageAcross(float* const* slots, int world, std::size_t lo, std::size_t hi);
+
+}  // namespace ptw::engine
