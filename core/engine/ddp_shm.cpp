@@ -145,10 +145,11 @@ class DdpShm final : public Strategy {
  private:
   float* slot(int r) const { return static_cast<float*>(m_segment->payload()) + static_cast<std::size_t>(r) * m_slotFloats; }
 
-  /// This rank's share of the gradient elements: [lo, hi).
+  /// This rank's share of the gradient elements: [lo, hi). Shares start on a cache line (16
+  /// floats; slots and regions are aligned so), so that no two ranks write the same line.
   std::pair<std::size_t, std::size_t> share() const {
     const auto world = static_cast<std::size_t>(m_world);
-    const std::size_t each = (m_gradFloats + world - 1) / world;
+    const std::size_t each = ((m_gradFloats + world - 1) / world + 15) / 16 * 16;
     const std::size_t lo = std::min(m_gradFloats, each * static_cast<std::size_t>(m_rank));
     return {lo, std::min(m_gradFloats, lo + each)};
   }

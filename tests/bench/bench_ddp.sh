@@ -6,7 +6,9 @@
 #
 # Rows: Python single and DDP; ptw Single, DataParallel (2 lanes), DDP over Gloo and over shared
 # memory (2 ranks), process pool sync and hogwild (2 workers); and two ptw Single runs at once that share
-# nothing (two-singles-apart): the most two ranks can reach on this machine, communication aside.
+# nothing (two-singles-apart): the most two ranks can reach on this machine, communication aside; and
+# twice the slower of those two (lockstep-ceiling): the most ranks that wait for each other every step
+# can reach when one core is slower than the other.
 # MLP_STEPS (default 600) and SEED_STEPS (default 60000) set the runs' lengths: a few seconds each, so a
 # burst of load from elsewhere on the machine is averaged out rather than decisive. WORKLOADS=mlp (or
 # seed) runs one workload.
@@ -66,7 +68,13 @@ apart() {  # workload steps sets...: two ptw Single runs at once, sharing nothin
       --set strategy.kind=single --set strategy.ranks=1 >/dev/null &
   done
   wait
-  record "$w" two-singles-apart "$(/usr/bin/python3 -c 'import json,sys; print(sum(json.load(open(f))["throughput"]["samples_per_s"] for f in sys.argv[1:]))' "$out/s-a.json" "$out/s-b.json")"
+  local a b
+  a=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["throughput"]["samples_per_s"])' "$out/s-a.json")
+  b=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["throughput"]["samples_per_s"])' "$out/s-b.json")
+  record "$w" two-singles-apart "$(/usr/bin/python3 -c "print($a + $b)")"
+  # In lock-step (DDP, DataParallel, pool sync) every rank waits for the slowest each step: with
+  # one rank a core, the most they can reach is twice the slower core's Single.
+  record "$w" lockstep-ceiling "$(/usr/bin/python3 -c "print(2 * min($a, $b))")"
 }
 
 seed_sets=(--set model.kind=linear --set model.in_features=10 --set model.out_features=2 --set data.kind=synthetic-classification

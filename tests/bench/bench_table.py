@@ -22,9 +22,22 @@ for (w, impl), values in sorted(runs.items()):
     base = runs.get((w, "python-ddp"))
     single = runs.get((w, "ptw-single"))
     ratio = statistics.median(v / b for v, b in zip(values, base)) if base else float("nan")
-    workers = 2 if any(k in impl for k in ("ddp", "dataparallel", "pool", "two-")) else 1
+    workers = 2 if any(k in impl for k in ("ddp", "dataparallel", "pool", "two-", "lockstep")) else 1
     eff = ""
-    if single and (impl.startswith("ptw") or impl == "two-singles-apart"):
+    if single and (impl.startswith("ptw") or impl in ("two-singles-apart", "lockstep-ceiling")):
         eff = f"{statistics.median(v / (workers * s) for v, s in zip(values, single)):.2f}"
     best = max(values) / max(base) if base else float("nan")
     print(f"| {w} | {impl} | {statistics.median(values):,.0f} | {ratio:.2f} | {eff} | {max(values):,.0f} | {best:.2f} |")
+
+# Synchronous strategies against what lock-step allows on this machine in the same round.
+lockstep = [(w, impl) for (w, impl) in sorted(runs) if impl in ("ptw-ddp-shm", "ptw-dataparallel", "ptw-pool-sync")]
+if any((w, "lockstep-ceiling") in runs for w, _ in lockstep):
+    print("\n| workload | impl | × lock-step ceiling (median) | best ÷ best ceiling |")
+    print("|---|---|---:|---:|")
+    for w, impl in lockstep:
+        ceiling = runs.get((w, "lockstep-ceiling"))
+        if not ceiling:
+            continue
+        values = runs[(w, impl)]
+        print(f"| {w} | {impl} | {statistics.median(v / c for v, c in zip(values, ceiling)):.2f} | "
+              f"{max(values) / max(ceiling):.2f} |")
