@@ -25,8 +25,9 @@
 // its share of the gradients and applies SGD's update (sgdUpdate, Note [Fused SGD]) to
 // its share of the parameters and buffers at once; the second barrier ends the step.
 // Each rank so does 1/world of the optimizer's work, and the averaged gradients are never
-// written anywhere: the step's memory traffic after backward falls from ~10 passes over
-// the gradients to ~3/world. A checkpoint (rank 0) holds the full parameters and buffers,
+// written anywhere: after backward a rank reads its share from every slot (one pass over
+// the gradients in all) and reads and writes its share of parameters and buffers (4/world
+// passes), where packing, summing, copying back and a whole optimizer step took ~10. A checkpoint (rank 0) holds the full parameters and buffers,
 // as a torch SGD would; a resumed buffer is copied in, share by share, on the first step.
 // Adam, AdamW or clipping (which needs the norm of the whole gradient) keep the
 // all-reduce above and every rank's own optimizer. The views keep the mapping alive
@@ -66,25 +67,26 @@ class DdpShm final : public Strategy {
       PTW_CHECK(p.scalar_type() == torch::kFloat && p.device().is_cpu() && p.is_contiguous(),
                 "strategy.backend shm reduces dense float32 CPU parameters; this model has a ", p.scalar_type(),
                 " parameter on ", p.device(), " (use gloo)");
-      m_offset[p.unsafeGetTensorImpl()] = total;
+      PTW_CHECK(m_offset.emplace(p.unsafeGetTensorImpl(), total).second,
+                "strategy.backend shm: the model lists a parameter twice (tied weights); use gloo");
       total += static_cast<std::size_t>(p.numel());
     }
     m_gradFloats = total;
     // A slot: the gradients, then this rank's stop wish, padded to a cache line. Sharded:
     // then the parameters and the momentum buffers (Note [Sharded SGD step]).
-    m_slotFloats = (total + 1 + 15) / 16 * 16;
-    const std::size_t regionFloats = (total + 15) / 16 * 16;
+    m_slotFloats = cacheLineFloats(total + 1);
+    const std::size_t regionFloats = cacheLineFloats(total);
     std::size_t floats = m_slotFloats * static_cast<std::size_t>(m_world);
     if (m_sharded) floats += regionFloats * (m_momentum ? 2 : 1);
     m_segment = std::make_shared<ShmSegment>(m_name, m_rank, m_world, sizeof(float) * floats, m_timeout);
     for (int r = 0; r < m_world; ++r) m_slots.push_back(slot(r));
     if (m_sharded) {
-      m_weights = slot(m_world);
-      if (m_momentum) m_buffers = m_weights + regionFloats;
+      m_sharedParams = slot(m_world);
+      if (m_momentum) m_buffers = m_sharedParams + regionFloats;
     }
     // Broadcast rank 0's parameters: through the shared parameters when sharded, else its slot.
     torch::NoGradGuard noGrad;
-    float* staging = m_sharded ? m_weights : slot(0);
+    float* staging = m_sharded ? m_sharedParams : slot(0);
     if (m_rank == 0) forEachParameter([&](torch::Tensor& p, std::size_t off) {
       std::memcpy(staging + off, p.data_ptr<float>(), static_cast<std::size_t>(p.numel()) * sizeof(float));
     });
@@ -92,7 +94,7 @@ class DdpShm final : public Strategy {
     m_segment->unlink();
     forEachParameter([&](torch::Tensor& p, std::size_t off) {
       if (m_sharded)
-        p.set_data(segmentView(m_segment, m_weights + off, p.sizes()));
+        p.set_data(segmentView(m_segment, m_sharedParams + off, p.sizes()));
       else if (m_rank != 0)
         std::memcpy(p.data_ptr<float>(), staging + off, static_cast<std::size_t>(p.numel()) * sizeof(float));
     });
@@ -110,7 +112,7 @@ class DdpShm final : public Strategy {
     for (int r = 0; r < m_world; ++r) stop = stop || slot(r)[m_gradFloats] > 0.5f;
     if (!m_sharded) {
       auto [lo, hi] = share();
-      averageAcross(m_slots.data(), m_world, lo, hi);
+      averageIntoSlots(m_slots.data(), m_world, lo, hi);
       m_segment->barrier();
     }
     return stop;
@@ -121,8 +123,6 @@ class DdpShm final : public Strategy {
     PTW_CHECK(dynamic_cast<torch::optim::SGD*>(&optimizer) && clipNorm <= 0,
               "internal: the sharded step needs SGD without clipping");
     auto [lo, hi] = share();
-    constexpr std::size_t kBlock = 512;  // a block of averaged gradients stays in L1 until the update reads it
-    alignas(64) float grad[kBlock];
     for (auto& group : optimizer.param_groups()) {
       const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
       const SgdScalars scalars = sgdScalars(o);
@@ -130,13 +130,10 @@ class DdpShm final : public Strategy {
         const std::size_t off = m_offset.at(p.unsafeGetTensorImpl()), n = static_cast<std::size_t>(p.numel());
         const std::size_t a = std::max(off, lo), b = std::min(off + n, hi);
         bool first = false;
-        float* buf = o.momentum() != 0 ? momentumBuffer(optimizer, p, off, a, b, first) : nullptr;
-        for (std::size_t at = a; at < b; at += kBlock) {
-          const std::size_t len = std::min(kBlock, b - at);
-          averageOf(grad, m_slots.data(), m_world, at, len);
-          sgdUpdate(m_weights + at, buf ? buf + (at - off) : nullptr, grad, static_cast<std::int64_t>(len), scalars,
-                    first);
-        }
+        float* buf = o.momentum() != 0 ? bindMomentumBuffer(optimizer, p, off, a, b, first) : nullptr;
+        if (a < b)
+          averageThenSgd(m_sharedParams + a, buf ? buf + (a - off) : nullptr, m_slots.data(), m_world, a, b, scalars,
+                         first);
       }
     }
     m_segment->barrier();
@@ -149,7 +146,7 @@ class DdpShm final : public Strategy {
   /// floats; slots and regions are aligned so), so that no two ranks write the same line.
   std::pair<std::size_t, std::size_t> share() const {
     const auto world = static_cast<std::size_t>(m_world);
-    const std::size_t each = ((m_gradFloats + world - 1) / world + 15) / 16 * 16;
+    const std::size_t each = cacheLineFloats((m_gradFloats + world - 1) / world);
     const std::size_t lo = std::min(m_gradFloats, each * static_cast<std::size_t>(m_rank));
     return {lo, std::min(m_gradFloats, lo + each)};
   }
@@ -166,8 +163,9 @@ class DdpShm final : public Strategy {
   /// The shared momentum buffer of `p` (at `off`), put into the optimizer's state the first
   /// time. `first`: SGD has no buffer for it yet. A buffer SGD already had (a resumed
   /// checkpoint) is copied in for this rank's elements [a, b).
-  float* momentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& p, std::size_t off, std::size_t a,
+  float* bindMomentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& p, std::size_t off, std::size_t a,
                         std::size_t b, bool& first) {
+    PTW_CHECK(m_buffers, "internal: SGD has momentum but the profile said none");
     float* shared = m_buffers + off;
     const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
     auto& state = optimizer.state();
@@ -182,9 +180,7 @@ class DdpShm final : public Strategy {
     auto& st = static_cast<torch::optim::SGDParamState&>(*it->second);
     const auto& old = st.momentum_buffer();
     if (old.data_ptr() != static_cast<void*>(shared)) {
-      PTW_CHECK(old.is_contiguous() && old.scalar_type() == torch::kFloat && old.numel() == p.numel(),
-                "optimizer state: a momentum buffer does not match its parameter (", old.sizes(), " against ",
-                p.sizes(), ")");
+      checkMomentumBuffer(old, p);
       if (b > a) std::memcpy(shared + (a - off), old.data_ptr<float>() + (a - off), (b - a) * sizeof(float));
       st.momentum_buffer(segmentView(m_segment, shared, p.sizes()));
     }
@@ -201,7 +197,7 @@ class DdpShm final : public Strategy {
   std::vector<torch::Tensor> m_params;
   std::unordered_map<const void*, std::size_t> m_offset;  ///< parameter -> first element in a slot
   std::vector<float*> m_slots;
-  float* m_weights = nullptr;  ///< the shared parameters (sharded)
+  float* m_sharedParams = nullptr;  ///< the shared parameters (sharded)
   float* m_buffers = nullptr;  ///< the shared momentum buffers (sharded, momentum > 0)
   std::size_t m_gradFloats = 0;
   std::size_t m_slotFloats = 0;

@@ -26,7 +26,7 @@ void sgdUpdate(float* __restrict w, float* __restrict buf, const float* __restri
   }
 }
 
-void averageOf(float* __restrict out, const float* const* slots, int world, std::size_t at, std::size_t n) {
+void averageInto(float* __restrict out, const float* const* slots, int world, std::size_t at, std::size_t n) {
   const float* __restrict first = slots[0] + at;
   for (std::size_t i = 0; i < n; ++i) out[i] = first[i];
   for (int r = 1; r < world; ++r) {
@@ -37,13 +37,26 @@ void averageOf(float* __restrict out, const float* const* slots, int world, std:
   for (std::size_t i = 0; i < n; ++i) out[i] *= scale;
 }
 
-void averageAcross(float* const* slots, int world, std::size_t lo, std::size_t hi) {
-  constexpr std::size_t kBlock = 512;  // a block of sums stays in L1 while it is written out
+namespace {
+constexpr std::size_t kBlock = 512;  // floats: a block of sums stays in L1 until it is used
+}
+
+void averageIntoSlots(float* const* slots, int world, std::size_t lo, std::size_t hi) {
   alignas(64) float sum[kBlock];
   for (std::size_t b = lo; b < hi; b += kBlock) {
     const std::size_t n = std::min(kBlock, hi - b);
-    averageOf(sum, slots, world, b, n);
+    averageInto(sum, slots, world, b, n);
     for (int r = 0; r < world; ++r) std::memcpy(slots[r] + b, sum, n * sizeof(float));
+  }
+}
+
+void averageThenSgd(float* w, float* buf, const float* const* slots, int world, std::size_t lo, std::size_t hi,
+                    const SgdScalars& s, bool first) {
+  alignas(64) float grad[kBlock];
+  for (std::size_t b = lo; b < hi; b += kBlock) {
+    const std::size_t n = std::min(kBlock, hi - b);
+    averageInto(grad, slots, world, b, n);
+    sgdUpdate(w + (b - lo), buf ? buf + (b - lo) : nullptr, grad, static_cast<std::int64_t>(n), s, first);
   }
 }
 

@@ -1,8 +1,9 @@
 // Elementwise float loops of the training step that LibTorch's operators would run as
 // several dispatched passes: SGD's update and the shared-memory average. Plain C++ in a
-// file of their own, compiled for vectorisation (core/CMakeLists.txt) and kept free of
-// LibTorch headers. Every element is computed as the scalar expression would, in float
-// (no reassociation, no fused multiply-add), so results do not depend on the vector width.
+// file of their own, compiled for vectorisation (core/CMakeLists.txt: -O3, and
+// -ffp-contract=off so that no compiler fuses a multiply and an add) and kept free of
+// LibTorch headers. Every element is computed as the scalar expression would, in float,
+// so results do not depend on the vector width.
 #pragma once
 
 #include <cstddef>
@@ -24,11 +25,17 @@ struct SgdScalars {
 /// does on a parameter's first step.
 void sgdUpdate(float* w, float* buf, const float* g, std::int64_t n, const SgdScalars& s, bool first);
 
-/// out[i] = (slots[0][i] + slots[1][i] + ... + slots[world-1][i]) / world for i in [at, at + n),
-/// summed in slot order; `out` holds n elements.
-void averageOf(float* out, const float* const* slots, int world, std::size_t at, std::size_t n);
+/// out[i] = (slots[0][at + i] + slots[1][at + i] + ... + slots[world-1][at + i]) / world for i
+/// in [0, n), summed in slot order.
+void averageInto(float* out, const float* const* slots, int world, std::size_t at, std::size_t n);
 
-/// Elements [lo, hi) of every slot become their average over the slots (averageOf).
-void averageAcross(float* const* slots, int world, std::size_t lo, std::size_t hi);
+/// Elements [lo, hi) of every slot become their average over the slots (averageInto).
+void averageIntoSlots(float* const* slots, int world, std::size_t lo, std::size_t hi);
+
+/// SGD's update of elements [lo, hi) of `w` and `buf` (null without momentum) with the
+/// average over the slots of the same elements as the gradient: averageInto and sgdUpdate in
+/// blocks that stay in L1, so the averaged gradient is never written to memory.
+void averageThenSgd(float* w, float* buf, const float* const* slots, int world, std::size_t lo, std::size_t hi,
+                    const SgdScalars& s, bool first);
 
 }  // namespace ptw::engine

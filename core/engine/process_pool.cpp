@@ -55,8 +55,8 @@ class ProcessPool final : public Strategy {
     m_params = model.parameters();
     m_numel = 0;
     for (const auto& p : m_params) m_numel += static_cast<std::size_t>(p.numel());
-    m_slotFloats = (m_numel + 3 + 15) / 16 * 16;
-    const std::size_t paramFloats = (m_numel + 15) / 16 * 16;
+    m_slotFloats = cacheLineFloats(m_numel + 3);
+    const std::size_t paramFloats = cacheLineFloats(m_numel);
     m_segment = std::make_shared<ShmSegment>(
         m_name, m_rank, m_world, sizeof(float) * (paramFloats + m_slotFloats * static_cast<std::size_t>(m_workers)),
         m_timeout);
@@ -122,7 +122,7 @@ class ProcessPool final : public Strategy {
     for (auto& p : m_params) {
       if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
       const auto n = static_cast<std::size_t>(p.numel());
-      averageOf(p.mutable_grad().data_ptr<float>(), m_slotPtrs.data(), m_workers, off, n);
+      averageInto(p.mutable_grad().data_ptr<float>(), m_slotPtrs.data(), m_workers, off, n);
       off += n;
     }
     for (int w = 1; w <= m_workers; ++w) {

@@ -8,6 +8,9 @@
 //   for each micro-batch: setSyncGradients(last); backward(...)
 //   reduce(...)                          -> every rank's gradients are the average
 //   optimizerStep(...) (if stepsOptimizer()); afterOptimizerStep(...)
+//
+// (DDP over shared memory with SGD averages inside optimizerStep instead, each rank its
+// share: after reduce its gradients are still its own; Note [Sharded SGD step].)
 #pragma once
 
 #include <functional>
@@ -75,8 +78,9 @@ class Strategy {
   /// step's samples). Returns the unscaled loss. DataParallel splits it over replicas.
   virtual double backward(Model& model, const torch::Tensor& x, const torch::Tensor& y, double weight,
                           bool classification);
-  /// Makes this process's gradients the average over ranks. Returns whether any rank asked
-  /// to stop, so that every rank leaves after the same step.
+  /// Makes this process's gradients the average over ranks (or, for a strategy that averages
+  /// inside optimizerStep, only meets the other ranks). Returns whether any rank asked to
+  /// stop, so that every rank leaves after the same step.
   virtual bool reduce(Model& model, StepState& state) = 0;
   /// Clips the gradients' norm to `clipNorm` (if > 0) and steps `optimizer`. DDP over shared
   /// memory instead steps its share of parameters that all ranks share.

@@ -210,6 +210,12 @@ torch::Tensor computeLoss(const torch::Tensor& output, const torch::Tensor& targ
   return classification ? torch::nn::functional::cross_entropy(output, target) : torch::mse_loss(output, target);
 }
 
+void checkMomentumBuffer(const torch::Tensor& buffer, const torch::Tensor& param) {
+  PTW_CHECK(buffer.is_contiguous() && buffer.scalar_type() == torch::kFloat && buffer.numel() == param.numel(),
+            "optimizer state: a momentum buffer does not match its parameter (", buffer.sizes(), " against ",
+            param.sizes(), ")");
+}
+
 SgdScalars sgdScalars(const torch::optim::SGDOptions& o) {
   SgdScalars s;
   s.lr = static_cast<float>(o.lr());
@@ -259,9 +265,7 @@ class FusedSgd final : public torch::optim::SGD {
           }
           auto& b = static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer();
           // torch's SGD and a checkpoint of it both hold a dense float buffer shaped like the parameter.
-          PTW_CHECK(b.is_contiguous() && b.scalar_type() == torch::kFloat && b.numel() == n,
-                    "optimizer state: a momentum buffer does not match its parameter (", b.sizes(), " against ",
-                    p.sizes(), ")");
+          checkMomentumBuffer(b, p);
           buf = b.data_ptr<float>();
         }
         sgdUpdate(w, buf, g, n, sgdScalars(o), first);

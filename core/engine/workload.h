@@ -36,6 +36,10 @@ torch::Tensor computeLoss(const torch::Tensor& output, const torch::Tensor& targ
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const core::HyperSpec& hyper,
                                                        const std::vector<torch::Tensor>& params);
 
+/// Throws ptw::Error unless `buffer` (optimizer state, maybe from a checkpoint) is a dense
+/// float32 momentum buffer shaped like `param`.
+void checkMomentumBuffer(const torch::Tensor& buffer, const torch::Tensor& param);
+
 /// The scalars of SGD's update (kernels.h) from its options.
 SgdScalars sgdScalars(const torch::optim::SGDOptions& options);
 

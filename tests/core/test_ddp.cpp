@@ -221,6 +221,8 @@ class TestDdp : public QObject {
       QCOMPARE(t.run(stop), std::int64_t(20));
       params = t.parameters();
     }
+    // The sharded step ran: the parameters lie back to back in the segment.
+    QVERIFY(params[1].data_ptr<float>() == params[0].data_ptr<float>() + params[0].numel());
     double diff = maxAbsDiff(params, referenceParameters(p, 1));
     QVERIFY2(diff < 1e-5, qPrintable(QStringLiteral("max |shm ddp - single| = %1").arg(diff)));
   }
