@@ -108,17 +108,18 @@ std::atomic<std::int64_t>& ShmSegment::progress(int rank) { return m_header->pro
 std::atomic<std::uint32_t>& ShmSegment::doneFlag(int rank) { return m_header->done[rank]; }
 
 // Note [Barrier waits]
-// A rank first spins (the partner is microseconds away on a small model), for at most
-// kSpin, then sleeps on a futex until the last rank arrives, so a rank that waits long
-// (the pool's coordinator while workers compute, a rank whose partner was preempted)
-// costs no CPU the others need. That matters on a machine with a core per rank: when
-// something else (the launcher storing records, another program) takes a rank's core, the
-// waiting partner's core goes idle at once and the scheduler moves the preempted rank
-// there, where a partner that kept spinning (or yielding, which yields to nobody on its
-// own core) would hold its core while both ranks stood still. The last arriver wakes
-// sleepers only when some are registered; the sleeper registers before it re-checks the
-// generation, and both sides use sequentially consistent operations, so either the waker
-// sees the sleeper or the sleeper sees the new generation.
+// A rank first spins (the partner is microseconds away on a small model), then yields
+// (when ranks outnumber cores, the rank it waits for may be queued on this core), then,
+// kSleepAfter after it arrived, sleeps on a futex until the last rank arrives, so a rank
+// that waits long (the pool's coordinator while workers compute, a rank whose partner
+// was preempted) costs no CPU the others need. The bound is in time, not in yields: on a
+// machine with a core per rank a yield returns at once, and when something else (the
+// launcher storing records, another program) takes a rank's core, the waiting partner's
+// core should go idle soon so that the scheduler moves the preempted rank there, rather
+// than both ranks standing still for milliseconds. The last arriver wakes sleepers only
+// when some are registered; the sleeper registers before it re-checks the generation, and
+// both sides use sequentially consistent operations, so either the waker sees the sleeper
+// or the sleeper sees the new generation.
 void ShmSegment::barrier() {
   Header& h = *m_header;
   const std::uint32_t gen = h.generation.load(std::memory_order_acquire);
@@ -130,14 +131,18 @@ void ShmSegment::barrier() {
     if (h.sleepers.load(std::memory_order_seq_cst) > 0) futexWakeAll(&h.generation);
     return;
   }
-  constexpr auto kSpin = std::chrono::microseconds(1000);
+  constexpr auto kSleepAfter = std::chrono::microseconds(1000);
   std::uint64_t spins = 0;
-  bool spinning = true;
+  bool awake = true;
   auto start = std::chrono::steady_clock::now();
   while (h.generation.load(std::memory_order_acquire) == gen) {
-    if (spinning) {
-      if (++spins % 64 != 0 || std::chrono::steady_clock::now() - start < kSpin) continue;
-      spinning = false;
+    if (awake) {
+      if (++spins < 2000) continue;
+      if (spins % 16 != 0 || std::chrono::steady_clock::now() - start < kSleepAfter) {
+        ::sched_yield();
+        continue;
+      }
+      awake = false;
     }
     h.sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (h.generation.load(std::memory_order_seq_cst) == gen) futexWait(&h.generation, gen, 10'000'000);
