@@ -163,26 +163,17 @@ class DdpShm final : public Strategy {
   /// The shared momentum buffer of `p` (at `off`), put into the optimizer's state the first
   /// time. `first`: SGD has no buffer for it yet. A buffer SGD already had (a resumed
   /// checkpoint) is copied in for this rank's elements [a, b).
-  float* bindMomentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& p, std::size_t off, std::size_t a,
-                        std::size_t b, bool& first) {
+  float* bindMomentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& p, std::size_t off,
+                            std::size_t a, std::size_t b, bool& first) {
     PTW_CHECK(m_buffers, "internal: SGD has momentum but the profile said none");
     float* shared = m_buffers + off;
-    const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
-    auto& state = optimizer.state();
-    auto it = state.find(key);
-    if (it == state.end()) {
-      auto st = std::make_unique<torch::optim::SGDParamState>();
-      st->momentum_buffer(segmentView(m_segment, shared, p.sizes()));
-      state.emplace(key, std::move(st));
-      first = true;
-      return shared;
-    }
-    auto& st = static_cast<torch::optim::SGDParamState&>(*it->second);
-    const auto& old = st.momentum_buffer();
-    if (old.data_ptr() != static_cast<void*>(shared)) {
-      checkMomentumBuffer(old, p);
-      if (b > a) std::memcpy(shared + (a - off), old.data_ptr<float>() + (a - off), (b - a) * sizeof(float));
-      st.momentum_buffer(segmentView(m_segment, shared, p.sizes()));
+    torch::Tensor* old = findMomentumBuffer(optimizer, p);
+    first = old == nullptr;
+    if (first) {
+      addMomentumBuffer(optimizer, p, segmentView(m_segment, shared, p.sizes()));
+    } else if (old->data_ptr() != static_cast<void*>(shared)) {
+      if (b > a) std::memcpy(shared + (a - off), old->data_ptr<float>() + (a - off), (b - a) * sizeof(float));
+      *old = segmentView(m_segment, shared, p.sizes());
     }
     return shared;
   }

@@ -32,8 +32,8 @@ void averageInto(float* out, const float* const* slots, int world, std::size_t a
 /// Elements [lo, hi) of every slot become their average over the slots (averageInto).
 void averageIntoSlots(float* const* slots, int world, std::size_t lo, std::size_t hi);
 
-/// SGD's update of elements [lo, hi) of `w` and `buf` (null without momentum) with the
-/// average over the slots of the same elements as the gradient: averageInto and sgdUpdate in
+/// SGD's update of hi - lo elements at `w` and `buf` (null without momentum) with the
+/// average over the slots of elements [lo, hi) as the gradient: averageInto and sgdUpdate in
 /// blocks that stay in L1, so the averaged gradient is never written to memory.
 void averageThenSgd(float* w, float* buf, const float* const* slots, int world, std::size_t lo, std::size_t hi,
                     const SgdScalars& s, bool first);

@@ -210,10 +210,23 @@ torch::Tensor computeLoss(const torch::Tensor& output, const torch::Tensor& targ
   return classification ? torch::nn::functional::cross_entropy(output, target) : torch::mse_loss(output, target);
 }
 
-void checkMomentumBuffer(const torch::Tensor& buffer, const torch::Tensor& param) {
+torch::Tensor* findMomentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& param) {
+  auto& state = optimizer.state();
+  auto it = state.find(c10::guts::to_string(param.unsafeGetTensorImpl()));
+  if (it == state.end()) return nullptr;
+  auto& buffer = static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer();
   PTW_CHECK(buffer.is_contiguous() && buffer.scalar_type() == torch::kFloat && buffer.numel() == param.numel(),
             "optimizer state: a momentum buffer does not match its parameter (", buffer.sizes(), " against ",
             param.sizes(), ")");
+  return &buffer;
+}
+
+torch::Tensor& addMomentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& param, torch::Tensor buffer) {
+  auto st = std::make_unique<torch::optim::SGDParamState>();
+  st->momentum_buffer(std::move(buffer));
+  auto& added = *optimizer.state().insert_or_assign(c10::guts::to_string(param.unsafeGetTensorImpl()), std::move(st))
+                     .first->second;
+  return static_cast<torch::optim::SGDParamState&>(added).momentum_buffer();
 }
 
 SgdScalars sgdScalars(const torch::optim::SGDOptions& o) {
@@ -255,18 +268,10 @@ class FusedSgd final : public torch::optim::SGD {
         float* buf = nullptr;
         bool first = false;
         if (o.momentum() != 0) {
-          const std::string key = c10::guts::to_string(p.unsafeGetTensorImpl());
-          auto it = state_.find(key);
-          if (it == state_.end()) {
-            auto st = std::make_unique<torch::optim::SGDParamState>();
-            st->momentum_buffer(torch::empty_like(p, torch::MemoryFormat::Contiguous).detach());
-            it = state_.emplace(key, std::move(st)).first;
-            first = true;
-          }
-          auto& b = static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer();
-          // torch's SGD and a checkpoint of it both hold a dense float buffer shaped like the parameter.
-          checkMomentumBuffer(b, p);
-          buf = b.data_ptr<float>();
+          torch::Tensor* b = findMomentumBuffer(*this, p);
+          first = b == nullptr;
+          if (first) b = &addMomentumBuffer(*this, p, torch::empty_like(p, torch::MemoryFormat::Contiguous).detach());
+          buf = b->data_ptr<float>();
         }
         sgdUpdate(w, buf, g, n, sgdScalars(o), first);
       }

@@ -36,9 +36,13 @@ torch::Tensor computeLoss(const torch::Tensor& output, const torch::Tensor& targ
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const core::HyperSpec& hyper,
                                                        const std::vector<torch::Tensor>& params);
 
-/// Throws ptw::Error unless `buffer` (optimizer state, maybe from a checkpoint) is a dense
-/// float32 momentum buffer shaped like `param`.
-void checkMomentumBuffer(const torch::Tensor& buffer, const torch::Tensor& param);
+/// SGD's momentum buffer of `param` in `optimizer`'s state (torch's SGDParamState, so
+/// checkpoints load either way), or null when SGD has none for it yet. Throws ptw::Error
+/// unless it is a dense float32 buffer shaped like `param` (a checkpoint may hold anything).
+torch::Tensor* findMomentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& param);
+
+/// Makes `buffer` SGD's momentum buffer of `param` in `optimizer`'s state; returns it.
+torch::Tensor& addMomentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& param, torch::Tensor buffer);
 
 /// The scalars of SGD's update (kernels.h) from its options.
 SgdScalars sgdScalars(const torch::optim::SGDOptions& options);
