@@ -44,7 +44,7 @@ void formatRecord(const Record& r, std::string& out) {
       appendInt(out, s.rank);
       appendInt(out, s.step);
       out += ' ';
-      out += r.state.empty() ? "train" : r.state;
+      out += r.stateName().empty() ? std::string_view("train") : r.stateName();
       break;
     case Record::Kind::Done:
       out += 'D';
@@ -81,7 +81,7 @@ T get(const char* frame, std::size_t at) {
 }
 
 constexpr std::size_t kKindAt = 4, kRankAt = 8, kStepAt = 16, kEpochAt = 24, kValuesAt = 32, kMemAt = 96;
-constexpr std::size_t kStateBytes = 16;
+constexpr std::size_t kStateBytes = Record::kStateBytes;
 
 bool allZero(const char* p, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i)
@@ -111,7 +111,7 @@ void encodeRecord(const Record& r, std::string& out) {
       put(f, kValuesAt + 8, r.valAccuracy);
       break;
     case Record::Kind::Heartbeat: {
-      const std::string_view state = r.state.empty() ? std::string_view("train") : std::string_view(r.state);
+      const std::string_view state = r.stateName().empty() ? std::string_view("train") : r.stateName();
       std::memcpy(f + kValuesAt, state.data(), std::min(state.size(), kStateBytes));
       break;
     }
@@ -158,7 +158,7 @@ std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& m
       const char* state = f + kValuesAt;
       std::size_t n = 0;
       while (n < kStateBytes && state[n] >= 'a' && state[n] <= 'z') ++n;
-      r.state.assign(state, n);
+      r.setState(std::string_view(state, n));
       ok = n > 0 && allZero(state + n, kStateBytes - n) && allZero(f + kEpochAt, 8) &&
            allZero(f + kValuesAt + kStateBytes, kMemAt + 8 - kValuesAt - kStateBytes);
     } else if (kind == 'D') {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 namespace ptw::core {
@@ -40,14 +41,25 @@ struct StepRecord {
   std::int64_t memBytes = 0;
 };
 
+/// Plain data (copied by value at every stage between a rank and the store).
 struct Record {
+  static constexpr std::size_t kStateBytes = 16;
   enum class Kind { Step, Validation, Heartbeat, Done };
   Kind kind = Kind::Step;
   StepRecord step;          ///< Step: all fields; others: rank and step
   double valLoss = 0;       ///< Validation
   double valAccuracy = -1;  ///< Validation
-  std::string state;        ///< Heartbeat: a lower-case word of at most 16 letters
+  char state[kStateBytes + 1] = {};  ///< Heartbeat: a lower-case word of at most 16 letters, NUL-terminated
+
+  /// Sets `state`, cut to kStateBytes.
+  void setState(std::string_view s) {
+    const std::size_t n = s.size() < kStateBytes ? s.size() : kStateBytes;
+    for (std::size_t i = 0; i <= kStateBytes; ++i) state[i] = i < n ? s[i] : '\0';
+  }
+  std::string_view stateName() const { return state; }
 };
+
+static_assert(std::is_trivially_copyable_v<Record>);
 
 inline constexpr std::size_t kRecordFrameBytes = 104;
 

@@ -35,10 +35,10 @@ extern "C" void onStopSignal(int) { g_stop.store(true); }
 
 // Buffers records and writes them in batches: binary frames to the launcher's record
 // pipe, or text lines to stdout for a worker run by hand (common/record.h). A batch
-// leaves at most every 100 ms when steps are fast (each write wakes the launcher, which
-// then takes a core from a rank: a few large batches cost less than many small ones),
-// at once when steps are slower than that or the buffer is full. The launcher enlarges
-// the record pipe to hold a full buffer.
+// leaves at most every 250 ms when steps are fast (each write wakes the launcher, which
+// then takes a core from a rank: a few large batches cost less than many small ones;
+// the store commits every 250 ms anyway), at once when steps are slower than that or the
+// buffer is full. The launcher enlarges the record pipe to hold a full buffer.
 class RecordWriter {
  public:
   explicit RecordWriter(int fd) : m_fd(fd >= 0 ? fd : 1), m_binary(fd >= 0) { m_buffer.reserve(kFlushBytes + 256); }
@@ -47,7 +47,7 @@ class RecordWriter {
     append(r);
     if (r.kind == core::Record::Kind::Step) m_lastStep = r.step.step;
     auto now = std::chrono::steady_clock::now();
-    if (m_buffer.size() >= kFlushBytes || now - m_lastFlush > std::chrono::milliseconds(100)) flushLocked(now);
+    if (m_buffer.size() >= kFlushBytes || now - m_lastFlush > std::chrono::milliseconds(250)) flushLocked(now);
   }
   void heartbeat(int rank, const char* state) {
     std::lock_guard<std::mutex> lock(m_mutex);
@@ -55,7 +55,7 @@ class RecordWriter {
     h.kind = core::Record::Kind::Heartbeat;
     h.step.rank = rank;
     h.step.step = m_lastStep;
-    h.state = state;
+    h.setState(state);
     append(h);
     flushLocked(std::chrono::steady_clock::now());
   }
@@ -82,7 +82,7 @@ class RecordWriter {
     m_buffer.clear();
     m_lastFlush = now;
   }
-  static constexpr std::size_t kFlushBytes = 256 * 1024;
+  static constexpr std::size_t kFlushBytes = 512 * 1024;  // 250 ms of a rank stepping every 50 µs
   const int m_fd;
   const bool m_binary;
   std::mutex m_mutex;

@@ -4,6 +4,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +13,8 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <tuple>
 
 #include "common/error.h"
 
@@ -53,6 +56,16 @@ CREATE TABLE IF NOT EXISTS steps (
   mem_bytes INTEGER
 );
 CREATE INDEX IF NOT EXISTS steps_by_run ON steps (run_id, rank, step);
+CREATE TABLE IF NOT EXISTS step_blocks (
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  first_step INTEGER NOT NULL,
+  last_step INTEGER NOT NULL,
+  count INTEGER NOT NULL,
+  records BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS step_blocks_by_run ON step_blocks (run_id, rank, first_step);
 CREATE TABLE IF NOT EXISTS validation (
   run_id INTEGER NOT NULL REFERENCES runs(id),
   attempt INTEGER NOT NULL,
@@ -61,6 +74,49 @@ CREATE TABLE IF NOT EXISTS validation (
   val_accuracy REAL
 );
 )sql";
+
+// A step record in a block: step, epoch (i64), loss, samples_per_s, step_ms, data_ms,
+// compute_ms, comm_ms, opt_ms, lr (f64), mem_bytes (i64); little-endian, no padding.
+constexpr std::size_t kBlockRecordBytes = 88;
+// Records per block at most: a rank stepping every 30 µs fills ~8,000 in 250 ms.
+constexpr std::int64_t kBlockRecords = 8192;
+
+template <class T>
+void putLe(char* at, T v) {
+  static_assert(sizeof(T) == 8);
+  std::uint64_t u;
+  std::memcpy(&u, &v, 8);
+  for (int i = 0; i < 8; ++i) at[i] = static_cast<char>(u >> (8 * i));
+}
+template <class T>
+T getLe(const unsigned char* at) {
+  std::uint64_t u = 0;
+  for (int i = 0; i < 8; ++i) u |= static_cast<std::uint64_t>(at[i]) << (8 * i);
+  T v;
+  std::memcpy(&v, &u, 8);
+  return v;
+}
+
+void packStep(const StepRecord& r, std::string& out) {
+  char f[kBlockRecordBytes];
+  putLe<std::int64_t>(f, r.step);
+  putLe<std::int64_t>(f + 8, r.epoch);
+  const double v[8] = {r.loss, r.samplesPerS, r.stepMs, r.dataMs, r.computeMs, r.commMs, r.optMs, r.lr};
+  for (int i = 0; i < 8; ++i) putLe(f + 16 + 8 * i, v[i]);
+  putLe<std::int64_t>(f + 80, r.memBytes);
+  out.append(f, sizeof f);
+}
+
+StepRecord unpackStep(const unsigned char* f, int rank) {
+  StepRecord r;
+  r.rank = rank;
+  r.step = getLe<std::int64_t>(f);
+  r.epoch = getLe<std::int64_t>(f + 8);
+  double* v[8] = {&r.loss, &r.samplesPerS, &r.stepMs, &r.dataMs, &r.computeMs, &r.commMs, &r.optMs, &r.lr};
+  for (int i = 0; i < 8; ++i) *v[i] = getLe<double>(f + 16 + 8 * i);
+  r.memBytes = getLe<std::int64_t>(f + 80);
+  return r;
+}
 
 std::string utcNow() {
   std::time_t now = std::time(nullptr);
@@ -138,11 +194,30 @@ RunStore::RunStore(const std::string& runsDir) : m_path(runsDir + "/runs.sqlite"
     PTW_CHECK(sqlite3_prepare_v2(m_db, "INSERT INTO validation VALUES (?, ?, ?, ?, ?)", -1, &m_insertValidation,
                                  nullptr) == SQLITE_OK,
               "run store: ", sqlite3_errmsg(m_db));
+    PTW_CHECK(sqlite3_prepare_v2(m_db, "INSERT INTO step_blocks VALUES (?, ?, ?, ?, ?, ?, ?)", -1, &m_insertBlock,
+                                 nullptr) == SQLITE_OK,
+              "run store: ", sqlite3_errmsg(m_db));
   } catch (...) {
     sqlite3_finalize(m_insertStep);
+    sqlite3_finalize(m_insertBlock);
     sqlite3_finalize(m_insertValidation);
     sqlite3_close(m_db);
     throw;
+  }
+  // Blocks of runs that no longer run (interrupted, or ended where unpacking failed) become
+  // rows. Best effort: a read-only store still reads them as blocks.
+  std::vector<std::int64_t> packed;
+  {
+    Statement q(m_db,
+                "SELECT DISTINCT run_id FROM step_blocks WHERE run_id NOT IN (SELECT id FROM runs WHERE status = "
+                "'running')");
+    while (sqlite3_step(q) == SQLITE_ROW) packed.push_back(sqlite3_column_int64(q, 0));
+  }
+  for (auto id : packed) {
+    try {
+      unpackBlocks(id);
+    } catch (const Error&) {
+    }
   }
 }
 
@@ -152,6 +227,7 @@ RunStore::~RunStore() {
   } catch (...) {
   }
   sqlite3_finalize(m_insertStep);
+  sqlite3_finalize(m_insertBlock);
   sqlite3_finalize(m_insertValidation);
   sqlite3_close(m_db);
 }
@@ -186,8 +262,29 @@ std::int64_t RunStore::beginRun(const std::string& dir, const Profile& p) {
 
 void RunStore::append(std::int64_t runId, int attempt, const std::vector<Record>& batch) {
   if (!m_error.empty()) return;
-  for (const auto& r : batch)
-    if (r.kind == Record::Kind::Step || r.kind == Record::Kind::Validation) m_buffer.push_back({runId, attempt, r});
+  Block* block = nullptr;
+  for (const auto& r : batch) {
+    if (r.kind == Record::Kind::Validation) {
+      m_validation.push_back({runId, attempt, r});
+      continue;
+    }
+    if (r.kind != Record::Kind::Step) continue;
+    const StepRecord& s = r.step;
+    if (!block || block->rank != s.rank || block->count >= kBlockRecords) {
+      block = nullptr;
+      for (auto& b : m_blocks)
+        if (b.runId == runId && b.attempt == attempt && b.rank == s.rank && b.count < kBlockRecords) block = &b;
+      if (!block) {
+        m_blocks.push_back({runId, attempt, s.rank, s.step, s.step, 0, {}});
+        block = &m_blocks.back();
+        block->bytes.reserve(1024 * kBlockRecordBytes);
+      }
+    }
+    packStep(s, block->bytes);
+    block->firstStep = std::min(block->firstStep, s.step);
+    block->lastStep = std::max(block->lastStep, s.step);
+    ++block->count;
+  }
   if (std::chrono::steady_clock::now() - m_lastCommit > std::chrono::milliseconds(250)) commitBuffer();
 }
 
@@ -195,7 +292,7 @@ void RunStore::flush() { commitBuffer(); }
 
 void RunStore::commitBuffer() {
   m_lastCommit = std::chrono::steady_clock::now();
-  if (m_buffer.empty() || !m_error.empty()) return;
+  if ((m_blocks.empty() && m_validation.empty()) || !m_error.empty()) return;
   auto fail = [&](const char* what) {
     const int code = sqlite3_errcode(m_db);
     m_error = std::string("run store ") + m_path + ": " + what + " failed (" + sqlite3_errmsg(m_db) + ")" +
@@ -205,40 +302,89 @@ void RunStore::commitBuffer() {
     sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
   };
   if (sqlite3_exec(m_db, "BEGIN", nullptr, nullptr, nullptr) != SQLITE_OK) return fail("BEGIN");
-  for (const auto& p : m_buffer) {
-    sqlite3_stmt* s = p.record.kind == Record::Kind::Step ? m_insertStep : m_insertValidation;
+  for (const auto& b : m_blocks) {
+    sqlite3_stmt* s = m_insertBlock;
     sqlite3_reset(s);
-    sqlite3_bind_int64(s, 1, p.runId);
-    sqlite3_bind_int(s, 2, p.attempt);
-    const auto& r = p.record.step;
-    if (p.record.kind == Record::Kind::Step) {
-      sqlite3_bind_int(s, 3, r.rank);
-      sqlite3_bind_int64(s, 4, r.step);
-      sqlite3_bind_int64(s, 5, r.epoch);
-      sqlite3_bind_double(s, 6, r.loss);
-      sqlite3_bind_double(s, 7, r.samplesPerS);
-      sqlite3_bind_double(s, 8, r.stepMs);
-      sqlite3_bind_double(s, 9, r.dataMs);
-      sqlite3_bind_double(s, 10, r.computeMs);
-      sqlite3_bind_double(s, 11, r.commMs);
-      sqlite3_bind_double(s, 12, r.optMs);
-      sqlite3_bind_double(s, 13, r.lr);
-      sqlite3_bind_int64(s, 14, r.memBytes);
-    } else {
-      sqlite3_bind_int64(s, 3, r.step);
-      sqlite3_bind_double(s, 4, p.record.valLoss);
-      if (p.record.valAccuracy >= 0) sqlite3_bind_double(s, 5, p.record.valAccuracy);
-      else sqlite3_bind_null(s, 5);
-    }
+    sqlite3_bind_int64(s, 1, b.runId);
+    sqlite3_bind_int(s, 2, b.attempt);
+    sqlite3_bind_int(s, 3, b.rank);
+    sqlite3_bind_int64(s, 4, b.firstStep);
+    sqlite3_bind_int64(s, 5, b.lastStep);
+    sqlite3_bind_int64(s, 6, b.count);
+    sqlite3_bind_blob64(s, 7, b.bytes.data(), b.bytes.size(), SQLITE_STATIC);
+    if (sqlite3_step(s) != SQLITE_DONE) return fail("writing metrics");
+  }
+  for (const auto& v : m_validation) {
+    sqlite3_stmt* s = m_insertValidation;
+    sqlite3_reset(s);
+    sqlite3_bind_int64(s, 1, v.runId);
+    sqlite3_bind_int(s, 2, v.attempt);
+    sqlite3_bind_int64(s, 3, v.record.step.step);
+    sqlite3_bind_double(s, 4, v.record.valLoss);
+    if (v.record.valAccuracy >= 0) sqlite3_bind_double(s, 5, v.record.valAccuracy);
+    else sqlite3_bind_null(s, 5);
     if (sqlite3_step(s) != SQLITE_DONE) return fail("writing metrics");
   }
   if (sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) return fail("COMMIT");
-  m_buffer.clear();
+  m_blocks.clear();
+  m_validation.clear();
+}
+
+void RunStore::unpackBlocks(std::int64_t runId) {
+  if (sqlite3_exec(m_db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK)
+    PTW_FAIL("run store ", m_path, ": cannot unpack run ", runId, "'s step blocks (", sqlite3_errmsg(m_db), ")");
+  auto fail = [&] {
+    std::string why = sqlite3_errmsg(m_db);
+    sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+    PTW_FAIL("run store ", m_path, ": cannot unpack run ", runId, "'s step blocks (", why,
+             "); they are kept and still read");
+  };
+  {
+    Statement q(m_db, "SELECT attempt, rank, count, records FROM step_blocks WHERE run_id = ? ORDER BY rowid");
+    sqlite3_bind_int64(q, 1, runId);
+    while (sqlite3_step(q) == SQLITE_ROW) {
+      const int attempt = sqlite3_column_int(q, 0), rank = sqlite3_column_int(q, 1);
+      // A copy: the inserts below must not be able to move what the blob points at.
+      const auto* blob = static_cast<const unsigned char*>(sqlite3_column_blob(q, 3));
+      const std::basic_string<unsigned char> bytes(blob, blob + sqlite3_column_bytes(q, 3));
+      const auto n = std::min<std::int64_t>(sqlite3_column_int64(q, 2),
+                                            static_cast<std::int64_t>(bytes.size() / kBlockRecordBytes));
+      for (std::int64_t i = 0; i < n; ++i) {
+        const StepRecord r = unpackStep(bytes.data() + i * static_cast<std::int64_t>(kBlockRecordBytes), rank);
+        sqlite3_stmt* s = m_insertStep;
+        sqlite3_reset(s);
+        sqlite3_bind_int64(s, 1, runId);
+        sqlite3_bind_int(s, 2, attempt);
+        sqlite3_bind_int(s, 3, r.rank);
+        sqlite3_bind_int64(s, 4, r.step);
+        sqlite3_bind_int64(s, 5, r.epoch);
+        sqlite3_bind_double(s, 6, r.loss);
+        sqlite3_bind_double(s, 7, r.samplesPerS);
+        sqlite3_bind_double(s, 8, r.stepMs);
+        sqlite3_bind_double(s, 9, r.dataMs);
+        sqlite3_bind_double(s, 10, r.computeMs);
+        sqlite3_bind_double(s, 11, r.commMs);
+        sqlite3_bind_double(s, 12, r.optMs);
+        sqlite3_bind_double(s, 13, r.lr);
+        sqlite3_bind_int64(s, 14, r.memBytes);
+        if (sqlite3_step(s) != SQLITE_DONE) fail();
+      }
+    }
+  }
+  Statement del(m_db, "DELETE FROM step_blocks WHERE run_id = ?");
+  sqlite3_bind_int64(del, 1, runId);
+  if (sqlite3_step(del) != SQLITE_DONE) fail();
+  if (sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) fail();
 }
 
 void RunStore::endRun(std::int64_t runId, const std::string& status, const std::string& message, double finalLoss,
                       double samplesPerS, int attempts) {
   commitBuffer();
+  try {
+    unpackBlocks(runId);
+  } catch (const Error& e) {
+    if (m_error.empty()) m_error = e.what();
+  }
   if (!std::isfinite(finalLoss) || !std::isfinite(samplesPerS)) {
     // Not given (the window's runs): from the stored records, last step's mean loss and the
     // sum over ranks of their mean throughput.
@@ -301,57 +447,97 @@ RunRow RunStore::run(std::int64_t id) {
   PTW_FAIL("run store ", m_path, ": no run with id ", id, " (list them with `ptw runs`)");
 }
 
-std::vector<StepRecord> RunStore::steps(std::int64_t runId) {
-  // Where a restart replayed steps, the later attempt's record wins.
-  Statement s(m_db,
-              "SELECT rank, step, epoch, loss, samples_per_s, step_ms, data_ms, compute_ms, comm_ms, opt_ms, lr, "
-              "mem_bytes FROM steps AS a WHERE run_id = ?1 AND attempt = (SELECT max(attempt) FROM steps AS b "
-              "WHERE b.run_id = ?1 AND b.rank = a.rank AND b.step = a.step) ORDER BY rank, step");
-  sqlite3_bind_int64(s, 1, runId);
-  std::vector<StepRecord> out;
-  while (sqlite3_step(s) == SQLITE_ROW) {
+std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int64_t x0, std::int64_t x1) {
+  struct Found {
+    int attempt;
     StepRecord r;
-    r.rank = sqlite3_column_int(s, 0);
-    r.step = sqlite3_column_int64(s, 1);
-    r.epoch = sqlite3_column_int64(s, 2);
-    r.loss = sqlite3_column_double(s, 3);
-    r.samplesPerS = sqlite3_column_double(s, 4);
-    r.stepMs = sqlite3_column_double(s, 5);
-    r.dataMs = sqlite3_column_double(s, 6);
-    r.computeMs = sqlite3_column_double(s, 7);
-    r.commMs = sqlite3_column_double(s, 8);
-    r.optMs = sqlite3_column_double(s, 9);
-    r.lr = sqlite3_column_double(s, 10);
-    r.memBytes = sqlite3_column_int64(s, 11);
-    out.push_back(r);
+  };
+  std::vector<Found> found;
+  {
+    Statement s(m_db,
+                "SELECT attempt, rank, step, epoch, loss, samples_per_s, step_ms, data_ms, compute_ms, comm_ms, opt_ms, "
+                "lr, mem_bytes FROM steps WHERE run_id = ?1 AND (?2 < 0 OR rank = ?2) AND step BETWEEN ?3 AND ?4");
+    sqlite3_bind_int64(s, 1, runId);
+    sqlite3_bind_int(s, 2, rank);
+    sqlite3_bind_int64(s, 3, x0);
+    sqlite3_bind_int64(s, 4, x1);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+      Found f{sqlite3_column_int(s, 0), {}};
+      StepRecord& r = f.r;
+      r.rank = sqlite3_column_int(s, 1);
+      r.step = sqlite3_column_int64(s, 2);
+      r.epoch = sqlite3_column_int64(s, 3);
+      r.loss = sqlite3_column_double(s, 4);
+      r.samplesPerS = sqlite3_column_double(s, 5);
+      r.stepMs = sqlite3_column_double(s, 6);
+      r.dataMs = sqlite3_column_double(s, 7);
+      r.computeMs = sqlite3_column_double(s, 8);
+      r.commMs = sqlite3_column_double(s, 9);
+      r.optMs = sqlite3_column_double(s, 10);
+      r.lr = sqlite3_column_double(s, 11);
+      r.memBytes = sqlite3_column_int64(s, 12);
+      found.push_back(f);
+    }
+  }
+  {
+    Statement s(m_db,
+                "SELECT attempt, rank, count, records FROM step_blocks WHERE run_id = ?1 AND (?2 < 0 OR rank = ?2) "
+                "AND last_step >= ?3 AND first_step <= ?4");
+    sqlite3_bind_int64(s, 1, runId);
+    sqlite3_bind_int(s, 2, rank);
+    sqlite3_bind_int64(s, 3, x0);
+    sqlite3_bind_int64(s, 4, x1);
+    while (sqlite3_step(s) == SQLITE_ROW) {
+      const int attempt = sqlite3_column_int(s, 0), blockRank = sqlite3_column_int(s, 1);
+      const auto* bytes = static_cast<const unsigned char*>(sqlite3_column_blob(s, 3));
+      const auto n = std::min<std::int64_t>(sqlite3_column_int64(s, 2),
+                                            sqlite3_column_bytes(s, 3) / static_cast<int>(kBlockRecordBytes));
+      for (std::int64_t i = 0; i < n; ++i) {
+        StepRecord r = unpackStep(bytes + i * static_cast<std::int64_t>(kBlockRecordBytes), blockRank);
+        if (r.step >= x0 && r.step <= x1) found.push_back({attempt, r});
+      }
+    }
+  }
+  // Where a restart replayed steps, the later attempt's record wins.
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    return std::tie(a.r.rank, a.r.step, a.attempt) < std::tie(b.r.rank, b.r.step, b.attempt);
+  });
+  std::vector<StepRecord> out;
+  out.reserve(found.size());
+  for (const auto& f : found) {
+    if (!out.empty() && out.back().rank == f.r.rank && out.back().step == f.r.step) out.back() = f.r;
+    else out.push_back(f.r);
   }
   return out;
 }
 
+std::vector<StepRecord> RunStore::steps(std::int64_t runId) {
+  return collect(runId, -1, 0, std::numeric_limits<std::int64_t>::max());
+}
+
 std::int64_t RunStore::stepCount(std::int64_t runId) {
-  Statement s(m_db, "SELECT count(*) FROM steps WHERE run_id = ?");
+  Statement s(m_db,
+              "SELECT (SELECT count(*) FROM steps WHERE run_id = ?1) + (SELECT ifnull(sum(count), 0) FROM step_blocks "
+              "WHERE run_id = ?1)");
   sqlite3_bind_int64(s, 1, runId);
   return sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
 }
 
 std::vector<std::pair<double, double>> RunStore::series(std::int64_t runId, int rank, const std::string& column,
                                                        double x0, double x1) {
-  PTW_CHECK(column == "loss" || column == "samples_per_s" || column == "step_ms", "run store: no series \"", column,
-            "\"");
-  const std::string sql = "SELECT step, " + column +
-                          " FROM steps WHERE run_id = ?1 AND rank = ?2 AND step BETWEEN ?3 AND ?4 "
-                          "ORDER BY step, attempt";
-  Statement s(m_db, sql.c_str());
-  sqlite3_bind_int64(s, 1, runId);
-  sqlite3_bind_int(s, 2, rank);
-  sqlite3_bind_double(s, 3, std::floor(x0));
-  sqlite3_bind_double(s, 4, std::ceil(x1));
+  double StepRecord::*field = column == "loss"            ? &StepRecord::loss
+                              : column == "samples_per_s" ? &StepRecord::samplesPerS
+                              : column == "step_ms"       ? &StepRecord::stepMs
+                                                          : nullptr;
+  PTW_CHECK(field != nullptr, "run store: no series \"", column, "\"");
+  const double lo = std::max(0.0, std::floor(x0)), hi = std::ceil(x1);
+  if (!(hi >= lo)) return {};
+  const auto clampStep = [](double v) {
+    return v >= 9e18 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(v);
+  };
   std::vector<std::pair<double, double>> out;
-  while (sqlite3_step(s) == SQLITE_ROW) {
-    const double step = sqlite3_column_double(s, 0), v = sqlite3_column_double(s, 1);
-    if (!out.empty() && out.back().first == step) out.back().second = v;  // a later attempt replayed it
-    else out.emplace_back(step, v);
-  }
+  for (const auto& r : collect(runId, std::max(rank, 0), clampStep(lo), clampStep(hi)))
+    out.emplace_back(static_cast<double>(r.step), r.*field);
   return out;
 }
 

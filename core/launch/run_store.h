@@ -5,6 +5,16 @@
 // of the machine loses at most the last fraction of a second. Nothing is sampled away.
 // The schema is documented in the README. A RunStore is used by one thread at a time
 // (it may be handed from one to another); readers elsewhere open their own.
+//
+// Note [Step blocks]
+// A rank of a small model steps every ~30 µs, and SQLite takes ~3 µs to insert an indexed
+// row: on a machine whose cores all train, one row per record would take a tenth of a
+// core from the ranks. While a run is going, its step records are therefore stored in
+// blocks, one row of `step_blocks` per rank per commit holding that rank's records packed
+// (kBlockRecordBytes each, little-endian, layout in run_store.cpp and the README). When the
+// run ends (endRun), or when a store finds it interrupted, its blocks are unpacked into
+// `steps`, one row per record, for plain SQL. Every reader here reads both, so a record is
+// visible as soon as it is committed, in whichever form it is at the time.
 #pragma once
 
 #include <chrono>
@@ -60,6 +70,10 @@ class RunStore {
   /// "" while every write succeeded, else what failed and what to do.
   const std::string& error() const { return m_error; }
 
+  /// Unpacks the run's step blocks into `steps` rows (Note [Step blocks]); endRun does it.
+  /// Throws ptw::Error when it cannot (the blocks are then kept and still read).
+  void unpackBlocks(std::int64_t runId);
+
   std::vector<RunRow> runs();
   RunRow run(std::int64_t id);
   /// Step records of a run, ordered by rank then step (the last attempt's, where attempts overlap).
@@ -75,17 +89,29 @@ class RunStore {
  private:
   void exec(const char* sql);
   void commitBuffer();
+  /// Step records of `runId` in [x0, x1] of `rank` (-1: every rank) from rows and blocks,
+  /// ordered by rank and step, where attempts overlap the latest attempt's.
+  std::vector<StepRecord> collect(std::int64_t runId, int rank, std::int64_t x0, std::int64_t x1);
 
   std::string m_path;
   sqlite3* m_db = nullptr;
   sqlite3_stmt* m_insertStep = nullptr;
+  sqlite3_stmt* m_insertBlock = nullptr;
   sqlite3_stmt* m_insertValidation = nullptr;
-  struct Pending {
+  struct Block {
+    std::int64_t runId;
+    int attempt;
+    int rank;
+    std::int64_t firstStep, lastStep, count;
+    std::string bytes;
+  };
+  struct Validation {
     std::int64_t runId;
     int attempt;
     Record record;
   };
-  std::vector<Pending> m_buffer;
+  std::vector<Block> m_blocks;  ///< a few: one per rank (and attempt) since the last commit
+  std::vector<Validation> m_validation;
   std::chrono::steady_clock::time_point m_lastCommit = std::chrono::steady_clock::now();
   std::string m_error;
 };

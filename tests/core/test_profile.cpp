@@ -147,7 +147,7 @@ class TestProfile : public QObject {
     beat.kind = Record::Kind::Heartbeat;
     beat.step.rank = 1;
     beat.step.step = 41;
-    beat.state = "comm";
+    beat.setState("comm");
     Record done;
     done.kind = Record::Kind::Done;
     done.step.rank = 1;
@@ -175,7 +175,7 @@ class TestProfile : public QObject {
     QVERIFY(out[1].kind == Record::Kind::Validation);
     QCOMPARE(out[1].valAccuracy, 0.875);
     QVERIFY(out[2].kind == Record::Kind::Heartbeat);
-    QCOMPARE(QString::fromStdString(out[2].state), QString("comm"));
+    QCOMPARE(QString::fromStdString(std::string(out[2].stateName())), QString("comm"));
     QVERIFY(out[3].kind == Record::Kind::Done);
     QCOMPARE(out[3].step.step, std::int64_t(42));
 
