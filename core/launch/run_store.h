@@ -111,6 +111,7 @@ class RunStore {
     Record record;
   };
   std::vector<Block> m_blocks;  ///< a few: one per rank (and attempt) since the last commit
+  std::vector<std::string> m_spare;  ///< emptied block buffers, kept for their mapped pages
   std::vector<Validation> m_validation;
   std::chrono::steady_clock::time_point m_lastCommit = std::chrono::steady_clock::now();
   std::string m_error;

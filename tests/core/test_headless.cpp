@@ -233,7 +233,7 @@ class TestHeadless : public QObject {
   void fullMetricsStoreExitsThreeWithTheReason() {
     QTemporaryDir runs;
     auto env = QProcessEnvironment::systemEnvironment();
-    env.insert("PTW_STORE_MAX_PAGES", "40");
+    env.insert("PTW_STORE_MAX_KIB", "640");
     Result r = runPtw({"--set", "hyper.max_steps=1000000000"}, runs, env);
     QCOMPARE(r.code, 3);
     QVERIFY2(r.err.contains("is full") && r.err.contains("free space"), qPrintable(r.err));

@@ -276,9 +276,9 @@ class TestSupervisor : public QObject {
   // A metrics store that fills up stops the run with the reason, instead of losing records.
   void fullStoreStopsTheRunWithTheReason() {
     QTemporaryDir runs;
-    qputenv("PTW_STORE_MAX_PAGES", "40");  // ~160 KiB
+    qputenv("PTW_STORE_MAX_KIB", "640");  // 10 pages of 64 KiB
     RunStore store(runs.path().toStdString());
-    qunsetenv("PTW_STORE_MAX_PAGES");
+    qunsetenv("PTW_STORE_MAX_KIB");
     Profile p = test::endlessProfile(2);
     std::string dir = createRunDirectory(runs.path().toStdString(), p);
     auto id = store.beginRun(dir, p);
