@@ -419,6 +419,7 @@ void MainWindow::resetLive(int ranks) {
   m_split->reset(ranks);
   m_stepLoss.clear();
   m_lastThroughput.assign(static_cast<std::size_t>(ranks), 0.0);
+  m_latest.assign(static_cast<std::size_t>(ranks), {-1, 0.0});
   m_lastMessage.assign(static_cast<std::size_t>(ranks), QString());
   m_rankStatus.assign(static_cast<std::size_t>(ranks), tr("starting"));
   m_ranks->setRowCount(ranks);
@@ -494,6 +495,8 @@ void MainWindow::drainRun() {
     m_throughput->append(s.rank, x, s.samplesPerS);
     m_split->add(s);
     m_lastThroughput[static_cast<std::size_t>(s.rank)] = s.samplesPerS;
+    auto& latest = m_latest[static_cast<std::size_t>(s.rank)];
+    if (s.step >= latest.first) latest = {s.step, s.loss};
     if (m_meanSeries >= 0) {
       auto& acc = m_stepLoss[s.step];
       acc.first += s.loss;
@@ -512,19 +515,6 @@ void MainWindow::drainRun() {
       setRankCell(s.rank, kStatus, tr("running"));
     }
   }
-  // The table shows each rank's latest record.
-  for (int r = 0; r < ranks; ++r) {
-    const auto row = static_cast<std::size_t>(r);
-    if (m_loss->pointCount(r) == 0) continue;
-    setRankCell(r, kThroughput, QString::number(m_lastThroughput[row], 'f', 0));
-  }
-  for (auto it = batch.records.rbegin(); it != batch.records.rend(); ++it) {
-    if (it->kind != core::Record::Kind::Step || it->step.rank < 0 || it->step.rank >= ranks) continue;
-    auto* stepItem = m_ranks->item(it->step.rank, kStep);
-    if (stepItem && stepItem->text().toLongLong() >= it->step.step) continue;
-    setRankCell(it->step.rank, kStep, QString::number(it->step.step));
-    setRankCell(it->step.rank, kLoss, QString::number(it->step.loss, 'g', 6));
-  }
   for (const auto& [rank, line] : batch.logs) appendLog(rank, QString::fromStdString(line));
   // Note [Redraw budget]
   // Training ranks often own every core, so each millisecond spent drawing is taken
@@ -540,6 +530,15 @@ void MainWindow::drainRun() {
   if (sinceMs >= std::min(500.0, std::max(50.0, m_redrawMs / m_redrawShare)) || m_forceRedraw) {
     m_forceRedraw = false;
     m_lastRedraw = now;
+    // The table shows each rank's latest record; a changed cell repaints the table, so it
+    // changes with the charts.
+    for (int r = 0; r < ranks; ++r) {
+      const auto row = static_cast<std::size_t>(r);
+      if (m_latest[row].first < 0) continue;
+      setRankCell(r, kThroughput, QString::number(m_lastThroughput[row], 'f', 0));
+      setRankCell(r, kStep, QString::number(m_latest[row].first));
+      setRankCell(r, kLoss, QString::number(m_latest[row].second, 'g', 6));
+    }
     m_loss->refresh();
     m_throughput->refresh();
     m_split->refresh();

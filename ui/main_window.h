@@ -129,6 +129,7 @@ class MainWindow : public QMainWindow {
   int m_totalSeries = -1;
   std::map<std::int64_t, std::pair<double, int>> m_stepLoss;  ///< step -> (sum, ranks) for the mean
   std::vector<double> m_lastThroughput;
+  std::vector<std::pair<std::int64_t, double>> m_latest;  ///< per rank: latest step and its loss (-1: none yet)
   std::vector<QString> m_lastMessage;
   std::vector<QString> m_rankStatus;
   std::chrono::steady_clock::time_point m_lastRedraw{};

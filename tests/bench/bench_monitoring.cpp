@@ -1,8 +1,10 @@
 // What watching costs: (1) time from Start to the first loss point on the chart for a
 // 2-rank run, and (2) the seed workload's training rate with every record streaming into
 // the run store and a live window, against the same run with per-step metrics off
-// (run.metrics false, no store, no window), alternated in one run; the CPU each side
-// spends per record; and (3) what appending to the run store alone costs a record.
+// (run.metrics false, no store, no window), alternated in one run, and a run whose records
+// the supervisor reads but neither stores nor shows; the CPU each side spends per record
+// (the window's process includes unpacking the blocks into rows at the end); and (3) what
+// appending to the run store alone costs a record.
 //
 //   QT_QPA_PLATFORM=offscreen build/bin/bench_monitoring [rounds=3] [steps=100000] [backend=shm]
 #include <QApplication>
@@ -97,7 +99,7 @@ int main(int argc, char** argv) {
   }
 
   // (2) Monitoring cost, alternating.
-  std::vector<double> off, on, ratio, monitorUs, rankOffUs, rankOnUs;
+  std::vector<double> off, on, ratio, recordsOnly, monitorUs, rankOffUs, rankOnUs;
   for (int i = 0; i < rounds; ++i) {
     core::Profile quiet = seedProfile(steps, backend);
     quiet.run.metrics = false;
@@ -107,6 +109,13 @@ int main(int argc, char** argv) {
     core::Supervisor(core::SupervisorOptions(quiet, dir, core::Launcher::defaultWorkerPath())).run(none);
     const Cpu offCpu = Cpu::now() - offStart;
     off.push_back(trainingRate(QString::fromStdString(dir)));
+
+    // Records sent and read by the supervisor, but neither stored nor shown: what the ranks
+    // and the pipes cost on their own.
+    core::Profile sent = seedProfile(steps, backend);
+    const std::string sentDir = core::createRunDirectory(runs.path().toStdString(), sent);
+    core::Supervisor(core::SupervisorOptions(sent, sentDir, core::Launcher::defaultWorkerPath())).run(none);
+    recordsOnly.push_back(trainingRate(QString::fromStdString(sentDir)) / off.back());
 
     ui::MainWindow w;
     w.setConfirmations(false);
@@ -133,6 +142,7 @@ int main(int argc, char** argv) {
   std::printf("  every record to the store and a live window:    %.0f steps/s (median)\n", median(on));
   std::printf("  paired ratio on/off: %.3f (median); cost %.1f%% (target <= 2%%)\n", median(ratio),
               (1 - median(ratio)) * 100);
+  std::printf("  records sent and read, not stored or shown: ratio %.3f to off (median)\n", median(recordsOnly));
   std::printf("  CPU per rank step: %.1f us with metrics off, %.1f us on (rank processes, start-up included)\n",
               median(rankOffUs), median(rankOnUs));
   std::printf("  CPU per record in the window's process (supervisor, store, charts): %.2f us\n", median(monitorUs));
