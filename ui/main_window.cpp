@@ -58,6 +58,9 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new 
   connect(m_controller, &RunController::started, this, [this](int) {
     m_status->setText(tr("Running %1 series…").arg(m_reportingRanks));
   });
+  connect(m_controller, &RunController::closing, this, [this](qint64 records) {
+    m_status->setText(tr("All processes ended; storing %1 step records as rows…").arg(records));
+  });
   connect(m_controller, &RunController::rankExited, this, [this](int rank, const QString& how, bool failed) {
     setRankCell(rank, kExit, how);
     if (rank >= 0 && rank < static_cast<int>(m_rankStatus.size())) {

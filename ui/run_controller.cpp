@@ -91,6 +91,8 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
       message = QString::fromStdString(e.what());
     }
     try {
+      const qint64 records = m_store->stepCount(m_runId);
+      QMetaObject::invokeMethod(this, [this, records] { emit closing(records); }, Qt::QueuedConnection);
       m_store->endRun(m_runId, status.toStdString(), message.toStdString(), std::nan(""), std::nan(""),
                       m_supervisor->attempts());
     } catch (const std::exception&) {
