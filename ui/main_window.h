@@ -7,11 +7,11 @@
 
 #include <chrono>
 #include <deque>
-#include <map>
 #include <memory>
 #include <vector>
 
 #include "common/profile.h"
+#include "ui/run_controller.h"
 
 class QCheckBox;
 class QComboBox;
@@ -82,6 +82,7 @@ class MainWindow : public QMainWindow {
   void resetLive(int ranks);
   void setRankCell(int rank, int column, const QString& text);
   void appendLog(int rank, const QString& line);
+  void addToMean(std::int64_t step, double loss, int ranks);
   void refilterLog();
   void onFinished(const QString& status, const QString& message, int failedRank, const QStringList& lastLines);
   void markSaved(const QString& path);
@@ -127,7 +128,9 @@ class MainWindow : public QMainWindow {
   int m_valSeries = -1;
   int m_meanSeries = -1;
   int m_totalSeries = -1;
-  std::map<std::int64_t, std::pair<double, int>> m_stepLoss;  ///< step -> (sum, ranks) for the mean
+  std::deque<std::pair<double, int>> m_stepSums;  ///< (loss sum, ranks) of steps from m_stepSumsFrom on
+  std::int64_t m_stepSumsFrom = 0;
+  RunController::Batch m_batch;  ///< the last records taken; kept for its capacity
   std::vector<double> m_lastThroughput;
   std::vector<std::pair<std::int64_t, double>> m_latest;  ///< per rank: latest step and its loss (-1: none yet)
   std::vector<QString> m_lastMessage;

@@ -112,11 +112,12 @@ void RunController::stop() {
   if (m_supervisor && m_running) m_supervisor->requestStop();
 }
 
-RunController::Batch RunController::take() {
+void RunController::take(Batch& batch) {
+  batch.records.clear();
+  batch.restarts.clear();
+  batch.logs.clear();
   std::lock_guard<std::mutex> lock(m_mutex);
-  Batch out;
-  std::swap(out, m_pending);
-  return out;
+  std::swap(batch, m_pending);
 }
 
 }  // namespace ptw::ui

@@ -45,7 +45,9 @@ class RunController : public QObject {
     std::vector<std::pair<std::size_t, std::int64_t>> restarts;  ///< (index into records, step)
     std::vector<std::pair<int, std::string>> logs;                ///< (rank, line); rank -1: ptw itself
   };
-  Batch take();
+  /// Swaps what arrived since the last call into `batch`, whose contents are dropped and
+  /// whose capacity is kept for the next records (a fresh vector each time costs page faults).
+  void take(Batch& batch);
 
  signals:
   void started(int port);

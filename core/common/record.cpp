@@ -123,6 +123,7 @@ void encodeRecord(const Record& r, std::string& out) {
 
 std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& malformed) {
   std::size_t at = 0;
+  out.reserve(out.size() + in.size() / kRecordFrameBytes);
   for (; in.size() - at >= kRecordFrameBytes; at += kRecordFrameBytes) {
     const char* f = in.data() + at;
     const auto rank = get<std::int32_t>(f, kRankAt);
@@ -133,7 +134,7 @@ std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& m
       malformed = true;
       return at;
     }
-    Record r;
+    Record& r = out.emplace_back();
     r.step.rank = rank;
     r.step.step = step;
     const char kind = f[kKindAt];
@@ -168,10 +169,10 @@ std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& m
       ok = false;
     }
     if (!ok) {
+      out.pop_back();
       malformed = true;
       return at;
     }
-    out.push_back(std::move(r));
   }
   return at;
 }
