@@ -3,7 +3,8 @@
 // the run store and a live window, against the same run with per-step metrics off
 // (run.metrics false, no store, no window), alternated in one run, and a run whose records
 // the supervisor reads but neither stores nor shows; the CPU each side spends per record
-// (the window's process includes unpacking the blocks into rows at the end); and (3) what
+// (the window's process includes unpacking the blocks into rows at the end) and its share
+// of a core in the steady part of the run, what it takes from the ranks; and (3) what
 // appending to the run store alone costs a record.
 //
 //   QT_QPA_PLATFORM=offscreen build/bin/bench_monitoring [rounds=3] [steps=100000] [backend=shm]
@@ -99,7 +100,7 @@ int main(int argc, char** argv) {
   }
 
   // (2) Monitoring cost, alternating.
-  std::vector<double> off, on, ratio, recordsOnly, monitorUs, rankOffUs, rankOnUs;
+  std::vector<double> off, on, ratio, recordsOnly, monitorUs, rankOffUs, rankOnUs, steadyShare;
   for (int i = 0; i < rounds; ++i) {
     core::Profile quiet = seedProfile(steps, backend);
     quiet.run.metrics = false;
@@ -124,7 +125,20 @@ int main(int argc, char** argv) {
     w.setProfile(seedProfile(steps, backend));
     const Cpu onStart = Cpu::now();
     w.startRun();
-    while (w.controller()->isRunning()) QTest::qWait(20);
+    // The window's process in the steady part of the run (from 10% to 80% of rank 0's
+    // points on the chart): no start-up, no unpacking at the end.
+    Cpu steadyFrom, steadyTo;
+    QElapsedTimer clock;
+    clock.start();
+    qint64 fromMs = -1, toMs = -1;
+    while (w.controller()->isRunning()) {
+      const auto points = static_cast<double>(w.lossChart()->pointCount(0));
+      if (fromMs < 0 && points >= 0.1 * static_cast<double>(steps)) steadyFrom = Cpu::now(), fromMs = clock.elapsed();
+      if (toMs < 0 && points >= 0.8 * static_cast<double>(steps)) steadyTo = Cpu::now(), toMs = clock.elapsed();
+      QTest::qWait(20);
+    }
+    if (fromMs >= 0 && toMs > fromMs)
+      steadyShare.push_back((steadyTo.self - steadyFrom.self) / (static_cast<double>(toMs - fromMs) / 1000.0));
     const Cpu onCpu = Cpu::now() - onStart;
     on.push_back(trainingRate(w.controller()->runDirectory()));
     // Per record (2 ranks x steps): the monitor's CPU, and the ranks' CPU with and without.
@@ -142,10 +156,15 @@ int main(int argc, char** argv) {
   std::printf("  every record to the store and a live window:    %.0f steps/s (median)\n", median(on));
   std::printf("  paired ratio on/off: %.3f (median); cost %.1f%% (target <= 2%%)\n", median(ratio),
               (1 - median(ratio)) * 100);
+  std::printf("  on/off by round:");
+  for (double r : ratio) std::printf(" %.3f", r);
+  std::printf("\n");
   std::printf("  records sent and read, not stored or shown: ratio %.3f to off (median)\n", median(recordsOnly));
   std::printf("  CPU per rank step: %.1f us with metrics off, %.1f us on (rank processes, start-up included)\n",
               median(rankOffUs), median(rankOnUs));
   std::printf("  CPU per record in the window's process (supervisor, store, charts): %.2f us\n", median(monitorUs));
+  std::printf("  the window's process while the ranks train (10%%-80%% of the run): %.1f%% of one core (median)\n",
+              100 * median(steadyShare));
 
   // (3) The floor: appending records to the run store alone (SQLite, one row a record),
   // no processes, no window.
