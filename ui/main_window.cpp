@@ -547,7 +547,12 @@ void MainWindow::drainRun() {
 // in order per rank, so the sums wait in a queue from the oldest incomplete step on; when
 // a step completes, the older ones (of a rank that skipped them) are dropped with it.
 void MainWindow::addToMean(std::int64_t step, double loss, int ranks) {
-  if (m_stepSums.empty()) m_stepSumsFrom = step;
+  // A rank far ahead of another (more than a few batches of records): start over from it
+  // rather than hold a queue that long.
+  if (m_stepSums.empty() || step - m_stepSumsFrom > (1 << 20)) {
+    m_stepSums.clear();
+    m_stepSumsFrom = step;
+  }
   if (step < m_stepSumsFrom) return;
   const auto at = static_cast<std::size_t>(step - m_stepSumsFrom);
   if (at >= m_stepSums.size()) m_stepSums.resize(at + 1, {0.0, 0});

@@ -93,6 +93,9 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
     try {
       const qint64 records = m_store->stepCount(m_runId);
       QMetaObject::invokeMethod(this, [this, records] { emit closing(records); }, Qt::QueuedConnection);
+    } catch (const std::exception&) {
+    }
+    try {
       m_store->endRun(m_runId, status.toStdString(), message.toStdString(), std::nan(""), std::nan(""),
                       m_supervisor->attempts());
     } catch (const std::exception&) {

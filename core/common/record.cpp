@@ -123,7 +123,8 @@ void encodeRecord(const Record& r, std::string& out) {
 
 std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& malformed) {
   std::size_t at = 0;
-  out.reserve(out.size() + in.size() / kRecordFrameBytes);
+  const std::size_t need = out.size() + in.size() / kRecordFrameBytes;
+  if (out.capacity() < need) out.reserve(std::max(need, 2 * out.capacity()));
   for (; in.size() - at >= kRecordFrameBytes; at += kRecordFrameBytes) {
     const char* f = in.data() + at;
     const auto rank = get<std::int32_t>(f, kRankAt);

@@ -215,19 +215,17 @@ RunStore::RunStore(const std::string& runsDir) : m_path(runsDir + "/runs.sqlite"
     throw;
   }
   // Blocks of runs that no longer run (interrupted, or ended where unpacking failed) become
-  // rows. Best effort: a read-only store still reads them as blocks.
-  std::vector<std::int64_t> packed;
-  {
-    Statement q(m_db,
-                "SELECT DISTINCT run_id FROM step_blocks WHERE run_id NOT IN (SELECT id FROM runs WHERE status = "
-                "'running')");
-    while (sqlite3_step(q) == SQLITE_ROW) packed.push_back(sqlite3_column_int64(q, 0));
-  }
-  for (auto id : packed) {
-    try {
-      unpackBlocks(id);
-    } catch (const Error&) {
+  // rows. Best effort: a store that cannot write (read-only, full) still reads them as blocks.
+  try {
+    std::vector<std::int64_t> packed;
+    {
+      Statement q(m_db,
+                  "SELECT DISTINCT run_id FROM step_blocks WHERE run_id NOT IN (SELECT id FROM runs WHERE status = "
+                  "'running')");
+      while (sqlite3_step(q) == SQLITE_ROW) packed.push_back(sqlite3_column_int64(q, 0));
     }
+    for (auto id : packed) unpackBlocks(id);
+  } catch (const std::exception&) {
   }
 }
 
@@ -330,6 +328,8 @@ void RunStore::commitBuffer() {
     sqlite3_bind_blob64(s, 7, b.bytes.data(), b.bytes.size(), SQLITE_STATIC);
     if (sqlite3_step(s) != SQLITE_DONE) return fail("writing metrics");
   }
+  sqlite3_reset(m_insertBlock);
+  sqlite3_clear_bindings(m_insertBlock);  // the blob's buffer is reused
   for (const auto& v : m_validation) {
     sqlite3_stmt* s = m_insertValidation;
     sqlite3_reset(s);
@@ -350,25 +350,39 @@ void RunStore::commitBuffer() {
   m_validation.clear();
 }
 
+// One block a transaction: the write lock is held for ~20 ms at a time (another run writing
+// to the same store is never kept waiting long), and a reader sees each block either packed
+// or as rows, never neither nor both.
 void RunStore::unpackBlocks(std::int64_t runId) {
-  if (sqlite3_exec(m_db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK)
-    PTW_FAIL("run store ", m_path, ": cannot unpack run ", runId, "'s step blocks (", sqlite3_errmsg(m_db), ")");
-  auto fail = [&] {
+  auto fail = [&](bool inTransaction) {
     std::string why = sqlite3_errmsg(m_db);
-    sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
-    PTW_FAIL("run store ", m_path, ": cannot unpack run ", runId, "'s step blocks (", why,
-             "); they are kept and still read");
+    if (inTransaction) sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+    PTW_FAIL("run store ", m_path, ": cannot unpack run ", runId, "'s step blocks into rows (", why,
+             "); they are kept, still read, and unpacked when the store is next opened");
   };
+  std::vector<std::int64_t> blocks;
   {
-    Statement q(m_db, "SELECT attempt, rank, count, records FROM step_blocks WHERE run_id = ? ORDER BY rowid");
+    Statement q(m_db, "SELECT rowid FROM step_blocks WHERE run_id = ? ORDER BY rowid");
     sqlite3_bind_int64(q, 1, runId);
-    while (sqlite3_step(q) == SQLITE_ROW) {
-      const int attempt = sqlite3_column_int(q, 0), rank = sqlite3_column_int(q, 1);
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) blocks.push_back(sqlite3_column_int64(q, 0));
+    if (rc != SQLITE_DONE) fail(false);
+  }
+  Statement read(m_db, "SELECT attempt, rank, count, records FROM step_blocks WHERE rowid = ?");
+  Statement drop(m_db, "DELETE FROM step_blocks WHERE rowid = ?");
+  for (const auto block : blocks) {
+    if (sqlite3_exec(m_db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) fail(false);
+    sqlite3_reset(read);
+    sqlite3_bind_int64(read, 1, block);
+    const int rc = sqlite3_step(read);
+    if (rc == SQLITE_ROW) {
+      const int attempt = sqlite3_column_int(read, 0), rank = sqlite3_column_int(read, 1);
       // A copy: the inserts below must not be able to move what the blob points at.
-      const auto* blob = static_cast<const unsigned char*>(sqlite3_column_blob(q, 3));
-      const std::basic_string<unsigned char> bytes(blob, blob + sqlite3_column_bytes(q, 3));
-      const auto n = std::min<std::int64_t>(sqlite3_column_int64(q, 2),
+      const auto* blob = static_cast<const unsigned char*>(sqlite3_column_blob(read, 3));
+      const std::basic_string<unsigned char> bytes(blob, blob + sqlite3_column_bytes(read, 3));
+      const auto n = std::min<std::int64_t>(sqlite3_column_int64(read, 2),
                                             static_cast<std::int64_t>(bytes.size() / kBlockRecordBytes));
+      sqlite3_reset(read);
       for (std::int64_t i = 0; i < n; ++i) {
         const StepRecord r = unpackStep(bytes.data() + i * static_cast<std::int64_t>(kBlockRecordBytes), rank);
         sqlite3_stmt* s = m_insertStep;
@@ -387,14 +401,16 @@ void RunStore::unpackBlocks(std::int64_t runId) {
         sqlite3_bind_double(s, 12, r.optMs);
         sqlite3_bind_double(s, 13, r.lr);
         sqlite3_bind_int64(s, 14, r.memBytes);
-        if (sqlite3_step(s) != SQLITE_DONE) fail();
+        if (sqlite3_step(s) != SQLITE_DONE) fail(true);
       }
+    } else if (rc != SQLITE_DONE) {  // SQLITE_DONE: already unpacked by another connection
+      fail(true);
     }
+    sqlite3_reset(drop);
+    sqlite3_bind_int64(drop, 1, block);
+    if (sqlite3_step(drop) != SQLITE_DONE) fail(true);
+    if (sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) fail(true);
   }
-  Statement del(m_db, "DELETE FROM step_blocks WHERE run_id = ?");
-  sqlite3_bind_int64(del, 1, runId);
-  if (sqlite3_step(del) != SQLITE_DONE) fail();
-  if (sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) fail();
 }
 
 void RunStore::endRun(std::int64_t runId, const std::string& status, const std::string& message, double finalLoss,
@@ -402,8 +418,9 @@ void RunStore::endRun(std::int64_t runId, const std::string& status, const std::
   commitBuffer();
   try {
     unpackBlocks(runId);
-  } catch (const Error& e) {
-    if (m_error.empty()) m_error = e.what();
+  } catch (const Error&) {
+    // Nothing is lost (the blocks are kept and read), so the run is not failed for it; a
+    // later open of the store unpacks them.
   }
   if (!std::isfinite(finalLoss) || !std::isfinite(samplesPerS)) {
     // Not given (the window's runs): from the stored records, last step's mean loss and the
@@ -473,15 +490,34 @@ std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int
     StepRecord r;
   };
   std::vector<Found> found;
+  // One read transaction: a block being unpacked by another connection is seen in one form.
+  const bool snapshot =
+      sqlite3_get_autocommit(m_db) && sqlite3_exec(m_db, "BEGIN", nullptr, nullptr, nullptr) == SQLITE_OK;
+  struct EndRead {
+    sqlite3* db;
+    bool on;
+    ~EndRead() {
+      if (on) sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
+    }
+  } endRead{m_db, snapshot};
+  auto done = [&](int rc) {
+    PTW_CHECK(rc == SQLITE_DONE, "run store ", m_path, ": cannot read run ", runId, "'s steps (",
+              sqlite3_errmsg(m_db), ")");
+  };
   {
-    Statement s(m_db,
-                "SELECT attempt, rank, step, epoch, loss, samples_per_s, step_ms, data_ms, compute_ms, comm_ms, opt_ms, "
-                "lr, mem_bytes FROM steps WHERE run_id = ?1 AND (?2 < 0 OR rank = ?2) AND step BETWEEN ?3 AND ?4");
+    // Two texts, so that one rank's range uses the (run_id, rank, step) index.
+    Statement s(m_db, rank < 0 ? "SELECT attempt, rank, step, epoch, loss, samples_per_s, step_ms, data_ms, "
+                                 "compute_ms, comm_ms, opt_ms, lr, mem_bytes FROM steps WHERE run_id = ?1 AND step "
+                                 "BETWEEN ?3 AND ?4"
+                               : "SELECT attempt, rank, step, epoch, loss, samples_per_s, step_ms, data_ms, "
+                                 "compute_ms, comm_ms, opt_ms, lr, mem_bytes FROM steps WHERE run_id = ?1 AND rank = "
+                                 "?2 AND step BETWEEN ?3 AND ?4");
     sqlite3_bind_int64(s, 1, runId);
     sqlite3_bind_int(s, 2, rank);
     sqlite3_bind_int64(s, 3, x0);
     sqlite3_bind_int64(s, 4, x1);
-    while (sqlite3_step(s) == SQLITE_ROW) {
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
       Found f{sqlite3_column_int(s, 0), {}};
       StepRecord& r = f.r;
       r.rank = sqlite3_column_int(s, 1);
@@ -498,16 +534,19 @@ std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int
       r.memBytes = sqlite3_column_int64(s, 12);
       found.push_back(f);
     }
+    done(rc);
   }
   {
-    Statement s(m_db,
-                "SELECT attempt, rank, count, records FROM step_blocks WHERE run_id = ?1 AND (?2 < 0 OR rank = ?2) "
-                "AND last_step >= ?3 AND first_step <= ?4");
+    Statement s(m_db, rank < 0 ? "SELECT attempt, rank, count, records FROM step_blocks WHERE run_id = ?1 AND "
+                                 "last_step >= ?3 AND first_step <= ?4"
+                               : "SELECT attempt, rank, count, records FROM step_blocks WHERE run_id = ?1 AND rank = "
+                                 "?2 AND last_step >= ?3 AND first_step <= ?4");
     sqlite3_bind_int64(s, 1, runId);
     sqlite3_bind_int(s, 2, rank);
     sqlite3_bind_int64(s, 3, x0);
     sqlite3_bind_int64(s, 4, x1);
-    while (sqlite3_step(s) == SQLITE_ROW) {
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
       const int attempt = sqlite3_column_int(s, 0), blockRank = sqlite3_column_int(s, 1);
       const auto* bytes = static_cast<const unsigned char*>(sqlite3_column_blob(s, 3));
       const auto n = std::min<std::int64_t>(sqlite3_column_int64(s, 2),
@@ -517,9 +556,10 @@ std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int
         if (r.step >= x0 && r.step <= x1) found.push_back({attempt, r});
       }
     }
+    done(rc);
   }
   // Where a restart replayed steps, the later attempt's record wins.
-  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+  std::stable_sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
     return std::tie(a.r.rank, a.r.step, a.attempt) < std::tie(b.r.rank, b.r.step, b.attempt);
   });
   std::vector<StepRecord> out;
@@ -550,13 +590,14 @@ std::vector<std::pair<double, double>> RunStore::series(std::int64_t runId, int 
                               : column == "step_ms"       ? &StepRecord::stepMs
                                                           : nullptr;
   PTW_CHECK(field != nullptr, "run store: no series \"", column, "\"");
+  if (rank < 0 || std::isnan(x0) || std::isnan(x1)) return {};
   const double lo = std::max(0.0, std::floor(x0)), hi = std::ceil(x1);
   if (!(hi >= lo)) return {};
   const auto clampStep = [](double v) {
     return v >= 9e18 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(v);
   };
   std::vector<std::pair<double, double>> out;
-  for (const auto& r : collect(runId, std::max(rank, 0), clampStep(lo), clampStep(hi)))
+  for (const auto& r : collect(runId, rank, clampStep(lo), clampStep(hi)))
     out.emplace_back(static_cast<double>(r.step), r.*field);
   return out;
 }

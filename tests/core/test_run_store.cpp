@@ -99,12 +99,15 @@ class TestRunStore : public QObject {
         const auto expect = stepRecord(static_cast<int>(i / steps), static_cast<std::int64_t>(i % steps) + 1).step;
         QVERIFY2(sameRecord(all[i], expect), qPrintable(QString("record %1 differs").arg(i)));
       }
-      const auto part = store.series(id, 1, "loss", 9000.4, 9010.2);  // steps 9000..9011
-      QCOMPARE(part.size(), std::size_t(12));
+      // Steps 8190..8195 of rank 1: across the end of a block (8,192 records) and the next.
+      const auto part = store.series(id, 1, "loss", 8190.4, 8194.2);
+      QCOMPARE(part.size(), std::size_t(6));
       for (std::size_t i = 0; i < part.size(); ++i) {
-        QCOMPARE(part[i].first, 9000.0 + static_cast<double>(i));
-        QCOMPARE(part[i].second, stepRecord(1, 9000 + static_cast<std::int64_t>(i)).step.loss);
+        QCOMPARE(part[i].first, 8190.0 + static_cast<double>(i));
+        QCOMPARE(part[i].second, stepRecord(1, 8190 + static_cast<std::int64_t>(i)).step.loss);
       }
+      QVERIFY(store.series(id, 1, "loss", std::nan(""), 100).empty());
+      QVERIFY(store.series(id, -1, "loss", 0, 100).empty());
       QCOMPARE(sql.count("SELECT count(*) FROM validation WHERE run_id = " + std::to_string(id)), std::int64_t(2));
     };
     // Packed: nothing in `steps` yet, blocks of at most 8,192 records.
@@ -197,6 +200,54 @@ class TestRunStore : public QObject {
     QCOMPARE(part.size(), std::size_t(4));
     QCOMPARE(part[1].second, stepRecord(0, 599, 0).step.stepMs);
     QCOMPARE(part[2].second, stepRecord(0, 600, 1).step.stepMs);
+
+    // Unpacked, each row keeps its attempt, and the run reads the same.
+    store.unpackBlocks(id);
+    Sql sql(store.path());
+    QCOMPARE(sql.count("SELECT count(*) FROM step_blocks"), std::int64_t(0));
+    QCOMPARE(sql.count("SELECT count(*) FROM steps WHERE attempt = 1 AND step BETWEEN 600 AND 1200"),
+             std::int64_t(601));
+    QCOMPARE(sql.count("SELECT count(*) FROM steps WHERE attempt = 0 AND step BETWEEN 1 AND 1000"),
+             std::int64_t(1000));
+    const auto again = store.steps(id);
+    QCOMPARE(again.size(), all.size());
+    for (std::size_t i = 0; i < all.size(); ++i) QVERIFY(sameRecord(again[i], all[i]));
+  }
+
+  // A store too full to unpack a run into rows at its end: nothing is lost, the run is not
+  // failed for it, every record is still read, and the next open unpacks them.
+  void unpackingIntoAFullStoreLosesNothing() {
+    QTemporaryDir dir;
+    std::int64_t id = 0;
+    std::vector<StepRecord> before;
+    {
+      qputenv("PTW_STORE_MAX_KIB", "1280");  // 20 pages of 64 KiB: the blocks fit, their rows do not
+      RunStore store(dir.path().toStdString());
+      qunsetenv("PTW_STORE_MAX_KIB");
+      id = store.beginRun(dir.path().toStdString(), defaultProfile());
+      for (int rank = 0; rank < 2; ++rank) {
+        std::vector<Record> batch;
+        for (std::int64_t s = 1; s <= 3000; ++s) batch.push_back(stepRecord(rank, s));
+        store.append(id, 0, batch);
+      }
+      store.flush();
+      QCOMPARE(store.error(), std::string());
+      store.endRun(id, "finished", "", 0.5, 1.0, 1);
+      QCOMPARE(store.error(), std::string());
+      QCOMPARE(store.run(id).status, std::string("finished"));
+      Sql sql(store.path());
+      QVERIFY2(sql.count("SELECT count(*) FROM step_blocks") > 0, "the cap did not stop the unpacking");
+      before = store.steps(id);
+      QCOMPARE(before.size(), std::size_t(6000));
+      QCOMPARE(store.stepCount(id), std::int64_t(6000));
+    }
+    RunStore again(dir.path().toStdString());
+    Sql sql(again.path());
+    QCOMPARE(sql.count("SELECT count(*) FROM step_blocks"), std::int64_t(0));
+    QCOMPARE(sql.count("SELECT count(*) FROM steps"), std::int64_t(6000));
+    const auto after = again.steps(id);
+    QCOMPARE(after.size(), before.size());
+    for (std::size_t i = 0; i < after.size(); ++i) QVERIFY(sameRecord(after[i], before[i]));
   }
 
   // A run whose supervisor died with records still packed: the next store to open the
