@@ -27,6 +27,16 @@ bool displayAvailable() {
   return qpa && *qpa;  // offscreen, vnc, ...: the user chose a platform
 }
 
+// Interrupted runs' step records become `steps` rows (Note [Step blocks]); where that fails
+// (a full disk) they are still read, so this only says so.
+void unpackEnded(ptw::core::RunStore& store) {
+  try {
+    store.unpackEndedRuns();
+  } catch (const ptw::Error& e) {
+    std::fprintf(stderr, "ptw: %s\n", e.what());
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,6 +126,7 @@ int main(int argc, char** argv) {
   try {
     if (runsCmd->parsed()) {
       ptw::core::RunStore store(listDir.empty() ? ptw::core::defaultRunsDirectory() : listDir);
+      unpackEnded(store);
       std::printf("%5s  %-11s  %-20s  %-13s  %5s  %12s  %12s  %s\n", "id", "status", "started (UTC)", "strategy",
                   "world", "final loss", "samples/s", "name");
       for (const auto& r : store.runs())
@@ -158,6 +169,7 @@ int main(int argc, char** argv) {
     }
     if (exportCmd->parsed()) {
       ptw::core::RunStore store(exportDir.empty() ? ptw::core::defaultRunsDirectory() : exportDir);
+      unpackEnded(store);
       store.exportCsv(exportId, exportCsv);
       std::printf("ptw: run %lld: %lld step records written to %s\n", static_cast<long long>(exportId),
                   static_cast<long long>(store.stepCount(exportId)), exportCsv.c_str());

@@ -214,19 +214,19 @@ RunStore::RunStore(const std::string& runsDir) : m_path(runsDir + "/runs.sqlite"
     sqlite3_close(m_db);
     throw;
   }
-  // Blocks of runs that no longer run (interrupted, or ended where unpacking failed) become
-  // rows. Best effort: a store that cannot write (read-only, full) still reads them as blocks.
-  try {
-    std::vector<std::int64_t> packed;
-    {
-      Statement q(m_db,
-                  "SELECT DISTINCT run_id FROM step_blocks WHERE run_id NOT IN (SELECT id FROM runs WHERE status = "
-                  "'running')");
-      while (sqlite3_step(q) == SQLITE_ROW) packed.push_back(sqlite3_column_int64(q, 0));
-    }
-    for (auto id : packed) unpackBlocks(id);
-  } catch (const std::exception&) {
+}
+
+void RunStore::unpackEndedRuns() {
+  std::vector<std::int64_t> packed;
+  {
+    Statement q(m_db,
+                "SELECT DISTINCT run_id FROM step_blocks WHERE run_id NOT IN (SELECT id FROM runs WHERE status = "
+                "'running')");
+    int rc;
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) packed.push_back(sqlite3_column_int64(q, 0));
+    PTW_CHECK(rc == SQLITE_DONE, "run store ", m_path, ": cannot list step blocks (", sqlite3_errmsg(m_db), ")");
   }
+  for (auto id : packed) unpackBlocks(id);
 }
 
 RunStore::~RunStore() {
@@ -358,7 +358,7 @@ void RunStore::unpackBlocks(std::int64_t runId) {
     std::string why = sqlite3_errmsg(m_db);
     if (inTransaction) sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
     PTW_FAIL("run store ", m_path, ": cannot unpack run ", runId, "'s step blocks into rows (", why,
-             "); they are kept, still read, and unpacked when the store is next opened");
+             "); they are kept and still read");
   };
   std::vector<std::int64_t> blocks;
   {
@@ -418,9 +418,10 @@ void RunStore::endRun(std::int64_t runId, const std::string& status, const std::
   commitBuffer();
   try {
     unpackBlocks(runId);
+    unpackEndedRuns();  // an interrupted run's, or one whose unpacking failed before
   } catch (const Error&) {
-    // Nothing is lost (the blocks are kept and read), so the run is not failed for it; a
-    // later open of the store unpacks them.
+    // Nothing is lost (the blocks are kept and read), so the run is not failed for it; the
+    // next run to end, `ptw runs` or `ptw export` tries again.
   }
   if (!std::isfinite(finalLoss) || !std::isfinite(samplesPerS)) {
     // Not given (the window's runs): from the stored records, last step's mean loss and the

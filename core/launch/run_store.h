@@ -12,8 +12,8 @@
 // core from the ranks. While a run is going, its step records are therefore stored in
 // blocks, one row of `step_blocks` per rank per commit holding that rank's records packed
 // (kBlockRecordBytes each, little-endian, layout in run_store.cpp and the README). When the
-// run ends (endRun), or when a store finds it interrupted, its blocks are unpacked into
-// `steps`, one row per record, for plain SQL. Every reader here reads both, so a record is
+// run ends (endRun) its blocks are unpacked into `steps`, one row per record, for plain
+// SQL; an interrupted run's when the next run ends, or at `ptw runs` or `ptw export`. Every reader here reads both, so a record is
 // visible as soon as it is committed, in whichever form it is at the time.
 #pragma once
 
@@ -73,6 +73,9 @@ class RunStore {
   /// Unpacks the run's step blocks into `steps` rows (Note [Step blocks]); endRun does it.
   /// Throws ptw::Error when it cannot (the blocks are then kept and still read).
   void unpackBlocks(std::int64_t runId);
+  /// Unpacks the blocks of every run that is not running (interrupted, or whose unpacking
+  /// failed). endRun does it, after its own run; ~2 µs a record, so not on a window's thread.
+  void unpackEndedRuns();
 
   std::vector<RunRow> runs();
   RunRow run(std::int64_t id);

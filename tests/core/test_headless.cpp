@@ -7,6 +7,7 @@
 #include <QtTest>
 
 #include <signal.h>
+#include <sqlite3.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -314,6 +315,27 @@ class TestHeadless : public QObject {
       QCOMPARE(s.step, last[static_cast<std::size_t>(s.rank)] + 1);
       last[static_cast<std::size_t>(s.rank)] = s.step;
     }
+    // `ptw runs` turns its packed records into `steps` rows, the same records.
+    QProcess list;
+    list.start(test::binDir() + "/ptw", {"runs", "--runs-dir", runs.path()});
+    QVERIFY(list.waitForFinished(30000));
+    QCOMPARE(list.exitCode(), 0);
+    sqlite3* db = nullptr;
+    QCOMPARE(sqlite3_open_v2(store.path().c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
+    auto count = [&](const char* sql) {
+      sqlite3_stmt* q = nullptr;
+      sqlite3_prepare_v2(db, sql, -1, &q, nullptr);
+      const std::int64_t n = sqlite3_step(q) == SQLITE_ROW ? sqlite3_column_int64(q, 0) : -1;
+      sqlite3_finalize(q);
+      return n;
+    };
+    QCOMPARE(count("SELECT count(*) FROM step_blocks"), std::int64_t(0));
+    QCOMPARE(count("SELECT count(*) FROM steps"), static_cast<std::int64_t>(steps.size()));
+    sqlite3_close(db);
+    const auto rows = store.steps(all[0].id);
+    QCOMPARE(rows.size(), steps.size());
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      QVERIFY(rows[i].rank == steps[i].rank && rows[i].step == steps[i].step && rows[i].loss == steps[i].loss);
   }
 
   // Every run is in the store; export writes every step record of every rank as CSV.
