@@ -122,6 +122,13 @@ StepRecord unpackStep(const unsigned char* f, int rank) {
   return r;
 }
 
+// The records of a block: `count` of them, or as many as its bytes hold if fewer.
+template <class F>
+void forEachPacked(const unsigned char* bytes, std::size_t size, std::int64_t count, int rank, F&& f) {
+  const auto n = std::min<std::int64_t>(count, static_cast<std::int64_t>(size / kBlockRecordBytes));
+  for (std::int64_t i = 0; i < n; ++i) f(unpackStep(bytes + static_cast<std::size_t>(i) * kBlockRecordBytes, rank));
+}
+
 std::string utcNow() {
   std::time_t now = std::time(nullptr);
   std::tm tm{};
@@ -380,11 +387,9 @@ void RunStore::unpackBlocks(std::int64_t runId) {
       // A copy: the inserts below must not be able to move what the blob points at.
       const auto* blob = static_cast<const unsigned char*>(sqlite3_column_blob(read, 3));
       const std::basic_string<unsigned char> bytes(blob, blob + sqlite3_column_bytes(read, 3));
-      const auto n = std::min<std::int64_t>(sqlite3_column_int64(read, 2),
-                                            static_cast<std::int64_t>(bytes.size() / kBlockRecordBytes));
+      const std::int64_t count = sqlite3_column_int64(read, 2);
       sqlite3_reset(read);
-      for (std::int64_t i = 0; i < n; ++i) {
-        const StepRecord r = unpackStep(bytes.data() + i * static_cast<std::int64_t>(kBlockRecordBytes), rank);
+      forEachPacked(bytes.data(), bytes.size(), count, rank, [&](const StepRecord& r) {
         sqlite3_stmt* s = m_insertStep;
         sqlite3_reset(s);
         sqlite3_bind_int64(s, 1, runId);
@@ -402,7 +407,7 @@ void RunStore::unpackBlocks(std::int64_t runId) {
         sqlite3_bind_double(s, 13, r.lr);
         sqlite3_bind_int64(s, 14, r.memBytes);
         if (sqlite3_step(s) != SQLITE_DONE) fail(true);
-      }
+      });
     } else if (rc != SQLITE_DONE) {  // SQLITE_DONE: already unpacked by another connection
       fail(true);
     }
@@ -501,6 +506,12 @@ std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int
       if (on) sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
     }
   } endRead{m_db, snapshot};
+  auto bindRange = [&](sqlite3_stmt* s) {
+    sqlite3_bind_int64(s, 1, runId);
+    sqlite3_bind_int(s, 2, rank);
+    sqlite3_bind_int64(s, 3, x0);
+    sqlite3_bind_int64(s, 4, x1);
+  };
   auto done = [&](int rc) {
     PTW_CHECK(rc == SQLITE_DONE, "run store ", m_path, ": cannot read run ", runId, "'s steps (",
               sqlite3_errmsg(m_db), ")");
@@ -513,10 +524,7 @@ std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int
                                : "SELECT attempt, rank, step, epoch, loss, samples_per_s, step_ms, data_ms, "
                                  "compute_ms, comm_ms, opt_ms, lr, mem_bytes FROM steps WHERE run_id = ?1 AND rank = "
                                  "?2 AND step BETWEEN ?3 AND ?4");
-    sqlite3_bind_int64(s, 1, runId);
-    sqlite3_bind_int(s, 2, rank);
-    sqlite3_bind_int64(s, 3, x0);
-    sqlite3_bind_int64(s, 4, x1);
+    bindRange(s);
     int rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
       Found f{sqlite3_column_int(s, 0), {}};
@@ -542,20 +550,15 @@ std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int
                                  "last_step >= ?3 AND first_step <= ?4"
                                : "SELECT attempt, rank, count, records FROM step_blocks WHERE run_id = ?1 AND rank = "
                                  "?2 AND last_step >= ?3 AND first_step <= ?4");
-    sqlite3_bind_int64(s, 1, runId);
-    sqlite3_bind_int(s, 2, rank);
-    sqlite3_bind_int64(s, 3, x0);
-    sqlite3_bind_int64(s, 4, x1);
+    bindRange(s);
     int rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
       const int attempt = sqlite3_column_int(s, 0), blockRank = sqlite3_column_int(s, 1);
-      const auto* bytes = static_cast<const unsigned char*>(sqlite3_column_blob(s, 3));
-      const auto n = std::min<std::int64_t>(sqlite3_column_int64(s, 2),
-                                            sqlite3_column_bytes(s, 3) / static_cast<int>(kBlockRecordBytes));
-      for (std::int64_t i = 0; i < n; ++i) {
-        StepRecord r = unpackStep(bytes + i * static_cast<std::int64_t>(kBlockRecordBytes), blockRank);
-        if (r.step >= x0 && r.step <= x1) found.push_back({attempt, r});
-      }
+      forEachPacked(static_cast<const unsigned char*>(sqlite3_column_blob(s, 3)),
+                    static_cast<std::size_t>(sqlite3_column_bytes(s, 3)), sqlite3_column_int64(s, 2), blockRank,
+                    [&](const StepRecord& r) {
+                      if (r.step >= x0 && r.step <= x1) found.push_back({attempt, r});
+                    });
     }
     done(rc);
   }
