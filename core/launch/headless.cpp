@@ -257,6 +257,11 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
       << " s: " << report.message << "\n";
   // Expectations, summary and JUnit: judged and written whatever the outcome.
   auto metrics = progress.metrics(report.wallS);
+  try {  // Note [Step blocks]: ~2 us a record, so a long run's takes a moment worth naming
+    if (const auto records = store->stepCount(runId); records >= 500000)
+      out << "ptw: storing " << records << " step records as rows..." << std::endl;
+  } catch (const Error&) {
+  }
   store->endRun(runId, statusName(report.status), report.message, metrics["final.loss"],
                 metrics["throughput.samples_per_s"], launcher.attempts());
   if (!store->error().empty() && report.status != RunReport::Status::Failed) {
