@@ -420,7 +420,7 @@ void MainWindow::resetLive(int ranks) {
   m_totalSeries = ranks > 1 && !pool ? m_throughput->addSeries(tr("total"), Qt::black) : -1;
   m_loss->setSmoothing(m_smoothing->value() / 100.0);
   m_split->reset(ranks);
-  m_stepSums.clear();
+  m_stepSums.reset(ranks);
   m_lastThroughput.assign(static_cast<std::size_t>(ranks), 0.0);
   m_latest.assign(static_cast<std::size_t>(ranks), {-1, 0.0});
   m_lastMessage.assign(static_cast<std::size_t>(ranks), QString());
@@ -483,7 +483,7 @@ void MainWindow::drainRun() {
       const double step = static_cast<double>(batch.restarts[nextRestart].second);
       m_loss->truncateAfter(step);
       m_throughput->truncateAfter(step);
-      m_stepSums.clear();
+      m_stepSums.reset(ranks);
       ++nextRestart;
     }
     if (i == batch.records.size()) break;
@@ -505,11 +505,10 @@ void MainWindow::drainRun() {
       setRankCell(s.rank, kStatus, tr("running"));
     }
     if (s.step >= latest.first) latest = {s.step, s.loss};
-    if (m_meanSeries >= 0) addToMean(s.step, s.loss, ranks);
-    if (m_totalSeries >= 0 && s.rank == 0) {
-      double total = 0;
-      for (double t : m_lastThroughput) total += t;
-      m_throughput->append(m_totalSeries, x, total);
+    // The mean loss and the total throughput of a step, once every rank has reported it.
+    if (StepSums::Sum sum; m_meanSeries >= 0 && m_stepSums.add(s.step, s.loss, s.samplesPerS, sum)) {
+      m_loss->append(m_meanSeries, x, sum.loss / ranks);
+      if (m_totalSeries >= 0) m_throughput->append(m_totalSeries, x, sum.throughput);
     }
   }
   for (const auto& [rank, line] : batch.logs) appendLog(rank, QString::fromStdString(line));
@@ -541,27 +540,6 @@ void MainWindow::drainRun() {
     m_split->refresh();
     m_redrawMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - now).count();
   }
-}
-
-// Every rank's loss at a step: their mean is drawn once the last one has come. Steps come
-// in order per rank, so the sums wait in a queue from the oldest incomplete step on; when
-// a step completes, the older ones (of a rank that skipped them) are dropped with it.
-void MainWindow::addToMean(std::int64_t step, double loss, int ranks) {
-  // A rank far ahead of another (more than a few batches of records): start over from it
-  // rather than hold a queue that long.
-  if (m_stepSums.empty() || step - m_stepSumsFrom > (1 << 20)) {
-    m_stepSums.clear();
-    m_stepSumsFrom = step;
-  }
-  if (step < m_stepSumsFrom) return;
-  const auto at = static_cast<std::size_t>(step - m_stepSumsFrom);
-  if (at >= m_stepSums.size()) m_stepSums.resize(at + 1, {0.0, 0});
-  auto& sum = m_stepSums[at];
-  sum.first += loss;
-  if (++sum.second < ranks) return;
-  m_loss->append(m_meanSeries, static_cast<double>(step), sum.first / ranks);
-  m_stepSums.erase(m_stepSums.begin(), m_stepSums.begin() + static_cast<std::ptrdiff_t>(at) + 1);
-  m_stepSumsFrom = step + 1;
 }
 
 void MainWindow::appendLog(int rank, const QString& line) {

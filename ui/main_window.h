@@ -12,6 +12,7 @@
 
 #include "common/profile.h"
 #include "ui/run_controller.h"
+#include "ui/step_sums.h"
 
 class QCheckBox;
 class QComboBox;
@@ -82,7 +83,6 @@ class MainWindow : public QMainWindow {
   void resetLive(int ranks);
   void setRankCell(int rank, int column, const QString& text);
   void appendLog(int rank, const QString& line);
-  void addToMean(std::int64_t step, double loss, int ranks);
   void refilterLog();
   void onFinished(const QString& status, const QString& message, int failedRank, const QStringList& lastLines);
   void markSaved(const QString& path);
@@ -128,8 +128,7 @@ class MainWindow : public QMainWindow {
   int m_valSeries = -1;
   int m_meanSeries = -1;
   int m_totalSeries = -1;
-  std::deque<std::pair<double, int>> m_stepSums;  ///< (loss sum, ranks) of steps from m_stepSumsFrom on
-  std::int64_t m_stepSumsFrom = 0;
+  StepSums m_stepSums;  ///< the mean loss and total throughput per step
   RunController::Batch m_batch;  ///< the last records taken; kept for its capacity
   std::vector<double> m_lastThroughput;
   std::vector<std::pair<std::int64_t, double>> m_latest;  ///< per rank: latest step and its loss (-1: none yet)

@@ -17,6 +17,8 @@
 #include <signal.h>
 
 #include <cmath>
+#include <tuple>
+#include <vector>
 
 #include "test_support.h"
 #include "ui/main_window.h"
@@ -26,6 +28,7 @@
 #include "ui/run_history.h"
 #include "ui/series_summary.h"
 #include "ui/step_split_chart.h"
+#include "ui/step_sums.h"
 #include "ui/sweep_panel.h"
 #include "launch/sweep.h"
 
@@ -46,6 +49,42 @@ class TestMainWindow : public QObject {
     QCoreApplication::setOrganizationName("ptw-tests");
     QCoreApplication::setApplicationName("test_main_window");
     QSettings().clear();
+  }
+
+  // The mean loss and total throughput of a step are drawn once every rank has reported it,
+  // from that step's values, whatever order the ranks' batches arrive in.
+  void stepSumsCompleteEachStepFromThatStepsValues() {
+    ui::StepSums sums;
+    sums.reset(2);
+    std::vector<std::tuple<std::int64_t, double, double>> done;
+    auto add = [&](int rank, std::int64_t step) {
+      ui::StepSums::Sum sum;
+      // rank r at step s: loss r + s / 1000, throughput 1000 * (r + 1) + s
+      if (sums.add(step, rank + step / 1000.0, 1000.0 * (rank + 1) + static_cast<double>(step), sum)) {
+        QCOMPARE(sum.ranks, 2);
+        done.emplace_back(step, sum.loss, sum.throughput);
+      }
+    };
+    for (std::int64_t s = 1; s <= 300; ++s) add(0, s);  // rank 0's batch first
+    QVERIFY(done.empty());
+    for (std::int64_t s = 1; s <= 200; ++s) add(1, s);  // then part of rank 1's
+    QCOMPARE(done.size(), std::size_t(200));
+    for (std::int64_t s = 201; s <= 400; ++s) add(1, s);  // rank 1 ahead now
+    for (std::int64_t s = 301; s <= 400; ++s) add(0, s);
+    QCOMPARE(done.size(), std::size_t(400));
+    for (std::size_t i = 0; i < done.size(); ++i) {
+      const auto step = static_cast<std::int64_t>(i) + 1;
+      QCOMPARE(std::get<0>(done[i]), step);
+      QCOMPARE(std::get<1>(done[i]), 0 + step / 1000.0 + 1 + step / 1000.0);
+      QCOMPARE(std::get<2>(done[i]), 1000.0 + 2000.0 + 2.0 * static_cast<double>(step));
+    }
+    // A step older than the last complete one is not drawn again; a rank that skipped a step
+    // does not hold up the next ones.
+    add(0, 399);
+    add(0, 402);
+    add(1, 402);
+    QCOMPARE(done.size(), std::size_t(401));
+    QCOMPARE(std::get<0>(done.back()), std::int64_t(402));
   }
 
   void editingFieldsChangesTheProfileAndMarksInvalidOnes() {
