@@ -421,8 +421,7 @@ void MainWindow::resetLive(int ranks) {
   m_loss->setSmoothing(m_smoothing->value() / 100.0);
   m_split->reset(ranks);
   m_stepSums.reset(ranks);
-  m_lastThroughput.assign(static_cast<std::size_t>(ranks), 0.0);
-  m_latest.assign(static_cast<std::size_t>(ranks), {-1, 0.0});
+  m_latest.assign(static_cast<std::size_t>(ranks), RankLatest{});
   m_lastMessage.assign(static_cast<std::size_t>(ranks), QString());
   m_rankStatus.assign(static_cast<std::size_t>(ranks), tr("starting"));
   m_ranks->setRowCount(ranks);
@@ -498,13 +497,13 @@ void MainWindow::drainRun() {
     m_loss->append(s.rank, x, s.loss);
     m_throughput->append(s.rank, x, s.samplesPerS);
     m_split->add(s);
-    m_lastThroughput[static_cast<std::size_t>(s.rank)] = s.samplesPerS;
     auto& latest = m_latest[static_cast<std::size_t>(s.rank)];
-    if (latest.first < 0 && m_rankStatus[static_cast<std::size_t>(s.rank)] == tr("starting")) {
+    if (latest.step < 0 && m_rankStatus[static_cast<std::size_t>(s.rank)] == tr("starting")) {
       m_rankStatus[static_cast<std::size_t>(s.rank)] = tr("running");
       setRankCell(s.rank, kStatus, tr("running"));
     }
-    if (s.step >= latest.first) latest = {s.step, s.loss};
+    latest.samplesPerS = s.samplesPerS;
+    if (s.step >= latest.step) latest.step = s.step, latest.loss = s.loss;
     // The mean loss and the total throughput of a step, once every rank has reported it.
     if (StepSums::Sum sum; m_meanSeries >= 0 && m_stepSums.add(s.step, s.loss, s.samplesPerS, sum)) {
       m_loss->append(m_meanSeries, x, sum.loss / ranks);
@@ -529,11 +528,11 @@ void MainWindow::drainRun() {
     // The table shows each rank's latest record; a changed cell repaints the table, so it
     // changes with the charts.
     for (int r = 0; r < ranks; ++r) {
-      const auto row = static_cast<std::size_t>(r);
-      if (m_latest[row].first < 0) continue;
-      setRankCell(r, kThroughput, QString::number(m_lastThroughput[row], 'f', 0));
-      setRankCell(r, kStep, QString::number(m_latest[row].first));
-      setRankCell(r, kLoss, QString::number(m_latest[row].second, 'g', 6));
+      const RankLatest& latest = m_latest[static_cast<std::size_t>(r)];
+      if (latest.step < 0) continue;
+      setRankCell(r, kThroughput, QString::number(latest.samplesPerS, 'f', 0));
+      setRankCell(r, kStep, QString::number(latest.step));
+      setRankCell(r, kLoss, QString::number(latest.loss, 'g', 6));
     }
     m_loss->refresh();
     m_throughput->refresh();

@@ -130,8 +130,12 @@ class MainWindow : public QMainWindow {
   int m_totalSeries = -1;
   StepSums m_stepSums;  ///< the mean loss and total throughput per step
   RunController::Batch m_batch;  ///< the last records taken; kept for its capacity
-  std::vector<double> m_lastThroughput;
-  std::vector<std::pair<std::int64_t, double>> m_latest;  ///< per rank: latest step and its loss (-1: none yet)
+  struct RankLatest {
+    std::int64_t step = -1;  ///< the highest step seen (-1: none yet), and its loss
+    double loss = 0;
+    double samplesPerS = 0;  ///< of the last record that came
+  };
+  std::vector<RankLatest> m_latest;  ///< what the rank table shows
   std::vector<QString> m_lastMessage;
   std::vector<QString> m_rankStatus;
   std::chrono::steady_clock::time_point m_lastRedraw{};

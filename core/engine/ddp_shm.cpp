@@ -27,8 +27,9 @@
 // Each rank so does 1/world of the optimizer's work, and the averaged gradients are never
 // written anywhere: after backward a rank reads its share from every slot (one pass over
 // the gradients in all) and reads and writes its share of parameters and buffers (4/world
-// passes), where packing, summing, copying back and a whole optimizer step took ~10. A checkpoint (rank 0) holds the full parameters and buffers,
-// as a torch SGD would; a resumed buffer is copied in, share by share, on the first step.
+// passes), where packing, summing, copying back and a whole optimizer step took ~10. A
+// checkpoint (rank 0) holds the full parameters and buffers, as a torch SGD would; a
+// resumed buffer is copied in, share by share, on the first step.
 // Adam, AdamW or clipping (which needs the norm of the whole gradient) keep the
 // all-reduce above and every rank's own optimizer. The views keep the mapping alive
 // (their deleter holds the segment), so parameters outlive the strategy safely.
