@@ -27,6 +27,7 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include <algorithm>
 #include <chrono>
 #include <thread>
 
@@ -46,6 +47,7 @@ namespace {
 
 enum RankColumn { kRank, kStatus, kStep, kLoss, kThroughput, kMessage, kExit, kColumns };
 constexpr std::size_t kMaxLogLines = 20000;
+constexpr int kFirstPointMs = 50;  ///< how often records are taken until a rank's first point is drawn
 
 }  // namespace
 
@@ -53,7 +55,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new 
   buildUi();
   buildMenus();
   m_drainTimer = new QTimer(this);
-  m_drainTimer->setInterval(50);  // ingest in batches, redraw at most 20 times a second (Note [Redraw budget])
+  m_drainTimer->setInterval(kFirstPointMs);  // then as often as the charts are redrawn (Note [Redraw budget])
   connect(m_drainTimer, &QTimer::timeout, this, &MainWindow::drainRun);
   connect(m_controller, &RunController::started, this, [this](int) {
     m_status->setText(tr("Running %1 series…").arg(m_reportingRanks));
@@ -462,7 +464,7 @@ void MainWindow::startRun() {
   // Note [Redraw budget]: a run with a training thread on every core leaves drawing 0.5%.
   const int training = p.strategy.kind == "dataparallel" ? p.strategy.ranks : core::processCount(p);
   m_redrawShare = training >= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) ? 0.005 : 0.02;
-  m_drainTimer->start();
+  m_drainTimer->start(kFirstPointMs);
   m_history->reload();
 }
 
@@ -498,9 +500,12 @@ void MainWindow::drainRun() {
     m_throughput->append(s.rank, x, s.samplesPerS);
     m_split->add(s);
     auto& latest = m_latest[static_cast<std::size_t>(s.rank)];
-    if (latest.step < 0 && m_rankStatus[static_cast<std::size_t>(s.rank)] == tr("starting")) {
-      m_rankStatus[static_cast<std::size_t>(s.rank)] = tr("running");
-      setRankCell(s.rank, kStatus, tr("running"));
+    if (latest.step < 0) {
+      m_forceRedraw = true;  // a rank's first point is drawn at once
+      if (m_rankStatus[static_cast<std::size_t>(s.rank)] == tr("starting")) {
+        m_rankStatus[static_cast<std::size_t>(s.rank)] = tr("running");
+        setRankCell(s.rank, kStatus, tr("running"));
+      }
     }
     latest.samplesPerS = s.samplesPerS;
     if (s.step >= latest.step) latest.step = s.step, latest.loss = s.loss;
@@ -515,14 +520,19 @@ void MainWindow::drainRun() {
   // Training ranks often own every core, so each millisecond spent drawing is taken
   // from them, and more than that: ranks in lock-step all wait for the one whose core the
   // window took (bench_monitoring measured a 2% drawing share costing ~6% of a fast shm
-  // run's throughput). Records are ingested every 50 ms, but the charts are redrawn
-  // (drawn at once, so the time measured is the drawing) only when the last redraw is at
-  // most m_redrawShare of the time since: 2%, or 0.5% when the run has a training thread
-  // on every core. That is 20 frames/s when drawing is cheap, fewer on a slow machine, with
-  // large charts or with no core to spare, never below 2.
+  // run's throughput). The charts are redrawn (drawn at once, so the time measured is the
+  // drawing) only when the last redraw is at most m_redrawShare of the time since: 2%, or
+  // 0.5% when the run has a training thread on every core. That is 20 frames/s when
+  // drawing is cheap, fewer on a slow machine, with large charts or with no core to spare,
+  // never below 2. Records are taken as often as the charts are redrawn: in between they
+  // would only wait, and each wake-up of the window's thread also takes a core from a rank.
+  // Until every rank has drawn its first point they are taken every 50 ms, and a rank's
+  // first point is drawn at once.
   const auto now = std::chrono::steady_clock::now();
   const double sinceMs = std::chrono::duration<double, std::milli>(now - m_lastRedraw).count();
-  if (sinceMs >= std::min(500.0, std::max(50.0, m_redrawMs / m_redrawShare)) || m_forceRedraw) {
+  auto period = [this] { return std::min(500.0, std::max(50.0, m_redrawMs / m_redrawShare)); };
+  // A timer that fires a little early still redraws, or the rate would halve.
+  if (sinceMs >= 0.9 * period() || m_forceRedraw) {
     m_forceRedraw = false;
     m_lastRedraw = now;
     // The table shows each rank's latest record; a changed cell repaints the table, so it
@@ -539,6 +549,10 @@ void MainWindow::drainRun() {
     m_split->refresh();
     m_redrawMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - now).count();
   }
+  const bool allDrawn =
+      std::all_of(m_latest.begin(), m_latest.end(), [](const RankLatest& l) { return l.step >= 0; });
+  const int interval = allDrawn ? static_cast<int>(period()) : kFirstPointMs;
+  if (m_drainTimer->interval() != interval) m_drainTimer->setInterval(interval);
 }
 
 void MainWindow::appendLog(int rank, const QString& line) {

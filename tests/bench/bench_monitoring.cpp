@@ -135,7 +135,7 @@ int main(int argc, char** argv) {
       const auto points = static_cast<double>(w.lossChart()->pointCount(0));
       if (fromMs < 0 && points >= 0.1 * static_cast<double>(steps)) steadyFrom = Cpu::now(), fromMs = clock.elapsed();
       if (toMs < 0 && points >= 0.8 * static_cast<double>(steps)) steadyTo = Cpu::now(), toMs = clock.elapsed();
-      QTest::qWait(20);
+      QTest::qWait(100);  // the window's own thread: polling it more often would cost the run
     }
     if (fromMs >= 0 && toMs > fromMs)
       steadyShare.push_back((steadyTo.self - steadyFrom.self) / (static_cast<double>(toMs - fromMs) / 1000.0));
