@@ -410,7 +410,7 @@ std::vector<std::string> fieldChoices(const std::string& path) {
       {"data.kind", {"synthetic-regression", "synthetic-classification", "csv", "mnist"}},
       {"data.task", {"regression", "classification"}},
       {"strategy.kind", {"single", "dataparallel", "ddp", "pool"}},
-      {"strategy.backend", {"gloo", "nccl", "shm"}},
+      {"strategy.backend", {"auto", "gloo", "nccl", "shm"}},
       {"strategy.device", {"cpu", "cuda"}},
       {"strategy.pool_mode", {"sync", "hogwild"}},
       {"hyper.optimizer", {"sgd", "adam", "adamw"}},
@@ -487,6 +487,12 @@ int processCount(const Profile& p) {
   if (p.strategy.kind == "ddp") return p.strategy.ranks;
   if (p.strategy.kind == "pool") return p.strategy.ranks + 1;
   return 1;
+}
+
+std::string collectiveBackend(const Profile& p, bool haveNccl) {
+  if (p.strategy.backend != "auto") return p.strategy.backend;
+  if (p.strategy.device == "cpu") return "shm";
+  return haveNccl ? "nccl" : "gloo";
 }
 
 int reportingRanks(const Profile& p) {

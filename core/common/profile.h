@@ -37,7 +37,9 @@ struct DataSpec {
 struct StrategySpec {
   std::string kind = "ddp";      ///< single | dataparallel | ddp | pool
   int ranks = 2;                 ///< ddp: processes; dataparallel: replicas (lanes); pool: workers; single: 1
-  std::string backend = "gloo";  ///< ddp: gloo | nccl | shm (same-machine CPU ranks, shared memory)
+  /// ddp: auto | gloo | nccl | shm (same-machine CPU ranks, shared memory); auto is shm on
+  /// cpu, nccl on cuda (gloo where LibTorch has no NCCL): see collectiveBackend().
+  std::string backend = "auto";
   std::string device = "cpu";    ///< cpu | cuda (rank/lane i uses cuda:i)
   double bucketMb = 25.0;        ///< ddp: gradient bucket size
   std::string poolMode = "sync";  ///< pool: sync (coordinator averages and steps) | hogwild (lock-free)
@@ -98,6 +100,11 @@ struct FieldError {
 
 /// Worker processes a run of this profile starts: ddp ranks, pool workers + coordinator, else 1.
 int processCount(const Profile& profile);
+
+/// The collective backend a ddp run of this profile uses: strategy.backend, with "auto"
+/// resolved to "shm" on cpu (ranks are local processes), else "nccl" when `haveNccl`, else
+/// "gloo".
+std::string collectiveBackend(const Profile& profile, bool haveNccl);
 
 /// Series a run reports (record rank 0..n-1): one per ddp rank, DataParallel replica, or pool
 /// process (rank 0 is the pool's coordinator).

@@ -21,6 +21,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 
 #include <chrono>
+#include <cstdio>
 #include <mutex>
 
 #include "common/error.h"
@@ -30,6 +31,12 @@
 
 namespace ptw::engine {
 namespace {
+
+#if defined(PTW_WITH_CUDA) && defined(USE_C10D_NCCL)
+constexpr bool kHaveNccl = true;
+#else
+constexpr bool kHaveNccl = false;
+#endif
 
 class GradReadyHook final : public torch::autograd::FunctionPostHook {
  public:
@@ -73,7 +80,7 @@ class Ddp final : public Strategy {
       so.timeout = timeout;
       store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
     }
-    if (p.strategy.backend == "nccl") {
+    if (core::collectiveBackend(p, kHaveNccl) == "nccl") {
 #if defined(PTW_WITH_CUDA) && defined(USE_C10D_NCCL)
       m_group = compat::makeNccl(store, ctx.rank, ctx.world, timeout);
 #else
@@ -231,7 +238,10 @@ class Ddp final : public Strategy {
 std::unique_ptr<Strategy> makeDdpShm(const SyncContext& ctx);
 
 std::unique_ptr<Strategy> makeDdp(const SyncContext& ctx) {
-  if (ctx.profile.strategy.backend == "shm") return makeDdpShm(ctx);
+  const std::string backend = core::collectiveBackend(ctx.profile, kHaveNccl);
+  if (ctx.profile.strategy.backend == "auto" && ctx.rank == 0)
+    std::fprintf(stderr, "[rank 0] strategy.backend auto: %s\n", backend.c_str());
+  if (backend == "shm") return makeDdpShm(ctx);
   return std::make_unique<Ddp>(ctx);
 }
 

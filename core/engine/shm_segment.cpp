@@ -60,6 +60,15 @@ ShmSegment::ShmSegment(std::string name, int rank, int world, std::size_t payloa
       ::shm_unlink(m_name.c_str());
       PTW_FAIL("shm: cannot size ", m_name, " to ", m_bytes, " bytes: ", std::strerror(err), " (is /dev/shm full?)");
     }
+    // Reserve the memory now: a tmpfs file is sparse, and a page that /dev/shm has no room
+    // for would otherwise be a SIGBUS in the middle of training.
+    if (int err = ::posix_fallocate(fd, 0, static_cast<off_t>(m_bytes)); err != 0 && err != EOPNOTSUPP && err != EINVAL) {
+      ::close(fd);
+      ::shm_unlink(m_name.c_str());
+      PTW_FAIL("shm: /dev/shm has no room for the ", (m_bytes + (1 << 20) - 1) >> 20,
+               " MiB this model's shared segment needs (", std::strerror(err),
+               "); enlarge /dev/shm (docker run --shm-size), or for ddp set strategy.backend to \"gloo\"");
+    }
   } else {
     while ((fd = ::shm_open(m_name.c_str(), O_RDWR, 0600)) < 0) {
       PTW_CHECK(std::chrono::steady_clock::now() < deadline, "shm: rank 0 did not create ", m_name, " within ",

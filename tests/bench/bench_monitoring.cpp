@@ -82,7 +82,7 @@ int main(int argc, char** argv) {
   const char* backend = argc > 3 ? argv[3] : "shm";
   QTemporaryDir runs;
 
-  // (1) Start to first point, default profile (2 ranks, Gloo), in the window.
+  // (1) Start to first point, default profile (2 DDP ranks, backend auto: shared memory), in the window.
   std::vector<double> firstPoint;
   for (int i = 0; i < 5; ++i) {
     ui::MainWindow w;
@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
     ratio.push_back(on.back() / off.back());
   }
 
-  std::printf("time from Start to the first loss point (2 ranks, Gloo): median %.2f s, max %.2f s over 5 (target <= 3 s)\n",
+  std::printf("time from Start to the first loss point (default profile: 2 DDP ranks, shared memory): median %.2f s, max %.2f s over 5 (target <= 3 s)\n",
               median(firstPoint), *std::max_element(firstPoint.begin(), firstPoint.end()));
   std::printf("monitoring cost, seed workload, DDP %s, 2 ranks, %ld steps, %d rounds:\n", backend, steps, rounds);
   std::printf("  metrics off (no records, no store, no window):  %.0f steps/s (median)\n", median(off));

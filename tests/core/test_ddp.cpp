@@ -8,10 +8,13 @@
 #include <QJsonObject>
 #include <QtTest>
 
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <torch/torch.h>
 
+#include "common/error.h"
+#include "engine/shm_segment.h"
 #include "engine/strategy.h"
 #include "engine/sampler.h"
 #include "engine/trainer.h"
@@ -220,6 +223,44 @@ class TestDdp : public QObject {
     QVERIFY(params[1].data_ptr<float>() == params[0].data_ptr<float>() + params[0].numel());
     double diff = maxAbsDiff(params, referenceParameters(p, 1));
     QVERIFY2(diff < 1e-5, qPrintable(QStringLiteral("max |shm ddp - single| = %1").arg(diff)));
+  }
+
+  // The default backend ("auto") on CPU ranks is shared memory: the sharded step lays the
+  // parameters back to back in its segment.
+  void autoBackendOnCpuIsSharedMemory() {
+    Profile p = mlpProfile();
+    QCOMPARE(p.strategy.backend, std::string("auto"));
+    p.strategy.kind = "ddp";
+    p.strategy.ranks = 1;
+    engine::SyncContext ctx{p, 0, 1, static_cast<int>(::getpid())};
+    engine::Trainer t(engine::TrainerOptions(p, 0, 1), engine::makeStrategy(ctx));
+    std::atomic<bool> stop{false};
+    QCOMPARE(t.run(stop), std::int64_t(20));
+    const auto params = t.parameters();
+    QVERIFY(params[1].data_ptr<float>() == params[0].data_ptr<float>() + params[0].numel());
+    p.strategy.kind = "single";  // the check above is not vacuous: a model's own tensors are apart
+    engine::SyncContext single{p, 0, 1, 0};
+    engine::Trainer one(engine::TrainerOptions(p, 0, 1), engine::makeStrategy(single));
+    QCOMPARE(one.run(stop), std::int64_t(20));
+    const auto apart = one.parameters();
+    QVERIFY(apart[1].data_ptr<float>() != apart[0].data_ptr<float>() + apart[0].numel());
+  }
+
+  // A segment larger than /dev/shm fails at once with a message that says what to do, not
+  // with a SIGBUS when training first touches the missing memory.
+  void segmentLargerThanDevShmFailsClearly() {
+    struct statvfs fs {};
+    QVERIFY(::statvfs("/dev/shm", &fs) == 0);
+    const std::size_t total = static_cast<std::size_t>(fs.f_blocks) * fs.f_frsize;
+    const std::string name = "/ptw-test-too-large-" + std::to_string(::getpid());
+    try {
+      engine::ShmSegment segment(name, 0, 1, total + (std::size_t(1) << 30), std::chrono::milliseconds(1000));
+      QFAIL("a segment larger than /dev/shm was created");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).contains("/dev/shm has no room"), e.what());
+      QVERIFY2(QString(e.what()).contains("strategy.backend"), e.what());
+    }
+    QVERIFY2(::access(("/dev/shm" + name).c_str(), F_OK) != 0, "the failed segment was left behind");
   }
 
   // Single with 4 micro-batches of 8 per step equals Single with batches of 32.

@@ -35,6 +35,24 @@ class TestProfile : public QObject {
     QCOMPARE(p.data.samples, std::int64_t(100));
   }
 
+  // strategy.backend "auto" (the default) is shared memory for CPU ranks, NCCL for GPUs
+  // where LibTorch has it and Gloo where not; a backend named in the profile is kept.
+  void autoBackendResolvesByDevice() {
+    Profile p = defaultProfile();
+    QCOMPARE(p.strategy.backend, std::string("auto"));
+    QCOMPARE(collectiveBackend(p, true), std::string("shm"));
+    QCOMPARE(collectiveBackend(p, false), std::string("shm"));
+    p.strategy.device = "cuda";
+    QCOMPARE(collectiveBackend(p, true), std::string("nccl"));
+    QCOMPARE(collectiveBackend(p, false), std::string("gloo"));
+    QVERIFY(validate(p).empty() || validate(p).front().path != "strategy.backend");
+    for (const char* named : {"gloo", "nccl", "shm"}) {
+      p.strategy.backend = named;
+      QCOMPARE(collectiveBackend(p, true), std::string(named));
+      QCOMPARE(collectiveBackend(p, false), std::string(named));
+    }
+  }
+
   void saveLoadRoundTrip() {
     QTemporaryDir dir;
     Profile p = defaultProfile();

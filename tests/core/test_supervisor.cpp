@@ -156,7 +156,9 @@ class TestSupervisor : public QObject {
   // A local run uses loopback only: the ranks meet through a FileStore (no store socket),
   // and Gloo's sockets are bound to 127.0.0.1.
   void localRunListensOnLoopbackOnly() {
-    StoredRun run(test::endlessProfile(2));
+    Profile p = test::endlessProfile(2);
+    p.strategy.backend = "gloo";
+    StoredRun run(p);
     Supervisor supervisor(run.options());
     Watcher w;
     QStringList seen;
