@@ -60,8 +60,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new 
   connect(m_controller, &RunController::started, this, [this](int) {
     m_status->setText(tr("Running %1 series…").arg(m_reportingRanks));
   });
-  connect(m_controller, &RunController::closing, this, [this](qint64 records) {
-    m_status->setText(tr("All processes ended; storing %1 step records as rows…").arg(records));
+  connect(m_controller, &RunController::storing, this, [this](qint64 done, qint64 total) {
+    m_status->setText(tr("All processes ended; storing step records as rows: %L1 of %L2 (%3%)…")
+                          .arg(done)
+                          .arg(total)
+                          .arg(total > 0 ? 100 * done / total : 100));
   });
   connect(m_controller, &RunController::rankExited, this, [this](int rank, const QString& how, bool failed) {
     setRankCell(rank, kExit, how);
@@ -524,13 +527,16 @@ void MainWindow::drainRun() {
   // drawing) only when the last redraw is at most m_redrawShare of the time since: 2%, or
   // 0.5% when the run has a training thread on every core. That is 20 frames/s when
   // drawing is cheap, fewer on a slow machine, with large charts or with no core to spare,
-  // never below 2. Records are taken as often as the charts are redrawn: in between they
+  // never below 2, or 1 when the ranks own every core (three charts and the rank table
+  // take ~4-5 ms to draw here, so 2 frames/s would be ~1% of a core). Records are taken as often as the charts are redrawn: in between they
   // would only wait, and each wake-up of the window's thread also takes a core from a rank.
   // Until every rank has drawn its first point they are taken every 50 ms, and a rank's
   // first point is drawn at once.
   const auto now = std::chrono::steady_clock::now();
   const double sinceMs = std::chrono::duration<double, std::milli>(now - m_lastRedraw).count();
-  auto period = [this] { return std::min(500.0, std::max(50.0, m_redrawMs / m_redrawShare)); };
+  auto period = [this] {
+    return std::min(m_redrawShare < 0.02 ? 1000.0 : 500.0, std::max(50.0, m_redrawMs / m_redrawShare));
+  };
   // A timer that fires a little early still redraws, or the rate would halve.
   if (sinceMs >= 0.9 * period() || m_forceRedraw) {
     m_forceRedraw = false;

@@ -3,6 +3,7 @@
 #include <QMetaObject>
 #include <QStringList>
 
+#include <chrono>
 #include <cmath>
 
 #include "common/error.h"
@@ -90,14 +91,16 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
       status = QStringLiteral("failed");
       message = QString::fromStdString(e.what());
     }
-    try {
-      const qint64 records = m_store->stepCount(m_runId);
-      QMetaObject::invokeMethod(this, [this, records] { emit closing(records); }, Qt::QueuedConnection);
-    } catch (const std::exception&) {
-    }
+    auto lastShown = std::chrono::steady_clock::time_point{};
+    auto progress = [this, &lastShown](std::int64_t done, std::int64_t total) {
+      const auto now = std::chrono::steady_clock::now();
+      if (done != 0 && done != total && now - lastShown < std::chrono::milliseconds(100)) return;
+      lastShown = now;
+      QMetaObject::invokeMethod(this, [this, done, total] { emit storing(done, total); }, Qt::QueuedConnection);
+    };
     try {
       m_store->endRun(m_runId, status.toStdString(), message.toStdString(), std::nan(""), std::nan(""),
-                      m_supervisor->attempts());
+                      m_supervisor->attempts(), progress);
     } catch (const std::exception&) {
     }
     QMetaObject::invokeMethod(

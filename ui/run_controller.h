@@ -52,9 +52,10 @@ class RunController : public QObject {
  signals:
   void started(int port);
   void rankExited(int rank, const QString& how, bool failed);
-  /// Every process has ended; the run's step records are being unpacked into rows
-  /// (Note [Step blocks]), which takes ~2 µs a record.
-  void closing(qint64 records);
+  /// Every process has ended and the run's step records are being unpacked into rows
+  /// (Note [Step blocks], ~2 µs a record): `done` of `total`, from 0, at most every 100 ms
+  /// and at the end.
+  void storing(qint64 done, qint64 total);
   /// The run ended; `status` is finished, failed or stopped.
   void finished(const QString& status, const QString& message, int failedRank, const QStringList& lastLines);
 

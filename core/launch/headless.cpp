@@ -257,13 +257,20 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
       << " s: " << report.message << "\n";
   // Expectations, summary and JUnit: judged and written whatever the outcome.
   auto metrics = progress.metrics(report.wallS);
-  try {  // Note [Step blocks]: ~2 us a record, so a long run's takes a moment worth naming
-    if (const auto records = store->stepCount(runId); records >= 500000)
-      out << "ptw: storing " << records << " step records as rows..." << std::endl;
-  } catch (const Error&) {
-  }
+  // Note [Step blocks]: ~2 µs a record, so a long run's take a moment worth showing: from
+  // half a million records, a line at the start and one a second.
+  auto lastShown = std::chrono::steady_clock::now();
+  auto unpacking = [&](std::int64_t done, std::int64_t total) {
+    if (total < 500000) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (done == 0) out << "ptw: storing " << total << " step records as rows..." << std::endl;
+    else if (done == total || now - lastShown >= std::chrono::seconds(1))
+      out << "ptw: stored " << done << " of " << total << " step records as rows" << std::endl;
+    else return;
+    lastShown = now;
+  };
   store->endRun(runId, statusName(report.status), report.message, metrics["final.loss"],
-                metrics["throughput.samples_per_s"], launcher.attempts());
+                metrics["throughput.samples_per_s"], launcher.attempts(), unpacking);
   if (!store->error().empty() && report.status != RunReport::Status::Failed) {
     report.status = RunReport::Status::Failed;
     report.message = store->error();

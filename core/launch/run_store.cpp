@@ -360,24 +360,29 @@ void RunStore::commitBuffer() {
 // One block a transaction: the write lock is held for ~20 ms at a time (another run writing
 // to the same store is never kept waiting long), and a reader sees each block either packed
 // or as rows, never neither nor both.
-void RunStore::unpackBlocks(std::int64_t runId) {
+void RunStore::unpackBlocks(std::int64_t runId, const UnpackProgress& progress) {
   auto fail = [&](bool inTransaction) {
     std::string why = sqlite3_errmsg(m_db);
     if (inTransaction) sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
     PTW_FAIL("run store ", m_path, ": cannot unpack run ", runId, "'s step blocks into rows (", why,
              "); they are kept and still read");
   };
-  std::vector<std::int64_t> blocks;
+  std::vector<std::pair<std::int64_t, std::int64_t>> blocks;  // rowid, records
+  std::int64_t total = 0, done = 0;
   {
-    Statement q(m_db, "SELECT rowid FROM step_blocks WHERE run_id = ? ORDER BY rowid");
+    Statement q(m_db, "SELECT rowid, count FROM step_blocks WHERE run_id = ? ORDER BY rowid");
     sqlite3_bind_int64(q, 1, runId);
     int rc;
-    while ((rc = sqlite3_step(q)) == SQLITE_ROW) blocks.push_back(sqlite3_column_int64(q, 0));
+    while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
+      blocks.emplace_back(sqlite3_column_int64(q, 0), sqlite3_column_int64(q, 1));
+      total += blocks.back().second;
+    }
     if (rc != SQLITE_DONE) fail(false);
   }
+  if (progress && !blocks.empty()) progress(0, total);
   Statement read(m_db, "SELECT attempt, rank, count, records FROM step_blocks WHERE rowid = ?");
   Statement drop(m_db, "DELETE FROM step_blocks WHERE rowid = ?");
-  for (const auto block : blocks) {
+  for (const auto& [block, records] : blocks) {
     if (sqlite3_exec(m_db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) fail(false);
     sqlite3_reset(read);
     sqlite3_bind_int64(read, 1, block);
@@ -415,14 +420,16 @@ void RunStore::unpackBlocks(std::int64_t runId) {
     sqlite3_bind_int64(drop, 1, block);
     if (sqlite3_step(drop) != SQLITE_DONE) fail(true);
     if (sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) fail(true);
+    done += records;
+    if (progress) progress(done, total);
   }
 }
 
 void RunStore::endRun(std::int64_t runId, const std::string& status, const std::string& message, double finalLoss,
-                      double samplesPerS, int attempts) {
+                      double samplesPerS, int attempts, const UnpackProgress& progress) {
   commitBuffer();
   try {
-    unpackBlocks(runId);
+    unpackBlocks(runId, progress);
     unpackEndedRuns();  // an interrupted run's, or one whose unpacking failed before
   } catch (const Error&) {
     // Nothing is lost (the blocks are kept and read), so the run is not failed for it; the

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -64,15 +65,21 @@ class RunStore {
   void append(std::int64_t runId, int attempt, const std::vector<Record>& batch);
   /// Commits what is buffered.
   void flush();
+  /// Called as step records become rows: `done` of `total`, from 0 (before the first block)
+  /// to `total`, once a block (at most 8,192 records, ~20 ms).
+  using UnpackProgress = std::function<void(std::int64_t done, std::int64_t total)>;
+
+  /// Marks the run ended and unpacks its step blocks (reporting to `progress`); the summary
+  /// (final loss, throughput) comes from the records when not given (NaN).
   void endRun(std::int64_t runId, const std::string& status, const std::string& message, double finalLoss,
-              double samplesPerS, int attempts);
+              double samplesPerS, int attempts, const UnpackProgress& progress = {});
 
   /// "" while every write succeeded, else what failed and what to do.
   const std::string& error() const { return m_error; }
 
   /// Unpacks the run's step blocks into `steps` rows (Note [Step blocks]); endRun does it.
   /// Throws ptw::Error when it cannot (the blocks are then kept and still read).
-  void unpackBlocks(std::int64_t runId);
+  void unpackBlocks(std::int64_t runId, const UnpackProgress& progress = {});
   /// Unpacks the blocks of every run that is not running (interrupted, or whose unpacking
   /// failed). endRun does it, after its own run; ~2 µs a record, so not on a window's thread.
   void unpackEndedRuns();

@@ -116,7 +116,18 @@ class TestRunStore : public QObject {
     QCOMPARE(sql.count("SELECT max(count) FROM step_blocks"), std::int64_t(8192));
     check();
 
-    store.endRun(id, "finished", "", std::nan(""), std::nan(""), 1);
+    // Progress: from 0 of all, once a block, to all of all.
+    std::vector<std::pair<std::int64_t, std::int64_t>> shown;
+    store.endRun(id, "finished", "", std::nan(""), std::nan(""), 1,
+                 [&](std::int64_t done, std::int64_t total) { shown.emplace_back(done, total); });
+    QCOMPARE(shown.size(), std::size_t(8 + 1));
+    QCOMPARE(shown.front(), std::make_pair(std::int64_t(0), 2 * steps));
+    QCOMPARE(shown.back(), std::make_pair(2 * steps, 2 * steps));
+    for (std::size_t i = 1; i < shown.size(); ++i) {
+      QVERIFY(shown[i].first > shown[i - 1].first);
+      QVERIFY(shown[i].first - shown[i - 1].first <= 8192);
+      QCOMPARE(shown[i].second, 2 * steps);
+    }
     QCOMPARE(store.error(), std::string());
     QCOMPARE(sql.count("SELECT count(*) FROM step_blocks"), std::int64_t(0));
     QCOMPARE(sql.count("SELECT count(*) FROM steps WHERE run_id = " + std::to_string(id)), 2 * steps);
