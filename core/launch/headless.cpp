@@ -40,7 +40,9 @@ class ProgressPrinter : public LaunchObserver {
       : m_out(out), m_profile(p), m_tty(tty), m_ranks(static_cast<std::size_t>(reportingRanks(p))) {}
 
   void onStarted(int port, const std::vector<int>& pids) override {
-    m_out << "started " << pids.size() << " rank(s), store on 127.0.0.1:" << port << "\n";
+    m_out << "started " << pids.size() << " process(es)";
+    if (m_profile.run.port != 0) m_out << ", store on 127.0.0.1:" << port;  // else a FileStore in the run folder
+    m_out << "\n";
     m_start = std::chrono::steady_clock::now();
   }
   void onRecords(const std::vector<Record>& batch) override {
