@@ -466,10 +466,14 @@ void RunStore::endRun(std::int64_t runId, const std::string& status, const std::
     m_error = "run store " + m_path + ": cannot close the run (" + sqlite3_errmsg(m_db) + ")";
 }
 
-std::vector<RunRow> RunStore::runs() {
-  Statement s(m_db,
-              "SELECT id, dir, name, strategy, world, status, started_at, ifnull(ended_at, ''), ifnull(message, ''), "
-              "ifnull(final_loss, 'nan'), ifnull(samples_per_s, 'nan'), attempts, profile FROM runs ORDER BY id");
+// The runs `where` selects (bound to `id` when it has a parameter), oldest first.
+std::vector<RunRow> RunStore::selectRuns(const char* where, std::int64_t id) {
+  const std::string sql = std::string("SELECT id, dir, name, strategy, world, status, started_at, ifnull(ended_at, ''), "
+                                      "ifnull(message, ''), ifnull(final_loss, 'nan'), ifnull(samples_per_s, 'nan'), "
+                                      "attempts, profile FROM runs ") +
+                          where + " ORDER BY id";
+  Statement s(m_db, sql.c_str());
+  if (sqlite3_bind_parameter_count(s) > 0) sqlite3_bind_int64(s, 1, id);
   std::vector<RunRow> out;
   while (sqlite3_step(s) == SQLITE_ROW) {
     RunRow r;
@@ -491,10 +495,12 @@ std::vector<RunRow> RunStore::runs() {
   return out;
 }
 
+std::vector<RunRow> RunStore::runs() { return selectRuns("", 0); }
+
 RunRow RunStore::run(std::int64_t id) {
-  for (auto& r : runs())
-    if (r.id == id) return r;
-  PTW_FAIL("run store ", m_path, ": no run with id ", id, " (list them with `ptw runs`)");
+  auto found = selectRuns("WHERE id = ?", id);
+  PTW_CHECK(!found.empty(), "run store ", m_path, ": no run with id ", id, " (list them with `ptw runs`)");
+  return std::move(found.front());
 }
 
 std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int64_t x0, std::int64_t x1) {

@@ -97,6 +97,7 @@ class RunStore {
   void exportCsv(std::int64_t runId, const std::string& path);
 
  private:
+  std::vector<RunRow> selectRuns(const char* where, std::int64_t id);
   void exec(const char* sql);
   void commitBuffer();
   /// Step records of `runId` in [x0, x1] of `rank` (-1: every rank) from rows and blocks,
