@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <system_error>
 #include <tuple>
 
 #include "common/error.h"
@@ -241,6 +242,7 @@ RunStore::~RunStore() {
     flush();
   } catch (...) {
   }
+  stopCheckpointer();
   sqlite3_finalize(m_insertStep);
   sqlite3_finalize(m_insertBlock);
   sqlite3_finalize(m_insertValidation);
@@ -256,7 +258,77 @@ void RunStore::exec(const char* sql) {
   }
 }
 
+// Note [Background checkpoints]
+void RunStore::startCheckpointer() {
+  if (m_checkpoints.thread.joinable()) return;
+  sqlite3* db = nullptr;
+  // A connection checkpoints only once it has read the database and so found it in WAL mode.
+  if (sqlite3_open_v2(m_path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK ||
+      sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    return;  // the writer keeps checkpointing itself
+  }
+  {
+    Statement size(m_db, "PRAGMA page_size");
+    if (sqlite3_step(size) == SQLITE_ROW) m_checkpoints.pageBytes = sqlite3_column_int64(size, 0);
+  }
+  auto& c = m_checkpoints;
+  try {
+    c.thread = std::thread([&c, db] {
+      std::unique_lock<std::mutex> lock(c.mutex);
+      for (;;) {
+        c.wake.wait(lock, [&c] { return c.wanted || c.stop; });
+        if (c.stop) break;
+        c.wanted = false;
+        lock.unlock();
+        // PASSIVE: copies what no reader still needs and never blocks the writer; what it
+        // leaves is copied next time.
+        int copied = 0;
+        const int rc = sqlite3_wal_checkpoint_v2(db, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, &copied);
+        lock.lock();
+        if (rc == SQLITE_OK && copied > 0) ++c.done;
+      }
+      lock.unlock();
+      sqlite3_close(db);
+    });
+  } catch (const std::system_error&) {
+    sqlite3_close(db);
+    return;
+  }
+  // Replaces SQLite's own checkpointing on this connection (a WAL hook of its own).
+  sqlite3_wal_hook(
+      m_db,
+      [](void* arg, sqlite3*, const char*, int pages) {
+        auto& c = *static_cast<Checkpointer*>(arg);
+        if (static_cast<long long>(pages) * c.pageBytes >= (16LL << 20)) {
+          std::lock_guard<std::mutex> lock(c.mutex);
+          c.wanted = true;
+          c.wake.notify_one();
+        }
+        return SQLITE_OK;
+      },
+      &m_checkpoints);
+}
+
+void RunStore::stopCheckpointer() {
+  auto& c = m_checkpoints;
+  if (!c.thread.joinable()) return;
+  sqlite3_wal_autocheckpoint(m_db, 1000);  // SQLite's own again, for this connection's last writes
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    c.stop = true;
+  }
+  c.wake.notify_one();
+  c.thread.join();
+}
+
+int RunStore::backgroundCheckpoints() {
+  std::lock_guard<std::mutex> lock(m_checkpoints.mutex);
+  return m_checkpoints.done;
+}
+
 std::int64_t RunStore::beginRun(const std::string& dir, const Profile& p) {
+  startCheckpointer();
   Statement s(m_db,
               "INSERT INTO runs (dir, name, strategy, world, status, started_at, pid, host, profile) "
               "VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?)");

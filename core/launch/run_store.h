@@ -15,12 +15,25 @@
 // run ends (endRun) its blocks are unpacked into `steps`, one row per record, for plain
 // SQL; an interrupted run's when the next run ends, or at `ptw runs` or `ptw export`. Every reader here reads both, so a record is
 // visible as soon as it is committed, in whichever form it is at the time.
+//
+// Note [Background checkpoints]
+// In WAL mode a commit appends to runs.sqlite-wal, and a checkpoint copies the pages back
+// into the database and syncs both files. SQLite does that in the commit that takes the WAL
+// past 1,000 pages, on the writer's thread: here the supervisor's, which then reads no
+// rank's records for the 50-200 ms the disk takes to sync (every ~13 s at the shared-memory
+// rate, longer on a busy disk), while each rank's record pipe holds only ~350 ms of records
+// before the rank blocks on it. A store that writes runs hands checkpoints to a thread of
+// its own, with its own connection: the commit that takes the WAL past 16 MiB wakes it, and
+// it checkpoints without blocking the writer (PASSIVE). Commits never wait for the disk.
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/profile.h"
@@ -96,8 +109,14 @@ class RunStore {
   /// Writes every step record of a run as CSV with a header row; atomically.
   void exportCsv(std::int64_t runId, const std::string& path);
 
+  /// Checkpoints that copied pages into the database, done by this store's checkpointing
+  /// thread (Note [Background checkpoints]).
+  int backgroundCheckpoints();
+
  private:
   std::vector<RunRow> selectRuns(const char* where, std::int64_t id);
+  void startCheckpointer();
+  void stopCheckpointer();
   void exec(const char* sql);
   void commitBuffer();
   /// Step records of `runId` in [x0, x1] of `rank` (-1: every rank) from rows and blocks,
@@ -126,6 +145,15 @@ class RunStore {
   std::vector<Validation> m_validation;
   std::chrono::steady_clock::time_point m_lastCommit = std::chrono::steady_clock::now();
   std::string m_error;
+  // Note [Background checkpoints]
+  struct Checkpointer {
+    std::thread thread;
+    std::mutex mutex;
+    std::condition_variable wake;
+    bool wanted = false, stop = false;
+    int done = 0;
+    long long pageBytes = 65536;
+  } m_checkpoints;
 };
 
 }  // namespace ptw::core

@@ -142,6 +142,34 @@ class TestRunStore : public QObject {
   }
 
   // A block is count x 88 bytes, little-endian: step, epoch, 8 doubles, mem_bytes (README).
+  // Note [Background checkpoints]: a store writing a run copies the WAL back into the
+  // database on a thread of its own once the WAL passes 16 MiB, and everything written stays
+  // readable by another connection throughout.
+  void checkpointsRunOnTheirOwnThread() {
+    QTemporaryDir dir;
+    std::int64_t id = 0;
+    const std::int64_t steps = 8192 * 16;  // 2 ranks: ~23 MiB of blocks, more than 16 MiB
+    {
+      RunStore store(dir.path().toStdString());
+      id = store.beginRun(dir.path().toStdString(), defaultProfile());
+      for (std::int64_t at = 1; at <= steps; at += 8192) {
+        std::vector<Record> batch;
+        for (std::int64_t s = at; s < at + 8192; ++s)
+          for (int rank = 0; rank < 2; ++rank) batch.push_back(stepRecord(rank, s));
+        store.append(id, 0, batch);
+        store.flush();
+      }
+      QTRY_VERIFY_WITH_TIMEOUT(store.backgroundCheckpoints() >= 1, 20000);
+      Sql sql(store.path());
+      QCOMPARE(sql.count("SELECT sum(count) FROM step_blocks WHERE run_id = " + std::to_string(id)), 2 * steps);
+    }
+    RunStore reopened(dir.path().toStdString());
+    QCOMPARE(reopened.stepCount(id), 2 * steps);
+    const auto all = reopened.steps(id);
+    QCOMPARE(all.size(), static_cast<std::size_t>(2 * steps));
+    QVERIFY(sameRecord(all.back(), stepRecord(1, steps).step));
+  }
+
   void blocksHaveTheDocumentedLayout() {
     QTemporaryDir dir;
     RunStore store(dir.path().toStdString());
