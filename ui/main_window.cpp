@@ -467,6 +467,7 @@ void MainWindow::startRun() {
   // Note [Redraw budget]: a run with a training thread on every core leaves drawing 0.5%.
   const int training = p.strategy.kind == "dataparallel" ? p.strategy.ranks : core::processCount(p);
   m_redrawShare = training >= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) ? 0.005 : 0.02;
+  m_runStarted = std::chrono::steady_clock::now();
   m_drainTimer->start(kFirstPointMs);
   m_history->reload();
 }
@@ -530,8 +531,8 @@ void MainWindow::drainRun() {
   // never below 2, or 1 when the ranks own every core (three charts and the rank table
   // take ~4-5 ms to draw here, so 2 frames/s would be ~1% of a core). Records are taken as often as the charts are redrawn: in between they
   // would only wait, and each wake-up of the window's thread also takes a core from a rank.
-  // Until every rank has drawn its first point they are taken every 50 ms, and a rank's
-  // first point is drawn at once.
+  // Until every rank has drawn its first point (for 10 s at most) they are taken every
+  // 50 ms, and a rank's first point is drawn at once.
   const auto now = std::chrono::steady_clock::now();
   const double sinceMs = std::chrono::duration<double, std::milli>(now - m_lastRedraw).count();
   auto period = [this] {
@@ -555,8 +556,10 @@ void MainWindow::drainRun() {
     m_split->refresh();
     m_redrawMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - now).count();
   }
+  // A rank that never reports (it died before its first step) does not keep the fast pace.
   const bool allDrawn =
-      std::all_of(m_latest.begin(), m_latest.end(), [](const RankLatest& l) { return l.step >= 0; });
+      std::all_of(m_latest.begin(), m_latest.end(), [](const RankLatest& l) { return l.step >= 0; }) ||
+      now - m_runStarted > std::chrono::seconds(10);
   const int interval = allDrawn ? static_cast<int>(period()) : kFirstPointMs;
   if (m_drainTimer->interval() != interval) m_drainTimer->setInterval(interval);
 }

@@ -139,6 +139,7 @@ class MainWindow : public QMainWindow {
   std::vector<QString> m_lastMessage;
   std::vector<QString> m_rankStatus;
   std::chrono::steady_clock::time_point m_lastRedraw{};
+  std::chrono::steady_clock::time_point m_runStarted{};
   double m_redrawMs = 0;      ///< cost of the last redraw (Note [Redraw budget])
   double m_redrawShare = 0.02;  ///< of the time drawing may take (Note [Redraw budget])
   bool m_forceRedraw = false;

@@ -55,7 +55,9 @@ class DdpShm final : public Strategy {
         m_timeout(std::chrono::milliseconds(static_cast<long>(ctx.profile.run.timeoutS * 1000))),
         m_name("/ptw-" + std::to_string(ctx.port) + "-ddp"),
         m_sharded(ctx.profile.hyper.optimizer == "sgd" && ctx.profile.hyper.clipNorm <= 0),
-        m_momentum(ctx.profile.hyper.momentum != 0) {}
+        m_momentum(ctx.profile.hyper.momentum != 0),
+        m_chosen(ctx.profile.strategy.backend == "auto" ? "strategy.backend auto chose shm (CPU ranks), which"
+                                                         : "strategy.backend shm") {}
 
   BatchPlan plan(const core::Profile& p, std::int64_t samples) const override {
     return shardPlan(p, samples, m_rank, m_world);
@@ -66,10 +68,11 @@ class DdpShm final : public Strategy {
     std::size_t total = 0;
     for (const auto& p : m_params) {
       PTW_CHECK(p.scalar_type() == torch::kFloat && p.device().is_cpu() && p.is_contiguous(),
-                "strategy.backend shm reduces dense float32 CPU parameters; this model has a ", p.scalar_type(),
-                " parameter on ", p.device(), " (use gloo)");
-      PTW_CHECK(m_offset.emplace(p.unsafeGetTensorImpl(), total).second,
-                "strategy.backend shm: the model lists a parameter twice (tied weights); use gloo");
+                m_chosen, " reduces dense float32 CPU parameters; this model has a ", p.scalar_type(),
+                " parameter on ", p.device(), ": set strategy.backend to gloo");
+      PTW_CHECK(m_offset.emplace(p.unsafeGetTensorImpl(), total).second, m_chosen,
+                " needs each parameter once, and this model lists one twice (tied weights): set strategy.backend "
+                "to gloo");
       total += static_cast<std::size_t>(p.numel());
     }
     m_gradFloats = total;
@@ -183,6 +186,7 @@ class DdpShm final : public Strategy {
   int m_world;
   std::chrono::milliseconds m_timeout;
   std::string m_name;
+  std::string m_chosen;  ///< how the backend was chosen, for messages
   bool m_sharded;
   bool m_momentum;
   std::shared_ptr<ShmSegment> m_segment;

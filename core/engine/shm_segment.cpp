@@ -62,7 +62,10 @@ ShmSegment::ShmSegment(std::string name, int rank, int world, std::size_t payloa
     }
     // Reserve the memory now: a tmpfs file is sparse, and a page that /dev/shm has no room
     // for would otherwise be a SIGBUS in the middle of training.
-    if (int err = ::posix_fallocate(fd, 0, static_cast<off_t>(m_bytes)); err != 0 && err != EOPNOTSUPP && err != EINVAL) {
+    int err = 0;
+    do err = ::posix_fallocate(fd, 0, static_cast<off_t>(m_bytes));
+    while (err == EINTR);  // a signal during a large reservation; Stop is seen later
+    if (err != 0 && err != EOPNOTSUPP && err != EINVAL) {
       ::close(fd);
       ::shm_unlink(m_name.c_str());
       PTW_FAIL("shm: /dev/shm has no room for the ", (m_bytes + (1 << 20) - 1) >> 20,

@@ -386,11 +386,7 @@ RunReport Launcher::run(LaunchObserver& observer) {
       if (rk.errFd >= 0) fds.push_back({rk.errFd, POLLIN, 0});
       if (rk.recFd >= 0) fds.push_back({rk.recFd, POLLIN, 0});
     }
-    // Records and output wake the loop; the timeout only paces the stall checks, the
-    // grace period of a teardown, and reaping a rank that has closed its pipes.
-    bool exiting = false;
-    for (const auto& rk : ranks) exiting |= !rk.exited && rk.outFd < 0 && rk.errFd < 0 && rk.recFd < 0;
-    ::poll(fds.data(), fds.size(), tearingDown || exiting ? 50 : 500);
+    ::poll(fds.data(), fds.size(), 100);
 
     char sink[64];
     while (::read(m_wakePipe[0], sink, sizeof sink) > 0) {}

@@ -276,17 +276,21 @@ void RunStore::startCheckpointer() {
   try {
     c.thread = std::thread([&c, db] {
       std::unique_lock<std::mutex> lock(c.mutex);
+      int lastLog = -1, lastCopied = -1;
       for (;;) {
         c.wake.wait(lock, [&c] { return c.wanted || c.stop; });
         if (c.stop) break;
         c.wanted = false;
         lock.unlock();
         // PASSIVE: copies what no reader still needs and never blocks the writer; what it
-        // leaves is copied next time.
-        int copied = 0;
-        const int rc = sqlite3_wal_checkpoint_v2(db, nullptr, SQLITE_CHECKPOINT_PASSIVE, nullptr, &copied);
+        // leaves is copied next time. `log` and `copied` are the WAL's frames and how many
+        // of them are in the database now, counted since the WAL was last started over.
+        int log = 0, copied = 0;
+        const int rc = sqlite3_wal_checkpoint_v2(db, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied);
         lock.lock();
-        if (rc == SQLITE_OK && copied > 0) ++c.done;
+        if (rc == SQLITE_OK && copied > 0 && (copied != lastCopied || log != lastLog)) ++c.done;
+        lastLog = log;
+        lastCopied = copied;
       }
       lock.unlock();
       sqlite3_close(db);
@@ -295,12 +299,18 @@ void RunStore::startCheckpointer() {
     sqlite3_close(db);
     return;
   }
-  // Replaces SQLite's own checkpointing on this connection (a WAL hook of its own).
+  // Replaces SQLite's own checkpointing on this connection (a WAL hook of its own). The WAL
+  // starts over only at a commit that finds it all copied; should the thread fall behind
+  // (a disk slower than the run), the writer checkpoints itself past 64 MiB, as SQLite
+  // would, so the WAL stays bounded.
   sqlite3_wal_hook(
       m_db,
-      [](void* arg, sqlite3*, const char*, int pages) {
+      [](void* arg, sqlite3* db, const char* name, int pages) {
         auto& c = *static_cast<Checkpointer*>(arg);
-        if (static_cast<long long>(pages) * c.pageBytes >= (16LL << 20)) {
+        const long long bytes = static_cast<long long>(pages) * c.pageBytes;
+        if (bytes >= (64LL << 20)) {
+          sqlite3_wal_checkpoint(db, name);
+        } else if (bytes >= (16LL << 20)) {
           std::lock_guard<std::mutex> lock(c.mutex);
           c.wanted = true;
           c.wake.notify_one();

@@ -24,7 +24,10 @@
 // rate, longer on a busy disk), while each rank's record pipe holds only ~350 ms of records
 // before the rank blocks on it. A store that writes runs hands checkpoints to a thread of
 // its own, with its own connection: the commit that takes the WAL past 16 MiB wakes it, and
-// it checkpoints without blocking the writer (PASSIVE). Commits never wait for the disk.
+// it checkpoints without blocking the writer (PASSIVE). A commit then waits for the disk only
+// briefly, when it starts the WAL over (a sync of its header), or when the thread has fallen
+// behind a disk slower than the run and the WAL has passed 64 MiB (the writer checkpoints
+// itself then, as SQLite would, so the WAL stays bounded).
 #pragma once
 
 #include <chrono>
@@ -67,6 +70,7 @@ class RunStore {
   explicit RunStore(const std::string& runsDir);
   ~RunStore();
   RunStore(const RunStore&) = delete;
+  RunStore(RunStore&&) = delete;  // its checkpointing thread and WAL hook point into it
   RunStore& operator=(const RunStore&) = delete;
 
   std::string path() const { return m_path; }
@@ -109,8 +113,8 @@ class RunStore {
   /// Writes every step record of a run as CSV with a header row; atomically.
   void exportCsv(std::int64_t runId, const std::string& path);
 
-  /// Checkpoints that copied pages into the database, done by this store's checkpointing
-  /// thread (Note [Background checkpoints]).
+  /// Checkpoints by this store's checkpointing thread that found new pages to copy into the
+  /// database (Note [Background checkpoints]).
   int backgroundCheckpoints();
 
  private:

@@ -196,7 +196,7 @@ int main(int argc, char** argv) {
     const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / total;
     const double cpuUs = (threadCpuUs() - cpu0) / total;
     const double rate = 2.0 * median(on);
-    // Wall time includes waiting for the disk (a checkpoint's fdatasync), which takes no core.
+    // Wall time includes waiting for the disk, which takes no core.
     std::printf("  run store alone: %.2f us of CPU per record (%.2f us wall, disk waits included); at the run's %.0f "
                 "records/s that is %.1f%% of one core\n",
                 cpuUs, us, rate, cpuUs * rate / 1e4);

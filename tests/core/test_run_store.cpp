@@ -141,7 +141,6 @@ class TestRunStore : public QObject {
     check();
   }
 
-  // A block is count x 88 bytes, little-endian: step, epoch, 8 doubles, mem_bytes (README).
   // Note [Background checkpoints]: a store writing a run copies the WAL back into the
   // database on a thread of its own once the WAL passes 16 MiB, and everything written stays
   // readable by another connection throughout.
@@ -170,6 +169,7 @@ class TestRunStore : public QObject {
     QVERIFY(sameRecord(all.back(), stepRecord(1, steps).step));
   }
 
+  // A block is count x 88 bytes, little-endian: step, epoch, 8 doubles, mem_bytes (README).
   void blocksHaveTheDocumentedLayout() {
     QTemporaryDir dir;
     RunStore store(dir.path().toStdString());
