@@ -85,7 +85,7 @@ mlp_sets=(--set model.kind=mlp --set model.in_features=784 --set 'model.hidden=[
 for ((i = 0; i < repeats; i++)); do
   if [[ $workloads == *" seed "* ]]; then
     py_ddp seed 2000 16 IN=10 HID=0 OUTD=2
-    ptw_run seed ptw-ddp-gloo 2000 "${seed_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2
+    ptw_run seed ptw-ddp-gloo 2000 "${seed_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=gloo
     ptw_run seed ptw-ddp-shm "$seed_steps" "${seed_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=shm
     py_single seed "$seed_steps" 16 IN=10 HID=0 OUTD=2
     ptw_run seed ptw-single "$seed_steps" "${seed_sets[@]}" --set strategy.kind=single --set strategy.ranks=1
@@ -96,7 +96,7 @@ for ((i = 0; i < repeats; i++)); do
   fi
   if [[ $workloads == *" mlp "* ]]; then
     py_ddp mlp "$mlp_steps" 128
-    ptw_run mlp ptw-ddp-gloo "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2
+    ptw_run mlp ptw-ddp-gloo "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=gloo
     ptw_run mlp ptw-ddp-shm "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=shm
     py_single mlp "$mlp_steps" 128
     ptw_run mlp ptw-single "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=single --set strategy.ranks=1

@@ -129,8 +129,8 @@ class TestDdp : public QObject {
 
   void strategyEqualsOneProcessOnTheFullBatch_data() {
     QTest::addColumn<Profile>("profile");
-    Profile seed = defaultProfile();
-    QTest::newRow("ddp, seed workload, 2 ranks, SGD") << seed;
+    Profile seed = defaultProfile();  // strategy.backend auto: shared memory on CPU ranks
+    QTest::newRow("ddp auto, seed workload, 2 ranks, SGD") << seed;
 
     Profile mlp = mlpProfile();
     Profile adam = mlp;
@@ -140,19 +140,23 @@ class TestDdp : public QObject {
     auto with = [](Profile p, const char* kind, int ranks) {
       p.strategy.kind = kind;
       p.strategy.ranks = ranks;
+      if (p.strategy.kind == "ddp") p.strategy.backend = "gloo";  // the rows below named "ddp shm" say otherwise
       return p;
     };
-    QTest::newRow("ddp, mlp, 2 ranks, SGD momentum") << with(mlp, "ddp", 2);
-    QTest::newRow("ddp, mlp, 3 ranks, SGD momentum") << with(mlp, "ddp", 3);
-    QTest::newRow("ddp, mlp, 2 ranks, Adam") << with(adam, "ddp", 2);
-    QTest::newRow("ddp, mlp, 3 ranks, Adam") << with(adam, "ddp", 3);
+    Profile seedGloo = seed;
+    seedGloo.strategy.backend = "gloo";
+    QTest::newRow("ddp gloo, seed workload, 2 ranks, SGD") << seedGloo;
+    QTest::newRow("ddp gloo, mlp, 2 ranks, SGD momentum") << with(mlp, "ddp", 2);
+    QTest::newRow("ddp gloo, mlp, 3 ranks, SGD momentum") << with(mlp, "ddp", 3);
+    QTest::newRow("ddp gloo, mlp, 2 ranks, Adam") << with(adam, "ddp", 2);
+    QTest::newRow("ddp gloo, mlp, 3 ranks, Adam") << with(adam, "ddp", 3);
     Profile buckets = with(mlp, "ddp", 2);
     buckets.strategy.bucketMb = 0.0001;  // ~100 bytes: every parameter its own bucket, launched from hooks
-    QTest::newRow("ddp, mlp, 2 ranks, one bucket per parameter") << buckets;
+    QTest::newRow("ddp gloo, mlp, 2 ranks, one bucket per parameter") << buckets;
     Profile accumulate = with(mlp, "ddp", 2);
     accumulate.hyper.batchSize = 4;
     accumulate.hyper.accumulate = 4;
-    QTest::newRow("ddp, mlp, 2 ranks, accumulate 4 (communicate once)") << accumulate;
+    QTest::newRow("ddp gloo, mlp, 2 ranks, accumulate 4 (communicate once)") << accumulate;
     auto overShm = [](Profile p) {
       p.strategy.backend = "shm";
       return p;
