@@ -122,8 +122,17 @@ std::vector<torch::Tensor> loadParameters(const std::string& path) {
 class TestSupervisor : public QObject {
   Q_OBJECT
  private slots:
+  // Both ways ranks talk: the default (shared memory on CPU ranks) and Gloo.
+  void sigkillOneRankStopsTheOthers_data() {
+    QTest::addColumn<QString>("backend");
+    QTest::newRow("auto (shared memory)") << "auto";
+    QTest::newRow("gloo") << "gloo";
+  }
   void sigkillOneRankStopsTheOthers() {
-    StoredRun run(test::endlessProfile(2));
+    QFETCH(QString, backend);
+    Profile p = test::endlessProfile(2);
+    p.strategy.backend = backend.toStdString();
+    StoredRun run(p);
     Supervisor launcher(run.options());
     Watcher w;
     QElapsedTimer sinceKill;
@@ -220,8 +229,11 @@ class TestSupervisor : public QObject {
     QCOMPARE(run.store.stepCount(run.id), w.stepRecords);
   }
 
+  void userStopIsGracefulAndAgreed_data() { sigkillOneRankStopsTheOthers_data(); }
   void userStopIsGracefulAndAgreed() {
+    QFETCH(QString, backend);
     Profile p = test::endlessProfile(2);
+    p.strategy.backend = backend.toStdString();
     p.run.maxRestarts = 3;  // a user stop is not a failure: never restarted
     StoredRun run(p);
     Supervisor launcher(run.options());
