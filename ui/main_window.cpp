@@ -529,8 +529,9 @@ void MainWindow::drainRun() {
   // 0.5% when the run has a training thread on every core. That is 20 frames/s when
   // drawing is cheap, fewer on a slow machine, with large charts or with no core to spare,
   // never below 2, or 1 when the ranks own every core (three charts and the rank table
-  // take ~4-5 ms to draw here, so 2 frames/s would be ~1% of a core). Records are taken as often as the charts are redrawn: in between they
-  // would only wait, and each wake-up of the window's thread also takes a core from a rank.
+  // take ~4-5 ms to draw here, so 2 frames/s would be ~1% of a core). Records are taken as
+  // often as the charts are redrawn: in between they would only wait, and each wake-up of
+  // the window's thread also takes a core from a rank.
   // Until every rank has drawn its first point (for 10 s at most) they are taken every
   // 50 ms, and a rank's first point is drawn at once.
   const auto now = std::chrono::steady_clock::now();

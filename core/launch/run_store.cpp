@@ -607,18 +607,18 @@ std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int
     sqlite3_bind_int64(s, 3, x0);
     sqlite3_bind_int64(s, 4, x1);
   };
+  // No rank filter in the text for every rank, so that one rank's range uses the
+  // (run_id, rank, step) index rather than an `?2 < 0 OR` that defeats it.
+  const char* byRank = rank < 0 ? "" : " AND rank = ?2";
   auto done = [&](int rc) {
     PTW_CHECK(rc == SQLITE_DONE, "run store ", m_path, ": cannot read run ", runId, "'s steps (",
               sqlite3_errmsg(m_db), ")");
   };
   {
-    // Two texts, so that one rank's range uses the (run_id, rank, step) index.
-    Statement s(m_db, rank < 0 ? "SELECT attempt, rank, step, epoch, loss, samples_per_s, step_ms, data_ms, "
-                                 "compute_ms, comm_ms, opt_ms, lr, mem_bytes FROM steps WHERE run_id = ?1 AND step "
-                                 "BETWEEN ?3 AND ?4"
-                               : "SELECT attempt, rank, step, epoch, loss, samples_per_s, step_ms, data_ms, "
-                                 "compute_ms, comm_ms, opt_ms, lr, mem_bytes FROM steps WHERE run_id = ?1 AND rank = "
-                                 "?2 AND step BETWEEN ?3 AND ?4");
+    const std::string sql = std::string("SELECT attempt, rank, step, epoch, loss, samples_per_s, step_ms, data_ms, "
+                                        "compute_ms, comm_ms, opt_ms, lr, mem_bytes FROM steps WHERE run_id = ?1") +
+                            byRank + " AND step BETWEEN ?3 AND ?4";
+    Statement s(m_db, sql.c_str());
     bindRange(s);
     int rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
@@ -641,10 +641,9 @@ std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int
     done(rc);
   }
   {
-    Statement s(m_db, rank < 0 ? "SELECT attempt, rank, count, records FROM step_blocks WHERE run_id = ?1 AND "
-                                 "last_step >= ?3 AND first_step <= ?4"
-                               : "SELECT attempt, rank, count, records FROM step_blocks WHERE run_id = ?1 AND rank = "
-                                 "?2 AND last_step >= ?3 AND first_step <= ?4");
+    const std::string sql = std::string("SELECT attempt, rank, count, records FROM step_blocks WHERE run_id = ?1") +
+                            byRank + " AND last_step >= ?3 AND first_step <= ?4";
+    Statement s(m_db, sql.c_str());
     bindRange(s);
     int rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {

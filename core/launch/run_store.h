@@ -13,8 +13,9 @@
 // blocks, one row of `step_blocks` per rank per commit holding that rank's records packed
 // (kBlockRecordBytes each, little-endian, layout in run_store.cpp and the README). When the
 // run ends (endRun) its blocks are unpacked into `steps`, one row per record, for plain
-// SQL; an interrupted run's when the next run ends, or at `ptw runs` or `ptw export`. Every reader here reads both, so a record is
-// visible as soon as it is committed, in whichever form it is at the time.
+// SQL; an interrupted run's when the next run ends, or at `ptw runs` or `ptw export`.
+// Every reader here reads both, so a record is visible as soon as it is committed, in
+// whichever form it is at the time.
 //
 // Note [Background checkpoints]
 // In WAL mode a commit appends to runs.sqlite-wal, and a checkpoint copies the pages back

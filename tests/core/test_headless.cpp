@@ -7,7 +7,6 @@
 #include <QtTest>
 
 #include <signal.h>
-#include <sqlite3.h>
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -15,6 +14,7 @@
 
 #include "launch/launcher.h"
 #include "launch/run_store.h"
+#include "sql_support.h"
 #include "test_support.h"
 
 using namespace ptw;
@@ -320,18 +320,11 @@ class TestHeadless : public QObject {
     list.start(test::binDir() + "/ptw", {"runs", "--runs-dir", runs.path()});
     QVERIFY(list.waitForFinished(30000));
     QCOMPARE(list.exitCode(), 0);
-    sqlite3* db = nullptr;
-    QCOMPARE(sqlite3_open_v2(store.path().c_str(), &db, SQLITE_OPEN_READONLY, nullptr), SQLITE_OK);
-    auto count = [&](const char* sql) {
-      sqlite3_stmt* q = nullptr;
-      sqlite3_prepare_v2(db, sql, -1, &q, nullptr);
-      const std::int64_t n = sqlite3_step(q) == SQLITE_ROW ? sqlite3_column_int64(q, 0) : -1;
-      sqlite3_finalize(q);
-      return n;
-    };
-    QCOMPARE(count("SELECT count(*) FROM step_blocks"), std::int64_t(0));
-    QCOMPARE(count("SELECT count(*) FROM steps"), static_cast<std::int64_t>(steps.size()));
-    sqlite3_close(db);
+    {
+      test::Sql sql(store.path());
+      QCOMPARE(sql.count("SELECT count(*) FROM step_blocks"), std::int64_t(0));
+      QCOMPARE(sql.count("SELECT count(*) FROM steps"), static_cast<std::int64_t>(steps.size()));
+    }
     const auto rows = store.steps(all[0].id);
     QCOMPARE(rows.size(), steps.size());
     for (std::size_t i = 0; i < rows.size(); ++i)

@@ -15,8 +15,10 @@
 
 #include "common/profile.h"
 #include "launch/run_store.h"
+#include "sql_support.h"
 
 using namespace ptw::core;
+using ptw::test::Sql;
 
 namespace {
 
@@ -46,25 +48,6 @@ bool sameRecord(const StepRecord& a, const StepRecord& b) {
          a.computeMs == b.computeMs && a.commMs == b.commMs && a.optMs == b.optMs && a.lr == b.lr &&
          a.memBytes == b.memBytes;
 }
-
-// A second connection to the database, as a user's sqlite3 would have.
-class Sql {
- public:
-  explicit Sql(const std::string& path) { sqlite3_open_v2(path.c_str(), &m_db, SQLITE_OPEN_READWRITE, nullptr); }
-  ~Sql() { sqlite3_close(m_db); }
-  std::int64_t count(const std::string& sql) {
-    sqlite3_stmt* s = nullptr;
-    sqlite3_prepare_v2(m_db, sql.c_str(), -1, &s, nullptr);
-    const std::int64_t n = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
-    sqlite3_finalize(s);
-    return n;
-  }
-  void exec(const std::string& sql) { QCOMPARE(sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK); }
-  sqlite3* db() const { return m_db; }
-
- private:
-  sqlite3* m_db = nullptr;
-};
 
 }  // namespace
 
