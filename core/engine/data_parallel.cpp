@@ -6,18 +6,36 @@
 //
 // Note [Persistent replicas]
 // torch::nn::parallel::replicate copies the module onto every device on every step and
-// does not handle TorchScript modules; here replicas are made once (Model::replicate)
-// and brought up to date by an in-place copy after each optimizer step, which is what
-// replicate would produce. Each lane's loss is scaled by its share of the batch, so the
-// summed gradient is exactly the gradient of the mean loss over the whole batch.
+// does not handle TorchScript modules; here replicas are made once (Model::replicate).
+// On GPUs they are brought up to date by an in-place copy after each optimizer step, which
+// is what replicate would produce; on CPU lanes each replica's parameters are the
+// primary's memory (its own tensors, so its own gradients), and the optimizer's in-place
+// step updates every replica at once. Each lane's loss is scaled by its share of the
+// batch, so the summed gradient is exactly the gradient of the mean loss over the whole
+// batch. The sum is taken at the optimizer step, once per step however many micro-batches
+// (the lanes' gradients accumulate in place until then).
+//
+// Note [Lane-split SGD step]
+// On CPU lanes with SGD and no clipping, the step after backward is split over the lanes
+// like DDP's sharded step (Note [Sharded SGD step]): each lane sums its share of the
+// elements over every lane's gradients (in lane order, as the serial sum would), applies
+// SGD's update to its share of the parameters and momentum buffers, and zeroes its share
+// of the replicas' gradients, in one pass (sumThenSgd). Serially, the sum, the zeroing,
+// the optimizer and the copy into the replicas were ~5 passes over the parameters on one
+// thread while the other lanes waited. A model under kSplitFloats per lane is stepped on
+// the calling thread alone: waking the lanes would cost more than the step.
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "common/error.h"
 #include "engine/compat.h"
+#include "engine/kernels.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/strategy.h"
@@ -28,35 +46,54 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Waits until `ready()`: spins, then yields, then sleeps on `cv` once it has waited 1 ms,
+// as the shared-memory barrier does (Note [Barrier waits]): a lane that slept through the
+// ~microseconds between two jobs would start each one a wake-up late, and on a virtual
+// machine waking an idle core can take hundreds of microseconds. Whoever makes `ready()`
+// true then calls wake(), which takes the mutex so that a waiter between its last check
+// and its sleep cannot miss the notification.
+template <typename Ready>
+void await(const Ready& ready, std::mutex& mutex, std::condition_variable& cv) {
+  const auto start = Clock::now();
+  for (std::uint64_t spins = 0; !ready(); ++spins) {
+    if (spins < 2000) continue;
+    if (spins % 16 != 0 || Clock::now() - start < std::chrono::milliseconds(1)) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::unique_lock<std::mutex> lock(mutex);
+    cv.wait(lock, ready);
+    return;
+  }
+}
+
+void wake(std::mutex& mutex, std::condition_variable& cv) {
+  { std::lock_guard<std::mutex> lock(mutex); }
+  cv.notify_all();
+}
+
 // Runs one job on every lane: lane 0 on the calling thread, the others on their own
 // threads, started once. The first exception is rethrown after every lane has finished.
 class LanePool {
  public:
-  explicit LanePool(int lanes) : m_lanes(lanes) {
+  explicit LanePool(int lanes) {
     for (int i = 1; i < lanes; ++i) m_threads.emplace_back([this, i] { loop(i); });
   }
   ~LanePool() {
-    {
-      std::lock_guard<std::mutex> lock(m_mutex);
-      m_quit = true;
-    }
-    m_wake.notify_all();
+    m_quit.store(true);
+    wake(m_mutex, m_wake);
     for (auto& t : m_threads) t.join();
   }
 
   void run(int activeLanes, const std::function<void(int)>& job) {
-    {
-      std::lock_guard<std::mutex> lock(m_mutex);
-      m_job = &job;
-      m_active = activeLanes;
-      m_remaining = activeLanes - 1;
-      m_error = nullptr;
-      ++m_generation;
-    }
-    m_wake.notify_all();
+    m_job = &job;
+    m_active = activeLanes;
+    m_error = nullptr;
+    m_remaining.store(activeLanes - 1);
+    m_generation.fetch_add(1);  // publishes the job to the lanes
+    wake(m_mutex, m_wake);
     runLane(0);
-    std::unique_lock<std::mutex> lock(m_mutex);
-    m_done.wait(lock, [&] { return m_remaining == 0; });
+    await([&] { return m_remaining.load() == 0; }, m_mutex, m_done);
     m_job = nullptr;
     if (m_error) std::rethrow_exception(m_error);
   }
@@ -65,16 +102,12 @@ class LanePool {
   void loop(int lane) {
     std::uint64_t seen = 0;
     for (;;) {
-      {
-        std::unique_lock<std::mutex> lock(m_mutex);
-        m_wake.wait(lock, [&] { return m_quit || m_generation != seen; });
-        if (m_quit) return;
-        seen = m_generation;
-        if (lane >= m_active) continue;
-      }
+      await([&] { return m_quit.load() || m_generation.load() != seen; }, m_mutex, m_wake);
+      if (m_quit.load()) return;
+      seen = m_generation.load();
+      if (lane >= m_active) continue;
       runLane(lane);
-      std::lock_guard<std::mutex> lock(m_mutex);
-      if (--m_remaining == 0) m_done.notify_one();
+      if (m_remaining.fetch_sub(1) == 1) wake(m_mutex, m_done);
     }
   }
 
@@ -87,16 +120,16 @@ class LanePool {
     }
   }
 
-  int m_lanes;
   std::vector<std::thread> m_threads;
   std::mutex m_mutex;
   std::condition_variable m_wake, m_done;
+  // Written by run() before it bumps m_generation, read by a lane after it sees the bump.
   const std::function<void(int)>* m_job = nullptr;
   int m_active = 0;
-  int m_remaining = 0;
-  std::uint64_t m_generation = 0;
-  bool m_quit = false;
   std::exception_ptr m_error;
+  std::atomic<int> m_remaining{0};
+  std::atomic<std::uint64_t> m_generation{0};
+  std::atomic<bool> m_quit{false};
 };
 
 class DataParallel final : public Strategy {
@@ -121,8 +154,19 @@ class DataParallel final : public Strategy {
   }
 
   void attach(Model& model) override {
+    m_primary = model.parameters();
+    m_index.clear();
+    for (std::size_t k = 0; k < m_primary.size(); ++k) m_index.emplace(m_primary[k].unsafeGetTensorImpl(), k);
     m_replicas.clear();
-    for (int i = 1; i < m_lanes; ++i) m_replicas.push_back(model.replicate(m_devices[static_cast<std::size_t>(i)]));
+    m_replicaParams.clear();
+    m_cpuLanes = std::all_of(m_devices.begin(), m_devices.end(), [](const torch::Device& d) { return d.is_cpu(); });
+    torch::NoGradGuard noGrad;
+    for (int i = 1; i < m_lanes; ++i) {
+      m_replicas.push_back(model.replicate(m_devices[static_cast<std::size_t>(i)]));
+      m_replicaParams.push_back(m_replicas.back()->parameters());
+      if (m_cpuLanes)  // Note [Persistent replicas]: the primary's memory, the replica's own gradients
+        for (std::size_t k = 0; k < m_primary.size(); ++k) m_replicaParams.back()[k].set_data(m_primary[k].detach());
+    }
     m_pool = std::make_unique<LanePool>(m_lanes);
   }
 
@@ -149,19 +193,6 @@ class DataParallel final : public Strategy {
       ends[i] = Clock::now();
     };
     m_pool->run(active, job);
-    // Sum the replicas' gradients into the primary's, then clear theirs for the next micro-batch.
-    torch::NoGradGuard noGrad;
-    auto primary = model.parameters();
-    for (int lane = 1; lane < active; ++lane) {
-      auto params = m_replicas[static_cast<std::size_t>(lane) - 1]->parameters();
-      for (std::size_t k = 0; k < params.size(); ++k) {
-        auto& g = params[k].mutable_grad();
-        if (!g.defined()) continue;
-        if (primary[k].grad().defined()) primary[k].mutable_grad().add_(g.to(primary[k].device()));
-        else primary[k].mutable_grad() = g.to(primary[k].device()).clone();
-        g.zero_();
-      }
-    }
     const auto summed = Clock::now();
     double total = 0;
     for (int lane = 0; lane < m_lanes; ++lane) {
@@ -183,19 +214,116 @@ class DataParallel final : public Strategy {
 
   bool reduce(Model&, StepState&) override { return m_localStop; }
 
-  void afterOptimizerStep(Model& model) override {
+  void optimizerStep(torch::optim::Optimizer& optimizer, double clipNorm) override {
+    if (laneSplitStep(optimizer, clipNorm)) return;
+    sumGradients();
+    Strategy::optimizerStep(optimizer, clipNorm);
+  }
+
+  void afterOptimizerStep(Model&) override {
+    if (m_cpuLanes) return;  // the replicas' parameters are the primary's
     torch::NoGradGuard noGrad;
-    auto primary = model.parameters();
-    for (auto& replica : m_replicas) {
-      auto params = replica->parameters();
-      for (std::size_t k = 0; k < params.size(); ++k) params[k].copy_(primary[k]);
-    }
+    for (auto& params : m_replicaParams)
+      for (std::size_t k = 0; k < params.size(); ++k) params[k].copy_(m_primary[k]);
   }
 
   const std::vector<LaneReport>& lanes() const override { return m_reports; }
 
  private:
+  static constexpr std::size_t kSplitFloats = 8192;  ///< the least share of a lane worth waking it for
+
+  /// The replicas' gradients summed into the primary's, and cleared for the next step.
+  void sumGradients() {
+    torch::NoGradGuard noGrad;
+    for (auto& params : m_replicaParams) {
+      for (std::size_t k = 0; k < params.size(); ++k) {
+        auto& g = params[k].mutable_grad();
+        if (!g.defined()) continue;
+        auto& primary = m_primary[k];
+        if (primary.grad().defined()) primary.mutable_grad().add_(g.to(primary.device()));
+        else primary.mutable_grad() = g.to(primary.device()).clone();
+        g.zero_();
+      }
+    }
+  }
+
+  static bool denseCpuFloat(const torch::Tensor& t, const torch::Tensor& like) {
+    return t.device().is_cpu() && !t.is_sparse() && t.scalar_type() == torch::kFloat && t.is_contiguous() &&
+           t.numel() == like.numel();
+  }
+
+  /// Note [Lane-split SGD step]. False, having changed nothing, when it does not apply.
+  bool laneSplitStep(torch::optim::Optimizer& optimizer, double clipNorm) {
+    auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
+    if (!m_cpuLanes || !sgd || clipNorm > 0 || m_replicas.empty()) return false;
+    for (const auto& group : sgd->param_groups())
+      for (const auto& p : group.params()) {
+        auto k = m_index.find(p.unsafeGetTensorImpl());
+        if (k == m_index.end() || !denseCpuFloat(p, p)) return false;
+        if (p.grad().defined() && !denseCpuFloat(p.grad(), p)) return false;
+        for (const auto& params : m_replicaParams) {
+          const auto& g = params[k->second].grad();
+          if (g.defined() && !denseCpuFloat(g, p)) return false;
+        }
+      }
+    // It applies: one piece a parameter with a gradient somewhere, parts[0] the primary's.
+    struct Piece {
+      float* w;
+      float* buf;
+      std::vector<float*> parts;  ///< the primary's gradient, then the replicas' that are defined
+      std::size_t at, n;          ///< first element in the parameters laid end to end, count
+      SgdScalars scalars;
+      bool first;
+    };
+    std::vector<Piece> pieces;
+    std::size_t total = 0;
+    for (auto& group : sgd->param_groups()) {
+      const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+      for (auto& p : group.params()) {
+        const std::size_t k = m_index.at(p.unsafeGetTensorImpl());
+        std::vector<float*> replicas;
+        for (auto& params : m_replicaParams)
+          if (params[k].grad().defined()) replicas.push_back(params[k].mutable_grad().data_ptr<float>());
+        if (!p.grad().defined()) {
+          if (replicas.empty()) continue;  // SGD skips a parameter without a gradient
+          p.mutable_grad() = torch::zeros_like(p);  // zeroed by the Trainer from now on
+        }
+        Piece piece{p.data_ptr<float>(), nullptr, {p.mutable_grad().data_ptr<float>()}, total,
+                    static_cast<std::size_t>(p.numel()), sgdScalars(o), false};
+        piece.parts.insert(piece.parts.end(), replicas.begin(), replicas.end());
+        if (o.momentum() != 0) {
+          torch::Tensor* b = findMomentumBuffer(optimizer, p);
+          piece.first = b == nullptr;
+          if (piece.first) b = &addMomentumBuffer(optimizer, p, torch::empty_like(p).detach());
+          piece.buf = b->data_ptr<float>();
+        }
+        total += piece.n;
+        pieces.push_back(std::move(piece));
+      }
+    }
+    const int used = static_cast<int>(std::clamp<std::size_t>(total / kSplitFloats, 1, static_cast<std::size_t>(m_lanes)));
+    const std::size_t each = cacheLineFloats((total + static_cast<std::size_t>(used) - 1) / static_cast<std::size_t>(used));
+    std::function<void(int)> job = [&](int lane) {
+      const std::size_t lo = std::min(total, each * static_cast<std::size_t>(lane)), hi = std::min(total, lo + each);
+      for (auto& piece : pieces) {
+        const std::size_t a = std::max(piece.at, lo), b = std::min(piece.at + piece.n, hi);
+        if (a >= b) continue;
+        sumThenSgd(piece.w + (a - piece.at), piece.buf ? piece.buf + (a - piece.at) : nullptr, piece.parts.data(),
+                   static_cast<int>(piece.parts.size()), a - piece.at, b - piece.at, piece.scalars, piece.first);
+      }
+    };
+    if (used == 1)
+      job(0);
+    else
+      m_pool->run(used, job);
+    return true;
+  }
+
   int m_lanes;
+  bool m_cpuLanes = false;
+  std::vector<torch::Tensor> m_primary;  ///< lane 0's parameters: the model the Trainer owns
+  std::vector<std::vector<torch::Tensor>> m_replicaParams;  ///< lanes 1.. in the primary's order
+  std::unordered_map<const void*, std::size_t> m_index;    ///< a primary parameter -> its position
   std::vector<torch::Device> m_devices;
   std::vector<std::unique_ptr<Model>> m_replicas;
   std::unique_ptr<LanePool> m_pool;

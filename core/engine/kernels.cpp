@@ -26,13 +26,21 @@ void sgdUpdate(float* __restrict w, float* __restrict buf, const float* __restri
   }
 }
 
-void averageInto(float* __restrict out, const float* const* slots, int world, std::size_t at, std::size_t n) {
-  const float* __restrict first = slots[0] + at;
+namespace {
+
+void sumInto(float* __restrict out, const float* const* parts, int count, std::size_t at, std::size_t n) {
+  const float* __restrict first = parts[0] + at;
   for (std::size_t i = 0; i < n; ++i) out[i] = first[i];
-  for (int r = 1; r < world; ++r) {
-    const float* __restrict part = slots[r] + at;
+  for (int r = 1; r < count; ++r) {
+    const float* __restrict part = parts[r] + at;
     for (std::size_t i = 0; i < n; ++i) out[i] += part[i];
   }
+}
+
+}  // namespace
+
+void averageInto(float* __restrict out, const float* const* slots, int world, std::size_t at, std::size_t n) {
+  sumInto(out, slots, world, at, n);
   const float scale = 1.0f / static_cast<float>(world);
   for (std::size_t i = 0; i < n; ++i) out[i] *= scale;
 }
@@ -56,6 +64,17 @@ void averageThenSgd(float* w, float* buf, const float* const* slots, int world, 
   for (std::size_t b = lo; b < hi; b += kBlock) {
     const std::size_t n = std::min(kBlock, hi - b);
     averageInto(grad, slots, world, b, n);
+    sgdUpdate(w + (b - lo), buf ? buf + (b - lo) : nullptr, grad, static_cast<std::int64_t>(n), s, first);
+  }
+}
+
+void sumThenSgd(float* w, float* buf, float* const* parts, int count, std::size_t lo, std::size_t hi,
+                const SgdScalars& s, bool first) {
+  alignas(64) float grad[kBlock];
+  for (std::size_t b = lo; b < hi; b += kBlock) {
+    const std::size_t n = std::min(kBlock, hi - b);
+    sumInto(grad, parts, count, b, n);
+    for (int r = 1; r < count; ++r) std::memset(parts[r] + b, 0, n * sizeof(float));
     sgdUpdate(w + (b - lo), buf ? buf + (b - lo) : nullptr, grad, static_cast<std::int64_t>(n), s, first);
   }
 }

@@ -11,6 +11,10 @@
 
 namespace ptw::engine {
 
+/// `floats` rounded up to whole cache lines (16 floats): a shared segment's regions, and the
+/// shares that ranks or lanes write, start on one.
+constexpr std::size_t cacheLineFloats(std::size_t floats) { return (floats + 15) / 16 * 16; }
+
 /// torch::optim::SGD's arithmetic for one parameter (Note [Fused SGD]).
 struct SgdScalars {
   float lr = 0;
@@ -37,5 +41,11 @@ void averageIntoSlots(float* const* slots, int world, std::size_t lo, std::size_
 /// blocks that stay in L1, so the averaged gradient is never written to memory.
 void averageThenSgd(float* w, float* buf, const float* const* slots, int world, std::size_t lo, std::size_t hi,
                     const SgdScalars& s, bool first);
+
+/// The same with the sum over the parts (parts[0] + parts[1] + ..., in that order) as the
+/// gradient, and each of parts[1..count-1] zeroed over [lo, hi) once read: DataParallel's
+/// step, where each lane's gradient is already weighted by its share of the batch.
+void sumThenSgd(float* w, float* buf, float* const* parts, int count, std::size_t lo, std::size_t hi,
+                const SgdScalars& s, bool first);
 
 }  // namespace ptw::engine

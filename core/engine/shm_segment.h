@@ -55,9 +55,6 @@ class ShmSegment {
   bool m_unlinked = false;
 };
 
-/// `floats` rounded up to whole cache lines (16 floats): a segment's regions start on one.
-constexpr std::size_t cacheLineFloats(std::size_t floats) { return (floats + 15) / 16 * 16; }
-
 /// A float32 tensor of `sizes` over `at`, memory of `segment`, that keeps the segment mapped
 /// while it (or any tensor sharing its storage) lives, so parameters and optimizer state made
 /// of segment memory may outlive the strategy that mapped it.

@@ -178,6 +178,19 @@ class TestDdp : public QObject {
     QTest::newRow("ddp shm, mlp, 2 ranks, SGD with clipping (all-reduce)") << overShm(shmClipped);
     QTest::newRow("dataparallel, mlp, 2 lanes, SGD momentum") << with(mlp, "dataparallel", 2);
     QTest::newRow("dataparallel, mlp, 2 lanes, Adam") << with(adam, "dataparallel", 2);
+    // CPU lanes split SGD's step between them once a model is large enough (Note [Lane-split
+    // SGD step]): 18,051 parameters, two shares of at least 8,192.
+    Profile wide = with(mlp, "dataparallel", 2);
+    wide.model.hidden = {128, 128};
+    QTest::newRow("dataparallel, wider mlp, 2 lanes, SGD momentum (step split over lanes)") << wide;
+    QTest::newRow("dataparallel, mlp, 3 lanes, SGD Nesterov and weight decay")
+        << with(nesterov, "dataparallel", 3);
+    Profile dpAccumulate = with(accumulate, "dataparallel", 2);
+    dpAccumulate.hyper.batchSize = 8;  // two lanes of four, four micro-batches a step
+    QTest::newRow("dataparallel, mlp, 2 lanes, accumulate 4") << dpAccumulate;
+    Profile dpClipped = with(mlp, "dataparallel", 2);
+    dpClipped.hyper.clipNorm = 0.05;
+    QTest::newRow("dataparallel, mlp, 2 lanes, SGD with clipping (summed, then SGD)") << dpClipped;
     QTest::newRow("pool sync, mlp, 2 workers, SGD momentum") << with(mlp, "pool", 2);
     QTest::newRow("pool sync, mlp, 2 workers, Adam") << with(adam, "pool", 2);
     Profile clipped = with(mlp, "pool", 3);
