@@ -22,20 +22,16 @@
 // SGD's update to its share of the parameters and momentum buffers, and zeroes its share
 // of the replicas' gradients, in one pass (sumThenSgd). Serially, the sum, the zeroing,
 // the optimizer and the copy into the replicas were ~5 passes over the parameters on one
-// thread while the other lanes waited. A model under kSplitFloats per lane is stepped on
-// the calling thread alone: waking the lanes would cost more than the step.
+// thread while the other lanes waited. A model under kLaneSplitFloats a lane is stepped on
+// the calling thread alone (lanesFor): waking the lanes would cost more than the step.
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
-#include <exception>
-#include <mutex>
-#include <thread>
 #include <unordered_map>
 
 #include "common/error.h"
 #include "engine/compat.h"
 #include "engine/kernels.h"
+#include "engine/lane_pool.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/strategy.h"
@@ -45,92 +41,6 @@ namespace ptw::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// Waits until `ready()`: spins, then yields, then sleeps on `cv` once it has waited 1 ms,
-// as the shared-memory barrier does (Note [Barrier waits]): a lane that slept through the
-// ~microseconds between two jobs would start each one a wake-up late, and on a virtual
-// machine waking an idle core can take hundreds of microseconds. Whoever makes `ready()`
-// true then calls wake(), which takes the mutex so that a waiter between its last check
-// and its sleep cannot miss the notification.
-template <typename Ready>
-void await(const Ready& ready, std::mutex& mutex, std::condition_variable& cv) {
-  const auto start = Clock::now();
-  for (std::uint64_t spins = 0; !ready(); ++spins) {
-    if (spins < 2000) continue;
-    if (spins % 16 != 0 || Clock::now() - start < std::chrono::milliseconds(1)) {
-      std::this_thread::yield();
-      continue;
-    }
-    std::unique_lock<std::mutex> lock(mutex);
-    cv.wait(lock, ready);
-    return;
-  }
-}
-
-void wake(std::mutex& mutex, std::condition_variable& cv) {
-  { std::lock_guard<std::mutex> lock(mutex); }
-  cv.notify_all();
-}
-
-// Runs one job on every lane: lane 0 on the calling thread, the others on their own
-// threads, started once. The first exception is rethrown after every lane has finished.
-class LanePool {
- public:
-  explicit LanePool(int lanes) {
-    for (int i = 1; i < lanes; ++i) m_threads.emplace_back([this, i] { loop(i); });
-  }
-  ~LanePool() {
-    m_quit.store(true);
-    wake(m_mutex, m_wake);
-    for (auto& t : m_threads) t.join();
-  }
-
-  void run(int activeLanes, const std::function<void(int)>& job) {
-    m_job = &job;
-    m_active = activeLanes;
-    m_error = nullptr;
-    m_remaining.store(activeLanes - 1);
-    m_generation.fetch_add(1);  // publishes the job to the lanes
-    wake(m_mutex, m_wake);
-    runLane(0);
-    await([&] { return m_remaining.load() == 0; }, m_mutex, m_done);
-    m_job = nullptr;
-    if (m_error) std::rethrow_exception(m_error);
-  }
-
- private:
-  void loop(int lane) {
-    std::uint64_t seen = 0;
-    for (;;) {
-      await([&] { return m_quit.load() || m_generation.load() != seen; }, m_mutex, m_wake);
-      if (m_quit.load()) return;
-      seen = m_generation.load();
-      if (lane >= m_active) continue;
-      runLane(lane);
-      if (m_remaining.fetch_sub(1) == 1) wake(m_mutex, m_done);
-    }
-  }
-
-  void runLane(int lane) {
-    try {
-      (*m_job)(lane);
-    } catch (...) {
-      std::lock_guard<std::mutex> lock(m_mutex);
-      if (!m_error) m_error = std::current_exception();
-    }
-  }
-
-  std::vector<std::thread> m_threads;
-  std::mutex m_mutex;
-  std::condition_variable m_wake, m_done;
-  // Written by run() before it bumps m_generation, read by a lane after it sees the bump.
-  const std::function<void(int)>* m_job = nullptr;
-  int m_active = 0;
-  std::exception_ptr m_error;
-  std::atomic<int> m_remaining{0};
-  std::atomic<std::uint64_t> m_generation{0};
-  std::atomic<bool> m_quit{false};
-};
 
 class DataParallel final : public Strategy {
  public:
@@ -167,7 +77,7 @@ class DataParallel final : public Strategy {
       if (m_cpuLanes)  // Note [Persistent replicas]: the primary's memory, the replica's own gradients
         for (std::size_t k = 0; k < m_primary.size(); ++k) m_replicaParams.back()[k].set_data(m_primary[k].detach());
     }
-    m_pool = std::make_unique<LanePool>(m_lanes);
+    m_pool = std::make_unique<LanePool>(m_lanes, std::chrono::milliseconds(1));  // Note [Lane waits]
   }
 
   double backward(Model& model, const torch::Tensor& x, const torch::Tensor& y, double weight,
@@ -230,8 +140,6 @@ class DataParallel final : public Strategy {
   const std::vector<LaneReport>& lanes() const override { return m_reports; }
 
  private:
-  static constexpr std::size_t kSplitFloats = 8192;  ///< the least share of a lane worth waking it for
-
   /// The replicas' gradients summed into the primary's, and cleared for the next step.
   void sumGradients() {
     torch::NoGradGuard noGrad;
@@ -291,20 +199,14 @@ class DataParallel final : public Strategy {
         Piece piece{p.data_ptr<float>(), nullptr, {p.mutable_grad().data_ptr<float>()}, total,
                     static_cast<std::size_t>(p.numel()), sgdScalars(o), false};
         piece.parts.insert(piece.parts.end(), replicas.begin(), replicas.end());
-        if (o.momentum() != 0) {
-          torch::Tensor* b = findMomentumBuffer(optimizer, p);
-          piece.first = b == nullptr;
-          if (piece.first) b = &addMomentumBuffer(optimizer, p, torch::empty_like(p).detach());
-          piece.buf = b->data_ptr<float>();
-        }
+        if (o.momentum() != 0) piece.buf = momentumBuffer(optimizer, p, piece.first);
         total += piece.n;
         pieces.push_back(std::move(piece));
       }
     }
-    const int used = static_cast<int>(std::clamp<std::size_t>(total / kSplitFloats, 1, static_cast<std::size_t>(m_lanes)));
-    const std::size_t each = cacheLineFloats((total + static_cast<std::size_t>(used) - 1) / static_cast<std::size_t>(used));
+    const int used = lanesFor(total, m_lanes);
     std::function<void(int)> job = [&](int lane) {
-      const std::size_t lo = std::min(total, each * static_cast<std::size_t>(lane)), hi = std::min(total, lo + each);
+      const auto [lo, hi] = shareOf(total, used, lane);
       for (auto& piece : pieces) {
         const std::size_t a = std::max(piece.at, lo), b = std::min(piece.at + piece.n, hi);
         if (a >= b) continue;

@@ -38,6 +38,7 @@
 #include <unordered_map>
 
 #include "common/error.h"
+#include "common/shm_names.h"
 #include "engine/model.h"
 #include "engine/kernels.h"
 #include "engine/shm_segment.h"
@@ -53,7 +54,7 @@ class DdpShm final : public Strategy {
       : m_rank(ctx.rank),
         m_world(ctx.world),
         m_timeout(std::chrono::milliseconds(static_cast<long>(ctx.profile.run.timeoutS * 1000))),
-        m_name("/ptw-" + std::to_string(ctx.port) + "-ddp"),
+        m_name(core::sharedSegmentName(ctx.port, "ddp")),
         m_sharded(ctx.profile.hyper.optimizer == "sgd" && ctx.profile.hyper.clipNorm <= 0),
         m_momentum(ctx.profile.hyper.momentum != 0),
         m_chosen(ctx.profile.strategy.backend == "auto" ? "strategy.backend auto chose shm (CPU ranks), which"
@@ -148,12 +149,7 @@ class DdpShm final : public Strategy {
 
   /// This rank's share of the gradient elements: [lo, hi). Shares start on a cache line (16
   /// floats; slots and regions are aligned so), so that no two ranks write the same line.
-  std::pair<std::size_t, std::size_t> share() const {
-    const auto world = static_cast<std::size_t>(m_world);
-    const std::size_t each = cacheLineFloats((m_gradFloats + world - 1) / world);
-    const std::size_t lo = std::min(m_gradFloats, each * static_cast<std::size_t>(m_rank));
-    return {lo, std::min(m_gradFloats, lo + each)};
-  }
+  std::pair<std::size_t, std::size_t> share() const { return shareOf(m_gradFloats, m_world, m_rank); }
 
   template <typename F>
   void forEachParameter(F&& f) {

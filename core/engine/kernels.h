@@ -8,12 +8,22 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <algorithm>
 
 namespace ptw::engine {
 
 /// `floats` rounded up to whole cache lines (16 floats): a shared segment's regions, and the
 /// shares that ranks or lanes write, start on one.
 constexpr std::size_t cacheLineFloats(std::size_t floats) { return (floats + 15) / 16 * 16; }
+
+/// Part `index` of `parts` near-equal parts of [0, total): [lo, hi), starting on a cache line
+/// (buffers are aligned so) so that no two parts write the same line of one buffer.
+inline std::pair<std::size_t, std::size_t> shareOf(std::size_t total, int parts, int index) {
+  const std::size_t each = cacheLineFloats((total + static_cast<std::size_t>(parts) - 1) / static_cast<std::size_t>(parts));
+  const std::size_t lo = std::min(total, each * static_cast<std::size_t>(index));
+  return {lo, std::min(total, lo + each)};
+}
 
 /// torch::optim::SGD's arithmetic for one parameter (Note [Fused SGD]).
 struct SgdScalars {

@@ -115,6 +115,19 @@ void ShmSegment::unlink() {
   m_unlinked = true;
 }
 
+std::uint32_t ShmSegment::generation() const { return m_header->generation.load(std::memory_order_acquire); }
+
+bool ShmSegment::awaitGeneration(std::uint32_t gen, const std::atomic<bool>& quit) {
+  Header& h = *m_header;
+  for (;;) {
+    if (h.generation.load(std::memory_order_acquire) != gen) return true;
+    if (quit.load(std::memory_order_acquire)) return false;
+    h.sleepers.fetch_add(1, std::memory_order_seq_cst);  // as a sleeping rank does (Note [Barrier waits])
+    if (h.generation.load(std::memory_order_seq_cst) == gen) futexWait(&h.generation, gen, 10'000'000);
+    h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+  }
+}
+
 std::atomic<std::uint32_t>& ShmSegment::stopFlag() { return m_header->stop; }
 std::atomic<std::int64_t>& ShmSegment::progress(int rank) { return m_header->progress[rank]; }
 std::atomic<std::uint32_t>& ShmSegment::doneFlag(int rank) { return m_header->done[rank]; }

@@ -229,6 +229,13 @@ torch::Tensor& addMomentumBuffer(torch::optim::Optimizer& optimizer, const torch
   return static_cast<torch::optim::SGDParamState&>(added).momentum_buffer();
 }
 
+float* momentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& param, bool& first) {
+  torch::Tensor* b = findMomentumBuffer(optimizer, param);
+  first = b == nullptr;
+  if (first) b = &addMomentumBuffer(optimizer, param, torch::empty_like(param, torch::MemoryFormat::Contiguous).detach());
+  return b->data_ptr<float>();
+}
+
 SgdScalars sgdScalars(const torch::optim::SGDOptions& o) {
   SgdScalars s;
   s.lr = static_cast<float>(o.lr());
@@ -265,14 +272,8 @@ class FusedSgd final : public torch::optim::SGD {
         float* w = p.data_ptr<float>();
         const float* g = grad.data_ptr<float>();
         const std::int64_t n = p.numel();
-        float* buf = nullptr;
         bool first = false;
-        if (o.momentum() != 0) {
-          torch::Tensor* b = findMomentumBuffer(*this, p);
-          first = b == nullptr;
-          if (first) b = &addMomentumBuffer(*this, p, torch::empty_like(p, torch::MemoryFormat::Contiguous).detach());
-          buf = b->data_ptr<float>();
-        }
+        float* buf = o.momentum() != 0 ? momentumBuffer(*this, p, first) : nullptr;
         sgdUpdate(w, buf, g, n, sgdScalars(o), first);
       }
     }

@@ -44,6 +44,10 @@ torch::Tensor* findMomentumBuffer(torch::optim::Optimizer& optimizer, const torc
 /// Makes `buffer` SGD's momentum buffer of `param` in `optimizer`'s state; returns it.
 torch::Tensor& addMomentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& param, torch::Tensor buffer);
 
+/// The momentum buffer of `param` in `optimizer`'s state, made (uninitialised, `first` set)
+/// when SGD has none yet: SGD starts it at the first gradient (sgdUpdate's `first`).
+float* momentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& param, bool& first);
+
 /// The scalars of SGD's update (kernels.h) from its options.
 SgdScalars sgdScalars(const torch::optim::SGDOptions& options);
 

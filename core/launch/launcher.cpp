@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -20,6 +21,7 @@
 #include <memory>
 
 #include "common/error.h"
+#include "common/shm_names.h"
 
 namespace ptw::core {
 namespace {
@@ -473,6 +475,9 @@ RunReport Launcher::run(LaunchObserver& observer) {
     report.message = "stopped by request";
   }
   if (!storeFile.empty()) ::unlink(storeFile.c_str());
+  // Rank 0 removes a shared segment's name once every rank has mapped it; a rank killed
+  // before that leaves the name in /dev/shm. Every rank is gone now: remove what is left.
+  for (const char* use : kSharedSegmentUses) ::shm_unlink(sharedSegmentName(port, use).c_str());
   report.wallS = secondsSince(started);
   return report;
 }

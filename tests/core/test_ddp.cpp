@@ -193,6 +193,12 @@ class TestDdp : public QObject {
     QTest::newRow("dataparallel, mlp, 2 lanes, SGD with clipping (summed, then SGD)") << dpClipped;
     QTest::newRow("pool sync, mlp, 2 workers, SGD momentum") << with(mlp, "pool", 2);
     QTest::newRow("pool sync, mlp, 2 workers, Adam") << with(adam, "pool", 2);
+    // The coordinator steps SGD in one pass with the average, split with a helper thread once
+    // the model is large enough (Note [Coordinator helpers]).
+    QTest::newRow("pool sync, wider mlp, 2 workers, SGD momentum (split step)") << with(wide, "pool", 2);
+    Profile poolNesterov = with(nesterov, "pool", 3);
+    poolNesterov.model.hidden = {128, 128};
+    QTest::newRow("pool sync, wider mlp, 3 workers, SGD Nesterov and weight decay") << poolNesterov;
     Profile clipped = with(mlp, "pool", 3);
     clipped.hyper.clipNorm = 0.05;
     clipped.hyper.schedule = "step";

@@ -3,6 +3,7 @@
 // report names the rank and cause, no worker is left, and the run store holds every
 // record the ranks sent.
 #include <QElapsedTimer>
+#include <QThread>
 #include <QtTest>
 
 #include <arpa/inet.h>
@@ -15,6 +16,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "common/shm_names.h"
 #include "launch/launcher.h"
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
@@ -30,12 +32,16 @@ namespace {
 class Watcher : public LaunchObserver {
  public:
   std::function<void(int, std::int64_t)> onStep;
+  std::function<void(int)> onStart;  ///< with the run's port, once the ranks are started
   std::vector<int> pids;
   std::vector<std::int64_t> lastStep = std::vector<std::int64_t>(8, 0);
   std::vector<std::string> logs;
   std::int64_t stepRecords = 0;
   std::vector<std::pair<int, std::int64_t>> restarts;
-  void onStarted(int, const std::vector<int>& p) override { pids = p; }
+  void onStarted(int port, const std::vector<int>& p) override {
+    pids = p;
+    if (onStart) onStart(port);
+  }
   void onRestart(int attempt, std::int64_t step) override { restarts.emplace_back(attempt, step); }
   void onRecords(const std::vector<Record>& batch) override {
     for (const auto& r : batch) {
@@ -123,6 +129,32 @@ class TestSupervisor : public QObject {
   Q_OBJECT
  private slots:
   // Both ways ranks talk: the default (shared memory on CPU ranks) and Gloo.
+  // Rank 0 removes the shared segment's name once every rank has mapped it. Here rank 1 is
+  // frozen before it can, and killed while rank 0 waits for it at the barrier: the launcher
+  // removes the name once both are gone, so /dev/shm keeps nothing of the run.
+  void aRankKilledBeforeTheSegmentIsSharedLeavesNoName() {
+    Profile p = test::endlessProfile(2);  // DDP, strategy.backend auto: shared memory
+    StoredRun run(p);
+    Supervisor launcher(run.options());
+    Watcher w;
+    QString name;
+    bool appeared = false;
+    w.onStart = [&](int port) {
+      ::kill(w.pids[1], SIGSTOP);
+      name = QStringLiteral("/dev/shm") + QString::fromStdString(sharedSegmentName(port, "ddp"));
+      QElapsedTimer t;
+      t.start();
+      while (!(appeared = QFile::exists(name)) && t.elapsed() < 30000) QThread::msleep(20);
+      ::kill(w.pids[1], SIGKILL);
+    };
+    RunReport r = launcher.run(w);
+    QVERIFY2(appeared, qPrintable(name + " never appeared"));
+    QCOMPARE(r.status, RunReport::Status::Failed);
+    QCOMPARE(r.failedRank, 1);
+    QVERIFY2(!QFile::exists(name), qPrintable(name + " is still there"));
+    QVERIFY(!test::anyAlive(w.pids));
+  }
+
   void sigkillOneRankStopsTheOthers_data() {
     QTest::addColumn<QString>("backend");
     QTest::newRow("auto (shared memory)") << "auto";
