@@ -16,7 +16,9 @@ void LanePool::run(int activeLanes, const std::function<void(int)>& job) {
   m_job = &job;
   m_active = activeLanes;
   m_error = nullptr;
-  m_remaining.store(activeLanes - 1);
+  // Every lane, active or not, counts itself off, so none can still be reading m_job or
+  // m_active when the next run() writes them.
+  m_remaining.store(lanes() - 1);
   m_generation.fetch_add(1);  // publishes the job to the lanes
   wake(m_wake);
   runLane(0);
@@ -30,9 +32,8 @@ void LanePool::loop(int lane) {
   for (;;) {
     await([&] { return m_quit.load() || m_generation.load() != seen; }, m_wake);
     if (m_quit.load()) return;
-    seen = m_generation.load();
-    if (lane >= m_active) continue;
-    runLane(lane);
+    seen = m_generation.load();  // run() publishes no other until every lane has counted itself off
+    if (lane < m_active) runLane(lane);
     if (m_remaining.fetch_sub(1) == 1) wake(m_done);
   }
 }

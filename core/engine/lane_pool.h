@@ -52,7 +52,8 @@ class LanePool {
   std::vector<std::thread> m_threads;
   std::mutex m_mutex;
   std::condition_variable m_wake, m_done;
-  // Written by run() before it bumps m_generation, read by a lane after it sees the bump.
+  // Written by run() before it bumps m_generation, read by a lane after it sees the bump;
+  // run() returns only when every lane has counted itself off m_remaining.
   const std::function<void(int)>* m_job = nullptr;
   int m_active = 0;
   std::exception_ptr m_error;

@@ -90,9 +90,10 @@ class ProcessPool final : public Strategy {
     for (int w = 1; w <= m_workers; ++w) m_slotPtrs.push_back(slot(w));
     m_segment->barrier();
     if (fusedStep()) {  // Note [Coordinator helpers]
-      m_lanes = lanesFor(m_numel, std::min(m_workers, static_cast<int>(std::thread::hardware_concurrency())));
-      const std::uint32_t generation = m_segment->generation();
-      for (int lane = 1; lane < m_lanes; ++lane) m_helpers.emplace_back([this, lane, generation] { help(lane, generation); });
+      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      m_lanes = lanesFor(m_numel, std::min(m_workers, cores));
+      const std::uint32_t attached = m_segment->generation();
+      for (int lane = 1; lane < m_lanes; ++lane) m_helpers.emplace_back([this, lane, attached] { help(lane, attached); });
     }
   }
 
@@ -175,9 +176,11 @@ class ProcessPool final : public Strategy {
   // offer its gradients wakes it together with the coordinator. It then waits for the step's
   // pieces (the learning rate may change every step) and takes its share. Each step passes
   // two barriers: gradients offered, coordinator stepped.
-  void help(int lane, std::uint32_t generation) {
-    for (std::uint64_t step = 1;; ++step, generation += 2) {
-      if (!m_segment->awaitGeneration(generation, m_quit)) return;
+  void help(int lane, std::uint32_t attached) {
+    for (std::uint64_t step = 1;; ++step) {
+      // Step s's first barrier is the (2s - 1)th after attach: the generation then is attached + 2s - 1.
+      const auto offered = attached + static_cast<std::uint32_t>(2 * step - 1);
+      if (!m_segment->awaitGeneration(offered, m_quit)) return;
       for (std::uint64_t spins = 0; m_posted.load(std::memory_order_acquire) != step; ++spins) {
         if (m_quit.load(std::memory_order_acquire)) return;
         if (spins > 2000) std::this_thread::yield();

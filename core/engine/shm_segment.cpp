@@ -117,13 +117,14 @@ void ShmSegment::unlink() {
 
 std::uint32_t ShmSegment::generation() const { return m_header->generation.load(std::memory_order_acquire); }
 
-bool ShmSegment::awaitGeneration(std::uint32_t gen, const std::atomic<bool>& quit) {
+bool ShmSegment::awaitGeneration(std::uint32_t target, const std::atomic<bool>& quit) {
   Header& h = *m_header;
   for (;;) {
-    if (h.generation.load(std::memory_order_acquire) != gen) return true;
+    const std::uint32_t now = h.generation.load(std::memory_order_acquire);
+    if (static_cast<std::int32_t>(now - target) >= 0) return true;
     if (quit.load(std::memory_order_acquire)) return false;
     h.sleepers.fetch_add(1, std::memory_order_seq_cst);  // as a sleeping rank does (Note [Barrier waits])
-    if (h.generation.load(std::memory_order_seq_cst) == gen) futexWait(&h.generation, gen, 10'000'000);
+    if (h.generation.load(std::memory_order_seq_cst) == now) futexWait(&h.generation, now, 10'000'000);
     h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
   }
 }

@@ -40,9 +40,9 @@ class ShmSegment {
   /// Advances each time every rank has arrived at the barrier.
   std::uint32_t generation() const;
   /// For a thread of this process that is not the rank (the pool coordinator's helpers):
-  /// sleeps until the generation is no longer `gen`, woken with the ranks by the last one to
-  /// arrive. False if `quit` became true first (looked at every 10 ms).
-  bool awaitGeneration(std::uint32_t gen, const std::atomic<bool>& quit);
+  /// sleeps until the generation has reached `target` (modulo 2^32), woken with the ranks by
+  /// the last one to arrive. False if `quit` became true first (looked at every 10 ms).
+  bool awaitGeneration(std::uint32_t target, const std::atomic<bool>& quit);
 
   std::atomic<std::uint32_t>& stopFlag();
   /// Per-rank counters (the pool's hogwild progress).

@@ -89,7 +89,7 @@ void Launcher::requestStop() {
   [[maybe_unused]] auto n = ::write(m_wakePipe[1], &c, 1);
 }
 
-int Launcher::pickFreePort() {
+int Launcher::pickFreePort(int* held) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   PTW_CHECK(fd >= 0, "cannot create a socket: ", std::strerror(errno));
   sockaddr_in addr{};
@@ -100,7 +100,10 @@ int Launcher::pickFreePort() {
   bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
             ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   int err = errno;
-  ::close(fd);
+  if (ok && held)
+    *held = fd;
+  else
+    ::close(fd);
   PTW_CHECK(ok, "cannot find a free port on 127.0.0.1: ", std::strerror(err));
   return ntohs(addr.sin_port);
 }
@@ -181,10 +184,19 @@ RunReport Launcher::run(LaunchObserver& observer) {
   // no bind address and would listen on all of them, and Gloo's own sockets are bound to
   // 127.0.0.1 (compat.h). The port picked here then only names the run's shared-memory
   // segments. A port given by the user selects a TCPStore on it, as torchrun would.
+  // A picked port stays bound (nothing listens on it) until the run's shared-memory names
+  // are removed at its end, so that no concurrent run is handed the same port, and names.
   int port = o.port;
   std::string storeFile;
+  int heldPort = -1;
+  struct CloseAtEnd {
+    int& fd;
+    ~CloseAtEnd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closePort{heldPort};
   if (port == 0) {
-    port = pickFreePort();
+    port = pickFreePort(&heldPort);
     storeFile = (o.outDir.empty() ? std::string("/tmp") : o.outDir) + "/ptw-store-" + std::to_string(port);
     ::unlink(storeFile.c_str());  // a FileStore must start empty (a restarted run reuses its folder)
   } else {

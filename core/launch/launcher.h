@@ -94,8 +94,9 @@ class Launcher {
   /// stopGraceS. Safe from any thread and from a signal handler.
   void requestStop();
 
-  /// A free TCP port on 127.0.0.1, or throws.
-  static int pickFreePort();
+  /// A free TCP port on 127.0.0.1, or throws. With `held`, the socket bound to it stays open
+  /// (its descriptor in *held, for the caller to close), so no other program is handed it.
+  static int pickFreePort(int* held = nullptr);
 
   /// Throws ptw::Error naming run.port when `port` is taken on 127.0.0.1.
   static void checkPortFree(int port);

@@ -183,8 +183,10 @@ class TestDdp : public QObject {
     Profile wide = with(mlp, "dataparallel", 2);
     wide.model.hidden = {128, 128};
     QTest::newRow("dataparallel, wider mlp, 2 lanes, SGD momentum (step split over lanes)") << wide;
-    QTest::newRow("dataparallel, mlp, 3 lanes, SGD Nesterov and weight decay")
-        << with(nesterov, "dataparallel", 3);
+    Profile wideNesterov = with(nesterov, "dataparallel", 3);
+    wideNesterov.model.hidden = {128, 128};
+    QTest::newRow("dataparallel, wider mlp, 3 lanes, SGD Nesterov and weight decay (split over 2 of them)")
+        << wideNesterov;
     Profile dpAccumulate = with(accumulate, "dataparallel", 2);
     dpAccumulate.hyper.batchSize = 8;  // two lanes of four, four micro-batches a step
     QTest::newRow("dataparallel, mlp, 2 lanes, accumulate 4") << dpAccumulate;
