@@ -352,18 +352,27 @@ class TestDdp : public QObject {
   // 40 steps straight equals 20 steps, a stop, and a resume from the checkpoint for 20
   // more: parameters, optimizer state, step (LR schedule) and the position in the epoch.
   void resumeContinuesExactly_data() {
+    QTest::addColumn<QString>("kind");
     QTest::addColumn<QString>("backend");
     QTest::addColumn<QString>("optimizer");
-    QTest::newRow("ddp gloo, Adam") << "gloo" << "adam";
+    QTest::addColumn<int>("hidden");
+    QTest::newRow("ddp gloo, Adam") << "ddp" << "gloo" << "adam" << 16;
     // Momentum buffers shared by the ranks, each stepping its share (Note [Sharded SGD step]):
     // the checkpoint must hold all of them and the resumed run must start from them.
-    QTest::newRow("ddp shm, SGD momentum") << "shm" << "sgd";
+    QTest::newRow("ddp shm, SGD momentum") << "ddp" << "shm" << "sgd" << 16;
+    // Steps split over lanes or helper threads (a model of 18,051 floats), on momentum buffers
+    // the resumed optimizer brings back.
+    QTest::newRow("dataparallel, SGD momentum, lane-split step") << "dataparallel" << "auto" << "sgd" << 128;
+    QTest::newRow("pool sync, SGD momentum, coordinator with a helper") << "pool" << "auto" << "sgd" << 128;
   }
   void resumeContinuesExactly() {
+    QFETCH(QString, kind);
     QFETCH(QString, backend);
     QFETCH(QString, optimizer);
+    QFETCH(int, hidden);
     Profile p = mlpProfile();
-    p.strategy.kind = "ddp";
+    p.model.hidden = {hidden, hidden};
+    p.strategy.kind = kind.toStdString();
     p.strategy.ranks = 2;
     p.strategy.backend = backend.toStdString();
     p.data.samples = 90;  // 3 batches per rank and epoch: 20 steps end mid-epoch
