@@ -174,45 +174,31 @@ class DataParallel final : public Strategy {
           if (g.defined() && !denseCpuFloat(g, p)) return false;
         }
       }
-    // It applies: one piece a parameter with a gradient somewhere, parts[0] the primary's.
-    struct Piece {
-      float* w;
-      float* buf;
-      std::vector<float*> parts;  ///< the primary's gradient, then the replicas' that are defined
-      std::size_t at, n;          ///< first element in the parameters laid end to end, count
-      SgdScalars scalars;
-      bool first;
-    };
-    std::vector<Piece> pieces;
-    std::size_t total = 0;
-    for (auto& group : sgd->param_groups()) {
-      const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
-      for (auto& p : group.params()) {
-        const std::size_t k = m_index.at(p.unsafeGetTensorImpl());
-        std::vector<float*> replicas;
-        for (auto& params : m_replicaParams)
-          if (params[k].grad().defined()) replicas.push_back(params[k].mutable_grad().data_ptr<float>());
-        if (!p.grad().defined()) {
-          if (replicas.empty()) continue;  // SGD skips a parameter without a gradient
-          p.mutable_grad() = torch::zeros_like(p);  // zeroed by the Trainer from now on
-        }
-        Piece piece{p.data_ptr<float>(), nullptr, {p.mutable_grad().data_ptr<float>()}, total,
-                    static_cast<std::size_t>(p.numel()), sgdScalars(o), false};
-        piece.parts.insert(piece.parts.end(), replicas.begin(), replicas.end());
-        if (o.momentum() != 0) piece.buf = momentumBuffer(optimizer, p, piece.first);
-        total += piece.n;
-        pieces.push_back(std::move(piece));
+    // It applies: one piece a parameter with a gradient somewhere; its parts, the primary's
+    // gradient, then the replicas' that are defined.
+    std::vector<std::vector<float*>> parts;
+    const auto pieces = sgdPieces(*sgd, [&](torch::Tensor& p) {
+      const std::size_t k = m_index.at(p.unsafeGetTensorImpl());
+      std::vector<float*> replicas;
+      for (auto& params : m_replicaParams)
+        if (params[k].grad().defined()) replicas.push_back(params[k].mutable_grad().data_ptr<float>());
+      if (!p.grad().defined()) {
+        if (replicas.empty()) return false;  // SGD skips a parameter without a gradient
+        p.mutable_grad() = torch::zeros_like(p);  // zeroed by the Trainer from now on
       }
-    }
+      parts.push_back({p.mutable_grad().data_ptr<float>()});
+      parts.back().insert(parts.back().end(), replicas.begin(), replicas.end());
+      return true;
+    });
+    const std::size_t total = pieces.empty() ? 0 : pieces.back().at + pieces.back().n;
     const int used = lanesFor(total, m_lanes);
     std::function<void(int)> job = [&](int lane) {
       const auto [lo, hi] = shareOf(total, used, lane);
-      for (auto& piece : pieces) {
-        const std::size_t a = std::max(piece.at, lo), b = std::min(piece.at + piece.n, hi);
-        if (a >= b) continue;
-        sumThenSgd(piece.w + (a - piece.at), piece.buf ? piece.buf + (a - piece.at) : nullptr, piece.parts.data(),
-                   static_cast<int>(piece.parts.size()), a - piece.at, b - piece.at, piece.scalars, piece.first);
-      }
+      forEachInShare(pieces, lo, hi, [&](std::size_t i, std::size_t a, std::size_t b) {
+        const auto& piece = pieces[i];
+        sumThenSgd(piece.w + a, piece.buf ? piece.buf + a : nullptr, parts[i].data(), static_cast<int>(parts[i].size()),
+                   a, b, piece.scalars, piece.first);
+      });
     };
     if (used == 1)
       job(0);

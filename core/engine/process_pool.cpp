@@ -106,20 +106,12 @@ class ProcessPool final : public Strategy {
     if (!fusedStep()) return Strategy::optimizerStep(optimizer, clipNorm);
     auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
     PTW_CHECK(sgd && clipNorm <= 0, "internal: the pool's fused step needs SGD without clipping");
-    m_pieces.clear();
-    std::size_t at = 0;
     auto next = m_params.begin();
-    for (auto& group : sgd->param_groups()) {
-      const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
-      for (auto& p : group.params()) {
-        PTW_CHECK(next != m_params.end() && next->is_same(p), "internal: the optimizer's parameters are not the pool's");
-        ++next;
-        Piece piece{p.data_ptr<float>(), nullptr, at, static_cast<std::size_t>(p.numel()), sgdScalars(o), false};
-        if (o.momentum() != 0) piece.buf = momentumBuffer(optimizer, p, piece.first);
-        at += piece.n;
-        m_pieces.push_back(piece);
-      }
-    }
+    m_pieces = sgdPieces(*sgd, [&](torch::Tensor& p) {
+      PTW_CHECK(next != m_params.end() && next->is_same(p), "internal: the optimizer's parameters are not the pool's");
+      ++next;
+      return true;
+    });
     ++m_steps;
     m_posted.store(m_steps, std::memory_order_release);  // the helpers, awake since the barrier, take their shares
     stepShare(0);
@@ -145,24 +137,14 @@ class ProcessPool final : public Strategy {
   /// The coordinator of a sync pool steps SGD (without clipping) in one pass with the average.
   bool fusedStep() const { return !m_hogwild && m_rank == 0 && m_sgdWithoutClipping; }
 
-  /// A parameter as the fused step sees it.
-  struct Piece {
-    float* w;
-    float* buf;         ///< momentum buffer, or null
-    std::size_t at, n;  ///< first element in a slot, count
-    SgdScalars scalars;
-    bool first;
-  };
-
   /// Lane `lane`'s share of the fused step.
   void stepShare(int lane) {
     const auto [lo, hi] = shareOf(m_numel, m_lanes, lane);
-    for (const auto& piece : m_pieces) {
-      const std::size_t a = std::max(piece.at, lo), b = std::min(piece.at + piece.n, hi);
-      if (a < b)
-        averageThenSgd(piece.w + (a - piece.at), piece.buf ? piece.buf + (a - piece.at) : nullptr, m_slotPtrs.data(),
-                       m_workers, a, b, piece.scalars, piece.first);
-    }
+    forEachInShare(m_pieces, lo, hi, [&](std::size_t i, std::size_t a, std::size_t b) {
+      const auto& piece = m_pieces[i];
+      averageThenSgd(piece.w + a, piece.buf ? piece.buf + a : nullptr, m_slotPtrs.data(), m_workers, piece.at + a,
+                     piece.at + b, piece.scalars, piece.first);
+    });
   }
 
   // Note [Coordinator helpers]
@@ -281,7 +263,7 @@ class ProcessPool final : public Strategy {
   std::shared_ptr<ShmSegment> m_segment;
   // The coordinator's fused step (Note [Coordinator helpers]).
   int m_lanes = 1;  ///< the coordinator and its helpers
-  std::vector<Piece> m_pieces;  ///< this step's, written before m_posted
+  std::vector<SgdPiece> m_pieces;  ///< this step's, written before m_posted
   std::vector<std::thread> m_helpers;
   std::uint64_t m_steps = 0;
   std::atomic<std::uint64_t> m_posted{0};    ///< steps whose pieces are ready

@@ -236,6 +236,26 @@ float* momentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& p
   return b->data_ptr<float>();
 }
 
+std::vector<SgdPiece> sgdPieces(torch::optim::SGD& sgd, const std::function<bool(torch::Tensor&)>& take) {
+  std::vector<SgdPiece> pieces;
+  std::size_t at = 0;
+  for (auto& group : sgd.param_groups()) {
+    const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+    for (auto& p : group.params()) {
+      if (!take(p)) continue;
+      SgdPiece piece;
+      piece.w = p.data_ptr<float>();
+      piece.at = at;
+      piece.n = static_cast<std::size_t>(p.numel());
+      piece.scalars = sgdScalars(o);
+      if (o.momentum() != 0) piece.buf = momentumBuffer(sgd, p, piece.first);
+      at += piece.n;
+      pieces.push_back(piece);
+    }
+  }
+  return pieces;
+}
+
 SgdScalars sgdScalars(const torch::optim::SGDOptions& o) {
   SgdScalars s;
   s.lr = static_cast<float>(o.lr());

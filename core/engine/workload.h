@@ -2,6 +2,10 @@
 // every rank; the loss, the optimizer and the learning-rate schedule that go with it.
 #pragma once
 
+#include <algorithm>
+#include <functional>
+#include <vector>
+
 #include <torch/torch.h>
 
 #include "common/profile.h"
@@ -50,6 +54,34 @@ float* momentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& p
 
 /// The scalars of SGD's update (kernels.h) from its options.
 SgdScalars sgdScalars(const torch::optim::SGDOptions& options);
+
+/// A parameter as a fused SGD step over shares of the parameters sees it (DataParallel's
+/// lane-split step, the pool coordinator's step): where its elements and momentum buffer are,
+/// where it starts among the parameters laid end to end, and SGD's arithmetic for it.
+struct SgdPiece {
+  float* w = nullptr;
+  float* buf = nullptr;  ///< momentum buffer, or null without momentum
+  std::size_t at = 0;    ///< first element among the parameters laid end to end
+  std::size_t n = 0;
+  SgdScalars scalars;
+  bool first = false;    ///< SGD had no momentum buffer for it yet (momentumBuffer)
+};
+
+/// One piece per parameter of `sgd` that `take` accepts (it may prepare the parameter, or
+/// check it), in the optimizer's order, laid end to end from 0; momentum buffers are made
+/// where SGD has none.
+std::vector<SgdPiece> sgdPieces(torch::optim::SGD& sgd, const std::function<bool(torch::Tensor&)>& take);
+
+/// Calls f(index, a, b) for every piece with elements in [lo, hi) of the whole: those are its
+/// elements [a, b), counted from the piece's start.
+template <typename F>
+void forEachInShare(const std::vector<SgdPiece>& pieces, std::size_t lo, std::size_t hi, F&& f) {
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    const auto& piece = pieces[i];
+    const std::size_t a = std::max(piece.at, lo), b = std::min(piece.at + piece.n, hi);
+    if (a < b) f(i, a - piece.at, b - piece.at);
+  }
+}
 
 /// Learning rate for optimizer step `step` (0-based): the schedule times the warm-up ramp.
 double learningRate(const core::HyperSpec& hyper, std::int64_t step);
