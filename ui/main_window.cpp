@@ -481,9 +481,9 @@ void MainWindow::stopRun() {
 void MainWindow::drainRun() {
   m_controller->take(m_batch);
   const auto& batch = m_batch;
-  std::size_t nextRestart = 0;
+  std::size_t nextRestart = 0, index = 0;
   const int ranks = m_reportingRanks;
-  for (std::size_t i = 0; i <= batch.records.size(); ++i) {
+  auto restartsAt = [&](std::size_t i) {
     while (nextRestart < batch.restarts.size() && batch.restarts[nextRestart].first == i) {
       const double step = static_cast<double>(batch.restarts[nextRestart].second);
       m_loss->truncateAfter(step);
@@ -491,34 +491,38 @@ void MainWindow::drainRun() {
       m_stepSums.reset(ranks);
       ++nextRestart;
     }
-    if (i == batch.records.size()) break;
-    const core::Record& rec = batch.records[i];
-    const auto& s = rec.step;
-    if (rec.kind == core::Record::Kind::Validation) {
-      m_loss->append(m_valSeries, static_cast<double>(s.step), rec.valLoss);
-      continue;
-    }
-    if (rec.kind != core::Record::Kind::Step || s.rank < 0 || s.rank >= ranks) continue;
-    const double x = static_cast<double>(s.step);
-    m_loss->append(s.rank, x, s.loss);
-    m_throughput->append(s.rank, x, s.samplesPerS);
-    m_split->add(s);
-    auto& latest = m_latest[static_cast<std::size_t>(s.rank)];
-    if (latest.step < 0) {
-      m_forceRedraw = true;  // a rank's first point is drawn at once
-      if (m_rankStatus[static_cast<std::size_t>(s.rank)] == tr("starting")) {
-        m_rankStatus[static_cast<std::size_t>(s.rank)] = tr("running");
-        setRankCell(s.rank, kStatus, tr("running"));
+  };
+  for (const auto& chunk : batch.chunks) {
+    for (const core::Record& rec : chunk) {
+      restartsAt(index++);
+      const auto& s = rec.step;
+      if (rec.kind == core::Record::Kind::Validation) {
+        m_loss->append(m_valSeries, static_cast<double>(s.step), rec.valLoss);
+        continue;
+      }
+      if (rec.kind != core::Record::Kind::Step || s.rank < 0 || s.rank >= ranks) continue;
+      const double x = static_cast<double>(s.step);
+      m_loss->append(s.rank, x, s.loss);
+      m_throughput->append(s.rank, x, s.samplesPerS);
+      m_split->add(s);
+      auto& latest = m_latest[static_cast<std::size_t>(s.rank)];
+      if (latest.step < 0) {
+        m_forceRedraw = true;  // a rank's first point is drawn at once
+        if (m_rankStatus[static_cast<std::size_t>(s.rank)] == tr("starting")) {
+          m_rankStatus[static_cast<std::size_t>(s.rank)] = tr("running");
+          setRankCell(s.rank, kStatus, tr("running"));
+        }
+      }
+      latest.samplesPerS = s.samplesPerS;
+      if (s.step >= latest.step) latest.step = s.step, latest.loss = s.loss;
+      // The mean loss and the total throughput of a step, once every rank has reported it.
+      if (StepSums::Sum sum; m_meanSeries >= 0 && m_stepSums.add(s.step, s.loss, s.samplesPerS, sum)) {
+        m_loss->append(m_meanSeries, x, sum.loss / ranks);
+        if (m_totalSeries >= 0) m_throughput->append(m_totalSeries, x, sum.throughput);
       }
     }
-    latest.samplesPerS = s.samplesPerS;
-    if (s.step >= latest.step) latest.step = s.step, latest.loss = s.loss;
-    // The mean loss and the total throughput of a step, once every rank has reported it.
-    if (StepSums::Sum sum; m_meanSeries >= 0 && m_stepSums.add(s.step, s.loss, s.samplesPerS, sum)) {
-      m_loss->append(m_meanSeries, x, sum.loss / ranks);
-      if (m_totalSeries >= 0) m_throughput->append(m_totalSeries, x, sum.throughput);
-    }
   }
+  restartsAt(index);  // a restart after the last record
   for (const auto& [rank, line] : batch.logs) appendLog(rank, QString::fromStdString(line));
   // Note [Redraw budget]
   // Training ranks often own every core, so each millisecond spent drawing is taken

@@ -19,10 +19,16 @@ class RunController::Observer : public core::LaunchObserver {
   void onStarted(int port, const std::vector<int>&) override {
     QMetaObject::invokeMethod(m_c, [c = m_c, port] { emit c->started(port); }, Qt::QueuedConnection);
   }
-  void onRecords(const std::vector<core::Record>& batch) override {
+  void onRecords(std::vector<core::Record>& batch) override {
+    std::vector<core::Record> spare;
     std::lock_guard<std::mutex> lock(m_c->m_mutex);
-    auto& r = m_c->m_pending.records;
-    r.insert(r.end(), batch.begin(), batch.end());
+    if (!m_c->m_spare.empty()) {
+      spare = std::move(m_c->m_spare.back());
+      m_c->m_spare.pop_back();
+    }
+    m_c->m_pending.records += batch.size();
+    m_c->m_pending.chunks.push_back(std::move(batch));
+    batch = std::move(spare);
   }
   void onLog(int rank, const std::string& line) override {
     std::lock_guard<std::mutex> lock(m_c->m_mutex);
@@ -30,7 +36,7 @@ class RunController::Observer : public core::LaunchObserver {
   }
   void onRestart(int, std::int64_t step) override {
     std::lock_guard<std::mutex> lock(m_c->m_mutex);
-    m_c->m_pending.restarts.emplace_back(m_c->m_pending.records.size(), step);
+    m_c->m_pending.restarts.emplace_back(m_c->m_pending.records, step);
   }
   void onRankExit(const core::RankExit& e) override {
     QString how = QString::fromStdString(e.describe());
@@ -119,10 +125,18 @@ void RunController::stop() {
 }
 
 void RunController::take(Batch& batch) {
-  batch.records.clear();
+  for (auto& chunk : batch.chunks) chunk.clear();
+  batch.records = 0;
   batch.restarts.clear();
   batch.logs.clear();
   std::lock_guard<std::mutex> lock(m_mutex);
+  // A handful are enough: the launcher hands over a chunk every pass over the pipes (a few
+  // a second at most while ranks send full batches), and the window takes them at least
+  // once a second.
+  constexpr std::size_t kMaxSpare = 16;
+  for (auto& chunk : batch.chunks)
+    if (m_spare.size() < kMaxSpare) m_spare.push_back(std::move(chunk));
+  batch.chunks.clear();
   std::swap(batch, m_pending);
 }
 

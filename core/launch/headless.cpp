@@ -45,7 +45,7 @@ class ProgressPrinter : public LaunchObserver {
     m_out << "\n";
     m_start = std::chrono::steady_clock::now();
   }
-  void onRecords(const std::vector<Record>& batch) override {
+  void onRecords(std::vector<Record>& batch) override {
     for (const auto& r : batch) {
       if (r.kind == Record::Kind::Validation) {
         m_valLoss = r.valLoss;

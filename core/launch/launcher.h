@@ -69,8 +69,10 @@ class LaunchObserver {
  public:
   virtual ~LaunchObserver() = default;
   virtual void onStarted(int /*port*/, const std::vector<int>& /*pids*/) {}
-  /// Records read in one pass over the pipes, in arrival order.
-  virtual void onRecords(const std::vector<Record>& /*batch*/) {}
+  /// Records read in one pass over the pipes, in arrival order. An observer that keeps them
+  /// may swap `batch` with a vector of its own instead of copying it; the launcher clears
+  /// whatever vector it gets back and reuses its capacity.
+  virtual void onRecords(std::vector<Record>& /*batch*/) {}
   virtual void onLog(int /*rank*/, const std::string& /*line*/) {}
   virtual void onRankExit(const RankExit& /*exit*/) {}
   /// The run restarts (attempt 1, 2, ...) from a checkpoint at `step`: what was shown

@@ -17,7 +17,7 @@ class StoringObserver final : public LaunchObserver {
       : m_outer(outer), m_store(store), m_runId(runId), m_owner(owner) {}
   void setAttempt(int a) { m_attempt = a; }
   void onStarted(int port, const std::vector<int>& pids) override { m_outer.onStarted(port, pids); }
-  void onRecords(const std::vector<Record>& batch) override {
+  void onRecords(std::vector<Record>& batch) override {
     if (m_store) {
       m_store->append(m_runId, m_attempt, batch);
       if (!m_store->error().empty()) m_owner.requestStop();  // a run we cannot record is stopped, not lost

@@ -20,7 +20,7 @@ namespace {
 class Throughput final : public LaunchObserver {
  public:
   explicit Throughput(bool coordinatorOnly) : m_coordinatorOnly(coordinatorOnly) {}
-  void onRecords(const std::vector<Record>& batch) override {
+  void onRecords(std::vector<Record>& batch) override {
     for (const auto& r : batch) {
       if (r.kind != Record::Kind::Step || (m_coordinatorOnly && r.step.rank != 0)) continue;
       if (static_cast<std::size_t>(r.step.rank) >= m_samples.size()) {

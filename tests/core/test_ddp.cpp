@@ -69,7 +69,7 @@ std::vector<torch::Tensor> loadParameters(const QTemporaryDir& dir, int rank) {
 
 struct LastValidation : LaunchObserver {
   double loss = -1;
-  void onRecords(const std::vector<Record>& batch) override {
+  void onRecords(std::vector<Record>& batch) override {
     for (const auto& r : batch)
       if (r.kind == Record::Kind::Validation) loss = r.valLoss;
   }

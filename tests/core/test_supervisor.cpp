@@ -43,7 +43,7 @@ class Watcher : public LaunchObserver {
     if (onStart) onStart(port);
   }
   void onRestart(int attempt, std::int64_t step) override { restarts.emplace_back(attempt, step); }
-  void onRecords(const std::vector<Record>& batch) override {
+  void onRecords(std::vector<Record>& batch) override {
     for (const auto& r : batch) {
       if (r.kind != Record::Kind::Step) continue;
       ++stepRecords;

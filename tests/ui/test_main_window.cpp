@@ -249,6 +249,29 @@ class TestMainWindow : public QObject {
     QCOMPARE(w.lossChart()->pointCount(0), std::size_t(30));  // the charts were reset for the new run
   }
 
+  // Rank 1 is killed after step 12 of the first attempt; the run restarts from the
+  // checkpoint at step 10. What the charts drew past step 10 is dropped and the replayed
+  // steps drawn in its place: each rank's series ends with steps 1..30 once each.
+  void aRestartRedrawsFromTheCheckpoint() {
+    QTemporaryDir runs;
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    w.setRunsDirectory(runs.path());
+    w.show();
+    w.editor()->setFieldText("hyper.max_steps", "30");
+    w.editor()->setFieldText("run.checkpoint_every", "5");
+    w.editor()->setFieldText("run.max_restarts", "1");
+    qputenv("PTW_FAULT", "kill-at-step:1:12");
+    QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 60000);
+    qunsetenv("PTW_FAULT");
+    QVERIFY(w.findChild<QPlainTextEdit*>("log")->toPlainText().contains("restarting (attempt 2 of 2)"));
+    for (int rank = 0; rank < 2; ++rank) {
+      QCOMPARE(w.lossChart()->pointCount(rank), std::size_t(30));
+      QCOMPARE(w.throughputChart()->pointCount(rank), std::size_t(30));
+    }
+  }
+
   void stopIsGraceful() {
     QTemporaryDir runs;
     ui::MainWindow w;
