@@ -55,6 +55,7 @@ class ShmSegment {
   int m_rank;
   int m_world;
   std::chrono::milliseconds m_timeout;
+  std::chrono::nanoseconds m_spinFor{0};  ///< how long barrier() spins before it yields (Note [Barrier waits])
   std::size_t m_bytes = 0;
   void* m_base = nullptr;
   Header* m_header = nullptr;

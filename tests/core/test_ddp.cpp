@@ -161,21 +161,33 @@ class TestDdp : public QObject {
       p.strategy.backend = "shm";
       return p;
     };
-    QTest::newRow("ddp shm, mlp, 3 ranks, SGD momentum") << overShm(with(mlp, "ddp", 3));
-    QTest::newRow("ddp shm, seed workload, 2 ranks") << overShm(seed);
-    // SGD shards its step over the ranks (Note [Sharded SGD step]); the rest all-reduce.
-    Profile nesterov = with(mlp, "ddp", 2);
+    // Models of at most 4,096 parameters step at one barrier, each rank with its own
+    // optimizer (Note [One-barrier step]).
+    QTest::newRow("ddp shm, seed workload, 2 ranks (one barrier)") << overShm(seed);
+    QTest::newRow("ddp shm, mlp, 3 ranks, SGD momentum (one barrier)") << overShm(with(mlp, "ddp", 3));
+    QTest::newRow("ddp shm, mlp, 2 ranks, accumulate 4 (one barrier)") << overShm(accumulate);
+    QTest::newRow("ddp shm, mlp, 3 ranks, Adam (one barrier)") << overShm(with(adam, "ddp", 3));
+    // Larger ones (4,931 parameters): SGD shards its step over the ranks (Note [Sharded SGD
+    // step]); the rest all-reduce.
+    Profile wider = mlp;
+    wider.model.hidden = {64, 64};
+    QTest::newRow("ddp shm, wider mlp, 3 ranks, SGD momentum (sharded)") << overShm(with(wider, "ddp", 3));
+    Profile nesterov = with(wider, "ddp", 2);
     nesterov.hyper.nesterov = true;
     nesterov.hyper.weightDecay = 0.01;
-    QTest::newRow("ddp shm, mlp, 2 ranks, SGD Nesterov and weight decay") << overShm(nesterov);
-    Profile plain = with(mlp, "ddp", 3);
+    QTest::newRow("ddp shm, wider mlp, 2 ranks, SGD Nesterov and weight decay (sharded)") << overShm(nesterov);
+    Profile plain = with(wider, "ddp", 3);
     plain.hyper.momentum = 0;
-    QTest::newRow("ddp shm, mlp, 3 ranks, SGD without momentum") << overShm(plain);
-    QTest::newRow("ddp shm, mlp, 2 ranks, accumulate 4") << overShm(accumulate);
-    QTest::newRow("ddp shm, mlp, 2 ranks, Adam (all-reduce)") << overShm(with(adam, "ddp", 2));
-    Profile shmClipped = with(mlp, "ddp", 2);
+    QTest::newRow("ddp shm, wider mlp, 3 ranks, SGD without momentum (sharded)") << overShm(plain);
+    Profile widerAccumulate = accumulate;
+    widerAccumulate.model.hidden = wider.model.hidden;
+    QTest::newRow("ddp shm, wider mlp, 2 ranks, accumulate 4 (sharded)") << overShm(widerAccumulate);
+    Profile widerAdam = adam;
+    widerAdam.model.hidden = wider.model.hidden;
+    QTest::newRow("ddp shm, wider mlp, 2 ranks, Adam (all-reduce)") << overShm(with(widerAdam, "ddp", 2));
+    Profile shmClipped = with(wider, "ddp", 2);
     shmClipped.hyper.clipNorm = 0.05;
-    QTest::newRow("ddp shm, mlp, 2 ranks, SGD with clipping (all-reduce)") << overShm(shmClipped);
+    QTest::newRow("ddp shm, wider mlp, 2 ranks, SGD with clipping (all-reduce)") << overShm(shmClipped);
     QTest::newRow("dataparallel, mlp, 2 lanes, SGD momentum") << with(mlp, "dataparallel", 2);
     QTest::newRow("dataparallel, mlp, 2 lanes, Adam") << with(adam, "dataparallel", 2);
     // CPU lanes split SGD's step between them once a model is large enough (Note [Lane-split
@@ -233,6 +245,7 @@ class TestDdp : public QObject {
   // mapped the segment are gone.
   void sharedParametersOutliveTheTrainer() {
     Profile p = mlpProfile();
+    p.model.hidden = {64, 64};  // above the one-barrier step's 4,096 parameters
     p.strategy.kind = "ddp";
     p.strategy.ranks = 1;
     p.strategy.backend = "shm";
@@ -251,24 +264,33 @@ class TestDdp : public QObject {
   }
 
   // The default backend ("auto") on CPU ranks is shared memory: the sharded step lays the
-  // parameters back to back in its segment.
+  // parameters of a model above 4,096 back to back in its segment; a smaller model steps at
+  // one barrier (Note [One-barrier step]) and keeps its own tensors, as one process does.
   void autoBackendOnCpuIsSharedMemory() {
     Profile p = mlpProfile();
     QCOMPARE(p.strategy.backend, std::string("auto"));
     p.strategy.kind = "ddp";
     p.strategy.ranks = 1;
-    engine::SyncContext ctx{p, 0, 1, static_cast<int>(::getpid())};
-    engine::Trainer t(engine::TrainerOptions(p, 0, 1), engine::makeStrategy(ctx));
-    std::atomic<bool> stop{false};
-    QCOMPARE(t.run(stop), std::int64_t(20));
-    const auto params = t.parameters();
-    QVERIFY(params[1].data_ptr<float>() == params[0].data_ptr<float>() + params[0].numel());
-    p.strategy.kind = "single";  // the check above is not vacuous: a model's own tensors are apart
-    engine::SyncContext single{p, 0, 1, 0};
-    engine::Trainer one(engine::TrainerOptions(p, 0, 1), engine::makeStrategy(single));
-    QCOMPARE(one.run(stop), std::int64_t(20));
-    const auto apart = one.parameters();
-    QVERIFY(apart[1].data_ptr<float>() != apart[0].data_ptr<float>() + apart[0].numel());
+    auto trained = [](const Profile& profile) {
+      engine::SyncContext ctx{profile, 0, 1, profile.strategy.kind == "ddp" ? static_cast<int>(::getpid()) : 0};
+      engine::Trainer t(engine::TrainerOptions(profile, 0, 1), engine::makeStrategy(ctx));
+      std::atomic<bool> stop{false};
+      const std::int64_t steps = t.run(stop);
+      return steps == 20 ? t.parameters() : std::vector<torch::Tensor>{};
+    };
+    auto backToBack = [](const std::vector<torch::Tensor>& params) {
+      return params[1].data_ptr<float>() == params[0].data_ptr<float>() + params[0].numel();
+    };
+    Profile wider = p;
+    wider.model.hidden = {64, 64};
+    const auto sharded = trained(wider);
+    QVERIFY(!sharded.empty() && backToBack(sharded));
+    const auto small = trained(p);
+    QVERIFY(!small.empty() && !backToBack(small));
+    QVERIFY2(maxAbsDiff(small, referenceParameters(p, 1)) < 1e-5, "the one-barrier step trained other parameters");
+    p.strategy.kind = "single";  // the checks above are not vacuous: a model's own tensors are apart
+    const auto apart = trained(p);
+    QVERIFY(!apart.empty() && !backToBack(apart));
   }
 
   // A segment larger than /dev/shm fails at once with a message that says what to do, not
@@ -357,9 +379,11 @@ class TestDdp : public QObject {
     QTest::addColumn<QString>("optimizer");
     QTest::addColumn<int>("hidden");
     QTest::newRow("ddp gloo, Adam") << "ddp" << "gloo" << "adam" << 16;
-    // Momentum buffers shared by the ranks, each stepping its share (Note [Sharded SGD step]):
-    // the checkpoint must hold all of them and the resumed run must start from them.
-    QTest::newRow("ddp shm, SGD momentum") << "ddp" << "shm" << "sgd" << 16;
+    // Each rank's own momentum buffers (Note [One-barrier step]); buffers shared by the ranks,
+    // each stepping its share (Note [Sharded SGD step]): the checkpoint must hold all of them
+    // and the resumed run must start from them.
+    QTest::newRow("ddp shm, SGD momentum, one barrier") << "ddp" << "shm" << "sgd" << 16;
+    QTest::newRow("ddp shm, SGD momentum, sharded") << "ddp" << "shm" << "sgd" << 64;
     // Steps split over lanes or helper threads (a model of 18,051 floats), on momentum buffers
     // the resumed optimizer brings back.
     QTest::newRow("dataparallel, SGD momentum, lane-split step") << "dataparallel" << "auto" << "sgd" << 128;
