@@ -43,11 +43,21 @@ record() {  # workload impl value
 }
 
 py_ddp() {  # workload steps batch envs...
-  local port=$((20000 + RANDOM % 20000)) w=$1 steps=$2 batch=$3; shift 3
-  local line
-  line=$(for r in 1 0; do env "$@" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r WORLD_SIZE=2 \
-           /usr/bin/python3 "$ref" "$steps" "$batch" & done; wait)
-  record "$w" python-ddp "$(echo "$line" | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' | head -1)"
+  local w=$1 steps=$2 batch=$3; shift 3
+  local line value="" attempt port
+  # A port the system says is free; another program can still take it before rank 0 binds
+  # it, and then rank 0 fails at once while rank 1 would wait for it: both are bounded by
+  # `timeout` and the pair is tried again on another port.
+  for attempt in 1 2 3; do
+    port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    line=$(for r in 1 0; do env "$@" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r \
+             WORLD_SIZE=2 timeout 120 /usr/bin/python3 "$ref" "$steps" "$batch" & done; wait) || true
+    value=$(echo "$line" | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' | head -1)
+    [ -n "$value" ] && break
+    echo "bench: Python DDP on port $port failed (attempt $attempt of 3)" >&2
+  done
+  [ -n "$value" ] || { echo "bench: Python DDP failed three times" >&2; exit 1; }
+  record "$w" python-ddp "$value"
 }
 py_single() {
   local w=$1 steps=$2 batch=$3; shift 3
