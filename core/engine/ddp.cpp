@@ -236,12 +236,59 @@ class Ddp final : public Strategy {
 }  // namespace
 
 std::unique_ptr<Strategy> makeDdpShm(const SyncContext& ctx);
+std::string shmRefusal(const std::vector<torch::Tensor>& params);
+
+namespace {
+
+// Note [Auto backend on CPU]
+// strategy.backend "auto" on CPU ranks means shared memory, which reduces dense float32
+// parameters listed once each. A model it cannot reduce (float64 parameters, a tied weight
+// listed twice) trains over Gloo instead, rather than failing with advice to set the
+// backend by hand. The choice waits for the model (attach) and is made from it alone, so
+// every rank, having built the same model, makes the same one before any rank touches a
+// segment or a store; rank 0's log says which, and why.
+class AutoCpuDdp final : public Strategy {
+ public:
+  explicit AutoCpuDdp(const SyncContext& ctx) : m_ctx(ctx) {}
+
+  BatchPlan plan(const core::Profile& p, std::int64_t samples) const override {
+    return shardPlan(p, samples, m_ctx.rank, m_ctx.world);
+  }
+  void attach(Model& model) override {
+    const std::string refusal = shmRefusal(model.parameters());
+    if (m_ctx.rank == 0)
+      std::fprintf(stderr, "[rank 0] strategy.backend auto: %s\n",
+                   refusal.empty() ? "shm" : ("gloo, as shared memory " + refusal).c_str());
+    m_inner = refusal.empty() ? makeDdpShm(m_ctx) : std::make_unique<Ddp>(m_ctx);
+    m_inner->setAutocast(m_autocast);
+    m_inner->attach(model);
+  }
+  void beginStep(bool localStop) override { m_inner->beginStep(localStop); }
+  void setSyncGradients(bool on) override { m_inner->setSyncGradients(on); }
+  double backward(Model& model, const torch::Tensor& x, const torch::Tensor& y, double weight,
+                  bool classification) override {
+    return m_inner->backward(model, x, y, weight, classification);
+  }
+  bool reduce(Model& model, StepState& state) override { return m_inner->reduce(model, state); }
+  void optimizerStep(torch::optim::Optimizer& optimizer, double clipNorm) override {
+    m_inner->optimizerStep(optimizer, clipNorm);
+  }
+  void afterOptimizerStep(Model& model) override { m_inner->afterOptimizerStep(model); }
+  void finish() override { m_inner->finish(); }
+
+ private:
+  const SyncContext m_ctx;
+  std::unique_ptr<Strategy> m_inner;
+};
+
+}  // namespace
 
 std::unique_ptr<Strategy> makeDdp(const SyncContext& ctx) {
   const std::string backend = core::collectiveBackend(ctx.profile, kHaveNccl);
+  if (backend == "shm")
+    return ctx.profile.strategy.backend == "auto" ? std::make_unique<AutoCpuDdp>(ctx) : makeDdpShm(ctx);
   if (ctx.profile.strategy.backend == "auto" && ctx.rank == 0)
     std::fprintf(stderr, "[rank 0] strategy.backend auto: %s\n", backend.c_str());
-  if (backend == "shm") return makeDdpShm(ctx);
   return std::make_unique<Ddp>(ctx);
 }
 

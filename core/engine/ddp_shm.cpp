@@ -48,7 +48,9 @@
 // the model fits in a few KiB.
 #include <algorithm>
 #include <cstring>
+#include <sstream>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/error.h"
 #include "common/shm_names.h"
@@ -59,6 +61,11 @@
 #include "engine/workload.h"
 
 namespace ptw::engine {
+
+/// Why DDP over shared memory cannot reduce `params` ("" when it can): it needs dense float32
+/// CPU parameters, each listed once. The auto backend asks too (Note [Auto backend on CPU]).
+std::string shmRefusal(const std::vector<torch::Tensor>& params);
+
 namespace {
 
 class DdpShm final : public Strategy {
@@ -79,14 +86,11 @@ class DdpShm final : public Strategy {
 
   void attach(Model& model) override {
     m_params = model.parameters();
+    const std::string refusal = shmRefusal(m_params);
+    PTW_CHECK(refusal.empty(), m_chosen, " ", refusal, ": set strategy.backend to gloo");
     std::size_t total = 0;
     for (const auto& p : m_params) {
-      PTW_CHECK(p.scalar_type() == torch::kFloat && p.device().is_cpu() && p.is_contiguous(),
-                m_chosen, " reduces dense float32 CPU parameters; this model has a ", p.scalar_type(),
-                " parameter on ", p.device(), ": set strategy.backend to gloo");
-      PTW_CHECK(m_offset.emplace(p.unsafeGetTensorImpl(), total).second, m_chosen,
-                " needs each parameter once, and this model lists one twice (tied weights): set strategy.backend "
-                "to gloo");
+      m_offset.emplace(p.unsafeGetTensorImpl(), total);
       total += static_cast<std::size_t>(p.numel());
     }
     m_gradFloats = total;
@@ -244,5 +248,20 @@ class DdpShm final : public Strategy {
 }  // namespace
 
 std::unique_ptr<Strategy> makeDdpShm(const SyncContext& ctx) { return std::make_unique<DdpShm>(ctx); }
+
+std::string shmRefusal(const std::vector<torch::Tensor>& params) {
+  std::unordered_set<const void*> seen;
+  for (const auto& p : params) {
+    if (p.scalar_type() != torch::kFloat || !p.device().is_cpu() || !p.is_contiguous()) {
+      std::ostringstream why;
+      why << "reduces dense float32 CPU parameters; this model has a " << p.scalar_type()
+          << (p.is_contiguous() ? "" : " non-contiguous") << " parameter on " << p.device();
+      return why.str();
+    }
+    if (!seen.insert(p.unsafeGetTensorImpl()).second)
+      return "needs each parameter once, and this model lists one twice (tied weights)";
+  }
+  return "";
+}
 
 }  // namespace ptw::engine

@@ -143,6 +143,12 @@ class TestDdp : public QObject {
       if (p.strategy.kind == "ddp") p.strategy.backend = "gloo";  // the rows below named "ddp shm" say otherwise
       return p;
     };
+    // A model shared memory cannot reduce (float64 parameters): auto trains it over Gloo
+    // (Note [Auto backend on CPU]).
+    Profile float64 = seed;
+    float64.model.kind = "torchscript";
+    float64.model.path = (qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/data/mlp-10-16-1-float64.scripted.pt").toStdString();
+    QTest::newRow("ddp auto, float64 TorchScript model, 2 ranks (Gloo)") << float64;
     Profile seedGloo = seed;
     seedGloo.strategy.backend = "gloo";
     QTest::newRow("ddp gloo, seed workload, 2 ranks, SGD") << seedGloo;
@@ -238,6 +244,40 @@ class TestDdp : public QObject {
     // And training did something: the parameters moved away from their initial values.
     auto initial = engine::makeModel(profile.model, profile.hyper.seed)->parameters();
     QVERIFY(maxAbsDiff(reference, initial) > 1e-3);
+  }
+
+  // strategy.backend auto on CPU ranks names its choice in rank 0's log: shared memory for a
+  // float32 model, Gloo and the reason for a float64 one. Named by hand, shm refuses the
+  // float64 model with the reason and what to set instead.
+  void autoBackendSaysWhatItChoseAndWhy() {
+    Profile p = defaultProfile();
+    p.hyper.maxSteps = 3;
+    QTemporaryDir shm;
+    LaunchObserver quiet;
+    QCOMPARE(launch(shm, p, quiet).status, RunReport::Status::Finished);
+    auto log = [](const QTemporaryDir& dir) {
+      QFile f(dir.filePath("rank0.log"));
+      return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()) : QString();
+    };
+    QVERIFY2(log(shm).contains("strategy.backend auto: shm\n"), qPrintable(log(shm)));
+
+    p.model.kind = "torchscript";
+    p.model.path =
+        (qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/data/mlp-10-16-1-float64.scripted.pt").toStdString();
+    QTemporaryDir gloo;
+    QCOMPARE(launch(gloo, p, quiet).status, RunReport::Status::Finished);
+    QVERIFY2(log(gloo).contains("strategy.backend auto: gloo, as shared memory reduces dense float32 CPU parameters; "
+                                "this model has a Double parameter on cpu"),
+             qPrintable(log(gloo)));
+
+    p.strategy.backend = "shm";
+    QTemporaryDir refused;
+    const RunReport r = launch(refused, p, quiet);
+    QCOMPARE(r.status, RunReport::Status::Failed);
+    const QString all = QString::fromStdString(r.message) + "\n" + log(refused);
+    QVERIFY2(all.contains("strategy.backend shm reduces dense float32 CPU parameters; this model has a Double "
+                          "parameter on cpu: set strategy.backend to gloo"),
+             qPrintable(all));
   }
 
   // DDP over shared memory makes the parameters views of its segment (Note [Sharded SGD

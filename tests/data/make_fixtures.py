@@ -5,7 +5,8 @@
 
 Nothing is downloaded: the "digits" are seeded synthetic strokes, one pattern per class,
 in the IDX format of the MNIST files; the CSV is a seeded linear problem; the TorchScript
-model is a small MLP made with torch.jit.script, as a user would make one.
+models are a small MLP made with torch.jit.script, as a user would make one, and the same MLP in
+float64.
 """
 import os
 import struct
@@ -53,8 +54,21 @@ class Mlp(torch.nn.Module):
         return self.out(torch.tanh(self.hidden(x)))
 
 
+class Float64Mlp(torch.nn.Module):
+    """The MLP above in float64, which DDP over shared memory does not reduce (strategy.backend
+    auto then trains over Gloo)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = Mlp().double()
+
+    def forward(self, x):
+        return self.net(x.double()).float()
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     mnist_tiny(os.path.join(ROOT, "resources/data/mnist-tiny"))
     regression_csv(os.path.join(ROOT, "resources/data/regression.csv"))
     torch.jit.script(Mlp()).save(os.path.join(ROOT, "resources/data/mlp-10-16-1.scripted.pt"))
+    torch.jit.script(Float64Mlp()).save(os.path.join(ROOT, "resources/data/mlp-10-16-1-float64.scripted.pt"))
