@@ -242,9 +242,8 @@ namespace {
 
 // Note [Auto backend on CPU]
 // strategy.backend "auto" on CPU ranks means shared memory, which reduces dense float32
-// parameters listed once each. A model it cannot reduce (float64 parameters, a tied weight
-// listed twice) trains over Gloo instead, rather than failing with advice to set the
-// backend by hand. The choice waits for the model (attach) and is made from it alone, so
+// parameters listed once each. A model it cannot reduce (float64 parameters, say) trains
+// over Gloo instead, rather than failing with advice to set the backend by hand. The choice waits for the model (attach) and is made from it alone, so
 // every rank, having built the same model, makes the same one before any rank touches a
 // segment or a store; rank 0's log says which, and why.
 class AutoCpuDdp final : public Strategy {

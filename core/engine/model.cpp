@@ -2,6 +2,8 @@
 
 #include <torch/script.h>
 
+#include <unordered_set>
+
 #include "common/error.h"
 
 namespace ptw::engine {
@@ -32,10 +34,14 @@ class ScriptModel final : public Model {
  public:
   explicit ScriptModel(torch::jit::Module module) : m_module(std::move(module)) {}
   torch::Tensor forward(const torch::Tensor& x) override { return m_module.forward({x}).toTensor(); }
+  // A tied weight (one submodule used under two names) is listed once, as PyTorch's
+  // Module.parameters() does; the module's own list holds it under each name, and an
+  // optimizer given it twice would step it twice.
   std::vector<torch::Tensor> parameters() override {
     std::vector<torch::Tensor> out;
+    std::unordered_set<const void*> seen;
     for (const auto& p : m_module.parameters())
-      if (p.requires_grad()) out.push_back(p);
+      if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
     return out;
   }
   std::unique_ptr<Model> replicate(const torch::Device& device) const override {

@@ -149,6 +149,11 @@ class TestDdp : public QObject {
     float64.model.kind = "torchscript";
     float64.model.path = (qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/data/mlp-10-16-1-float64.scripted.pt").toStdString();
     QTest::newRow("ddp auto, float64 TorchScript model, 2 ranks (Gloo)") << float64;
+    // A tied weight (one layer applied twice) is one parameter, reduced and stepped once.
+    Profile tied = seed;
+    tied.model.kind = "torchscript";
+    tied.model.path = (qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/data/tied-10-10-1.scripted.pt").toStdString();
+    QTest::newRow("ddp auto, TorchScript model with a tied weight, 2 ranks (shared memory)") << tied;
     Profile seedGloo = seed;
     seedGloo.strategy.backend = "gloo";
     QTest::newRow("ddp gloo, seed workload, 2 ranks, SGD") << seedGloo;

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "engine/model.h"
 #include "engine/strategy.h"
 #include "engine/trainer.h"
 #include "engine/workload.h"
@@ -81,6 +82,22 @@ QList<double> pythonParameterSums(const QString& path) {
 class TestWorkload : public QObject {
   Q_OBJECT
  private slots:
+  // A layer applied twice (a tied weight) is one parameter here, as in Python: an optimizer
+  // given it twice would step it twice.
+  void aTiedWeightIsListedOnce() {
+    const QString path = source("resources/data/tied-10-10-1.scripted.pt");
+    Profile p = singleProfile();
+    p.model.kind = "torchscript";
+    p.model.path = path.toStdString();
+    const auto params = engine::makeModel(p.model, p.hyper.seed)->parameters();
+    const auto python = pythonParameterSums(path);
+    QCOMPARE(python.size(), 4);  // hidden.weight, hidden.bias, out.weight, out.bias
+    QCOMPARE(params.size(), std::size_t(python.size()));
+    for (int i = 0; i < python.size(); ++i)
+      QVERIFY(std::abs(params[static_cast<std::size_t>(i)].detach().to(torch::kDouble).sum().item<double>() -
+                       python[i]) < 1e-6);
+  }
+
   // A model made in Python with torch.jit.script trains here, is saved back as
   // TorchScript, and Python loads the trained parameters.
   void torchscriptTrainsAndIsSavedBack() {

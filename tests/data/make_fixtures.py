@@ -5,8 +5,8 @@
 
 Nothing is downloaded: the "digits" are seeded synthetic strokes, one pattern per class,
 in the IDX format of the MNIST files; the CSV is a seeded linear problem; the TorchScript
-models are a small MLP made with torch.jit.script, as a user would make one, and the same MLP in
-float64.
+models are a small MLP made with torch.jit.script, as a user would make one, the same MLP in
+float64, and an MLP with a tied weight.
 """
 import os
 import struct
@@ -66,9 +66,24 @@ class Float64Mlp(torch.nn.Module):
         return self.net(x.double()).float()
 
 
+class TiedMlp(torch.nn.Module):
+    """An MLP that applies one hidden layer twice: a tied weight, which a model's parameters
+    list once."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = torch.nn.Linear(10, 10)
+        self.again = self.hidden
+        self.out = torch.nn.Linear(10, 1)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.again(torch.tanh(self.hidden(x)))))
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     mnist_tiny(os.path.join(ROOT, "resources/data/mnist-tiny"))
     regression_csv(os.path.join(ROOT, "resources/data/regression.csv"))
     torch.jit.script(Mlp()).save(os.path.join(ROOT, "resources/data/mlp-10-16-1.scripted.pt"))
     torch.jit.script(Float64Mlp()).save(os.path.join(ROOT, "resources/data/mlp-10-16-1-float64.scripted.pt"))
+    torch.jit.script(TiedMlp()).save(os.path.join(ROOT, "resources/data/tied-10-10-1.scripted.pt"))
