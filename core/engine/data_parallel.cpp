@@ -74,6 +74,12 @@ class DataParallel final : public Strategy {
     for (int i = 1; i < m_lanes; ++i) {
       m_replicas.push_back(model.replicate(m_devices[static_cast<std::size_t>(i)]));
       m_replicaParams.push_back(m_replicas.back()->parameters());
+      const auto& mine = m_replicaParams.back();
+      PTW_CHECK(mine.size() == m_primary.size(), "dataparallel: a replica of this model has ", mine.size(),
+                " parameters where the model has ", m_primary.size());
+      for (std::size_t k = 0; k < m_primary.size(); ++k)
+        PTW_CHECK(mine[k].sizes() == m_primary[k].sizes(), "dataparallel: a replica's parameter ", k, " has shape ",
+                  mine[k].sizes(), " where the model's has ", m_primary[k].sizes());
       if (m_cpuLanes)  // Note [Persistent replicas]: the primary's memory, the replica's own gradients
         for (std::size_t k = 0; k < m_primary.size(); ++k) m_replicaParams.back()[k].set_data(m_primary[k].detach());
     }

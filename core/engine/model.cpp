@@ -2,6 +2,7 @@
 
 #include <torch/script.h>
 
+#include <sstream>
 #include <unordered_set>
 
 #include "common/error.h"
@@ -44,10 +45,13 @@ class ScriptModel final : public Model {
       if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
     return out;
   }
+  // Module::clone() copies a submodule used under two names twice, which would untie a tied
+  // weight in the replica (and list more parameters than this model); the serialized form
+  // records the submodule once, so a round trip through it keeps the replica's weights tied.
   std::unique_ptr<Model> replicate(const torch::Device& device) const override {
-    auto copy = m_module.clone();
-    copy.to(device);
-    return std::make_unique<ScriptModel>(std::move(copy));
+    std::stringstream bytes;
+    m_module.save(bytes);
+    return std::make_unique<ScriptModel>(torch::jit::load(bytes, device));
   }
   void to(const torch::Device& device) override { m_module.to(device); }
   void setTraining(bool on) override { m_module.train(on); }

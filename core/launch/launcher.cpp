@@ -52,7 +52,9 @@ class RecordBuffer {
       if (n > 0) {
         m_size += static_cast<std::size_t>(n);
         // A short read emptied the pipe; a worker writing faster than this reads is decoded
-        // in parts of a few MiB.
+        // in parts of a few MiB. After a worker has exited its pipe holds at most 1 MiB (the
+        // size the launcher sets), which the first read takes whole, so the final pass over a
+        // dead rank's pipe leaves nothing behind.
         if (static_cast<std::size_t>(n) < room || m_size >= 4 * kInitialBytes) return true;
         continue;
       }

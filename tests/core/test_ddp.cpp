@@ -154,6 +154,14 @@ class TestDdp : public QObject {
     tied.model.kind = "torchscript";
     tied.model.path = (qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/data/tied-10-10-1.scripted.pt").toStdString();
     QTest::newRow("ddp auto, TorchScript model with a tied weight, 2 ranks (shared memory)") << tied;
+    Profile scripted = seed;
+    scripted.model.kind = "torchscript";
+    scripted.model.path = (qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/data/mlp-10-16-1.scripted.pt").toStdString();
+    scripted.strategy.kind = "dataparallel";
+    QTest::newRow("dataparallel, TorchScript MLP, 2 lanes") << scripted;
+    Profile tiedLanes = tied;
+    tiedLanes.strategy.kind = "dataparallel";
+    QTest::newRow("dataparallel, TorchScript model with a tied weight, 2 lanes (replicas tied too)") << tiedLanes;
     Profile seedGloo = seed;
     seedGloo.strategy.backend = "gloo";
     QTest::newRow("ddp gloo, seed workload, 2 ranks, SGD") << seedGloo;
@@ -252,7 +260,7 @@ class TestDdp : public QObject {
   }
 
   // strategy.backend auto on CPU ranks names its choice in rank 0's log: shared memory for a
-  // float32 model, Gloo and the reason for a float64 one. Named by hand, shm refuses the
+  // float32 model (one with a tied weight too), Gloo and the reason for a float64 one. Named by hand, shm refuses the
   // float64 model with the reason and what to set instead.
   void autoBackendSaysWhatItChoseAndWhy() {
     Profile p = defaultProfile();
@@ -267,6 +275,11 @@ class TestDdp : public QObject {
     QVERIFY2(log(shm).contains("strategy.backend auto: shm\n"), qPrintable(log(shm)));
 
     p.model.kind = "torchscript";
+    p.model.path = (qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/data/tied-10-10-1.scripted.pt").toStdString();
+    QTemporaryDir tied;  // a tied weight is one parameter: shared memory reduces it
+    QCOMPARE(launch(tied, p, quiet).status, RunReport::Status::Finished);
+    QVERIFY2(log(tied).contains("strategy.backend auto: shm\n"), qPrintable(log(tied)));
+
     p.model.path =
         (qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/data/mlp-10-16-1-float64.scripted.pt").toStdString();
     QTemporaryDir gloo;

@@ -261,10 +261,12 @@ class TestMainWindow : public QObject {
     w.editor()->setFieldText("hyper.max_steps", "30");
     w.editor()->setFieldText("run.checkpoint_every", "5");
     w.editor()->setFieldText("run.max_restarts", "1");
-    qputenv("PTW_FAULT", "kill-at-step:1:12");
+    struct Fault {  // unset however the test ends, so that no later test inherits it
+      Fault() { qputenv("PTW_FAULT", "kill-at-step:1:12"); }
+      ~Fault() { qunsetenv("PTW_FAULT"); }
+    } fault;
     QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
     QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 60000);
-    qunsetenv("PTW_FAULT");
     QVERIFY(w.findChild<QPlainTextEdit*>("log")->toPlainText().contains("restarting (attempt 2 of 2)"));
     for (int rank = 0; rank < 2; ++rank) {
       QCOMPARE(w.lossChart()->pointCount(rank), std::size_t(30));
