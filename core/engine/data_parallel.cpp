@@ -83,7 +83,7 @@ class DataParallel final : public Strategy {
       if (m_cpuLanes)  // Note [Persistent replicas]: the primary's memory, the replica's own gradients
         for (std::size_t k = 0; k < m_primary.size(); ++k) m_replicaParams.back()[k].set_data(m_primary[k].detach());
     }
-    m_pool = std::make_unique<LanePool>(m_lanes, std::chrono::milliseconds(1));  // Note [Lane waits]
+    m_pool = std::make_unique<LanePool>(m_lanes);
   }
 
   double backward(Model& model, const torch::Tensor& x, const torch::Tensor& y, double weight,

@@ -243,9 +243,10 @@ namespace {
 // Note [Auto backend on CPU]
 // strategy.backend "auto" on CPU ranks means shared memory, which reduces dense float32
 // parameters listed once each. A model it cannot reduce (float64 parameters, say) trains
-// over Gloo instead, rather than failing with advice to set the backend by hand. The choice waits for the model (attach) and is made from it alone, so
-// every rank, having built the same model, makes the same one before any rank touches a
-// segment or a store; rank 0's log says which, and why.
+// over Gloo instead, rather than failing with advice to set the backend by hand. The choice
+// waits for the model (attach) and is made from it alone, so every rank, having built the
+// same model, makes the same one before any rank touches a segment or a store; rank 0's log
+// says which, and why.
 // It forwards every hook that Ddp or DdpShm overrides; both keep Strategy's defaults for
 // the rest (computesGradients, stepsOptimizer, lanes), which the trainer may ask before attach.
 class AutoCpuDdp final : public Strategy {

@@ -133,11 +133,8 @@ class DdpShm final : public Strategy {
   bool reduce(Model&, StepState&) override {
     if (m_oneBarrier) return reduceAtOneBarrier();
     bindGradients(m_params, m_segment, slot(m_rank));
-    slot(m_rank)[m_gradFloats] = m_localStop ? 1.f : 0.f;
-    m_segment->barrier();
     // Every wish is read before the second barrier, so no rank can overwrite one first.
-    bool stop = false;
-    for (int r = 0; r < m_world; ++r) stop = stop || slot(r)[m_gradFloats] > 0.5f;
+    const bool stop = meet(m_slots);
     if (!m_sharded) {
       auto [lo, hi] = share();
       averageIntoSlots(m_slots.data(), m_world, lo, hi);
@@ -182,13 +179,20 @@ class DdpShm final : public Strategy {
       else if (!g.is_contiguous()) g = g.contiguous();
       std::memcpy(mine + off, g.data_ptr<float>(), n * sizeof(float));
     });
-    mine[m_gradFloats] = m_localStop ? 1.f : 0.f;
-    m_segment->barrier();
-    bool stop = false;
-    for (const float* other : set) stop = stop || other[m_gradFloats] > 0.5f;
+    const bool stop = meet(set);
     forEachParameter([&](torch::Tensor& p, std::size_t off) {
       averageInto(p.mutable_grad().data_ptr<float>(), set.data(), m_world, off, static_cast<std::size_t>(p.numel()));
     });
+    return stop;
+  }
+
+  /// Puts this rank's stop wish after its gradients in `set`, waits for every rank at the
+  /// barrier, and returns whether any rank wished to stop.
+  bool meet(const std::vector<float*>& set) {
+    set[static_cast<std::size_t>(m_rank)][m_gradFloats] = m_localStop ? 1.f : 0.f;
+    m_segment->barrier();
+    bool stop = false;
+    for (const float* s : set) stop = stop || s[m_gradFloats] > 0.5f;
     return stop;
   }
 

@@ -2,7 +2,7 @@
 
 namespace ptw::engine {
 
-LanePool::LanePool(int lanes, std::chrono::microseconds spinFor) : m_spinFor(spinFor) {
+LanePool::LanePool(int lanes) {
   for (int i = 1; i < lanes; ++i) m_threads.emplace_back([this, i] { loop(i); });
 }
 
@@ -49,23 +49,20 @@ void LanePool::runLane(int lane) {
 
 // Note [Lane waits]
 // A lane waits for `ready()` as the shared-memory barrier does (Note [Barrier waits]): it
-// spins, then yields, then sleeps on a condition variable once it has waited `spinFor`. A
+// spins, then yields, then sleeps on a condition variable once it has waited kSpinFor. A
 // lane that slept through the microseconds between two of DataParallel's jobs would start
 // each a wake-up late, and on a virtual machine waking an idle core can take hundreds of
-// microseconds; helpers that wait while other processes compute (the pool's coordinator)
-// sleep at once instead, leaving those processes the cores. Whoever makes `ready()` true
+// microseconds. Whoever makes `ready()` true
 // then calls wake(), which takes the mutex, so that a waiter between its last check and its
 // sleep cannot miss the notification.
 template <typename Ready>
 void LanePool::await(const Ready& ready, std::condition_variable& cv) {
   const auto start = std::chrono::steady_clock::now();
   for (std::uint64_t spins = 0; !ready(); ++spins) {
-    if (m_spinFor.count() > 0) {
-      if (spins < 2000) continue;
-      if (spins % 16 != 0 || std::chrono::steady_clock::now() - start < m_spinFor) {
-        std::this_thread::yield();
-        continue;
-      }
+    if (spins < 2000) continue;
+    if (spins % 16 != 0 || std::chrono::steady_clock::now() - start < kSpinFor) {
+      std::this_thread::yield();
+      continue;
     }
     std::unique_lock<std::mutex> lock(m_mutex);
     cv.wait(lock, ready);

@@ -1,6 +1,5 @@
 // LanePool: runs one job on N lanes at once, lane 0 on the calling thread and the others on
-// threads of their own started once. DataParallel's lanes, and the helpers with which the
-// process pool's coordinator splits its step. No LibTorch.
+// threads of their own started once: DataParallel's lanes. No LibTorch.
 #pragma once
 
 #include <algorithm>
@@ -29,8 +28,8 @@ inline int lanesFor(std::size_t floats, int lanes) {
 class LanePool {
  public:
   /// `lanes` - 1 threads. Between jobs a lane waits for the next by spinning, then yielding,
-  /// for up to `spinFor`, then sleeps (Note [Lane waits]); so does run() for the lanes.
-  LanePool(int lanes, std::chrono::microseconds spinFor);
+  /// for up to kSpinFor, then sleeps (Note [Lane waits]); so does run() for the lanes.
+  explicit LanePool(int lanes);
   ~LanePool();
   LanePool(const LanePool&) = delete;
   LanePool& operator=(const LanePool&) = delete;
@@ -48,7 +47,7 @@ class LanePool {
   void await(const Ready& ready, std::condition_variable& cv);
   void wake(std::condition_variable& cv);
 
-  std::chrono::microseconds m_spinFor;
+  static constexpr std::chrono::milliseconds kSpinFor{1};
   std::vector<std::thread> m_threads;
   std::mutex m_mutex;
   std::condition_variable m_wake, m_done;

@@ -37,6 +37,18 @@
 namespace ptw::engine {
 namespace {
 
+// Spins, then yields, until `done()`: the coordinator and its helpers waiting for each other
+// within one step (Note [Coordinator helpers]), a wait of microseconds. False if `quit()`
+// became true first.
+template <typename Done, typename Quit>
+bool spinUntil(const Done& done, const Quit& quit) {
+  for (std::uint64_t spins = 0; !done(); ++spins) {
+    if (quit()) return false;
+    if (spins > 2000) std::this_thread::yield();
+  }
+  return true;
+}
+
 class ProcessPool final : public Strategy {
  public:
   explicit ProcessPool(const SyncContext& ctx)
@@ -115,9 +127,8 @@ class ProcessPool final : public Strategy {
     ++m_steps;
     m_posted.store(m_steps, std::memory_order_release);  // the helpers, awake since the barrier, take their shares
     stepShare(0);
-    const auto helpers = static_cast<int>(m_helpers.size());
-    for (std::uint64_t spins = 0; m_finished.load(std::memory_order_acquire) != m_steps * helpers; ++spins)
-      if (spins > 2000) std::this_thread::yield();
+    const auto helpers = m_helpers.size();
+    spinUntil([&] { return m_finished.load(std::memory_order_acquire) == m_steps * helpers; }, [] { return false; });
   }
 
   void afterOptimizerStep(Model&) override {
@@ -163,10 +174,9 @@ class ProcessPool final : public Strategy {
       // Step s's first barrier is the (2s - 1)th after attach: the generation then is attached + 2s - 1.
       const auto offered = attached + static_cast<std::uint32_t>(2 * step - 1);
       if (!m_segment->awaitGeneration(offered, m_quit)) return;
-      for (std::uint64_t spins = 0; m_posted.load(std::memory_order_acquire) != step; ++spins) {
-        if (m_quit.load(std::memory_order_acquire)) return;
-        if (spins > 2000) std::this_thread::yield();
-      }
+      if (!spinUntil([&] { return m_posted.load(std::memory_order_acquire) == step; },
+                     [&] { return m_quit.load(std::memory_order_acquire); }))
+        return;
       stepShare(lane);
       m_finished.fetch_add(1, std::memory_order_acq_rel);
     }

@@ -128,7 +128,6 @@ std::vector<torch::Tensor> loadParameters(const std::string& path) {
 class TestSupervisor : public QObject {
   Q_OBJECT
  private slots:
-  // Both ways ranks talk: the default (shared memory on CPU ranks) and Gloo.
   // Rank 0 removes the shared segment's name once every rank has mapped it. Here rank 1 is
   // frozen before it can, and killed while rank 0 waits for it at the barrier: the launcher
   // removes the name once both are gone, so /dev/shm keeps nothing of the run.
@@ -155,6 +154,7 @@ class TestSupervisor : public QObject {
     QVERIFY(!test::anyAlive(w.pids));
   }
 
+  // Both ways ranks talk: the default (shared memory on CPU ranks) and Gloo.
   void sigkillOneRankStopsTheOthers_data() {
     QTest::addColumn<QString>("backend");
     QTest::newRow("auto (shared memory)") << "auto";
