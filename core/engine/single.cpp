@@ -6,6 +6,7 @@ namespace {
 
 class Single final : public Strategy {
  public:
+  explicit Single(const SyncContext& ctx) { setDevice(deviceFor(ctx.profile, 0)); }
   BatchPlan plan(const core::Profile& p, std::int64_t samples) const override { return shardPlan(p, samples, 0, 1); }
   void attach(Model&) override {}
   bool reduce(Model&, StepState&) override { return m_localStop; }
@@ -13,6 +14,6 @@ class Single final : public Strategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> makeSingle(const SyncContext&) { return std::make_unique<Single>(); }
+std::unique_ptr<Strategy> makeSingle(const SyncContext& ctx) { return std::make_unique<Single>(ctx); }
 
 }  // namespace ptw::engine

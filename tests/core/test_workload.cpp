@@ -344,13 +344,24 @@ class TestWorkload : public QObject {
   }
 
   // A device that does not exist: every rank fails at start, and the run is reported
-  // failed with the reason, not hung in rendezvous.
+  // failed with the reason, not hung in rendezvous, and not run on the CPU instead.
+  void missingDeviceFailsTheRunWithTheReason_data() {
+    QTest::addColumn<QString>("kind");
+    QTest::addColumn<int>("ranks");
+    QTest::newRow("ddp, 2 ranks") << "ddp" << 2;
+    QTest::newRow("single") << "single" << 1;
+    QTest::newRow("dataparallel, 2 lanes") << "dataparallel" << 2;
+  }
   void missingDeviceFailsTheRunWithTheReason() {
     if (torch::cuda::is_available()) QSKIP("this machine has a CUDA device");
+    QFETCH(QString, kind);
+    QFETCH(int, ranks);
     Profile p = defaultProfile();
+    p.strategy.kind = kind.toStdString();
+    p.strategy.ranks = ranks;
     p.strategy.device = "cuda";
     QTemporaryDir dir;
-    LaunchOptions lo(test::workerPath(), test::writeProfile(dir, p), 2);
+    LaunchOptions lo(test::workerPath(), test::writeProfile(dir, p), processCount(p));
     lo.setOutDir(dir.path().toStdString());
     LaunchObserver quiet;
     RunReport report = Launcher(lo).run(quiet);

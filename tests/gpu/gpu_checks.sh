@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# GPU checks: builds the engine, the worker and the headless runner against a CUDA LibTorch
+# (no Qt needed) and checks every CUDA path against a reference run, on a machine with at least
+# one CUDA GPU. The CPU suite (ctest) cannot reach these paths; this script is their test.
+#
+#   tests/gpu/gpu_checks.sh [build-dir=build-gpu]
+#
+# LibTorch: Torch_DIR, else the CMake folder of python3's torch. Other packages (nlohmann-json,
+# CLI11, SQLite) come from the system or CMAKE_PREFIX_PATH. Prints one line per check,
+# PASS or FAIL with the numbers compared, then throughput figures; exits 1 if any check fails,
+# 2 if the build fails. Every run's log and CSV stay in <build-dir>/gpu-checks.
+#
+# Checks (model: MLP 32-256-256-10, cross-entropy, SGD momentum 0.9, batch 64, 200 steps):
+#   devices        ptw-worker --devices lists a CUDA device
+#   cuda=cpu       Single on cuda:0 follows Single on the CPU step by step within 1e-3 (fp32; TF32 is off)
+#   nccl=single    DDP over NCCL, 1 rank: every step's loss equals Single's on cuda:0
+#   gloo=single    DDP over Gloo with CUDA tensors, 1 rank: the same
+#   dp=single      DataParallel with 1 lane on cuda:0: the same
+#   bf16           bf16 autocast trains: its final loss is within 10% (+0.02) of fp32's and
+#                  under half the first step's
+#   memory         a CUDA rank reports the CUDA allocator's bytes (at least 3 x the parameters' bytes, under 64 MiB)
+#   too-few-gpus   DDP with one rank more than there are GPUs fails at once, naming the field
+#                  and the device it lacks, and leaves no worker behind
+#   resume         rank 0 killed after step 50 of a CUDA DDP run (checkpoint every 20, one restart):
+#                  the run finishes, and its final loss equals the uninterrupted run's
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+build=${1:-$root/build-gpu}
+work=$build/gpu-checks
+mkdir -p "$work"
+failures=0
+
+torch_dir=${Torch_DIR:-$(python3 -c 'import torch, os; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))' 2>/dev/null)}
+if [ "${BUILD:-1}" = 1 ]; then
+  [ -n "$torch_dir" ] && [ -d "$torch_dir" ] || { echo "gpu-checks: no LibTorch CMake folder (set Torch_DIR)" >&2; exit 2; }
+  echo "gpu-checks: LibTorch CMake folder $torch_dir"
+fi
+
+if [ "${BUILD:-1}" = 1 ]; then
+  if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTW_BUILD_GUI=OFF \
+         -DPTW_BUILD_TESTS=OFF -DTorch_DIR="$torch_dir" -DCMAKE_POLICY_VERSION_MINIMUM=3.5 >"$work/configure.log" 2>&1; then
+    tail -40 "$work/configure.log"; echo "gpu-checks: configure failed" >&2; exit 2
+  fi
+  grep "ptw: LibTorch" "$work/configure.log"
+  grep -q "CUDA paths: ON" "$work/configure.log" || { echo "gpu-checks: this LibTorch has no CUDA" >&2; exit 2; }
+  start=$(date +%s)
+  if ! cmake --build "$build" -- -k 0 >"$work/build.log" 2>&1; then
+    grep -E -A3 "error" "$work/build.log" | head -80; echo "gpu-checks: build failed" >&2; exit 2
+  fi
+  echo "gpu-checks: built in $(( $(date +%s) - start )) s"
+fi
+ptw=$build/bin/ptw
+export PTW_WORKER=$build/bin/ptw-worker PTW_RUNS_DIR=$work/runs
+
+check() {  # name status(0 = passed) detail
+  if [ "$2" -eq 0 ]; then echo "PASS $1: $3"; else echo "FAIL $1: $3"; failures=$((failures + 1)); fi
+}
+
+base=(--set model.kind=mlp --set model.in_features=32 --set 'model.hidden=[256,256]' --set model.out_features=10
+      --set data.kind=synthetic-classification --set data.samples=4096 --set data.seed=1 --set data.noise=2.0
+      --set hyper.lr=0.05 --set hyper.momentum=0.9 --set hyper.batch_size=64 --set hyper.max_steps=200
+      --set hyper.seed=3 --set strategy.ranks=1)
+
+run() {  # name args...: a headless run; its summary and every step as CSV in $work/name.*
+  local name=$1; shift
+  "$ptw" --headless "${base[@]}" "$@" --summary "$work/$name.json" >"$work/$name.log" 2>&1
+  local rc=$?
+  local id
+  id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' "$work/$name.json" 2>/dev/null)
+  [ -n "$id" ] && "$ptw" export "$id" --csv "$work/$name.csv" >/dev/null 2>&1
+  return $rc
+}
+
+# compare A B tolerance: max over steps of |loss_a - loss_b| / max(1, |loss_a|) for rank 0.
+compare() {
+  python3 - "$work/$1.csv" "$work/$2.csv" "$3" <<'EOF'
+import csv, sys
+def losses(path):
+    out = {}
+    for row in csv.DictReader(open(path)):
+        if row["rank"] == "0":
+            out[int(row["step"])] = float(row["loss"])  # a restarted step keeps its last value
+    return out
+a, b, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
+if not a or sorted(a) != sorted(b):
+    print(f"steps differ: {len(a)} against {len(b)}"); sys.exit(1)
+worst = max(abs(a[s] - b[s]) / max(1.0, abs(a[s])) for s in a)
+print(f"{len(a)} steps, max relative loss difference {worst:.3g} (tolerance {tol:g}); final {a[max(a)]:.6f} / {b[max(b)]:.6f}")
+sys.exit(0 if worst <= tol else 1)
+EOF
+}
+
+equal() {  # check-name run reference tolerance exit-code-of-run
+  local detail same
+  detail=$(compare "$3" "$2" "$4"); same=$?
+  [ "$5" -eq 0 ] && [ $same -eq 0 ]; check "$1" $? "exit $5; $detail"
+}
+
+field() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {"j": j}))' "$work/$1.json" "$2"; }
+
+# devices
+devices=$("$PTW_WORKER" --devices 2>&1)
+echo "$devices" | sed 's/^/  /'
+echo "$devices" | grep -q '"kind": "cuda"'; check devices $? "$(echo "$devices" | grep -c '"kind": "cuda"') CUDA device(s)"
+gpus=$(echo "$devices" | grep -c '"kind": "cuda"')
+
+run single-cpu --set strategy.kind=single --set strategy.device=cpu
+run single-cuda --set strategy.kind=single --set strategy.device=cuda; rc=$?
+equal "cuda=cpu" single-cuda single-cpu 1e-3 $rc
+
+run nccl --set strategy.kind=ddp --set strategy.backend=nccl --set strategy.device=cuda; rc=$?
+equal "nccl=single" nccl single-cuda 1e-6 $rc
+grep -h "backend\|error" "$work/nccl.log" | head -3 | sed 's/^/  /'
+
+run gloo --set strategy.kind=ddp --set strategy.backend=gloo --set strategy.device=cuda; rc=$?
+equal "gloo=single" gloo single-cuda 1e-6 $rc
+
+run dp --set strategy.kind=dataparallel --set strategy.device=cuda; rc=$?
+equal "dp=single" dp single-cuda 1e-6 $rc
+
+run bf16 --set strategy.kind=single --set strategy.device=cuda --set hyper.precision=bf16; rc=$?
+verdict=$(python3 - "$work/single-cuda.csv" "$work/bf16.csv" <<'EOF'
+import csv, sys
+def losses(path):
+    return {int(r["step"]): float(r["loss"]) for r in csv.DictReader(open(path)) if r["rank"] == "0"}
+fp, bf = losses(sys.argv[1]), losses(sys.argv[2])
+last = max(bf)
+ok = bf[last] <= 1.1 * fp[max(fp)] + 0.02 and bf[last] < 0.5 * bf[min(bf)]
+print(("ok" if ok else "bad") + f": bf16 first {bf[min(bf)]:.4f} final {bf[last]:.4f}; fp32 final {fp[max(fp)]:.4f}")
+EOF
+)
+[ $rc -eq 0 ] && [[ $verdict == ok* ]]; check bf16 $? "exit $rc; $verdict"
+
+mem=$(python3 -c 'import csv,sys; print(max(int(r["mem_bytes"]) for r in csv.DictReader(open(sys.argv[1]))))' "$work/single-cuda.csv" 2>/dev/null)
+params=$(( (32*256 + 256 + 256*256 + 256 + 256*10 + 10) * 4 ))
+# Parameters, gradients and momentum at least; a process's resident set (what a CPU rank reports) is far above 64 MiB.
+[ -n "$mem" ] && [ "$mem" -ge $((3 * params)) ] && [ "$mem" -lt $((64 << 20)) ]
+check memory $? "max mem_bytes ${mem:-none} (parameters alone: $params bytes)"
+
+# One rank more than there are GPUs.
+begin=$(date +%s.%N)
+run too-few --set strategy.kind=ddp --set strategy.device=cuda --set strategy.ranks=$((gpus + 1)); rc=$?
+took=$(python3 -c "import sys; print(f'{$(date +%s.%N) - $begin:.1f}')")
+left=$(pgrep -f "$PTW_WORKER" | wc -l)
+grep -q "strategy.device: rank/lane $gpus needs cuda:$gpus" "$work/too-few.log"; named=$?
+[ $rc -ne 0 ] && [ $named -eq 0 ] && [ "$left" -eq 0 ]
+check too-few-gpus $? "exit $rc after $took s; workers left $left; $(grep -m1 -o "strategy.device: rank/lane.*" "$work/too-few.log")"
+
+# A rank killed on the GPU, restarted from its checkpoint.
+run resume-whole --set strategy.kind=ddp --set strategy.device=cuda --set run.checkpoint_every=20
+PTW_FAULT=kill-at-step:0:50 run resume-killed --set strategy.kind=ddp --set strategy.device=cuda \
+  --set run.checkpoint_every=20 --set run.max_restarts=1; rc=$?
+attempts=$(field resume-killed 'j["attempts"]' 2>/dev/null)
+echo "  resume: $(field resume-killed 'j["attempts"]' 2>/dev/null) attempt(s); $(grep -m1 -i "restart" "$work/resume-killed.log")"
+[ "$attempts" = 2 ]; equal resume resume-killed resume-whole 1e-6 $(( rc | $? ))
+
+# Throughput: the issue's mlp workload (784-512-512-10, batch 128), 300 steps each.
+echo "throughput (samples/s, mlp 784-512-512-10, batch 128, 300 steps):"
+mlp=(--set model.in_features=784 --set 'model.hidden=[512,512]' --set hyper.batch_size=128 --set hyper.max_steps=300
+     --set data.samples=8192)
+for row in "cpu-single strategy.kind=single strategy.device=cpu hyper.precision=fp32" \
+           "cuda-single strategy.kind=single strategy.device=cuda hyper.precision=fp32" \
+           "cuda-single-bf16 strategy.kind=single strategy.device=cuda hyper.precision=bf16" \
+           "cuda-ddp-nccl strategy.kind=ddp strategy.device=cuda hyper.precision=fp32"; do
+  set -- $row; name=$1; shift
+  sets=(); for s in "$@"; do sets+=(--set "$s"); done
+  run "tp-$name" "${mlp[@]}" "${sets[@]}"
+  printf '  %-18s %s\n' "$name" "$(field "tp-$name" 'round(j["throughput"]["samples_per_s"])' 2>/dev/null)"
+done
+
+echo "gpu-checks: $failures check(s) failed"
+[ $failures -eq 0 ]
