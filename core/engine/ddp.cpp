@@ -25,18 +25,14 @@
 #include <mutex>
 
 #include "common/error.h"
-#include "engine/compat.h"
+#include "engine/compat_c10d.h"
 #include "engine/model.h"
 #include "engine/strategy.h"
 
 namespace ptw::engine {
 namespace {
 
-#if defined(PTW_WITH_CUDA) && defined(USE_C10D_NCCL)
-constexpr bool kHaveNccl = true;
-#else
-constexpr bool kHaveNccl = false;
-#endif
+constexpr bool kHaveNccl = PTW_HAVE_NCCL;
 
 class GradReadyHook final : public torch::autograd::FunctionPostHook {
  public:
@@ -81,13 +77,18 @@ class Ddp final : public Strategy {
       store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
     }
     if (core::collectiveBackend(p, kHaveNccl) == "nccl") {
-#if defined(PTW_WITH_CUDA) && defined(USE_C10D_NCCL)
+#if PTW_HAVE_NCCL
       m_group = compat::makeNccl(store, ctx.rank, ctx.world, timeout);
 #else
       PTW_FAIL("strategy.backend: this build of ptw has no NCCL (LibTorch without CUDA); use \"gloo\"");
 #endif
     } else {
+#if PTW_HAVE_GLOO
       m_group = compat::makeGloo(store, ctx.rank, ctx.world, timeout);
+#else
+      PTW_FAIL("strategy.backend: this build of ptw has no Gloo (its LibTorch came without the gloo headers); use ",
+               p.strategy.device == "cuda" ? "\"nccl\"" : "\"shm\" with float32 models");
+#endif
     }
   }
 
@@ -149,6 +150,8 @@ class Ddp final : public Strategy {
     const auto& last = m_buckets.back().buffer;
     return last[last.numel() - 1].item<float>() > 0.f;
   }
+
+  void finish() override { compat::shutdown(*m_group); }
 
  private:
   void broadcastParameters() {

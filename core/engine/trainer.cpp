@@ -48,7 +48,8 @@ std::int64_t memoryBytes(const torch::Device& device) {
 #ifdef PTW_WITH_CUDA
   if (device.is_cuda()) {
     const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
-    return stats.allocated_bytes[static_cast<std::size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].current;
+    // Index 0 is StatType::AGGREGATE (all pools), whichever namespace the enum lives in (it moved in 2.x).
+    return stats.allocated_bytes[0].current;
   }
 #endif
   return device.is_cpu() ? residentBytes() : 0;

@@ -21,8 +21,6 @@
 #include "engine/trainer.h"
 #include "engine/workload.h"
 #ifdef PTW_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -152,12 +150,17 @@ int printDevices() {
 #ifdef PTW_WITH_CUDA
   const int n = static_cast<int>(torch::cuda::device_count());
   for (int i = 0; i < n; ++i) {
-    const auto* prop = at::cuda::getDeviceProperties(i);
+    cudaDeviceProp prop{};
     std::size_t freeBytes = 0, totalBytes = 0;
-    c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(i));
-    cudaMemGetInfo(&freeBytes, &totalBytes);
+    cudaError_t status = cudaGetDeviceProperties(&prop, i);
+    if (status == cudaSuccess) status = cudaSetDevice(i);
+    if (status == cudaSuccess) status = cudaMemGetInfo(&freeBytes, &totalBytes);
+    if (status != cudaSuccess) {  // not a device a rank could use: say why, list the others
+      std::fprintf(stderr, "ptw-worker: cuda:%d: %s\n", i, cudaGetErrorString(status));
+      continue;
+    }
     std::printf("{\"kind\": \"cuda\", \"index\": %d, \"name\": \"%s\", \"memory_bytes\": %zu, \"used_bytes\": %zu}\n", i,
-                prop->name, totalBytes, totalBytes - freeBytes);
+                prop.name, totalBytes, totalBytes - freeBytes);
   }
 #endif
   return 0;

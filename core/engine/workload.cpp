@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "common/error.h"
+#include "engine/compat.h"
 #include "engine/model.h"
 
 namespace ptw::engine {
@@ -212,7 +213,7 @@ torch::Tensor computeLoss(const torch::Tensor& output, const torch::Tensor& targ
 
 torch::Tensor* findMomentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& param) {
   auto& state = optimizer.state();
-  auto it = state.find(c10::guts::to_string(param.unsafeGetTensorImpl()));
+  auto it = state.find(compat::optimizerStateKey(param));
   if (it == state.end()) return nullptr;
   auto& buffer = static_cast<torch::optim::SGDParamState&>(*it->second).momentum_buffer();
   PTW_CHECK(buffer.is_contiguous() && buffer.scalar_type() == torch::kFloat && buffer.numel() == param.numel(),
@@ -224,7 +225,7 @@ torch::Tensor* findMomentumBuffer(torch::optim::Optimizer& optimizer, const torc
 torch::Tensor& addMomentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& param, torch::Tensor buffer) {
   auto st = std::make_unique<torch::optim::SGDParamState>();
   st->momentum_buffer(std::move(buffer));
-  auto& added = *optimizer.state().insert_or_assign(c10::guts::to_string(param.unsafeGetTensorImpl()), std::move(st))
+  auto& added = *optimizer.state().insert_or_assign(compat::optimizerStateKey(param), std::move(st))
                      .first->second;
   return static_cast<torch::optim::SGDParamState&>(added).momentum_buffer();
 }

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 
 #include "common/error.h"
 
@@ -56,7 +57,10 @@ std::string createRunDirectory(const std::string& runsDir, const Profile& profil
     dir = base + "-" + std::to_string(n);
   }
   saveProfile(profile, dir + "/profile.json");
-  return dir;
+  // Absolute: workers run inside the folder, and a restart hands them paths in it.
+  std::error_code ec;
+  auto absolute = std::filesystem::absolute(dir, ec);
+  return ec ? dir : absolute.lexically_normal().string();
 }
 
 }  // namespace ptw::core

@@ -190,6 +190,25 @@ class TestHeadless : public QObject {
     QVERIFY2(r.err.contains("injected fault"), qPrintable(r.err));
   }
 
+  // A runs directory given relative to the working directory: a rank killed after step 12
+  // is restarted from the checkpoint at step 10, which the restarted workers (running in
+  // the run folder) must find.
+  void aRestartFromARelativeRunsDirResumes() {
+    QTemporaryDir cwd;
+    QProcess p;
+    auto env = QProcessEnvironment::systemEnvironment();
+    env.insert("PTW_FAULT", "kill-at-step:1:12");
+    p.setProcessEnvironment(env);
+    p.setWorkingDirectory(cwd.path());
+    p.start(test::binDir() + "/ptw", {"--headless", "--runs-dir", "runs/here", "--set", "run.checkpoint_every=5",
+                                      "--set", "run.max_restarts=1"});
+    QVERIFY(p.waitForFinished(120000));
+    const QString out = QString::fromUtf8(p.readAllStandardOutput() + p.readAllStandardError());
+    QVERIFY2(p.exitCode() == 0, qPrintable(out));
+    QVERIFY2(out.contains("restarting (attempt 2 of 2) from the checkpoint at step 10"), qPrintable(out));
+    QVERIFY2(out.contains("rank 1  step 20/20"), qPrintable(out));
+  }
+
   void sigintStopsGracefullyAndExitsFive() {
     QTemporaryDir runs;
     QProcess p;

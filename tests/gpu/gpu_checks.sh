@@ -12,13 +12,16 @@
 #
 # Checks (model: MLP 32-256-256-10, cross-entropy, SGD momentum 0.9, batch 64, 200 steps):
 #   devices        ptw-worker --devices lists a CUDA device
-#   cuda=cpu       Single on cuda:0 follows Single on the CPU step by step within 1e-3 (fp32; TF32 is off)
+#   cuda=cpu       Single on cuda:0 follows Single on the CPU step by step within 1e-4 (fp32; TF32 is off)
+#                  over the first 60 steps; rounding differences (~1e-7 at step 2, ~1e-6 by step 50)
+#                  grow with this learning rate until the runs part ways after ~100 steps
 #   nccl=single    DDP over NCCL, 1 rank: every step's loss equals Single's on cuda:0
-#   gloo=single    DDP over Gloo with CUDA tensors, 1 rank: the same
+#   gloo=single    DDP over Gloo with CUDA tensors, 1 rank: the same (gloo-absent where LibTorch came
+#                  without gloo's headers, as pip wheels do: the run fails at once and says so)
 #   dp=single      DataParallel with 1 lane on cuda:0: the same
 #   bf16           bf16 autocast trains: its final loss is within 10% (+0.02) of fp32's and
 #                  under half the first step's
-#   memory         a CUDA rank reports the CUDA allocator's bytes (at least 3 x the parameters' bytes, under 64 MiB)
+#   memory         a CUDA rank reports the CUDA allocator's bytes (at least 3 x the parameters' bytes, under 256 MiB)
 #   too-few-gpus   DDP with one rank more than there are GPUs fails at once, naming the field
 #                  and the device it lacks, and leaves no worker behind
 #   resume         rank 0 killed after step 50 of a CUDA DDP run (checkpoint every 20, one restart):
@@ -38,14 +41,16 @@ if [ "${BUILD:-1}" = 1 ]; then
 fi
 
 if [ "${BUILD:-1}" = 1 ]; then
-  if ! cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTW_BUILD_GUI=OFF \
+  generator=Ninja; command -v ninja >/dev/null || generator="Unix Makefiles"
+  if ! cmake -S "$root" -B "$build" -G "$generator" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTW_BUILD_GUI=OFF \
          -DPTW_BUILD_TESTS=OFF -DTorch_DIR="$torch_dir" -DCMAKE_POLICY_VERSION_MINIMUM=3.5 >"$work/configure.log" 2>&1; then
     tail -40 "$work/configure.log"; echo "gpu-checks: configure failed" >&2; exit 2
   fi
   grep "ptw: LibTorch" "$work/configure.log"
   grep -q "CUDA paths: ON" "$work/configure.log" || { echo "gpu-checks: this LibTorch has no CUDA" >&2; exit 2; }
   start=$(date +%s)
-  if ! cmake --build "$build" -- -k 0 >"$work/build.log" 2>&1; then
+  keep_going=(-k); [ "$generator" = Ninja ] && keep_going=(-k 0)  # every error at once, not the first
+  if ! cmake --build "$build" --parallel "$(nproc)" -- "${keep_going[@]}" >"$work/build.log" 2>&1; then
     grep -E -A3 "error" "$work/build.log" | head -80; echo "gpu-checks: build failed" >&2; exit 2
   fi
   echo "gpu-checks: built in $(( $(date +%s) - start )) s"
@@ -63,25 +68,30 @@ base=(--set model.kind=mlp --set model.in_features=32 --set 'model.hidden=[256,2
       --set hyper.seed=3 --set strategy.ranks=1)
 
 run() {  # name args...: a headless run; its summary and every step as CSV in $work/name.*
-  local name=$1; shift
-  "$ptw" --headless "${base[@]}" "$@" --summary "$work/$name.json" >"$work/$name.log" 2>&1
+  local name=$1 t0; shift
+  t0=$(date +%s.%N)
+  rm -f "$work/$name.json" "$work/$name.csv"
+  # A rank silent for 30 s is reported stalled; `timeout` bounds a run that hangs anyway (exit 124).
+  timeout 150 "$ptw" --headless "${base[@]}" --set run.timeout_s=30 "$@" --summary "$work/$name.json" >"$work/$name.log" 2>&1
   local rc=$?
   local id
+  echo "  run $name: exit $rc, $(python3 -c "print(f'{$(date +%s.%N) - $t0:.1f}')") s"
   id=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["run_id"])' "$work/$name.json" 2>/dev/null)
   [ -n "$id" ] && "$ptw" export "$id" --csv "$work/$name.csv" >/dev/null 2>&1
   return $rc
 }
 
-# compare A B tolerance: max over steps of |loss_a - loss_b| / max(1, |loss_a|) for rank 0.
+# compare A B tolerance [last-step]: max over steps of |loss_a - loss_b| / max(1, |loss_a|) for rank 0.
 compare() {
-  python3 - "$work/$1.csv" "$work/$2.csv" "$3" <<'EOF'
+  python3 - "$work/$1.csv" "$work/$2.csv" "$3" "${4:-0}" <<'EOF'
 import csv, sys
 def losses(path):
     out = {}
     for row in csv.DictReader(open(path)):
         if row["rank"] == "0":
             out[int(row["step"])] = float(row["loss"])  # a restarted step keeps its last value
-    return out
+    last = int(sys.argv[4])
+    return {s: v for s, v in out.items() if last == 0 or s <= last}
 a, b, tol = losses(sys.argv[1]), losses(sys.argv[2]), float(sys.argv[3])
 if not a or sorted(a) != sorted(b):
     print(f"steps differ: {len(a)} against {len(b)}"); sys.exit(1)
@@ -91,9 +101,9 @@ sys.exit(0 if worst <= tol else 1)
 EOF
 }
 
-equal() {  # check-name run reference tolerance exit-code-of-run
+equal() {  # check-name run reference tolerance exit-code-of-run [last-step]
   local detail same
-  detail=$(compare "$3" "$2" "$4"); same=$?
+  detail=$(compare "$3" "$2" "$4" "${6:-0}"); same=$?
   [ "$5" -eq 0 ] && [ $same -eq 0 ]; check "$1" $? "exit $5; $detail"
 }
 
@@ -107,14 +117,19 @@ gpus=$(echo "$devices" | grep -c '"kind": "cuda"')
 
 run single-cpu --set strategy.kind=single --set strategy.device=cpu
 run single-cuda --set strategy.kind=single --set strategy.device=cuda; rc=$?
-equal "cuda=cpu" single-cuda single-cpu 1e-3 $rc
+equal "cuda=cpu" single-cuda single-cpu 1e-4 $rc 60
 
 run nccl --set strategy.kind=ddp --set strategy.backend=nccl --set strategy.device=cuda; rc=$?
 equal "nccl=single" nccl single-cuda 1e-6 $rc
 grep -h "backend\|error" "$work/nccl.log" | head -3 | sed 's/^/  /'
 
 run gloo --set strategy.kind=ddp --set strategy.backend=gloo --set strategy.device=cuda; rc=$?
-equal "gloo=single" gloo single-cuda 1e-6 $rc
+if grep -q "Gloo: OFF" "$work/configure.log" 2>/dev/null; then  # a LibTorch without gloo's headers
+  grep -q 'this build of ptw has no Gloo' "$work/gloo.log"; named=$?
+  [ $rc -ne 0 ] && [ $named -eq 0 ]; check "gloo-absent" $? "exit $rc; $(grep -m1 -o 'strategy.backend: .*' "$work/gloo.log")"
+else
+  equal "gloo=single" gloo single-cuda 1e-6 $rc
+fi
 
 run dp --set strategy.kind=dataparallel --set strategy.device=cuda; rc=$?
 equal "dp=single" dp single-cuda 1e-6 $rc
@@ -134,8 +149,9 @@ EOF
 
 mem=$(python3 -c 'import csv,sys; print(max(int(r["mem_bytes"]) for r in csv.DictReader(open(sys.argv[1]))))' "$work/single-cuda.csv" 2>/dev/null)
 params=$(( (32*256 + 256 + 256*256 + 256 + 256*10 + 10) * 4 ))
-# Parameters, gradients and momentum at least; a process's resident set (what a CPU rank reports) is far above 64 MiB.
-[ -n "$mem" ] && [ "$mem" -ge $((3 * params)) ] && [ "$mem" -lt $((64 << 20)) ]
+# Parameters, gradients and momentum at least, plus cuBLAS's workspace (~64 MiB on an H200); a LibTorch
+# process's resident set (what a CPU rank reports) is above 256 MiB (359 MiB on 2.11).
+[ -n "$mem" ] && [ "$mem" -ge $((3 * params)) ] && [ "$mem" -lt $((256 << 20)) ]
 check memory $? "max mem_bytes ${mem:-none} (parameters alone: $params bytes)"
 
 # One rank more than there are GPUs.
