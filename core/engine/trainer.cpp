@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "engine/compat.h"
 #ifdef PTW_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
 #endif
@@ -98,6 +99,7 @@ std::pair<double, double> Trainer::validate() {
 
 void Trainer::saveCheckpoint(const std::string& path) {
   torch::serialize::OutputArchive archive;
+  archive.write("libtorch_version", c10::IValue(std::string(TORCH_VERSION)));
   archive.write("step", scalar(m_step));
   archive.write("epoch", scalar(m_epoch));
   archive.write("batch_in_epoch", scalar(m_batchInEpoch));
@@ -128,6 +130,18 @@ void Trainer::loadCheckpoint(const std::string& path) {
   } catch (const c10::Error& e) {
     std::string what = e.what_without_backtrace();
     PTW_FAIL("run.resume_from: cannot read checkpoint \"", path, "\": ", what.substr(0, what.find('\n')));
+  }
+  // The optimizer's state is saved in LibTorch's own layout, which changed between versions
+  // (1.13 keys it by a string, 2.x by number): a checkpoint resumes only under the LibTorch
+  // major.minor that wrote it. One without the stamp was written by this version's format.
+  c10::IValue written;
+  if (archive.try_read("libtorch_version", written) && written.isString()) {
+    const std::string was = written.toStringRef();
+    const std::string now = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
+    PTW_CHECK(was.compare(0, now.size() + 1, now + ".") == 0, "run.resume_from: \"", path,
+              "\" was written by a ptw built on LibTorch ", was, ", this one is built on ", TORCH_VERSION,
+              "; resume it with a build on LibTorch ", was.substr(0, was.rfind('.')),
+              " (the optimizer state's layout differs between them)");
   }
   auto read = [&](const char* key) {
     torch::Tensor t;

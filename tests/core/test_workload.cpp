@@ -268,6 +268,15 @@ class TestWorkload : public QObject {
     Profile resume = singleProfile();
     resume.run.resumeFrom = at("garbage.pt");
     QTest::newRow("checkpoint that does not load") << resume << "run.resume_from: cannot read checkpoint";
+    {
+      torch::serialize::OutputArchive other;  // stamped by another LibTorch
+      other.write("libtorch_version", c10::IValue(std::string("0.4.1")));
+      other.save_to(at("other-libtorch.pt"));
+    }
+    Profile otherVersion = singleProfile();
+    otherVersion.run.resumeFrom = at("other-libtorch.pt");
+    QTest::newRow("checkpoint of another LibTorch")
+        << otherVersion << "was written by a ptw built on LibTorch 0.4.1, this one is built on";
   }
   void sgdMatchesTorchSgdOptionByOption() {
     // makeOptimizer's SGD (Note [Fused SGD]) against torch::optim::SGD: same parameters and
