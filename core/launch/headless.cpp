@@ -24,6 +24,7 @@
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
 #include "launch/supervisor.h"
+#include "launch/throughput.h"
 
 namespace ptw::core {
 namespace {
@@ -37,7 +38,8 @@ extern "C" void onInterrupt(int) {
 class ProgressPrinter : public LaunchObserver {
  public:
   ProgressPrinter(std::ostream& out, const Profile& p, bool tty)
-      : m_out(out), m_profile(p), m_tty(tty), m_ranks(static_cast<std::size_t>(reportingRanks(p))) {}
+      : m_out(out), m_profile(p), m_tty(tty), m_ranks(static_cast<std::size_t>(reportingRanks(p))),
+        m_throughput(warmupSteps(p)) {}
 
   void onStarted(int port, const std::vector<int>& pids) override {
     m_out << "started " << pids.size() << " process(es)";
@@ -56,8 +58,7 @@ class ProgressPrinter : public LaunchObserver {
       auto& slot = m_ranks[static_cast<std::size_t>(r.step.rank)];
       slot.last = r.step;
       slot.seen = true;
-      slot.samples += r.step.samplesPerS * r.step.stepMs / 1000.0;
-      slot.busyS += r.step.stepMs / 1000.0;
+      m_throughput.add(r.step);
       ++m_records;
     }
     print(false);
@@ -108,11 +109,9 @@ class ProgressPrinter : public LaunchObserver {
     StepRecord last;
     bool seen = false;
     std::string exit;
-    double samples = 0;  // samples trained
-    double busyS = 0;    // time inside steps
-    double samplesPerS() const { return busyS > 0 ? samples / busyS : 0; }
   };
   const std::vector<RankView>& ranks() const { return m_ranks; }
+  const ThroughputMeter& throughput() const { return m_throughput; }
 
   /// The metrics expectations and the summary speak of (see knownMetrics()).
   std::map<std::string, double> metrics(double wallS) const {
@@ -125,8 +124,8 @@ class ProgressPrinter : public LaunchObserver {
       const auto& r = m_ranks[i];
       if (!r.seen) continue;
       loss += r.last.loss;
-      throughput += r.samplesPerS();
-      double sps = r.busyS > 0 ? static_cast<double>(r.last.step) / r.busyS : 0;
+      throughput += m_throughput.samplesPerS(static_cast<int>(i));
+      double sps = m_throughput.stepsPerS(static_cast<int>(i));
       stepsPerS = seen == 0 ? sps : std::min(stepsPerS, sps);
       steps = seen == 0 ? r.last.step : std::min(steps, r.last.step);
       ++seen;
@@ -146,6 +145,7 @@ class ProgressPrinter : public LaunchObserver {
   const Profile& m_profile;
   bool m_tty;
   std::vector<RankView> m_ranks;
+  ThroughputMeter m_throughput;
   std::chrono::steady_clock::time_point m_start = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point m_lastPrint{};
   int m_printedLines = 0;
@@ -316,7 +316,7 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
       for (std::size_t r = 0; r < progress.ranks().size(); ++r) {
         const auto& v = progress.ranks()[r];
         j["ranks"].push_back({{"rank", r}, {"steps", v.last.step}, {"final_loss", v.seen ? num(v.last.loss) : nullptr},
-                              {"samples_per_s", v.samplesPerS()}, {"exit", report.exits.size() > r ? report.exits[r].describe() : ""}});
+                              {"samples_per_s", progress.throughput().samplesPerS(static_cast<int>(r))}, {"exit", report.exits.size() > r ? report.exits[r].describe() : ""}});
       }
       if (report.failedRank >= 0) j["failed_rank"] = report.failedRank;
       j["expectations"] = nlohmann::ordered_json::array();

@@ -1,5 +1,6 @@
 #include "launch/sweep.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <sstream>
@@ -11,35 +12,33 @@
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
 #include "launch/supervisor.h"
+#include "launch/throughput.h"
 
 namespace ptw::core {
 namespace {
 
-// Throughput as the headless summary counts it: samples over time inside steps, summed
-// over ranks (the pool's coordinator alone already reports the whole pool).
+// Throughput as the headless summary counts it (throughput.h): samples over time inside
+// steps after each rank's warm-up, summed over ranks; for the pool, its coordinator's alone.
 class Throughput final : public LaunchObserver {
  public:
-  explicit Throughput(bool coordinatorOnly) : m_coordinatorOnly(coordinatorOnly) {}
+  explicit Throughput(const Profile& p) : m_coordinatorOnly(p.strategy.kind == "pool"), m_meter(warmupSteps(p)) {}
   void onRecords(std::vector<Record>& batch) override {
     for (const auto& r : batch) {
       if (r.kind != Record::Kind::Step || (m_coordinatorOnly && r.step.rank != 0)) continue;
-      if (static_cast<std::size_t>(r.step.rank) >= m_samples.size()) {
-        m_samples.resize(static_cast<std::size_t>(r.step.rank) + 1, 0);
-        m_busy.resize(m_samples.size(), 0);
-      }
-      m_samples[static_cast<std::size_t>(r.step.rank)] += r.step.samplesPerS * r.step.stepMs / 1000.0;
-      m_busy[static_cast<std::size_t>(r.step.rank)] += r.step.stepMs / 1000.0;
+      m_meter.add(r.step);
+      m_ranks = std::max(m_ranks, r.step.rank + 1);
     }
   }
   double samplesPerS() const {
     double total = 0;
-    for (std::size_t r = 0; r < m_samples.size(); ++r) total += m_busy[r] > 0 ? m_samples[r] / m_busy[r] : 0;
+    for (int r = 0; r < m_ranks; ++r) total += m_meter.samplesPerS(r);
     return total;
   }
 
  private:
   bool m_coordinatorOnly;
-  std::vector<double> m_samples, m_busy;
+  ThroughputMeter m_meter;
+  int m_ranks = 0;
 };
 
 }  // namespace
@@ -115,7 +114,7 @@ std::vector<SweepPoint> Sweep::run(const std::function<void(const SweepPoint&, i
     Supervisor supervisor(SupervisorOptions(p, dir, worker).setStore(&store, point.runId));
     m_current = &supervisor;
     if (m_stop) supervisor.requestStop();
-    Throughput throughput(p.strategy.kind == "pool");
+    Throughput throughput(p);
     RunReport report;
     try {
       report = supervisor.run(throughput);

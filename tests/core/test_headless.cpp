@@ -14,6 +14,7 @@
 
 #include "launch/launcher.h"
 #include "launch/run_store.h"
+#include "launch/throughput.h"
 #include "sql_support.h"
 #include "test_support.h"
 
@@ -207,6 +208,33 @@ class TestHeadless : public QObject {
     QVERIFY2(p.exitCode() == 0, qPrintable(out));
     QVERIFY2(out.contains("restarting (attempt 2 of 2) from the checkpoint at step 10"), qPrintable(out));
     QVERIFY2(out.contains("rank 1  step 20/20"), qPrintable(out));
+  }
+
+  // Note [Warm-up steps]: throughput leaves out each rank's first steps, a tenth of the run
+  // and at most 10, unless the rank did no more than those.
+  void throughputLeavesOutEachRanksWarmUp() {
+    Profile p;
+    for (auto [steps, warmup] : {std::pair{100, 10}, {300, 10}, {20, 2}, {5, 0}, {0, 10}}) {
+      p.hyper.maxSteps = steps;
+      QCOMPARE(warmupSteps(p), std::int64_t(warmup));
+    }
+    auto step = [](int rank, double ms, double samples) {
+      StepRecord s;
+      s.rank = rank;
+      s.stepMs = ms;
+      s.samplesPerS = samples * 1000.0 / ms;
+      return s;
+    };
+    ThroughputMeter meter(2);
+    meter.add(step(0, 250, 16));  // a first CUDA step
+    QCOMPARE(meter.samplesPerS(0), 16 / 0.25);  // only warm-up so far: counted whole
+    meter.add(step(0, 12, 16));
+    for (int i = 0; i < 4; ++i) meter.add(step(0, 1, 16));
+    QCOMPARE(meter.samplesPerS(0), 16000.0);
+    QCOMPARE(meter.stepsPerS(0), 1000.0);
+    meter.add(step(1, 2, 16));
+    QCOMPARE(meter.samplesPerS(1), 8000.0);  // each rank has its own warm-up
+    QCOMPARE(meter.samplesPerS(2), 0.0);
   }
 
   void sigintStopsGracefullyAndExitsFive() {

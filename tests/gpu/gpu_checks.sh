@@ -3,7 +3,7 @@
 # (no Qt needed) and checks every CUDA path against a reference run, on a machine with at least
 # one CUDA GPU. The CPU suite (ctest) cannot reach these paths; this script is their test.
 #
-#   tests/gpu/gpu_checks.sh [build-dir=build-gpu]
+#   tests/gpu/gpu_checks.sh [build-dir=build-gpu]        (BUILD=0 checks an existing build)
 #
 # LibTorch: Torch_DIR, else the CMake folder of python3's torch. Other packages (nlohmann-json,
 # CLI11, SQLite) come from the system or CMAKE_PREFIX_PATH. Prints one line per check,
@@ -25,7 +25,10 @@
 #   too-few-gpus   DDP with one rank more than there are GPUs fails at once, naming the field
 #                  and the device it lacks, and leaves no worker behind
 #   resume         rank 0 killed after step 50 of a CUDA DDP run (checkpoint every 20, one restart):
-#                  the run finishes, and its final loss equals the uninterrupted run's
+#                  the run finishes, and every step's loss equals the uninterrupted run's
+#   sweep          `ptw sweep` on cuda (Single, DataParallel, DDP; 1 worker) finishes every configuration
+# Then throughput on the mlp workload (784-512-512-10, batch 128): ptw on the CPU and the GPU, and the
+# same model in PyTorch from Python on the GPU, measured in the same run (not checks).
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
@@ -35,12 +38,9 @@ mkdir -p "$work"
 failures=0
 
 torch_dir=${Torch_DIR:-$(python3 -c 'import torch, os; print(os.path.join(torch.utils.cmake_prefix_path, "Torch"))' 2>/dev/null)}
-if [ "${BUILD:-1}" = 1 ]; then
+if [ "${BUILD:-1}" = 1 ]; then  # BUILD=0: check an existing build
   [ -n "$torch_dir" ] && [ -d "$torch_dir" ] || { echo "gpu-checks: no LibTorch CMake folder (set Torch_DIR)" >&2; exit 2; }
   echo "gpu-checks: LibTorch CMake folder $torch_dir"
-fi
-
-if [ "${BUILD:-1}" = 1 ]; then
   generator=Ninja; command -v ninja >/dev/null || generator="Unix Makefiles"
   if ! cmake -S "$root" -B "$build" -G "$generator" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPTW_BUILD_GUI=OFF \
          -DPTW_BUILD_TESTS=OFF -DTorch_DIR="$torch_dir" -DCMAKE_POLICY_VERSION_MINIMUM=3.5 >"$work/configure.log" 2>&1; then
@@ -171,6 +171,14 @@ attempts=$(field resume-killed 'j["attempts"]' 2>/dev/null)
 echo "  resume: $(field resume-killed 'j["attempts"]' 2>/dev/null) attempt(s); $(grep -m1 -i "restart" "$work/resume-killed.log")"
 [ "$attempts" = 2 ]; equal resume resume-killed resume-whole 1e-6 $(( rc | $? ))
 
+# The scaling sweep on the GPU: Single, DataParallel and DDP (NCCL) with one worker each, all finished.
+timeout 300 "$ptw" sweep "${base[@]}" --set strategy.device=cuda --strategies dataparallel,ddp --workers 1 \
+  --steps 100 --csv "$work/sweep.csv" >"$work/sweep.log" 2>&1; rc=$?
+rows=$(python3 -c 'import csv, sys
+print(" ".join("%s:%s:%.0f" % (r["strategy"], r["status"], float(r["samples_per_s"])) for r in csv.DictReader(open(sys.argv[1]))))' \
+       "$work/sweep.csv" 2>/dev/null)
+[ $rc -eq 0 ] && [ "$(echo "$rows" | grep -o ':finished:[1-9]' | wc -l)" -eq 3 ]; check sweep $? "exit $rc; $rows"
+
 # Throughput: the issue's mlp workload (784-512-512-10, batch 128), 300 steps each.
 echo "throughput (samples/s, mlp 784-512-512-10, batch 128, 300 steps):"
 mlp=(--set model.in_features=784 --set 'model.hidden=[512,512]' --set hyper.batch_size=128 --set hyper.max_steps=300
@@ -184,6 +192,47 @@ for row in "cpu-single strategy.kind=single strategy.device=cpu hyper.precision=
   run "tp-$name" "${mlp[@]}" "${sets[@]}"
   printf '  %-18s %s\n' "$name" "$(field "tp-$name" 'round(j["throughput"]["samples_per_s"])' 2>/dev/null)"
 done
+
+# The same model in PyTorch from Python (where python3 has torch with CUDA), as a baseline measured in this
+# run: "like ptw" draws each batch from a CPU dataset, copies it over and reads the loss every step, as a
+# ptw rank does for its records; "free-running" keeps one batch on the GPU and synchronises only at the end.
+if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+  python3 - <<'PY' 2>&1 | sed 's/^/  /' | tee "$work/python.txt"
+import time, torch, torch.nn as nn, torch.nn.functional as F
+torch.set_num_threads(1)
+torch.manual_seed(0)
+steps, batch, dev = 300, 128, "cuda"
+X, Y = torch.randn(8192, 784), torch.randint(0, 10, (8192,))
+def make():
+    model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)).to(dev)
+    return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+def like_ptw(model, opt):
+    idx = torch.randint(0, 8192, (batch,))
+    x, y = X.index_select(0, idx).to(dev), Y.index_select(0, idx).to(dev)
+    opt.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss.item()
+xg, yg = X[:batch].to(dev), Y[:batch].to(dev)
+def free_running(model, opt):
+    opt.zero_grad(set_to_none=True)
+    F.cross_entropy(model(xg), yg).backward()
+    opt.step()
+for name, step in (("python-like-ptw", like_ptw), ("python-free-running", free_running)):
+    model, opt = make()
+    for _ in range(20): step(model, opt)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(steps): step(model, opt)
+    torch.cuda.synchronize()
+    print(f"{name:<20} {round(steps * batch / (time.perf_counter() - t0))}")
+PY
+  ptw_rate=$(field tp-cuda-single 'j["throughput"]["samples_per_s"]' 2>/dev/null)
+  py_rate=$(awk '/python-like-ptw/ {print $2}' "$work/python.txt")
+  [ -n "$ptw_rate" ] && [ -n "$py_rate" ] &&
+    echo "  ptw cuda-single / python-like-ptw: $(python3 -c "print(round($ptw_rate / $py_rate, 2))")"
+fi
 
 echo "gpu-checks: $failures check(s) failed"
 [ $failures -eq 0 ]

@@ -1,0 +1,50 @@
+#include "launch/throughput.h"
+
+#include <algorithm>
+
+#include "common/profile.h"
+
+namespace ptw::core {
+
+std::int64_t warmupSteps(const Profile& profile) {
+  const std::int64_t steps = profile.hyper.maxSteps;
+  return steps > 0 ? std::min<std::int64_t>(steps / 10, 10) : 10;
+}
+
+void ThroughputMeter::add(const StepRecord& step) {
+  if (step.rank < 0) return;
+  const auto rank = static_cast<std::size_t>(step.rank);
+  if (rank >= m_all.size()) {
+    m_all.resize(rank + 1);
+    m_steady.resize(rank + 1);
+  }
+  const double busyS = step.stepMs / 1000.0;
+  const double samples = step.samplesPerS * busyS;
+  Sums& all = m_all[rank];
+  const bool warm = all.steps >= m_warmup;
+  for (Sums* sums : {&all, warm ? &m_steady[rank] : nullptr}) {
+    if (!sums) continue;
+    ++sums->steps;
+    sums->samples += samples;
+    sums->busyS += busyS;
+  }
+}
+
+const ThroughputMeter::Sums& ThroughputMeter::counted(int rank) const {
+  static const Sums none;
+  if (rank < 0 || static_cast<std::size_t>(rank) >= m_all.size()) return none;
+  const auto r = static_cast<std::size_t>(rank);
+  return m_steady[r].steps > 0 ? m_steady[r] : m_all[r];
+}
+
+double ThroughputMeter::samplesPerS(int rank) const {
+  const Sums& s = counted(rank);
+  return s.busyS > 0 ? s.samples / s.busyS : 0;
+}
+
+double ThroughputMeter::stepsPerS(int rank) const {
+  const Sums& s = counted(rank);
+  return s.busyS > 0 ? static_cast<double>(s.steps) / s.busyS : 0;
+}
+
+}  // namespace ptw::core
