@@ -9,6 +9,7 @@
 #include <QSpinBox>
 #include <QVBoxLayout>
 
+#include <algorithm>
 #include <thread>
 
 #include "launch/launcher.h"
@@ -36,10 +37,8 @@ DevicePicker::DevicePicker(QWidget* parent) : QWidget(parent), m_rows(new QVBoxL
     if (code == 0) {
       auto found = parseDevices(probe->readAllStandardOutput());
       if (!found.empty()) {
-        const QString dev = device();
-        const int n = ranks();
         setDevices(found);
-        select(dev, n);
+        select(m_selected.device, m_selected.ranks, m_selected.gpus);  // the profile's choice, now with its GPUs
       }
     }
     probe->deleteLater();
@@ -83,6 +82,7 @@ void DevicePicker::rebuild() {
     delete item;
   }
   m_gpus.clear();
+  m_gpuIndex.clear();
   m_cpu = nullptr;
   for (const auto& d : m_devices) {
     if (d.kind == "cpu") {
@@ -114,6 +114,7 @@ void DevicePicker::rebuild() {
                                 this);
       box->setObjectName(QStringLiteral("device.cuda.%1").arg(d.index));
       m_gpus.push_back(box);
+      m_gpuIndex.push_back(d.index);
       m_rows->addWidget(box);
       connect(box, &QCheckBox::toggled, this, [this](bool on) {
         if (m_updating) return;
@@ -131,13 +132,27 @@ void DevicePicker::rebuild() {
   }
 }
 
-void DevicePicker::select(const QString& device, int ranks) {
+void DevicePicker::select(const QString& device, int ranks, const std::vector<qint64>& gpus) {
+  m_selected = {device, ranks, gpus};
   m_updating = true;
   const bool cuda = device == "cuda" && !m_gpus.empty();
   if (m_cpu) m_cpu->setChecked(!cuda);
   if (m_cpuRanks) m_cpuRanks->setValue(std::max(1, ranks));
-  for (std::size_t i = 0; i < m_gpus.size(); ++i) m_gpus[i]->setChecked(cuda && static_cast<int>(i) < ranks);
+  for (std::size_t i = 0; i < m_gpus.size(); ++i) {
+    const int index = m_gpuIndex[i];
+    const bool listed = gpus.empty() ? index < ranks : std::find(gpus.begin(), gpus.end(), index) != gpus.end();
+    m_gpus[i]->setChecked(cuda && listed);
+  }
   m_updating = false;
+}
+
+std::vector<qint64> DevicePicker::gpus() const {
+  std::vector<qint64> ticked;
+  for (std::size_t i = 0; i < m_gpus.size(); ++i)
+    if (m_gpus[i]->isChecked()) ticked.push_back(m_gpuIndex[i]);
+  for (std::size_t i = 0; i < ticked.size(); ++i)
+    if (ticked[i] != static_cast<qint64>(i)) return ticked;
+  return {};  // cuda:0 to cuda:n-1, the default
 }
 
 QString DevicePicker::device() const {

@@ -36,10 +36,15 @@ class DevicePicker : public QWidget {
   void setDevices(const std::vector<Device>& devices);
   const std::vector<Device>& devices() const { return m_devices; }
 
-  /// Shows the profile's choice: `device` cpu with `ranks`, or the first `ranks` GPUs.
-  void select(const QString& device, int ranks);
+  /// Shows the profile's choice: `device` cpu with `ranks`, or the GPUs in `gpus`
+  /// (strategy.gpus), or when that is empty cuda:0 to cuda:ranks-1.
+  void select(const QString& device, int ranks, const std::vector<qint64>& gpus = {});
   QString device() const;
   int ranks() const;
+  /// The ticked GPUs' indices as strategy.gpus: empty when they are cuda:0 to cuda:n-1.
+  std::vector<qint64> gpus() const;
+  /// True until `ptw-worker --devices` has answered (or failed).
+  bool probing() const { return m_probe != nullptr; }
   /// "world size 4 · global batch 64"
   void setSummary(const QString& text);
 
@@ -53,6 +58,13 @@ class DevicePicker : public QWidget {
   QCheckBox* m_cpu = nullptr;
   QSpinBox* m_cpuRanks = nullptr;
   std::vector<QCheckBox*> m_gpus;
+  std::vector<int> m_gpuIndex;  ///< the CUDA index of each of m_gpus
+  struct Selection {
+    QString device = "cpu";
+    int ranks = 1;
+    std::vector<qint64> gpus;
+  };
+  Selection m_selected;  ///< the last select(), shown again once the worker has listed the GPUs
   QLabel* m_summary;
   QProcess* m_probe = nullptr;
   bool m_updating = false;

@@ -64,6 +64,11 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
           m_filling = true;
           if (auto* c = qobject_cast<QComboBox*>(field("strategy.device"))) c->setCurrentText(m_devices->device());
           if (auto* e = qobject_cast<QLineEdit*>(field("strategy.ranks"))) e->setText(QString::number(m_devices->ranks()));
+          if (auto* e = qobject_cast<QLineEdit*>(field("strategy.gpus"))) {
+            QStringList listed;
+            for (qint64 g : m_devices->gpus()) listed << QString::number(g);
+            e->setText(listed.join(", "));
+          }
           m_filling = false;
           collect();
           emit edited();
@@ -154,7 +159,8 @@ void ProfileEditor::setProfile(const core::Profile& profile) {
       }
     }
   }
-  if (m_devices) m_devices->select(QString::fromStdString(profile.strategy.device), profile.strategy.ranks);
+  if (m_devices) m_devices->select(QString::fromStdString(profile.strategy.device), profile.strategy.ranks,
+                                 {profile.strategy.gpus.begin(), profile.strategy.gpus.end()});
   m_filling = false;
   collect();
 }
@@ -220,7 +226,8 @@ void ProfileEditor::collect() {
                                    (m_profile.strategy.kind == "single" ? 1 : m_profile.strategy.ranks)));
     if (!m_filling) {
       m_filling = true;
-      m_devices->select(QString::fromStdString(m_profile.strategy.device), m_profile.strategy.ranks);
+      m_devices->select(QString::fromStdString(m_profile.strategy.device), m_profile.strategy.ranks,
+                        {m_profile.strategy.gpus.begin(), m_profile.strategy.gpus.end()});
       m_filling = false;
     }
   }

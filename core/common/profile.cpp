@@ -5,6 +5,7 @@
 // one line and cannot be forgotten in one of them.
 #include "common/profile.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cerrno>
 #include <cstdio>
@@ -49,6 +50,7 @@ template <class F> void visit(StrategySpec& s, F&& f) {
   f("ranks", s.ranks);
   f("backend", s.backend);
   f("device", s.device);
+  f("gpus", s.gpus);
   f("bucket_mb", s.bucketMb);
   f("pool_mode", s.poolMode);
 }
@@ -312,6 +314,20 @@ std::vector<FieldError> validate(const Profile& p) {
     need(s.device == "cuda", "strategy.backend", "nccl needs strategy.device \"cuda\"; use gloo on cpu");
   if (s.kind == "pool")
     need(s.device == "cpu", "strategy.device", "the process pool shares CPU memory; use ddp or dataparallel for cuda");
+  if (!s.gpus.empty()) {
+    need(s.device == "cuda", "strategy.gpus",
+         "lists GPUs, but strategy.device is \"" + s.device + "\"; leave it empty, or set the device to \"cuda\"");
+    const std::size_t wanted = s.kind == "single" ? 1 : static_cast<std::size_t>(std::max(s.ranks, 1));
+    need(s.gpus.size() == wanted, "strategy.gpus",
+         "lists " + str(static_cast<std::int64_t>(s.gpus.size())) + " GPU(s) for " + str(static_cast<std::int64_t>(wanted)) +
+             " rank(s)/lane(s); list one per rank, or none for cuda:0 onwards");
+    std::set<std::int64_t> seen;
+    for (auto g : s.gpus) {
+      need(g >= 0, "strategy.gpus", "every index must be >= 0, got " + str(g));
+      need(seen.insert(g).second, "strategy.gpus",
+           "cuda:" + str(g) + " is listed twice; each rank/lane needs a GPU of its own");
+    }
+  }
   need(s.bucketMb > 0, "strategy.bucket_mb", "must be > 0, got " + str(s.bucketMb));
   oneOf(s.poolMode, "strategy.pool_mode");
   if (!fileData || p.data.samples > 0) {
@@ -493,6 +509,11 @@ std::string collectiveBackend(const Profile& p, bool haveNccl) {
   if (p.strategy.backend != "auto") return p.strategy.backend;
   if (p.strategy.device == "cpu") return "shm";
   return haveNccl ? "nccl" : "gloo";
+}
+
+std::int64_t cudaIndexFor(const Profile& p, int index) {
+  const auto& gpus = p.strategy.gpus;
+  return index >= 0 && static_cast<std::size_t>(index) < gpus.size() ? gpus[static_cast<std::size_t>(index)] : index;
 }
 
 int reportingRanks(const Profile& p) {

@@ -40,7 +40,9 @@ struct StrategySpec {
   /// ddp: auto | gloo | nccl | shm (same-machine CPU ranks, shared memory); auto is shm on
   /// cpu, nccl on cuda (gloo where LibTorch has no NCCL): see collectiveBackend().
   std::string backend = "auto";
-  std::string device = "cpu";    ///< cpu | cuda (rank/lane i uses cuda:i)
+  std::string device = "cpu";    ///< cpu | cuda (rank/lane i uses cuda:i, or cuda:gpus[i])
+  /// cuda: the GPU of each rank/lane, one per rank, e.g. {2, 3}; empty = cuda:0 .. cuda:ranks-1.
+  std::vector<std::int64_t> gpus = {};
   double bucketMb = 25.0;        ///< ddp: gradient bucket size
   std::string poolMode = "sync";  ///< pool: sync (coordinator averages and steps) | hogwild (lock-free)
 };
@@ -109,6 +111,10 @@ std::string collectiveBackend(const Profile& profile, bool haveNccl);
 /// Series a run reports (record rank 0..n-1): one per ddp rank, DataParallel replica, or pool
 /// process (rank 0 is the pool's coordinator).
 int reportingRanks(const Profile& profile);
+
+/// The CUDA device index of rank/lane `index`: strategy.gpus[index], or `index` when the
+/// list is empty. Example: with gpus {2, 3}, cudaIndexFor(p, 1) == 3.
+std::int64_t cudaIndexFor(const Profile& profile, int index);
 
 /// Every field error of a structurally valid profile; empty when it can run.
 std::vector<FieldError> validate(const Profile& profile);

@@ -49,9 +49,14 @@ torch::Device deviceFor(const core::Profile& p, int index) {
   PTW_CHECK(count > 0, "strategy.device: \"cuda\" but LibTorch sees no CUDA device on this machine",
             torch::cuda::is_available() ? "" : " (this LibTorch has no CUDA, or no driver is loaded)",
             "; use \"cpu\"");
-  PTW_CHECK(index < count, "strategy.device: rank/lane ", index, " needs cuda:", index, " but this machine has ",
-            count, " CUDA device(s); lower strategy.ranks to ", count);
-  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  const std::int64_t gpu = core::cudaIndexFor(p, index);
+  if (p.strategy.gpus.empty())
+    PTW_CHECK(gpu < count, "strategy.device: rank/lane ", index, " needs cuda:", gpu, " but this machine has ", count,
+              " CUDA device(s); lower strategy.ranks to ", count);
+  else
+    PTW_CHECK(gpu < count, "strategy.gpus: rank/lane ", index, " is given cuda:", gpu, " but this machine has ", count,
+              " CUDA device(s) (cuda:0 to cuda:", count - 1, ")");
+  return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(gpu));
 }
 
 double Strategy::backward(Model& model, const torch::Tensor& x, const torch::Tensor& y, double weight,

@@ -73,6 +73,9 @@ Profile Sweep::profileFor(const Profile& base, const std::string& strategy, int 
     for (const auto& n : strategyNames()) known += (known.empty() ? "" : ", ") + n;
     PTW_FAIL("sweep: unknown strategy \"", strategy, "\" (known: ", known, ")");
   }
+  // GPUs listed in the profile: each configuration takes as many of them, in order, as it has ranks.
+  if (p.strategy.gpus.size() > static_cast<std::size_t>(p.strategy.ranks))
+    p.strategy.gpus.resize(static_cast<std::size_t>(p.strategy.ranks));
   p.name = base.name + "-" + strategy + "-" + std::to_string(p.strategy.ranks);
   auto errors = validate(p);
   PTW_CHECK(errors.empty(), "sweep: ", strategy, " with ", workers, " worker(s): ", errors.front().text());

@@ -53,6 +53,26 @@ class TestProfile : public QObject {
     }
   }
 
+  // strategy.gpus picks each rank's GPU; empty means cuda:0 onwards. Single takes one.
+  void gpusMapRanksToDevices() {
+    Profile p = defaultProfile();
+    p.strategy.device = "cuda";
+    QCOMPARE(cudaIndexFor(p, 0), std::int64_t(0));
+    QCOMPARE(cudaIndexFor(p, 1), std::int64_t(1));
+    p.strategy.gpus = {3, 1};
+    QVERIFY(validate(p).empty());
+    QCOMPARE(cudaIndexFor(p, 0), std::int64_t(3));
+    QCOMPARE(cudaIndexFor(p, 1), std::int64_t(1));
+    const Profile back = parseProfile(toJson(p));
+    QCOMPARE(back.strategy.gpus, (std::vector<std::int64_t>{3, 1}));
+    QVERIFY(back == p);
+    p.strategy.kind = "single";
+    p.strategy.ranks = 1;
+    p.strategy.gpus = {2};
+    QVERIFY(validate(p).empty());
+    QCOMPARE(cudaIndexFor(p, 0), std::int64_t(2));
+  }
+
   void saveLoadRoundTrip() {
     QTemporaryDir dir;
     Profile p = defaultProfile();
@@ -98,6 +118,16 @@ class TestProfile : public QObject {
                                        << "strategy.pool_mode: expected one of sync, hogwild, got \"async\"";
     QTest::newRow("pool on cuda") << R"({"strategy": {"kind": "pool", "device": "cuda"}})"
                                   << "strategy.device: the process pool shares CPU memory";
+    QTest::newRow("gpus on cpu") << R"({"strategy": {"gpus": [0, 1]}})"
+                                 << "strategy.gpus: lists GPUs, but strategy.device is \"cpu\"";
+    QTest::newRow("gpus fewer than ranks") << R"({"strategy": {"device": "cuda", "ranks": 3, "gpus": [1, 2]}})"
+                                           << "strategy.gpus: lists 2 GPU(s) for 3 rank(s)/lane(s)";
+    QTest::newRow("gpu listed twice") << R"({"strategy": {"device": "cuda", "gpus": [1, 1]}})"
+                                      << "strategy.gpus: cuda:1 is listed twice";
+    QTest::newRow("negative gpu") << R"({"strategy": {"device": "cuda", "gpus": [0, -1]}})"
+                                  << "strategy.gpus: every index must be >= 0, got -1";
+    QTest::newRow("gpus not integers") << R"({"strategy": {"device": "cuda", "gpus": ["cuda:0", 1]}})"
+                                       << "strategy.gpus[0]: expected an integer";
     QTest::newRow("mixed precision on cpu") << R"({"hyper": {"precision": "bf16"}})"
                                             << "hyper.precision: mixed precision runs on cuda";
     QTest::newRow("nesterov without momentum") << R"({"hyper": {"nesterov": true}})"

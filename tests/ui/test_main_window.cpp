@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "test_support.h"
+#include "ui/device_picker.h"
 #include "ui/main_window.h"
 #include "ui/metric_chart.h"
 #include "ui/profile_editor.h"
@@ -123,6 +124,44 @@ class TestMainWindow : public QObject {
     e->setFieldText("hyper.nesterov", "true");  // needs momentum > 0
     QVERIFY(!start->isEnabled());
     QVERIFY(e->field("hyper.nesterov")->toolTip().contains("needs optimizer sgd and momentum > 0"));
+  }
+
+  // Ticking GPUs picks them by index (strategy.gpus), not the first N; a profile that
+  // lists GPUs ticks those.
+  void devicePickerPicksGpusByIndex() {
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    auto* picker = w.editor()->devicePicker();
+    QTRY_VERIFY_WITH_TIMEOUT(!picker->probing(), 30000);  // this machine's own list, first
+    std::vector<ui::DevicePicker::Device> devices(1);  // four GPUs, as `ptw-worker --devices` lists them
+    devices[0].kind = "cpu";
+    devices[0].cores = 2;
+    for (int i = 0; i < 4; ++i) {
+      ui::DevicePicker::Device d;
+      d.kind = "cuda";
+      d.index = i;
+      d.name = "GPU";
+      devices.push_back(d);
+    }
+    picker->setDevices(devices);
+    auto gpu = [&](int i) { return picker->findChild<QCheckBox*>(QString("device.cuda.%1").arg(i)); };
+    QVERIFY(gpu(0) && gpu(3));
+    gpu(2)->setChecked(true);
+    gpu(3)->setChecked(true);
+    core::Profile p = w.profile();
+    QCOMPARE(p.strategy.device, std::string("cuda"));
+    QCOMPARE(p.strategy.ranks, 2);
+    QCOMPARE(p.strategy.gpus, (std::vector<std::int64_t>{2, 3}));
+    QVERIFY(core::validate(p).empty());
+    gpu(2)->setChecked(false);
+    gpu(3)->setChecked(false);
+    gpu(0)->setChecked(true);
+    QCOMPARE(w.profile().strategy.ranks, 1);
+    QVERIFY(w.profile().strategy.gpus.empty());  // cuda:0 onwards is the default
+    p.strategy.gpus = {1, 3};
+    w.setProfile(p);
+    QVERIFY(!gpu(0)->isChecked() && gpu(1)->isChecked() && !gpu(2)->isChecked() && gpu(3)->isChecked());
+    QCOMPARE(w.profile().strategy.gpus, (std::vector<std::int64_t>{1, 3}));
   }
 
   void openSaveRecentAndUnsavedMarker() {
