@@ -24,6 +24,8 @@
 #   memory         a CUDA rank reports the CUDA allocator's bytes (at least 3 x the parameters' bytes, under 256 MiB)
 #   too-few-gpus   DDP with one rank more than there are GPUs fails at once, naming the field
 #                  and the device it lacks, and leaves no worker behind
+#   gpus=[0]       (one GPU) Single with strategy.gpus [0] equals Single on cuda:0 at every step
+#   gpus-absent    strategy.gpus naming a GPU past the last fails at once, naming the field
 #   resume         rank 0 killed after step 50 of a CUDA DDP run (checkpoint every 20, one restart):
 #                  the run finishes, and every step's loss equals the uninterrupted run's
 #   sweep          `ptw sweep` on cuda (Single, DataParallel, DDP; 1 worker) finishes every configuration
@@ -162,6 +164,14 @@ left=$(pgrep -f "$PTW_WORKER" | wc -l)
 grep -q "strategy.device: rank/lane $gpus needs cuda:$gpus" "$work/too-few.log"; named=$?
 [ $rc -ne 0 ] && [ $named -eq 0 ] && [ "$left" -eq 0 ]
 check too-few-gpus $? "exit $rc after $took s; workers left $left; $(grep -m1 -o "strategy.device: rank/lane.*" "$work/too-few.log")"
+
+# A GPU picked by index: the last one equals Single's run on cuda:0 only where it is cuda:0; one past the
+# last fails at once naming strategy.gpus.
+run gpu-picked --set strategy.kind=single --set strategy.device=cuda --set "strategy.gpus=[$((gpus - 1))]"; rc=$?
+[ "$gpus" -eq 1 ] && equal "gpus=[0]" gpu-picked single-cuda 1e-6 $rc
+run gpu-absent --set strategy.kind=single --set strategy.device=cuda --set "strategy.gpus=[$gpus]"; rc=$?
+grep -q "strategy.gpus: rank/lane 0 is given cuda:$gpus but this machine has $gpus" "$work/gpu-absent.log"; named=$?
+[ $rc -ne 0 ] && [ $named -eq 0 ]; check gpus-absent $? "exit $rc; $(grep -m1 -o 'strategy.gpus: .*' "$work/gpu-absent.log")"
 
 # A rank killed on the GPU, restarted from its checkpoint.
 run resume-whole --set strategy.kind=ddp --set strategy.device=cuda --set run.checkpoint_every=20
