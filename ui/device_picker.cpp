@@ -36,11 +36,13 @@ DevicePicker::DevicePicker(QWidget* parent) : QWidget(parent), m_rows(new QVBoxL
     m_probe = nullptr;
     if (code == 0) {
       auto found = parseDevices(probe->readAllStandardOutput());
-      if (!found.empty()) {
-        setDevices(found);
-        select(m_selected.device, m_selected.ranks, m_selected.gpus);  // the profile's choice, now with its GPUs
-      }
+      if (!found.empty()) setDevices(found);
     }
+    probe->deleteLater();
+  });
+  connect(probe, &QProcess::errorOccurred, this, [this, probe](QProcess::ProcessError error) {
+    if (error != QProcess::FailedToStart) return;  // else finished() follows
+    m_probe = nullptr;  // no worker to ask: the CPU as Qt sees it stays
     probe->deleteLater();
   });
   probe->start(QString::fromStdString(core::Launcher::defaultWorkerPath()), {"--devices"});
@@ -68,6 +70,7 @@ std::vector<DevicePicker::Device> DevicePicker::parseDevices(const QByteArray& j
 void DevicePicker::setDevices(const std::vector<Device>& devices) {
   m_devices = devices;
   rebuild();
+  select(m_selected.device, m_selected.ranks, m_selected.gpus);  // the profile's choice, with these devices
 }
 
 void DevicePicker::rebuild() {

@@ -33,6 +33,7 @@ class DevicePicker : public QWidget {
 
   /// Parses `ptw-worker --devices` output (JSON lines).
   static std::vector<Device> parseDevices(const QByteArray& jsonLines);
+  /// Lists `devices` and shows the last select() among them.
   void setDevices(const std::vector<Device>& devices);
   const std::vector<Device>& devices() const { return m_devices; }
 
@@ -41,7 +42,8 @@ class DevicePicker : public QWidget {
   void select(const QString& device, int ranks, const std::vector<qint64>& gpus = {});
   QString device() const;
   int ranks() const;
-  /// The ticked GPUs' indices as strategy.gpus: empty when they are cuda:0 to cuda:n-1.
+  /// The ticked GPUs' indices in ascending order, as strategy.gpus: empty when they are
+  /// cuda:0 to cuda:n-1. (A profile may list them in another order; ticking reorders them.)
   std::vector<qint64> gpus() const;
   /// True until `ptw-worker --devices` has answered (or failed).
   bool probing() const { return m_probe != nullptr; }

@@ -80,14 +80,19 @@ class Ddp final : public Strategy {
 #if PTW_HAVE_NCCL
       m_group = compat::makeNccl(store, ctx.rank, ctx.world, timeout);
 #else
-      PTW_FAIL("strategy.backend: this build of ptw has no NCCL (LibTorch without CUDA); use \"gloo\"");
+      PTW_FAIL("strategy.backend: this build of ptw has no NCCL (its LibTorch has no CUDA, or nccl.h was not found "
+               "when ptw was built: see the \"ptw: LibTorch\" line of its configure); ",
+               PTW_HAVE_GLOO ? "use \"gloo\"" : "it has no Gloo either, so it cannot run DDP on GPUs");
 #endif
     } else {
 #if PTW_HAVE_GLOO
       m_group = compat::makeGloo(store, ctx.rank, ctx.world, timeout);
 #else
-      PTW_FAIL("strategy.backend: this build of ptw has no Gloo (its LibTorch came without the gloo headers); use ",
-               p.strategy.device == "cuda" ? "\"nccl\"" : "\"shm\" with float32 models");
+      PTW_FAIL("strategy.backend: this build of ptw has no Gloo (its LibTorch came without the gloo headers: see the "
+               "\"ptw: LibTorch\" line of its configure); ",
+               p.strategy.device == "cpu" ? "use \"shm\" with float32 models"
+               : PTW_HAVE_NCCL            ? "use \"nccl\""
+                                          : "it has no NCCL either, so it cannot run DDP on GPUs");
 #endif
     }
   }

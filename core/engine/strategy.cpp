@@ -1,5 +1,7 @@
 #include "engine/strategy.h"
 
+#include <cstdio>
+
 #include "common/error.h"
 #include "engine/compat.h"
 #include "engine/model.h"
@@ -29,6 +31,8 @@ std::unique_ptr<Strategy> makeStrategy(const SyncContext& ctx) {
   PTW_CHECK(it != reg.end(), "strategy.kind: no engine for \"", ctx.profile.strategy.kind, "\"");
   auto s = it->second(ctx);
   s->setAutocast(ctx.profile.hyper.precision == "bf16");
+  if (s->device().is_cuda())  // which GPU, as the engine will use it (strategy.gpus)
+    std::fprintf(stderr, "[rank %d] device %s\n", ctx.rank, s->device().str().c_str());
   return s;
 }
 

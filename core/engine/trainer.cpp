@@ -133,16 +133,19 @@ void Trainer::loadCheckpoint(const std::string& path) {
   }
   // The optimizer's state is saved in LibTorch's own layout, which changed between versions
   // (1.13 keys it by a string, 2.x by number): a checkpoint resumes only under the LibTorch
-  // major.minor that wrote it. One without the stamp was written by this version's format.
+  // major.minor that wrote it. One without the stamp is older than the stamp, from the only
+  // LibTorch ptw built on then: 1.13.
   c10::IValue written;
-  if (archive.try_read("libtorch_version", written) && written.isString()) {
-    const std::string was = written.toStringRef();
-    const std::string now = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
-    PTW_CHECK(was.compare(0, now.size() + 1, now + ".") == 0, "run.resume_from: \"", path,
-              "\" was written by a ptw built on LibTorch ", was, ", this one is built on ", TORCH_VERSION,
-              "; resume it with a build on LibTorch ", was.substr(0, was.rfind('.')),
-              " (the optimizer state's layout differs between them)");
-  }
+  const std::string was =
+      archive.try_read("libtorch_version", written) && written.isString() ? written.toStringRef() : "1.13";
+  auto majorMinor = [](const std::string& version) {  // "2.11.0a0+git1.2" -> "2.11"
+    const auto first = version.find('.');
+    return first == std::string::npos ? version : version.substr(0, version.find_first_not_of("0123456789", first + 1));
+  };
+  const std::string now = std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR);
+  PTW_CHECK(majorMinor(was) == now, "run.resume_from: \"", path, "\" was written by a ptw built on LibTorch ", was,
+            ", this one is built on ", TORCH_VERSION, "; resume it with a build on LibTorch ", majorMinor(was),
+            " (the optimizer state's layout differs between them)");
   auto read = [&](const char* key) {
     torch::Tensor t;
     archive.read(key, t);

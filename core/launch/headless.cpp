@@ -39,7 +39,7 @@ class ProgressPrinter : public LaunchObserver {
  public:
   ProgressPrinter(std::ostream& out, const Profile& p, bool tty)
       : m_out(out), m_profile(p), m_tty(tty), m_ranks(static_cast<std::size_t>(reportingRanks(p))),
-        m_throughput(warmupSteps(p)) {}
+        m_throughput(p) {}
 
   void onStarted(int port, const std::vector<int>& pids) override {
     m_out << "started " << pids.size() << " process(es)";
@@ -66,6 +66,7 @@ class ProgressPrinter : public LaunchObserver {
   void onLog(int rank, const std::string& line) override {
     if (rank < 0) m_out << line << "\n";  // the supervisor's own messages (restarts)
   }
+  void onRestart(int, std::int64_t) override { m_throughput.restart(); }
   void onRankExit(const RankExit& e) override {
     if (e.rank >= 0 && e.rank < static_cast<int>(m_ranks.size()))
       m_ranks[static_cast<std::size_t>(e.rank)].exit = e.describe();
@@ -115,7 +116,7 @@ class ProgressPrinter : public LaunchObserver {
 
   /// The metrics expectations and the summary speak of (see knownMetrics()).
   std::map<std::string, double> metrics(double wallS) const {
-    double loss = 0, throughput = 0, stepsPerS = 0;
+    double loss = 0, stepsPerS = 0;
     std::int64_t steps = 0;
     int seen = 0;
     // The pool's coordinator (rank 0) already reports the whole pool's loss and samples.
@@ -124,7 +125,6 @@ class ProgressPrinter : public LaunchObserver {
       const auto& r = m_ranks[i];
       if (!r.seen) continue;
       loss += r.last.loss;
-      throughput += m_throughput.samplesPerS(static_cast<int>(i));
       double sps = m_throughput.stepsPerS(static_cast<int>(i));
       stepsPerS = seen == 0 ? sps : std::min(stepsPerS, sps);
       steps = seen == 0 ? r.last.step : std::min(steps, r.last.step);
@@ -133,7 +133,7 @@ class ProgressPrinter : public LaunchObserver {
     double nan = std::nan("");
     return {{"final.loss", seen ? loss / seen : nan},
             {"final.step", static_cast<double>(steps)},
-            {"throughput.samples_per_s", seen ? throughput : nan},
+            {"throughput.samples_per_s", seen ? m_throughput.total() : nan},
             {"throughput.steps_per_s", seen ? stepsPerS : nan},
             {"final.val_loss", m_valLoss},
             {"final.val_accuracy", m_valAccuracy},

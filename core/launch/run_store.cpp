@@ -518,8 +518,8 @@ void RunStore::endRun(std::int64_t runId, const std::string& status, const std::
     // next run to end, `ptw runs` or `ptw export` tries again.
   }
   if (!std::isfinite(finalLoss) || !std::isfinite(samplesPerS)) {
-    // Not given (the window's runs): from the stored records, last step's mean loss and the
-    // sum over ranks of their mean throughput.
+    // Not given (the window gives no final loss, and no throughput when it saw no step): from
+    // the stored records, the last step's mean loss and the sum over ranks of their mean rate.
     Statement q(m_db,
                 "SELECT (SELECT avg(loss) FROM steps WHERE run_id = ?1 AND step = (SELECT max(step) FROM steps "
                 "WHERE run_id = ?1)), (SELECT sum(t) FROM (SELECT avg(samples_per_s) AS t FROM steps WHERE "

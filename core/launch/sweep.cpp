@@ -1,6 +1,5 @@
 #include "launch/sweep.h"
 
-#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <sstream>
@@ -17,28 +16,19 @@
 namespace ptw::core {
 namespace {
 
-// Throughput as the headless summary counts it (throughput.h): samples over time inside
-// steps after each rank's warm-up, summed over ranks; for the pool, its coordinator's alone.
+// Throughput as the headless summary counts it (throughput.h).
 class Throughput final : public LaunchObserver {
  public:
-  explicit Throughput(const Profile& p) : m_coordinatorOnly(p.strategy.kind == "pool"), m_meter(warmupSteps(p)) {}
+  explicit Throughput(const Profile& p) : m_meter(p) {}
   void onRecords(std::vector<Record>& batch) override {
-    for (const auto& r : batch) {
-      if (r.kind != Record::Kind::Step || (m_coordinatorOnly && r.step.rank != 0)) continue;
-      m_meter.add(r.step);
-      m_ranks = std::max(m_ranks, r.step.rank + 1);
-    }
+    for (const auto& r : batch)
+      if (r.kind == Record::Kind::Step) m_meter.add(r.step);
   }
-  double samplesPerS() const {
-    double total = 0;
-    for (int r = 0; r < m_ranks; ++r) total += m_meter.samplesPerS(r);
-    return total;
-  }
+  void onRestart(int, std::int64_t) override { m_meter.restart(); }
+  double samplesPerS() const { return m_meter.total(); }
 
  private:
-  bool m_coordinatorOnly;
   ThroughputMeter m_meter;
-  int m_ranks = 0;
 };
 
 }  // namespace

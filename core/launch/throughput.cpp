@@ -11,24 +11,29 @@ std::int64_t warmupSteps(const Profile& profile) {
   return steps > 0 ? std::min<std::int64_t>(steps / 10, 10) : 10;
 }
 
+ThroughputMeter::ThroughputMeter(const Profile& profile)
+    : ThroughputMeter(warmupSteps(profile), profile.strategy.kind == "pool") {}
+
 void ThroughputMeter::add(const StepRecord& step) {
   if (step.rank < 0) return;
   const auto rank = static_cast<std::size_t>(step.rank);
   if (rank >= m_all.size()) {
     m_all.resize(rank + 1);
     m_steady.resize(rank + 1);
+    m_sinceStart.resize(rank + 1, 0);
   }
   const double busyS = step.stepMs / 1000.0;
   const double samples = step.samplesPerS * busyS;
-  Sums& all = m_all[rank];
-  const bool warm = all.steps >= m_warmup;
-  for (Sums* sums : {&all, warm ? &m_steady[rank] : nullptr}) {
+  const bool warm = m_sinceStart[rank]++ >= m_warmup;
+  for (Sums* sums : {&m_all[rank], warm ? &m_steady[rank] : nullptr}) {
     if (!sums) continue;
     ++sums->steps;
     sums->samples += samples;
     sums->busyS += busyS;
   }
 }
+
+void ThroughputMeter::restart() { std::fill(m_sinceStart.begin(), m_sinceStart.end(), 0); }
 
 const ThroughputMeter::Sums& ThroughputMeter::counted(int rank) const {
   static const Sums none;
@@ -45,6 +50,13 @@ double ThroughputMeter::samplesPerS(int rank) const {
 double ThroughputMeter::stepsPerS(int rank) const {
   const Sums& s = counted(rank);
   return s.busyS > 0 ? static_cast<double>(s.steps) / s.busyS : 0;
+}
+
+double ThroughputMeter::total() const {
+  const int ranks = m_coordinatorOnly ? std::min<int>(1, static_cast<int>(m_all.size())) : static_cast<int>(m_all.size());
+  double sum = 0;
+  for (int r = 0; r < ranks; ++r) sum += samplesPerS(r);
+  return sum;
 }
 
 }  // namespace ptw::core

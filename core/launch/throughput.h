@@ -16,22 +16,31 @@ struct Profile;
 // the second ~12 ms, against ~1 ms a step after (an H200, LibTorch 2.11); on a CPU the first
 // is a few times the rest. Counted, they made a 300-step GPU run report 58% of its speed, and a
 // sweep's short runs measure mostly start-up. So throughput leaves out each rank's first
-// warmupSteps() step records: a tenth of the run, at most 10. A rank that did no more steps
-// than that is counted whole.
+// warmupSteps() step records after every start, restarts included: a tenth of hyper.max_steps,
+// at most 10 (10 for a run set by epochs). A rank that did no more steps than that is counted
+// whole.
 
 /// The step records of each rank that throughput leaves out (Note [Warm-up steps]).
 std::int64_t warmupSteps(const Profile& profile);
 
-/// Example: ThroughputMeter m(warmupSteps(p)); for each step record m.add(r.step); m.samplesPerS(0)
+/// Example: ThroughputMeter m(profile); for each step record m.add(r.step); m.total()
 class ThroughputMeter {
  public:
-  explicit ThroughputMeter(std::int64_t warmup) : m_warmup(warmup) {}
+  /// For `profile`: its warm-up, and for the pool a total of its coordinator (rank 0) alone,
+  /// which reports the whole pool's samples.
+  explicit ThroughputMeter(const Profile& profile);
+  explicit ThroughputMeter(std::int64_t warmup, bool coordinatorOnly = false)
+      : m_warmup(warmup), m_coordinatorOnly(coordinatorOnly) {}
 
   void add(const StepRecord& step);
+  /// The ranks were started again (a restart): each warms up again.
+  void restart();
   /// Samples per second of time inside `rank`'s steps after its warm-up; 0 before any step.
   double samplesPerS(int rank) const;
   /// Steps per second of time inside `rank`'s steps after its warm-up; 0 before any step.
   double stepsPerS(int rank) const;
+  /// The run's samples per second: the sum over ranks (the coordinator's alone for the pool).
+  double total() const;
 
  private:
   struct Sums {
@@ -42,8 +51,10 @@ class ThroughputMeter {
   const Sums& counted(int rank) const;
 
   std::int64_t m_warmup;
-  std::vector<Sums> m_all;     ///< every step of each rank
-  std::vector<Sums> m_steady;  ///< each rank's steps after its first m_warmup
+  bool m_coordinatorOnly;
+  std::vector<Sums> m_all;                  ///< every step of each rank
+  std::vector<Sums> m_steady;               ///< each rank's steps after a warm-up
+  std::vector<std::int64_t> m_sinceStart;   ///< each rank's steps since its last start
 };
 
 }  // namespace ptw::core

@@ -235,6 +235,16 @@ class TestHeadless : public QObject {
     meter.add(step(1, 2, 16));
     QCOMPARE(meter.samplesPerS(1), 8000.0);  // each rank has its own warm-up
     QCOMPARE(meter.samplesPerS(2), 0.0);
+    QCOMPARE(meter.total(), 16000.0 + 8000.0);
+    meter.restart();  // restarted ranks warm up again: these two are left out
+    meter.add(step(0, 250, 16));
+    meter.add(step(0, 12, 16));
+    meter.add(step(0, 2, 16));
+    QCOMPARE(meter.samplesPerS(0), 5 * 16 / 0.006);  // the four 1 ms steps and the 2 ms one
+    ThroughputMeter pool(0, /*coordinatorOnly=*/true);
+    pool.add(step(0, 1, 32));  // the coordinator reports the whole pool's samples
+    pool.add(step(1, 1, 16));
+    QCOMPARE(pool.total(), 32000.0);
   }
 
   void sigintStopsGracefullyAndExitsFive() {

@@ -24,7 +24,8 @@
 #   memory         a CUDA rank reports the CUDA allocator's bytes (at least 3 x the parameters' bytes, under 256 MiB)
 #   too-few-gpus   DDP with one rank more than there are GPUs fails at once, naming the field
 #                  and the device it lacks, and leaves no worker behind
-#   gpus=[0]       (one GPU) Single with strategy.gpus [0] equals Single on cuda:0 at every step
+#   gpus=[N-1]     Single with strategy.gpus naming the last GPU runs there (its rank's log says so);
+#                  on a one-GPU machine it also equals Single on cuda:0 at every step (gpus=[0]=single)
 #   gpus-absent    strategy.gpus naming a GPU past the last fails at once, naming the field
 #   resume         rank 0 killed after step 50 of a CUDA DDP run (checkpoint every 20, one restart):
 #                  the run finishes, and every step's loss equals the uninterrupted run's
@@ -165,10 +166,14 @@ grep -q "strategy.device: rank/lane $gpus needs cuda:$gpus" "$work/too-few.log";
 [ $rc -ne 0 ] && [ $named -eq 0 ] && [ "$left" -eq 0 ]
 check too-few-gpus $? "exit $rc after $took s; workers left $left; $(grep -m1 -o "strategy.device: rank/lane.*" "$work/too-few.log")"
 
-# A GPU picked by index: the last one equals Single's run on cuda:0 only where it is cuda:0; one past the
-# last fails at once naming strategy.gpus.
-run gpu-picked --set strategy.kind=single --set strategy.device=cuda --set "strategy.gpus=[$((gpus - 1))]"; rc=$?
-[ "$gpus" -eq 1 ] && equal "gpus=[0]" gpu-picked single-cuda 1e-6 $rc
+# A GPU picked by index: the rank's log names the GPU the engine took (the last one), and on a one-GPU
+# machine the run equals Single's on cuda:0 at every step. One past the last fails at once naming the field.
+last_gpu=$((gpus - 1))
+run gpu-picked --set strategy.kind=single --set strategy.device=cuda --set "strategy.gpus=[$last_gpu]"; rc=$?
+rank_log="$(field gpu-picked 'j["run_dir"]' 2>/dev/null)/rank0.log"
+took=$(grep -m1 -o 'device cuda:[0-9]*' "$rank_log" 2>/dev/null)
+[ $rc -eq 0 ] && [ "$took" = "device cuda:$last_gpu" ]; check "gpus=[$last_gpu]" $? "exit $rc; rank 0's log: ${took:-no device line}"
+[ "$gpus" -eq 1 ] && equal "gpus=[0]=single" gpu-picked single-cuda 1e-6 $rc
 run gpu-absent --set strategy.kind=single --set strategy.device=cuda --set "strategy.gpus=[$gpus]"; rc=$?
 grep -q "strategy.gpus: rank/lane 0 is given cuda:$gpus but this machine has $gpus" "$work/gpu-absent.log"; named=$?
 [ $rc -ne 0 ] && [ $named -eq 0 ]; check gpus-absent $? "exit $rc; $(grep -m1 -o 'strategy.gpus: .*' "$work/gpu-absent.log")"

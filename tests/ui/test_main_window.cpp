@@ -127,12 +127,16 @@ class TestMainWindow : public QObject {
   }
 
   // Ticking GPUs picks them by index (strategy.gpus), not the first N; a profile that
-  // lists GPUs ticks those.
+  // lists GPUs ticks those, also when the GPUs are listed after it was opened.
   void devicePickerPicksGpusByIndex() {
     ui::MainWindow w;
     w.setConfirmations(false);
     auto* picker = w.editor()->devicePicker();
     QTRY_VERIFY_WITH_TIMEOUT(!picker->probing(), 30000);  // this machine's own list, first
+    core::Profile opened = w.profile();
+    opened.strategy.device = "cuda";
+    opened.strategy.gpus = {1, 3};
+    w.setProfile(opened);
     std::vector<ui::DevicePicker::Device> devices(1);  // four GPUs, as `ptw-worker --devices` lists them
     devices[0].kind = "cpu";
     devices[0].cores = 2;
@@ -146,6 +150,9 @@ class TestMainWindow : public QObject {
     picker->setDevices(devices);
     auto gpu = [&](int i) { return picker->findChild<QCheckBox*>(QString("device.cuda.%1").arg(i)); };
     QVERIFY(gpu(0) && gpu(3));
+    QVERIFY(!gpu(0)->isChecked() && gpu(1)->isChecked() && !gpu(2)->isChecked() && gpu(3)->isChecked());
+    gpu(1)->setChecked(false);
+    gpu(3)->setChecked(false);
     gpu(2)->setChecked(true);
     gpu(3)->setChecked(true);
     core::Profile p = w.profile();
