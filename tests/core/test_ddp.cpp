@@ -292,7 +292,9 @@ class TestDdp : public QObject {
     QTemporaryDir refused;
     const RunReport r = launch(refused, p, quiet);
     QCOMPARE(r.status, RunReport::Status::Failed);
-    const QString all = QString::fromStdString(r.message) + "\n" + log(refused);
+    // Every rank refuses; whichever fails first is the one reported, with its last log lines.
+    QString all = QString::fromStdString(r.message) + "\n" + log(refused);
+    for (const auto& line : r.lastLines) all += QString::fromStdString(line) + "\n";
     QVERIFY2(all.contains("strategy.backend shm reduces dense float32 CPU parameters; this model has a Double "
                           "parameter on cpu: set strategy.backend to gloo"),
              qPrintable(all));

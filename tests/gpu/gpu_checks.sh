@@ -6,7 +6,8 @@
 #   tests/gpu/gpu_checks.sh [build-dir=build-gpu]        (BUILD=0 checks an existing build)
 #
 # LibTorch: Torch_DIR, else the CMake folder of python3's torch. Other packages (nlohmann-json,
-# CLI11, SQLite) come from the system or CMAKE_PREFIX_PATH. Prints one line per check,
+# CLI11, SQLite) come from the system or CMAKE_PREFIX_PATH. python3 compares the runs' CSVs; with
+# torch and CUDA it also runs the Python baseline. Prints one line per check,
 # PASS or FAIL with the numbers compared, then throughput figures; exits 1 if any check fails,
 # 2 if the build fails. Every run's log and CSV stay in <build-dir>/gpu-checks.
 #
