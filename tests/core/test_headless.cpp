@@ -12,8 +12,10 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "common/error.h"
 #include "launch/launcher.h"
 #include "launch/run_store.h"
+#include "launch/sweep.h"
 #include "launch/throughput.h"
 #include "sql_support.h"
 #include "test_support.h"
@@ -245,6 +247,24 @@ class TestHeadless : public QObject {
     pool.add(step(0, 1, 32));  // the coordinator reports the whole pool's samples
     pool.add(step(1, 1, 16));
     QCOMPARE(pool.total(), 32000.0);
+  }
+
+  // A sweep of a profile that lists GPUs gives each configuration the first ones it needs,
+  // and refuses a configuration with more ranks than GPUs listed, naming the field.
+  void sweepTakesTheListedGpusInOrder() {
+    Profile base = defaultProfile();
+    base.strategy.device = "cuda";
+    base.strategy.ranks = 3;
+    base.strategy.gpus = {3, 1, 2};
+    QCOMPARE(Sweep::profileFor(base, "ddp", 2, 50).strategy.gpus, (std::vector<std::int64_t>{3, 1}));
+    QCOMPARE(Sweep::profileFor(base, "dataparallel", 3, 50).strategy.gpus, (std::vector<std::int64_t>{3, 1, 2}));
+    QCOMPARE(Sweep::profileFor(base, "single", 2, 50).strategy.gpus, (std::vector<std::int64_t>{3}));
+    try {
+      Sweep::profileFor(base, "ddp", 4, 50);
+      QFAIL("4 ranks on 3 listed GPUs was accepted");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).contains("strategy.gpus: lists 3 GPU(s) for 4 rank(s)/lane(s)"), e.what());
+    }
   }
 
   void sigintStopsGracefullyAndExitsFive() {
