@@ -9,7 +9,7 @@
 # CLI11, SQLite) come from the system or CMAKE_PREFIX_PATH. python3 compares the runs' CSVs; with
 # torch and CUDA it also runs the Python baseline. Prints one line per check,
 # PASS or FAIL with the numbers compared, then throughput figures; exits 1 if any check fails,
-# 2 if the build fails. Every run's log and CSV stay in <build-dir>/gpu-checks.
+# 2 if the build fails or there is no CUDA device. Every run's log and CSV stay in <build-dir>/gpu-checks.
 #
 # Checks (model: MLP 32-256-256-10, cross-entropy, SGD momentum 0.9, batch 64, 200 steps):
 #   devices        ptw-worker --devices lists a CUDA device
@@ -118,6 +118,7 @@ devices=$("$PTW_WORKER" --devices 2>&1)
 echo "$devices" | sed 's/^/  /'
 echo "$devices" | grep -q '"kind": "cuda"'; check devices $? "$(echo "$devices" | grep -c '"kind": "cuda"') CUDA device(s)"
 gpus=$(echo "$devices" | grep -c '"kind": "cuda"')
+[ "$gpus" -gt 0 ] || { echo "gpu-checks: LibTorch sees no CUDA device here; nothing else to check" >&2; exit 2; }
 
 run single-cpu --set strategy.kind=single --set strategy.device=cpu
 run single-cuda --set strategy.kind=single --set strategy.device=cuda; rc=$?
