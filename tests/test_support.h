@@ -21,6 +21,8 @@ namespace ptw::test {
 
 inline QString binDir() { return qEnvironmentVariable("PTW_BIN_DIR"); }
 inline std::string workerPath() { return (binDir() + "/ptw-worker").toStdString(); }
+/// A file of the source tree, e.g. sourcePath("resources/data/regression.csv").
+inline QString sourcePath(const QString& rel) { return qEnvironmentVariable("PTW_SOURCE_DIR") + "/" + rel; }
 
 /// True while `pid` exists and is not a zombie.
 inline bool processAlive(int pid) {

@@ -85,7 +85,6 @@ void DevicePicker::rebuild() {
     delete item;
   }
   m_gpus.clear();
-  m_gpuIndex.clear();
   m_cpu = nullptr;
   for (const auto& d : m_devices) {
     if (d.kind == "cpu") {
@@ -103,7 +102,7 @@ void DevicePicker::rebuild() {
       connect(m_cpu, &QCheckBox::toggled, this, [this](bool on) {
         if (m_updating) return;
         m_updating = true;
-        if (on) for (auto* g : m_gpus) g->setChecked(false);
+        if (on) for (const auto& g : m_gpus) g.box->setChecked(false);
         m_updating = false;
         emit changed();
       });
@@ -116,8 +115,7 @@ void DevicePicker::rebuild() {
                                     .arg(d.name, gib(d.memoryBytes), gib(d.usedBytes)),
                                 this);
       box->setObjectName(QStringLiteral("device.cuda.%1").arg(d.index));
-      m_gpus.push_back(box);
-      m_gpuIndex.push_back(d.index);
+      m_gpus.push_back({d.index, box});
       m_rows->addWidget(box);
       connect(box, &QCheckBox::toggled, this, [this](bool on) {
         if (m_updating) return;
@@ -141,32 +139,31 @@ void DevicePicker::select(const QString& device, int ranks, const std::vector<qi
   const bool cuda = device == "cuda" && !m_gpus.empty();
   if (m_cpu) m_cpu->setChecked(!cuda);
   if (m_cpuRanks) m_cpuRanks->setValue(std::max(1, ranks));
-  for (std::size_t i = 0; i < m_gpus.size(); ++i) {
-    const int index = m_gpuIndex[i];
-    const bool listed = gpus.empty() ? index < ranks : std::find(gpus.begin(), gpus.end(), index) != gpus.end();
-    m_gpus[i]->setChecked(cuda && listed);
+  for (const auto& g : m_gpus) {
+    const bool listed = gpus.empty() ? g.index < ranks : std::find(gpus.begin(), gpus.end(), g.index) != gpus.end();
+    g.box->setChecked(cuda && listed);
   }
   m_updating = false;
 }
 
 std::vector<qint64> DevicePicker::gpus() const {
   std::vector<qint64> ticked;
-  for (std::size_t i = 0; i < m_gpus.size(); ++i)
-    if (m_gpus[i]->isChecked()) ticked.push_back(m_gpuIndex[i]);
+  for (const auto& g : m_gpus)
+    if (g.box->isChecked()) ticked.push_back(g.index);
   for (std::size_t i = 0; i < ticked.size(); ++i)
     if (ticked[i] != static_cast<qint64>(i)) return ticked;
   return {};  // cuda:0 to cuda:n-1, the default
 }
 
 QString DevicePicker::device() const {
-  for (auto* g : m_gpus)
-    if (g->isChecked()) return "cuda";
+  for (const auto& g : m_gpus)
+    if (g.box->isChecked()) return "cuda";
   return "cpu";
 }
 
 int DevicePicker::ranks() const {
   int gpus = 0;
-  for (auto* g : m_gpus) gpus += g->isChecked() ? 1 : 0;
+  for (const auto& g : m_gpus) gpus += g.box->isChecked() ? 1 : 0;
   if (gpus > 0) return gpus;
   return m_cpuRanks ? m_cpuRanks->value() : 1;
 }

@@ -59,8 +59,11 @@ class DevicePicker : public QWidget {
   QVBoxLayout* m_rows;
   QCheckBox* m_cpu = nullptr;
   QSpinBox* m_cpuRanks = nullptr;
-  std::vector<QCheckBox*> m_gpus;
-  std::vector<int> m_gpuIndex;  ///< the CUDA index of each of m_gpus
+  struct GpuBox {
+    int index;  ///< cuda:index
+    QCheckBox* box;
+  };
+  std::vector<GpuBox> m_gpus;
   struct Selection {
     QString device = "cpu";
     int ranks = 1;

@@ -24,8 +24,7 @@ class RunController::Observer : public core::LaunchObserver {
     QMetaObject::invokeMethod(m_c, [c = m_c, port] { emit c->started(port); }, Qt::QueuedConnection);
   }
   void onRecords(std::vector<core::Record>& batch) override {
-    for (const auto& r : batch)
-      if (r.kind == core::Record::Kind::Step) m_meter.add(r.step);
+    m_meter.add(batch);
     std::vector<core::Record> spare;
     std::lock_guard<std::mutex> lock(m_c->m_mutex);
     if (!m_c->m_spare.empty()) {

@@ -20,10 +20,7 @@ namespace {
 class Throughput final : public LaunchObserver {
  public:
   explicit Throughput(const Profile& p) : m_meter(p) {}
-  void onRecords(std::vector<Record>& batch) override {
-    for (const auto& r : batch)
-      if (r.kind == Record::Kind::Step) m_meter.add(r.step);
-  }
+  void onRecords(std::vector<Record>& batch) override { m_meter.add(batch); }
   void onRestart(int, std::int64_t) override { m_meter.restart(); }
   double samplesPerS() const { return m_meter.total(); }
 

@@ -33,6 +33,11 @@ void ThroughputMeter::add(const StepRecord& step) {
   }
 }
 
+void ThroughputMeter::add(const std::vector<Record>& batch) {
+  for (const auto& r : batch)
+    if (r.kind == Record::Kind::Step) add(r.step);
+}
+
 void ThroughputMeter::restart() { std::fill(m_sinceStart.begin(), m_sinceStart.end(), 0); }
 
 const ThroughputMeter::Sums& ThroughputMeter::counted(int rank) const {

@@ -33,6 +33,8 @@ class ThroughputMeter {
       : m_warmup(warmup), m_coordinatorOnly(coordinatorOnly) {}
 
   void add(const StepRecord& step);
+  /// Adds the step records of a launcher batch.
+  void add(const std::vector<Record>& batch);
   /// The ranks were started again (a restart): each warms up again.
   void restart();
   /// Samples per second of time inside `rank`'s steps after its warm-up; 0 before any step.

@@ -147,16 +147,16 @@ class TestDdp : public QObject {
     // (Note [Auto backend on CPU]).
     Profile float64 = seed;
     float64.model.kind = "torchscript";
-    float64.model.path = (qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/data/mlp-10-16-1-float64.scripted.pt").toStdString();
+    float64.model.path = test::sourcePath("resources/data/mlp-10-16-1-float64.scripted.pt").toStdString();
     QTest::newRow("ddp auto, float64 TorchScript model, 2 ranks (Gloo)") << float64;
     // A tied weight (one layer applied twice) is one parameter, reduced and stepped once.
     Profile tied = seed;
     tied.model.kind = "torchscript";
-    tied.model.path = (qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/data/tied-10-10-1.scripted.pt").toStdString();
+    tied.model.path = test::sourcePath("resources/data/tied-10-10-1.scripted.pt").toStdString();
     QTest::newRow("ddp auto, TorchScript model with a tied weight, 2 ranks (shared memory)") << tied;
     Profile scripted = seed;
     scripted.model.kind = "torchscript";
-    scripted.model.path = (qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/data/mlp-10-16-1.scripted.pt").toStdString();
+    scripted.model.path = test::sourcePath("resources/data/mlp-10-16-1.scripted.pt").toStdString();
     scripted.strategy.kind = "dataparallel";
     QTest::newRow("dataparallel, TorchScript MLP, 2 lanes") << scripted;
     Profile tiedLanes = tied;
@@ -275,13 +275,13 @@ class TestDdp : public QObject {
     QVERIFY2(log(shm).contains("strategy.backend auto: shm\n"), qPrintable(log(shm)));
 
     p.model.kind = "torchscript";
-    p.model.path = (qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/data/tied-10-10-1.scripted.pt").toStdString();
+    p.model.path = test::sourcePath("resources/data/tied-10-10-1.scripted.pt").toStdString();
     QTemporaryDir tied;  // a tied weight is one parameter: shared memory reduces it
     QCOMPARE(launch(tied, p, quiet).status, RunReport::Status::Finished);
     QVERIFY2(log(tied).contains("strategy.backend auto: shm\n"), qPrintable(log(tied)));
 
     p.model.path =
-        (qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/data/mlp-10-16-1-float64.scripted.pt").toStdString();
+        test::sourcePath("resources/data/mlp-10-16-1-float64.scripted.pt").toStdString();
     QTemporaryDir gloo;
     QCOMPARE(launch(gloo, p, quiet).status, RunReport::Status::Finished);
     QVERIFY2(log(gloo).contains("strategy.backend auto: gloo, as shared memory reduces dense float32 CPU parameters; "

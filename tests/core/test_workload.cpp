@@ -22,8 +22,6 @@ Q_DECLARE_METATYPE(ptw::core::Profile)
 
 namespace {
 
-QString source(const QString& rel) { return qEnvironmentVariable("PTW_SOURCE_DIR") + "/" + rel; }
-
 Profile singleProfile() {
   Profile p = defaultProfile();
   p.strategy.kind = "single";
@@ -85,7 +83,7 @@ class TestWorkload : public QObject {
   // A layer applied twice (a tied weight) is one parameter here, as in Python: an optimizer
   // given it twice would step it twice.
   void aTiedWeightIsListedOnce() {
-    const QString path = source("resources/data/tied-10-10-1.scripted.pt");
+    const QString path = test::sourcePath("resources/data/tied-10-10-1.scripted.pt");
     Profile p = singleProfile();
     p.model.kind = "torchscript";
     p.model.path = path.toStdString();
@@ -101,7 +99,7 @@ class TestWorkload : public QObject {
   // A model made in Python with torch.jit.script trains here, is saved back as
   // TorchScript, and Python loads the trained parameters.
   void torchscriptTrainsAndIsSavedBack() {
-    const QString original = source("resources/data/mlp-10-16-1.scripted.pt");
+    const QString original = test::sourcePath("resources/data/mlp-10-16-1.scripted.pt");
     Profile p = singleProfile();
     p.model.kind = "torchscript";
     p.model.path = original.toStdString();
@@ -137,7 +135,7 @@ class TestWorkload : public QObject {
     p.model.inFeatures = 784;
     p.model.outFeatures = 10;
     p.data.kind = "mnist";
-    p.data.path = source("resources/data/mnist-tiny").toStdString();
+    p.data.path = test::sourcePath("resources/data/mnist-tiny").toStdString();
     p.data.samples = 0;
     p.data.valFraction = 0.2;
     p.hyper.optimizer = "adam";
@@ -157,13 +155,13 @@ class TestWorkload : public QObject {
   void csvColumnsArePickedByName() {
     Profile p = singleProfile();
     p.data.kind = "csv";
-    p.data.path = source("resources/data/regression.csv").toStdString();
+    p.data.path = test::sourcePath("resources/data/regression.csv").toStdString();
     p.data.target = "y";
     p.data.features = {"x3", "x1"};
     p.data.samples = 0;
     auto d = engine::makeDataset(p.data, p.model);
     QCOMPARE(d.size(), std::int64_t(240));
-    QFile f(source("resources/data/regression.csv"));
+    QFile f(test::sourcePath("resources/data/regression.csv"));
     QVERIFY(f.open(QIODevice::ReadOnly));
     f.readLine();
     auto cells = QString::fromUtf8(f.readLine()).trimmed().split(',');  // x1,x2,x3,x4,y
@@ -217,7 +215,7 @@ class TestWorkload : public QObject {
         << wideOutput << "model: output shape [2, 2] does not fit the target shape [2, 1] of the MSE loss";
     Profile scriptOnClasses = singleProfile();
     scriptOnClasses.model.kind = "torchscript";
-    scriptOnClasses.model.path = source("resources/data/mlp-10-16-1.scripted.pt").toStdString();
+    scriptOnClasses.model.path = test::sourcePath("resources/data/mlp-10-16-1.scripted.pt").toStdString();
     scriptOnClasses.data.kind = "synthetic-classification";
     scriptOnClasses.model.outFeatures = 3;
     QTest::newRow("torchscript output that does not fit the classes")
