@@ -3,6 +3,7 @@
 #include <QMetaObject>
 #include <QStringList>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 
@@ -28,6 +29,11 @@ class RunController::Observer : public core::LaunchObserver {
     std::vector<core::Record> spare;
     std::lock_guard<std::mutex> lock(m_c->m_mutex);
     if (!m_c->m_spare.empty()) {
+      // The largest: a chunk that carried only a heartbeat would be grown again, from
+      // fresh pages, by the next rank's batch.
+      auto largest = std::max_element(m_c->m_spare.begin(), m_c->m_spare.end(),
+                                      [](const auto& a, const auto& b) { return a.capacity() < b.capacity(); });
+      std::iter_swap(largest, m_c->m_spare.end() - 1);
       spare = std::move(m_c->m_spare.back());
       m_c->m_spare.pop_back();
     }
@@ -140,12 +146,19 @@ void RunController::take(Batch& batch) {
   batch.restarts.clear();
   batch.logs.clear();
   std::lock_guard<std::mutex> lock(m_mutex);
-  // A handful are enough: the launcher hands over a chunk every pass over the pipes (a few
-  // a second at most while ranks send full batches), and the window takes them at least
-  // once a second.
-  constexpr std::size_t kMaxSpare = 16;
-  for (auto& chunk : batch.chunks)
-    if (m_spare.size() < kMaxSpare) m_spare.push_back(std::move(chunk));
+  // The launcher hands over a chunk every pass over the pipes that read records (each
+  // rank's batch, each heartbeat), and the window takes them about once a second, so how
+  // many are out at once varies. Spares are kept up to a size, not a count: a chunk that
+  // is not there when the launcher needs one is grown from nothing, every 4 KiB of it a
+  // page fault (~1.1 MB a second of them at the shared-memory rate with 16 kept).
+  constexpr std::size_t kMaxSpareBytes = std::size_t(64) << 20;
+  std::size_t spareBytes = 0;
+  for (const auto& chunk : m_spare) spareBytes += chunk.capacity() * sizeof(core::Record);
+  for (auto& chunk : batch.chunks) {
+    spareBytes += chunk.capacity() * sizeof(core::Record);
+    if (spareBytes > kMaxSpareBytes) break;
+    m_spare.push_back(std::move(chunk));
+  }
   batch.chunks.clear();
   std::swap(batch, m_pending);
 }

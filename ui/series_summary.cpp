@@ -30,7 +30,7 @@ void SeriesSummary::Bucket::merge(const Bucket& b) {
 }
 
 SeriesSummary::SeriesSummary(std::size_t buckets, std::size_t rawTail)
-    : m_capacity(std::max<std::size_t>(buckets, 8) & ~std::size_t(1)), m_tailCapacity(rawTail) {
+    : m_capacity(std::max<std::size_t>(buckets, 8) & ~std::size_t(1)), m_tail(rawTail) {
   m_buckets.reserve(m_capacity + 1);
 }
 
@@ -51,8 +51,7 @@ void SeriesSummary::add(double x, double y) {
     m_buckets.emplace_back();
   }
   m_buckets.back().add(x, y);
-  m_tail.push_back({x, y});
-  if (m_tail.size() > m_tailCapacity) m_tail.pop_front();
+  m_tail.push({x, y});
 }
 
 // Halves the bucket count: every pair becomes one bucket twice as wide.
@@ -69,7 +68,7 @@ void SeriesSummary::compact() {
 }
 
 void SeriesSummary::truncateAfter(double x) {
-  while (!m_tail.empty() && m_tail.back().x > x) m_tail.pop_back();
+  while (!m_tail.empty() && m_tail.back().x > x) m_tail.popBack();
   while (!m_buckets.empty() && m_buckets.back().x0 > x) m_buckets.pop_back();
   if (!m_buckets.empty() && m_buckets.back().x1 > x) {
     // A bucket straddling x: rebuild it from raw points when they are held, else keep its
@@ -133,7 +132,7 @@ std::vector<SeriesSummary::Column> SeriesSummary::render(double x0, double x1, i
 }
 
 std::size_t SeriesSummary::memoryBytes() const {
-  return sizeof(*this) + m_buckets.capacity() * sizeof(Bucket) + m_tail.size() * sizeof(Point);
+  return sizeof(*this) + m_buckets.capacity() * sizeof(Bucket) + m_tail.memoryBytes();
 }
 
 std::vector<double> smoothedMeans(const std::vector<SeriesSummary::Column>& columns, double weight) {

@@ -6,8 +6,8 @@
 // stays in the run store; zooming into the past reads them back from there.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
-#include <deque>
 #include <vector>
 
 namespace ptw::ui {
@@ -48,6 +48,37 @@ class SeriesSummary {
   struct Point {
     double x, y;
   };
+  /// The newest points, oldest first, in one contiguous run: points past the capacity are
+  /// dropped from the front by moving an index, and erased in one move once a quarter of the
+  /// capacity has been dropped (a deque allocated and freed a chunk every 32 points, for each
+  /// of a chart's series).
+  class Tail {
+   public:
+    explicit Tail(std::size_t capacity) : m_capacity(capacity), m_slack(std::max<std::size_t>(capacity / 4, 1)) {
+      m_points.reserve(capacity + m_slack + 1);
+    }
+    void push(Point p) {
+      m_points.push_back(p);
+      if (m_points.size() - m_head > m_capacity && ++m_head >= m_slack) {
+        m_points.erase(m_points.begin(), m_points.begin() + static_cast<std::ptrdiff_t>(m_head));
+        m_head = 0;
+      }
+    }
+    void popBack() { m_points.pop_back(); }
+    void clear() { m_points.clear(), m_head = 0; }
+    bool empty() const { return m_points.size() == m_head; }
+    std::size_t size() const { return m_points.size() - m_head; }
+    const Point& front() const { return m_points[m_head]; }
+    const Point& back() const { return m_points.back(); }
+    std::vector<Point>::const_iterator begin() const { return m_points.begin() + static_cast<std::ptrdiff_t>(m_head); }
+    std::vector<Point>::const_iterator end() const { return m_points.end(); }
+    std::size_t memoryBytes() const { return m_points.capacity() * sizeof(Point); }
+
+   private:
+    std::size_t m_capacity, m_slack;
+    std::vector<Point> m_points;
+    std::size_t m_head = 0;  ///< the oldest point held
+  };
   struct Bucket {
     double x0 = 0, x1 = 0, yMin = 0, yMax = 0, xAtMin = 0, xAtMax = 0, sum = 0;
     std::size_t count = 0;
@@ -57,10 +88,9 @@ class SeriesSummary {
   void compact();
 
   std::size_t m_capacity;
-  std::size_t m_tailCapacity;
   std::size_t m_width = 1;  ///< points per full bucket
   std::vector<Bucket> m_buckets;
-  std::deque<Point> m_tail;
+  Tail m_tail;
   std::size_t m_count = 0;
   double m_xFirst = 0, m_xLast = 0;
 };

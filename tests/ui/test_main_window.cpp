@@ -373,8 +373,14 @@ class TestMainWindow : public QObject {
   void seriesSummaryIsBoundedAndFaithful() {
     ui::SeriesSummary s(1024, 2048);
     const std::size_t before = s.memoryBytes();
-    for (int i = 1; i <= 1'000'000; ++i) s.add(i, i == 123'457 ? 50.0 : (i == 700'001 ? -50.0 : std::sin(i * 0.001)));
+    for (int i = 1; i <= 1'000'000; ++i) {
+      s.add(i, i == 123'457 ? 50.0 : (i == 700'001 ? -50.0 : std::sin(i * 0.001)));
+      if (i % 997 == 0) QCOMPARE(s.rawFrom(), std::max(1.0, i - 2047.0));  // the newest 2,048 held raw
+    }
     QCOMPARE(s.count(), std::size_t(1'000'000));
+    const auto tail = s.render(s.rawFrom(), 1'000'000, 1100);  // every raw point, in order
+    QCOMPARE(tail.size(), std::size_t(2048));
+    for (std::size_t k = 0; k < tail.size(); ++k) QCOMPARE(tail[k].x, 1'000'000.0 - 2047 + static_cast<double>(k));
     QVERIFY2(s.memoryBytes() < before + 200'000, qPrintable(QString::number(s.memoryBytes())));
     auto cols = s.render(1, 1'000'000, 800);
     QVERIFY(cols.size() <= 800);
