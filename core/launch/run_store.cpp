@@ -1,11 +1,15 @@
 #include "launch/run_store.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -16,6 +20,7 @@
 #include <limits>
 #include <system_error>
 #include <tuple>
+#include <type_traits>
 
 #include "common/error.h"
 
@@ -67,6 +72,10 @@ CREATE TABLE IF NOT EXISTS step_blocks (
   records BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS step_blocks_by_run ON step_blocks (run_id, rank, first_step);
+CREATE TABLE IF NOT EXISTS step_files (
+  run_id INTEGER PRIMARY KEY REFERENCES runs(id),
+  unpacked_bytes INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS validation (
   run_id INTEGER NOT NULL REFERENCES runs(id),
   attempt INTEGER NOT NULL,
@@ -82,23 +91,37 @@ constexpr std::size_t kBlockRecordBytes = 88;
 // Records per block at most: a rank stepping every 30 µs fills ~8,000 in 250 ms.
 constexpr std::int64_t kBlockRecords = 8192;
 
+constexpr const char* kFullAdvice =
+    "; the disk (or the store's size limit) is full: free space and resume the run from its last checkpoint "
+    "(run.resume_from)";
+
 constexpr bool kLittleEndian = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
 
+// Little-endian stores and loads of 4- and 8-byte values.
+template <class T>
+using WordOf = std::conditional_t<sizeof(T) == 8, std::uint64_t, std::uint32_t>;
+template <class U>
+U fromNative(U u) {
+  if constexpr (kLittleEndian) return u;
+  else if constexpr (sizeof(U) == 8) return __builtin_bswap64(u);
+  else return __builtin_bswap32(u);
+}
 template <class T>
 void putLe(char* at, T v) {
-  static_assert(sizeof(T) == 8);
-  std::uint64_t u;
-  std::memcpy(&u, &v, 8);
-  if constexpr (!kLittleEndian) u = __builtin_bswap64(u);
-  std::memcpy(at, &u, 8);
+  static_assert(sizeof(T) == 8 || sizeof(T) == 4);
+  WordOf<T> u;
+  std::memcpy(&u, &v, sizeof u);
+  u = fromNative(u);
+  std::memcpy(at, &u, sizeof u);
 }
 template <class T>
 T getLe(const unsigned char* at) {
-  std::uint64_t u;
-  std::memcpy(&u, at, 8);
-  if constexpr (!kLittleEndian) u = __builtin_bswap64(u);
+  static_assert(sizeof(T) == 8 || sizeof(T) == 4);
+  WordOf<T> u;
+  std::memcpy(&u, at, sizeof u);
+  u = fromNative(u);
   T v;
-  std::memcpy(&v, &u, 8);
+  std::memcpy(&v, &u, sizeof v);
   return v;
 }
 
@@ -130,6 +153,84 @@ void forEachPacked(const unsigned char* bytes, std::size_t size, std::int64_t co
   for (std::int64_t i = 0; i < n; ++i) f(unpackStep(bytes + static_cast<std::size_t>(i) * kBlockRecordBytes, rank));
 }
 
+// A block of a step file (Note [Step blocks]): a header of kBlockHeaderBytes, then `count`
+// records of kBlockRecordBytes. The header, little-endian: u32 magic "PTWB", u32 count,
+// i32 rank, i32 attempt, i64 first_step, i64 last_step, u64 checksum of the records.
+constexpr std::uint32_t kBlockMagic = 0x42575450;  // "PTWB"
+constexpr std::size_t kBlockHeaderBytes = 40;
+
+// Tells a whole block from one that a crash cut short or left as zeros: the records' 8-byte
+// words, added with a rotation so that their order counts, in four independent lanes (one
+// chain of rotations and additions took ~3% of the window's CPU at the shared-memory rate).
+std::uint64_t checksum(const unsigned char* p, std::size_t n) {
+  auto mix = [](std::uint64_t sum, std::uint64_t word) { return ((sum << 7) | (sum >> 57)) + word; };
+  std::uint64_t lane[4] = {n, 1, 2, 3};
+  std::size_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int k = 0; k < 4; ++k) lane[k] = mix(lane[k], getLe<std::uint64_t>(p + i + 8 * k));
+  for (; i + 8 <= n; i += 8) lane[0] = mix(lane[0], getLe<std::uint64_t>(p + i));
+  return mix(mix(mix(lane[0], lane[1]), lane[2]), lane[3]);
+}
+
+struct FileBlock {
+  int attempt = 0, rank = 0;
+  std::int64_t firstStep = 0, lastStep = 0, count = 0;
+  std::uint64_t sum = 0;
+  long long records = 0;  ///< where its records start in the file
+  long long end() const { return records + count * static_cast<long long>(kBlockRecordBytes); }
+};
+
+bool preadAll(int fd, void* into, std::size_t n, long long at) {
+  auto* p = static_cast<char*>(into);
+  while (n > 0) {
+    const ssize_t got = ::pread(fd, p, n, at);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got, at += got, n -= static_cast<std::size_t>(got);
+  }
+  return true;
+}
+
+// Calls `each(block)` for the blocks of a step file from byte `from` on, while it returns
+// true, up to the first block that is not whole: a header that does not parse, or records
+// past the end of the file (a write cut short, or one going on). Readers then check each
+// block's records against its checksum (readFileBlock) and pass over those that differ.
+template <class F>
+void forEachFileBlock(int fd, long long from, F&& each) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return;
+  const long long size = st.st_size;
+  unsigned char h[kBlockHeaderBytes];
+  for (long long at = from; at + static_cast<long long>(kBlockHeaderBytes) <= size;) {
+    if (!preadAll(fd, h, sizeof h, at)) return;
+    FileBlock b;
+    b.count = getLe<std::uint32_t>(h + 4);
+    b.rank = getLe<std::int32_t>(h + 8);
+    b.attempt = getLe<std::int32_t>(h + 12);
+    b.firstStep = getLe<std::int64_t>(h + 16);
+    b.lastStep = getLe<std::int64_t>(h + 24);
+    b.sum = getLe<std::uint64_t>(h + 32);
+    b.records = at + static_cast<long long>(kBlockHeaderBytes);
+    if (getLe<std::uint32_t>(h) != kBlockMagic || b.count < 1 || b.count > kBlockRecords || b.rank < 0 ||
+        b.attempt < 0 || b.firstStep > b.lastStep || b.end() > size || !each(b))
+      return;
+    at = b.end();
+  }
+}
+
+// A block's records into `out`; false when they are not what its header says.
+bool readFileBlock(int fd, const FileBlock& b, std::vector<unsigned char>& out) {
+  out.resize(static_cast<std::size_t>(b.count) * kBlockRecordBytes);
+  return preadAll(fd, out.data(), out.size(), b.records) && checksum(out.data(), out.size()) == b.sum;
+}
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
 std::string utcNow() {
   std::time_t now = std::time(nullptr);
   std::tm tm{};
@@ -157,6 +258,34 @@ class Statement {
   sqlite3_stmt* m_stmt = nullptr;
 };
 
+// One read transaction, where the caller is in none: a block being unpacked by another
+// connection is seen in one form. A run's step file is opened before it begins (Note [Step
+// blocks]): a file unpacked and removed after that is still there to read, and one removed
+// before is all rows in it.
+class Snapshot {
+ public:
+  explicit Snapshot(sqlite3* db)
+      : m_db(db), m_on(sqlite3_get_autocommit(db) && sqlite3_exec(db, "BEGIN", nullptr, nullptr, nullptr) == SQLITE_OK) {}
+  ~Snapshot() {
+    if (m_on) sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr);
+  }
+  Snapshot(const Snapshot&) = delete;
+  Snapshot& operator=(const Snapshot&) = delete;
+
+ private:
+  sqlite3* m_db;
+  bool m_on;
+};
+
+// How much of a run's step file is rows already, or -1 when the run has none to read.
+long long unpackedBytes(sqlite3* db, std::int64_t runId) {
+  Statement s(db, "SELECT unpacked_bytes FROM step_files WHERE run_id = ?");
+  sqlite3_bind_int64(s, 1, runId);
+  const int rc = sqlite3_step(s);
+  PTW_CHECK(rc == SQLITE_ROW || rc == SQLITE_DONE, "run store: cannot read step_files (", sqlite3_errmsg(db), ")");
+  return rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
+}
+
 std::string text(sqlite3_stmt* s, int col) {
   auto p = sqlite3_column_text(s, col);
   return p ? reinterpret_cast<const char*>(p) : "";
@@ -164,7 +293,7 @@ std::string text(sqlite3_stmt* s, int col) {
 
 }  // namespace
 
-RunStore::RunStore(const std::string& runsDir) : m_path(runsDir + "/runs.sqlite") {
+RunStore::RunStore(const std::string& runsDir) : m_path(runsDir + "/runs.sqlite"), m_blocksDir(runsDir + "/runs.blocks") {
   std::error_code ec;
   std::filesystem::create_directories(runsDir, ec);
   PTW_CHECK(!ec, "runs directory ", runsDir, ": cannot create (", ec.message(),
@@ -190,6 +319,7 @@ RunStore::RunStore(const std::string& runsDir) : m_path(runsDir + "/runs.sqlite"
       Statement size(m_db, "PRAGMA page_size");
       const long long page = sqlite3_step(size) == SQLITE_ROW ? sqlite3_column_int64(size, 0) : 4096;
       exec(("PRAGMA max_page_count=" + std::to_string(std::max(1LL, std::atoll(cap) * 1024 / page))).c_str());
+      m_maxStepFileBytes = std::max(1LL, std::atoll(cap) * 1024);
     }
     exec(kSchema);
     // Runs left `running` by a supervisor that is gone: interrupted.
@@ -212,12 +342,8 @@ RunStore::RunStore(const std::string& runsDir) : m_path(runsDir + "/runs.sqlite"
     PTW_CHECK(sqlite3_prepare_v2(m_db, "INSERT INTO validation VALUES (?, ?, ?, ?, ?)", -1, &m_insertValidation,
                                  nullptr) == SQLITE_OK,
               "run store: ", sqlite3_errmsg(m_db));
-    PTW_CHECK(sqlite3_prepare_v2(m_db, "INSERT INTO step_blocks VALUES (?, ?, ?, ?, ?, ?, ?)", -1, &m_insertBlock,
-                                 nullptr) == SQLITE_OK,
-              "run store: ", sqlite3_errmsg(m_db));
   } catch (...) {
     sqlite3_finalize(m_insertStep);
-    sqlite3_finalize(m_insertBlock);
     sqlite3_finalize(m_insertValidation);
     sqlite3_close(m_db);
     throw;
@@ -228,8 +354,8 @@ void RunStore::unpackEndedRuns() {
   std::vector<std::int64_t> packed;
   {
     Statement q(m_db,
-                "SELECT DISTINCT run_id FROM step_blocks WHERE run_id NOT IN (SELECT id FROM runs WHERE status = "
-                "'running')");
+                "SELECT run_id FROM step_blocks UNION SELECT run_id FROM step_files EXCEPT SELECT id FROM runs WHERE "
+                "status = 'running'");
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) packed.push_back(sqlite3_column_int64(q, 0));
     PTW_CHECK(rc == SQLITE_DONE, "run store ", m_path, ": cannot list step blocks (", sqlite3_errmsg(m_db), ")");
@@ -242,9 +368,8 @@ RunStore::~RunStore() {
     flush();
   } catch (...) {
   }
-  stopCheckpointer();
+  closeStepFile();
   sqlite3_finalize(m_insertStep);
-  sqlite3_finalize(m_insertBlock);
   sqlite3_finalize(m_insertValidation);
   sqlite3_close(m_db);
 }
@@ -258,87 +383,14 @@ void RunStore::exec(const char* sql) {
   }
 }
 
-// Note [Background checkpoints]
-void RunStore::startCheckpointer() {
-  if (m_checkpoints.thread.joinable()) return;
-  sqlite3* db = nullptr;
-  // A connection checkpoints only once it has read the database and so found it in WAL mode.
-  if (sqlite3_open_v2(m_path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK ||
-      sqlite3_exec(db, "SELECT count(*) FROM sqlite_master", nullptr, nullptr, nullptr) != SQLITE_OK) {
-    sqlite3_close(db);
-    return;  // the writer keeps checkpointing itself
-  }
-  {
-    Statement size(m_db, "PRAGMA page_size");
-    if (sqlite3_step(size) == SQLITE_ROW) m_checkpoints.pageBytes = sqlite3_column_int64(size, 0);
-  }
-  auto& c = m_checkpoints;
-  try {
-    c.thread = std::thread([&c, db] {
-      std::unique_lock<std::mutex> lock(c.mutex);
-      int lastLog = -1, lastCopied = -1;
-      for (;;) {
-        c.wake.wait(lock, [&c] { return c.wanted || c.stop; });
-        if (c.stop) break;
-        c.wanted = false;
-        lock.unlock();
-        // PASSIVE: copies what no reader still needs and never blocks the writer; what it
-        // leaves is copied next time. `log` and `copied` are the WAL's frames and how many
-        // of them are in the database now, counted since the WAL was last started over.
-        int log = 0, copied = 0;
-        const int rc = sqlite3_wal_checkpoint_v2(db, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &copied);
-        lock.lock();
-        if (rc == SQLITE_OK && copied > 0 && (copied != lastCopied || log != lastLog)) ++c.done;
-        lastLog = log;
-        lastCopied = copied;
-      }
-      lock.unlock();
-      sqlite3_close(db);
-    });
-  } catch (const std::system_error&) {
-    sqlite3_close(db);
-    return;
-  }
-  // Replaces SQLite's own checkpointing on this connection (a WAL hook of its own). The WAL
-  // starts over only at a commit that finds it all copied; should the thread fall behind
-  // (a disk slower than the run), the writer checkpoints itself past 64 MiB, as SQLite
-  // would, so the WAL stays bounded.
-  sqlite3_wal_hook(
-      m_db,
-      [](void* arg, sqlite3* db, const char* name, int pages) {
-        auto& c = *static_cast<Checkpointer*>(arg);
-        const long long bytes = static_cast<long long>(pages) * c.pageBytes;
-        if (bytes >= (64LL << 20)) {
-          sqlite3_wal_checkpoint(db, name);
-        } else if (bytes >= (16LL << 20)) {
-          std::lock_guard<std::mutex> lock(c.mutex);
-          c.wanted = true;
-          c.wake.notify_one();
-        }
-        return SQLITE_OK;
-      },
-      &m_checkpoints);
-}
+std::string RunStore::stepFilePath(std::int64_t runId) const { return m_blocksDir + "/" + std::to_string(runId); }
 
-void RunStore::stopCheckpointer() {
-  auto& c = m_checkpoints;
-  if (!c.thread.joinable()) return;
-  sqlite3_wal_autocheckpoint(m_db, 1000);  // SQLite's own again, for this connection's last writes
-  {
-    std::lock_guard<std::mutex> lock(c.mutex);
-    c.stop = true;
-  }
-  c.wake.notify_one();
-  c.thread.join();
-}
-
-int RunStore::backgroundCheckpoints() {
-  std::lock_guard<std::mutex> lock(m_checkpoints.mutex);
-  return m_checkpoints.done;
+void RunStore::closeStepFile() {
+  if (m_stepFile.fd >= 0) ::close(m_stepFile.fd);
+  m_stepFile = StepFile{};
 }
 
 std::int64_t RunStore::beginRun(const std::string& dir, const Profile& p) {
-  startCheckpointer();
   Statement s(m_db,
               "INSERT INTO runs (dir, name, strategy, world, status, started_at, pid, host, profile) "
               "VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?)");
@@ -354,7 +406,9 @@ std::int64_t RunStore::beginRun(const std::string& dir, const Profile& p) {
   sqlite3_bind_text(s, 8, json.c_str(), -1, SQLITE_TRANSIENT);
   PTW_CHECK(sqlite3_step(s) == SQLITE_DONE, "run store ", m_path, ": cannot record the run (", sqlite3_errmsg(m_db),
             ")");
-  return sqlite3_last_insert_rowid(m_db);
+  const std::int64_t id = sqlite3_last_insert_rowid(m_db);
+  ::unlink(stepFilePath(id).c_str());  // a step file by this id is left from a database removed since
+  return id;
 }
 
 void RunStore::append(std::int64_t runId, int attempt, const std::vector<Record>& batch) {
@@ -380,7 +434,8 @@ void RunStore::append(std::int64_t runId, int attempt, const std::vector<Record>
           block->bytes = std::move(m_spare.back());
           m_spare.pop_back();
         }
-        block->bytes.reserve(kBlockRecords * kBlockRecordBytes);
+        block->bytes.reserve(kBlockHeaderBytes + kBlockRecords * kBlockRecordBytes);
+        block->bytes.assign(kBlockHeaderBytes, '\0');  // filled in when written
       }
     }
     packStep(s, block->bytes);
@@ -396,47 +451,107 @@ void RunStore::flush() { commitBuffer(); }
 void RunStore::commitBuffer() {
   m_lastCommit = std::chrono::steady_clock::now();
   if ((m_blocks.empty() && m_validation.empty()) || !m_error.empty()) return;
-  auto fail = [&](const char* what) {
-    const int code = sqlite3_errcode(m_db);
-    m_error = std::string("run store ") + m_path + ": " + what + " failed (" + sqlite3_errmsg(m_db) + ")" +
-              (code == SQLITE_FULL ? "; the disk (or the store's size limit) is full: free space and resume the run "
-                                     "from its last checkpoint (run.resume_from)"
-                                   : "");
-    sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
-  };
-  if (sqlite3_exec(m_db, "BEGIN", nullptr, nullptr, nullptr) != SQLITE_OK) return fail("BEGIN");
-  for (const auto& b : m_blocks) {
-    sqlite3_stmt* s = m_insertBlock;
-    sqlite3_reset(s);
-    sqlite3_bind_int64(s, 1, b.runId);
-    sqlite3_bind_int(s, 2, b.attempt);
-    sqlite3_bind_int(s, 3, b.rank);
-    sqlite3_bind_int64(s, 4, b.firstStep);
-    sqlite3_bind_int64(s, 5, b.lastStep);
-    sqlite3_bind_int64(s, 6, b.count);
-    sqlite3_bind_blob64(s, 7, b.bytes.data(), b.bytes.size(), SQLITE_STATIC);
-    if (sqlite3_step(s) != SQLITE_DONE) return fail("writing metrics");
+  if (!m_blocks.empty() && !writeBlocks()) return;
+  if (!m_validation.empty()) {
+    auto fail = [&](const char* what) {
+      const int code = sqlite3_errcode(m_db);
+      m_error = std::string("run store ") + m_path + ": " + what + " failed (" + sqlite3_errmsg(m_db) + ")" +
+                (code == SQLITE_FULL ? kFullAdvice : "");
+      sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+    };
+    if (sqlite3_exec(m_db, "BEGIN", nullptr, nullptr, nullptr) != SQLITE_OK) return fail("BEGIN");
+    for (const auto& v : m_validation) {
+      sqlite3_stmt* s = m_insertValidation;
+      sqlite3_reset(s);
+      sqlite3_bind_int64(s, 1, v.runId);
+      sqlite3_bind_int(s, 2, v.attempt);
+      sqlite3_bind_int64(s, 3, v.record.step.step);
+      sqlite3_bind_double(s, 4, v.record.valLoss);
+      if (v.record.valAccuracy >= 0) sqlite3_bind_double(s, 5, v.record.valAccuracy);
+      else sqlite3_bind_null(s, 5);
+      if (sqlite3_step(s) != SQLITE_DONE) return fail("writing metrics");
+    }
+    if (sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) return fail("COMMIT");
+    m_validation.clear();
   }
-  sqlite3_reset(m_insertBlock);
-  sqlite3_clear_bindings(m_insertBlock);  // the blob's buffer is reused
-  for (const auto& v : m_validation) {
-    sqlite3_stmt* s = m_insertValidation;
-    sqlite3_reset(s);
-    sqlite3_bind_int64(s, 1, v.runId);
-    sqlite3_bind_int(s, 2, v.attempt);
-    sqlite3_bind_int64(s, 3, v.record.step.step);
-    sqlite3_bind_double(s, 4, v.record.valLoss);
-    if (v.record.valAccuracy >= 0) sqlite3_bind_double(s, 5, v.record.valAccuracy);
-    else sqlite3_bind_null(s, 5);
-    if (sqlite3_step(s) != SQLITE_DONE) return fail("writing metrics");
-  }
-  if (sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) return fail("COMMIT");
   for (auto& b : m_blocks) {
     b.bytes.clear();
     if (m_spare.size() < 2 * m_blocks.size()) m_spare.push_back(std::move(b.bytes));
   }
   m_blocks.clear();
-  m_validation.clear();
+}
+
+// Note [Step blocks]
+bool RunStore::writeBlocks() {
+  std::string file;
+  auto fail = [&](const std::string& why, int err) {
+    m_error = "run store " + file + ": writing metrics failed (" + why + ")" + (err == ENOSPC ? kFullAdvice : "");
+    return false;
+  };
+  std::vector<std::int64_t> runIds;
+  for (const auto& b : m_blocks)
+    if (std::find(runIds.begin(), runIds.end(), b.runId) == runIds.end()) runIds.push_back(b.runId);
+  for (const std::int64_t runId : runIds) {
+    file = stepFilePath(runId);
+    if (m_stepFile.runId != runId || m_stepFile.fd < 0) {
+      closeStepFile();
+      std::error_code ec;
+      std::filesystem::create_directories(m_blocksDir, ec);
+      if (ec) return fail(ec.message(), ec.value());
+      // The run's row in step_files before its file: a reader reads a file only while its
+      // run has one, from the unpacked length it holds (0 for a new file).
+      struct stat st {};
+      const bool fresh = ::stat(file.c_str(), &st) != 0 || st.st_size == 0;
+      const std::string sql = std::string(fresh ? "INSERT OR REPLACE" : "INSERT OR IGNORE") +
+                              " INTO step_files VALUES (" + std::to_string(runId) + ", 0)";
+      if (sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
+        file = m_path;
+        return fail(sqlite3_errmsg(m_db), sqlite3_errcode(m_db) == SQLITE_FULL ? ENOSPC : 0);
+      }
+      const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fd < 0 || ::fstat(fd, &st) != 0) {
+        const int err = errno;
+        if (fd >= 0) ::close(fd);
+        return fail(std::strerror(err), err);
+      }
+      m_stepFile = {runId, fd, static_cast<long long>(st.st_size)};
+    }
+    std::vector<iovec> parts;
+    long long total = 0;
+    for (auto& b : m_blocks) {
+      if (b.runId != runId) continue;
+      char* h = b.bytes.data();
+      const auto* records = reinterpret_cast<const unsigned char*>(b.bytes.data()) + kBlockHeaderBytes;
+      putLe(h, kBlockMagic);
+      putLe(h + 4, static_cast<std::uint32_t>(b.count));
+      putLe(h + 8, static_cast<std::int32_t>(b.rank));
+      putLe(h + 12, static_cast<std::int32_t>(b.attempt));
+      putLe(h + 16, b.firstStep);
+      putLe(h + 24, b.lastStep);
+      putLe(h + 32, checksum(records, b.bytes.size() - kBlockHeaderBytes));
+      parts.push_back({b.bytes.data(), b.bytes.size()});
+      total += static_cast<long long>(b.bytes.size());
+    }
+    if (m_maxStepFileBytes > 0 && m_stepFile.bytes + total > m_maxStepFileBytes)
+      return fail(std::string(std::strerror(ENOSPC)) + ", the store's size limit", ENOSPC);
+    // One write a commit; a short one (a full disk) is continued, an error ends the run's recording.
+    std::size_t next = 0;
+    while (next < parts.size()) {
+      const ssize_t n = ::writev(m_stepFile.fd, parts.data() + next, static_cast<int>(std::min<std::size_t>(parts.size() - next, IOV_MAX)));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return fail(std::strerror(errno), errno);
+      if (n == 0) return fail(std::strerror(ENOSPC), ENOSPC);
+      m_stepFile.bytes += n;
+      for (auto left = static_cast<std::size_t>(n); left > 0 && next < parts.size();) {
+        const std::size_t used = std::min(left, parts[next].iov_len);
+        parts[next].iov_base = static_cast<char*>(parts[next].iov_base) + used;
+        parts[next].iov_len -= used;
+        left -= used;
+        if (parts[next].iov_len == 0) ++next;
+      }
+    }
+  }
+  return true;
 }
 
 // One block a transaction: the write lock is held for ~20 ms at a time (another run writing
@@ -449,6 +564,32 @@ void RunStore::unpackBlocks(std::int64_t runId, const UnpackProgress& progress) 
     PTW_FAIL("run store ", m_path, ": cannot unpack run ", runId, "'s step blocks into rows (", why,
              "); they are kept and still read");
   };
+  auto insertRows = [&](const unsigned char* bytes, std::size_t size, std::int64_t count, int attempt, int rank) {
+    forEachPacked(bytes, size, count, rank, [&](const StepRecord& r) {
+      sqlite3_stmt* s = m_insertStep;
+      sqlite3_reset(s);
+      sqlite3_bind_int64(s, 1, runId);
+      sqlite3_bind_int(s, 2, attempt);
+      sqlite3_bind_int(s, 3, r.rank);
+      sqlite3_bind_int64(s, 4, r.step);
+      sqlite3_bind_int64(s, 5, r.epoch);
+      sqlite3_bind_double(s, 6, r.loss);
+      sqlite3_bind_double(s, 7, r.samplesPerS);
+      sqlite3_bind_double(s, 8, r.stepMs);
+      sqlite3_bind_double(s, 9, r.dataMs);
+      sqlite3_bind_double(s, 10, r.computeMs);
+      sqlite3_bind_double(s, 11, r.commMs);
+      sqlite3_bind_double(s, 12, r.optMs);
+      sqlite3_bind_double(s, 13, r.lr);
+      sqlite3_bind_int64(s, 14, r.memBytes);
+      if (sqlite3_step(s) != SQLITE_DONE) fail(true);
+    });
+  };
+  if (m_stepFile.runId == runId) {  // this store's own run: what it buffered, and no more appending to this file
+    commitBuffer();
+    closeStepFile();
+  }
+  // Rows of an old database's step_blocks (Note [Step blocks]).
   std::vector<std::pair<std::int64_t, std::int64_t>> blocks;  // rowid, records
   std::int64_t total = 0, done = 0;
   {
@@ -461,7 +602,20 @@ void RunStore::unpackBlocks(std::int64_t runId, const UnpackProgress& progress) 
     }
     if (rc != SQLITE_DONE) fail(false);
   }
-  if (progress && !blocks.empty()) progress(0, total);
+  // The step file's blocks past what is rows already.
+  const std::string file = stepFilePath(runId);
+  Fd fd{::open(file.c_str(), O_RDONLY | O_CLOEXEC)};
+  const long long from = unpackedBytes(m_db, runId);
+  std::vector<FileBlock> fileBlocks;
+  std::vector<unsigned char> bytes;
+  if (fd.fd >= 0 && from >= 0)
+    forEachFileBlock(fd.fd, from, [&](const FileBlock& b) {
+      fileBlocks.push_back(b);
+      if (readFileBlock(fd.fd, b, bytes)) total += b.count;
+      return true;
+    });
+  if (progress && total > 0) progress(0, total);
+
   Statement read(m_db, "SELECT attempt, rank, count, records FROM step_blocks WHERE rowid = ?");
   Statement drop(m_db, "DELETE FROM step_blocks WHERE rowid = ?");
   for (const auto& [block, records] : blocks) {
@@ -476,25 +630,7 @@ void RunStore::unpackBlocks(std::int64_t runId, const UnpackProgress& progress) 
       const std::basic_string<unsigned char> bytes(blob, blob + sqlite3_column_bytes(read, 3));
       const std::int64_t count = sqlite3_column_int64(read, 2);
       sqlite3_reset(read);
-      forEachPacked(bytes.data(), bytes.size(), count, rank, [&](const StepRecord& r) {
-        sqlite3_stmt* s = m_insertStep;
-        sqlite3_reset(s);
-        sqlite3_bind_int64(s, 1, runId);
-        sqlite3_bind_int(s, 2, attempt);
-        sqlite3_bind_int(s, 3, r.rank);
-        sqlite3_bind_int64(s, 4, r.step);
-        sqlite3_bind_int64(s, 5, r.epoch);
-        sqlite3_bind_double(s, 6, r.loss);
-        sqlite3_bind_double(s, 7, r.samplesPerS);
-        sqlite3_bind_double(s, 8, r.stepMs);
-        sqlite3_bind_double(s, 9, r.dataMs);
-        sqlite3_bind_double(s, 10, r.computeMs);
-        sqlite3_bind_double(s, 11, r.commMs);
-        sqlite3_bind_double(s, 12, r.optMs);
-        sqlite3_bind_double(s, 13, r.lr);
-        sqlite3_bind_int64(s, 14, r.memBytes);
-        if (sqlite3_step(s) != SQLITE_DONE) fail(true);
-      });
+      insertRows(bytes.data(), bytes.size(), count, attempt, rank);
     } else if (rc != SQLITE_DONE) {  // SQLITE_DONE: already unpacked by another connection
       fail(true);
     }
@@ -504,6 +640,40 @@ void RunStore::unpackBlocks(std::int64_t runId, const UnpackProgress& progress) 
     if (sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) fail(true);
     done += records;
     if (progress) progress(done, total);
+  }
+
+  Statement advance(m_db, "UPDATE step_files SET unpacked_bytes = ? WHERE run_id = ?");
+  for (const FileBlock& b : fileBlocks) {
+    if (sqlite3_exec(m_db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) fail(false);
+    // Another connection may have unpacked it meanwhile.
+    long long now = 0;
+    try {
+      now = unpackedBytes(m_db, runId);
+    } catch (const Error&) {
+      fail(true);
+    }
+    const bool whole = readFileBlock(fd.fd, b, bytes);
+    if (now < b.end()) {
+      // A block whose records are not what was written (the pages a crash left) is passed over, as readers do.
+      if (whole) insertRows(bytes.data(), bytes.size(), b.count, b.attempt, b.rank);
+      sqlite3_reset(advance);
+      sqlite3_bind_int64(advance, 1, b.end());
+      sqlite3_bind_int64(advance, 2, runId);
+      if (sqlite3_step(advance) != SQLITE_DONE) fail(true);
+    }
+    if (sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) fail(true);
+    if (!whole) continue;
+    done += b.count;
+    if (progress) progress(done, total);
+  }
+  // All of the file that can be read is rows now. The file goes first: a crash between the
+  // two leaves a row whose file is gone, which readers skip and the next unpacking drops.
+  if (from >= 0) {
+    if (::unlink(file.c_str()) != 0 && errno != ENOENT)
+      PTW_FAIL("run store ", m_path, ": cannot remove ", file, " (", std::strerror(errno), ") after unpacking it");
+    Statement forget(m_db, "DELETE FROM step_files WHERE run_id = ?");
+    sqlite3_bind_int64(forget, 1, runId);
+    if (sqlite3_step(forget) != SQLITE_DONE) fail(false);
   }
 }
 
@@ -591,16 +761,8 @@ std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int
     StepRecord r;
   };
   std::vector<Found> found;
-  // One read transaction: a block being unpacked by another connection is seen in one form.
-  const bool snapshot =
-      sqlite3_get_autocommit(m_db) && sqlite3_exec(m_db, "BEGIN", nullptr, nullptr, nullptr) == SQLITE_OK;
-  struct EndRead {
-    sqlite3* db;
-    bool on;
-    ~EndRead() {
-      if (on) sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
-    }
-  } endRead{m_db, snapshot};
+  const Fd file{::open(stepFilePath(runId).c_str(), O_RDONLY | O_CLOEXEC)};
+  const Snapshot snapshot(m_db);
   auto bindRange = [&](sqlite3_stmt* s) {
     sqlite3_bind_int64(s, 1, runId);
     sqlite3_bind_int(s, 2, rank);
@@ -656,6 +818,17 @@ std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int
     }
     done(rc);
   }
+  if (const long long from = unpackedBytes(m_db, runId); file.fd >= 0 && from >= 0) {
+    std::vector<unsigned char> bytes;
+    forEachFileBlock(file.fd, from, [&](const FileBlock& b) {
+      if ((rank >= 0 && b.rank != rank) || b.lastStep < x0 || b.firstStep > x1 || !readFileBlock(file.fd, b, bytes))
+        return true;
+      forEachPacked(bytes.data(), bytes.size(), b.count, b.rank, [&](const StepRecord& r) {
+        if (r.step >= x0 && r.step <= x1) found.push_back({b.attempt, r});
+      });
+      return true;
+    });
+  }
   // Where a restart replayed steps, the later attempt's record wins.
   std::stable_sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
     return std::tie(a.r.rank, a.r.step, a.attempt) < std::tie(b.r.rank, b.r.step, b.attempt);
@@ -674,11 +847,21 @@ std::vector<StepRecord> RunStore::steps(std::int64_t runId) {
 }
 
 std::int64_t RunStore::stepCount(std::int64_t runId) {
+  const Fd file{::open(stepFilePath(runId).c_str(), O_RDONLY | O_CLOEXEC)};
+  const Snapshot snapshot(m_db);
   Statement s(m_db,
               "SELECT (SELECT count(*) FROM steps WHERE run_id = ?1) + (SELECT ifnull(sum(count), 0) FROM step_blocks "
               "WHERE run_id = ?1)");
   sqlite3_bind_int64(s, 1, runId);
-  return sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+  std::int64_t n = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+  if (const long long from = unpackedBytes(m_db, runId); file.fd >= 0 && from >= 0) {
+    std::vector<unsigned char> bytes;
+    forEachFileBlock(file.fd, from, [&](const FileBlock& b) {
+      if (readFileBlock(file.fd, b, bytes)) n += b.count;  // what the other readers read
+      return true;
+    });
+  }
+  return n;
 }
 
 std::vector<std::pair<double, double>> RunStore::series(std::int64_t runId, int rank, const std::string& column,

@@ -1,43 +1,35 @@
 // RunStore: every run's metadata and every record of every rank, in one SQLite database
 // per runs directory (<runs dir>/runs.sqlite). One writer per run (its supervisor);
-// WAL mode so the window can read while a run writes. Records are buffered and committed
-// in one transaction at least every 250 ms, so a crash of a worker, of the supervisor or
-// of the machine loses at most the last fraction of a second. Nothing is sampled away.
+// WAL mode so the window can read while a run writes. Records are buffered and written at
+// least every 250 ms, so a crash of a worker or of the supervisor loses at most the last
+// fraction of a second. Nothing is sampled away.
 // The schema is documented in the README. A RunStore is used by one thread at a time
 // (it may be handed from one to another); readers elsewhere open their own.
 //
 // Note [Step blocks]
 // A rank of a small model steps every ~30 µs, and SQLite takes ~3 µs to insert an indexed
 // row: on a machine whose cores all train, one row per record would take a tenth of a
-// core from the ranks. While a run is going, its step records are therefore stored in
-// blocks, one row of `step_blocks` per rank per commit holding that rank's records packed
-// (kBlockRecordBytes each, little-endian, layout in run_store.cpp and the README). When the
-// run ends (endRun) its blocks are unpacked into `steps`, one row per record, for plain
-// SQL; an interrupted run's when the next run ends, or at `ptw runs` or `ptw export`.
-// Every reader here reads both, so a record is visible as soon as it is committed, in
-// whichever form it is at the time.
-//
-// Note [Background checkpoints]
-// In WAL mode a commit appends to runs.sqlite-wal, and a checkpoint copies the pages back
-// into the database and syncs both files. SQLite does that in the commit that takes the WAL
-// past 1,000 pages, on the writer's thread: here the supervisor's, which then reads no
-// rank's records for the 50-200 ms the disk takes to sync (every ~13 s at the shared-memory
-// rate, longer on a busy disk), while each rank's record pipe holds only ~350 ms of records
-// before the rank blocks on it. A store that writes runs hands checkpoints to a thread of
-// its own, with its own connection: the commit that takes the WAL past 16 MiB wakes it, and
-// it checkpoints without blocking the writer (PASSIVE). A commit then waits for the disk only
-// briefly, when it starts the WAL over (a sync of its header), or when the thread has fallen
-// behind a disk slower than the run and the WAL has passed 64 MiB (the writer checkpoints
-// itself then, as SQLite would, so the WAL stays bounded).
+// core from the ranks. While a run is going, its step records are therefore packed in
+// blocks, one per rank per commit holding that rank's records (kBlockRecordBytes each,
+// little-endian, layout in run_store.cpp and the README), and appended to the run's step
+// file, <runs dir>/runs.blocks/<run id>, in one write a commit. Blocks used to be rows of
+// `step_blocks` in the database; in WAL mode every byte of them was then written twice
+// (to the WAL, then copied back into the database) besides SQLite's own work, about a
+// third of the window's CPU per record at the shared-memory rate. An old database's
+// `step_blocks` rows are still read, and unpacked like a file's blocks.
+// When the run ends (endRun) its blocks are unpacked into `steps`, one row per record, for
+// plain SQL; an interrupted run's when the next run ends, or at `ptw runs` or `ptw export`.
+// A block's rows are committed with the file's unpacked length (`step_files`), so a reader
+// reads the file only past what is rows, and an unpacking cut short resumes where it
+// stopped; the file is removed once all of it is rows. Every reader here reads all forms,
+// so a record is visible as soon as it is written, in whichever form it is at the time. A
+// block that is not whole (a write cut short by a crash) ends what is read of the file.
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "common/profile.h"
@@ -71,7 +63,7 @@ class RunStore {
   explicit RunStore(const std::string& runsDir);
   ~RunStore();
   RunStore(const RunStore&) = delete;
-  RunStore(RunStore&&) = delete;  // its checkpointing thread and WAL hook point into it
+  RunStore(RunStore&&) = delete;
   RunStore& operator=(const RunStore&) = delete;
 
   std::string path() const { return m_path; }
@@ -114,14 +106,12 @@ class RunStore {
   /// Writes every step record of a run as CSV with a header row; atomically.
   void exportCsv(std::int64_t runId, const std::string& path);
 
-  /// Checkpoints by this store's checkpointing thread that found new pages to copy into the
-  /// database (Note [Background checkpoints]).
-  int backgroundCheckpoints();
-
  private:
   std::vector<RunRow> selectRuns(const char* where, std::int64_t id);
-  void startCheckpointer();
-  void stopCheckpointer();
+  std::string stepFilePath(std::int64_t runId) const;
+  /// Appends the buffered blocks to their run's step file; false (with m_error set) when it cannot.
+  bool writeBlocks();
+  void closeStepFile();
   void exec(const char* sql);
   void commitBuffer();
   /// Step records of `runId` in [x0, x1] of `rank` (-1: every rank) from rows and blocks,
@@ -131,7 +121,6 @@ class RunStore {
   std::string m_path;
   sqlite3* m_db = nullptr;
   sqlite3_stmt* m_insertStep = nullptr;
-  sqlite3_stmt* m_insertBlock = nullptr;
   sqlite3_stmt* m_insertValidation = nullptr;
   struct Block {
     std::int64_t runId;
@@ -150,15 +139,13 @@ class RunStore {
   std::vector<Validation> m_validation;
   std::chrono::steady_clock::time_point m_lastCommit = std::chrono::steady_clock::now();
   std::string m_error;
-  // Note [Background checkpoints]
-  struct Checkpointer {
-    std::thread thread;
-    std::mutex mutex;
-    std::condition_variable wake;
-    bool wanted = false, stop = false;
-    int done = 0;
-    long long pageBytes = 65536;
-  } m_checkpoints;
+  std::string m_blocksDir;
+  long long m_maxStepFileBytes = 0;  ///< PTW_STORE_MAX_KIB, for the disk-full tests; 0: none
+  struct StepFile {
+    std::int64_t runId = 0;
+    int fd = -1;
+    long long bytes = 0;
+  } m_stepFile;  ///< the file this store appends to
 };
 
 }  // namespace ptw::core

@@ -1,4 +1,5 @@
 // `ptw --headless` as CI sees it: exit codes, messages, and no orphan when ptw itself is killed.
+#include <QDir>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -54,8 +55,12 @@ class TestHeadless : public QObject {
     QVERIFY(r.out.contains("rank 0  step 20/20"));
     QVERIFY(r.out.contains("rank 1  step 20/20"));
     QVERIFY(r.out.contains("finished"));
+    // One run folder, and the store's step files, none left once the run's records are rows.
     QDir dirs(runs.path());
-    QCOMPARE(dirs.entryList(QDir::Dirs | QDir::NoDotAndDotDot).size(), 1);
+    const QStringList names = dirs.entryList(QDir::Dirs | QDir::NoDotAndDotDot);
+    QCOMPARE(names.size(), 2);
+    QVERIFY(names.contains("runs.blocks"));
+    QVERIFY(QDir(runs.filePath("runs.blocks")).isEmpty());
   }
 
   // Every example profile a new user can open runs headless to the end, and the summary
@@ -399,9 +404,10 @@ class TestHeadless : public QObject {
     QCOMPARE(list.exitCode(), 0);
     {
       test::Sql sql(store.path());
-      QCOMPARE(sql.count("SELECT count(*) FROM step_blocks"), std::int64_t(0));
+      QCOMPARE(sql.count("SELECT count(*) FROM step_files"), std::int64_t(0));
       QCOMPARE(sql.count("SELECT count(*) FROM steps"), static_cast<std::int64_t>(steps.size()));
     }
+    QVERIFY(QDir(runs.filePath("runs.blocks")).isEmpty());  // the step file is gone once it is rows
     const auto rows = store.steps(all[0].id);
     QCOMPARE(rows.size(), steps.size());
     for (std::size_t i = 0; i < rows.size(); ++i)
