@@ -265,7 +265,8 @@ class Statement {
 class Snapshot {
  public:
   explicit Snapshot(sqlite3* db)
-      : m_db(db), m_on(sqlite3_get_autocommit(db) && sqlite3_exec(db, "BEGIN", nullptr, nullptr, nullptr) == SQLITE_OK) {}
+      : m_db(db),
+        m_on(sqlite3_get_autocommit(db) && sqlite3_exec(db, "BEGIN", nullptr, nullptr, nullptr) == SQLITE_OK) {}
   ~Snapshot() {
     if (m_on) sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr);
   }
@@ -293,7 +294,8 @@ std::string text(sqlite3_stmt* s, int col) {
 
 }  // namespace
 
-RunStore::RunStore(const std::string& runsDir) : m_path(runsDir + "/runs.sqlite"), m_blocksDir(runsDir + "/runs.blocks") {
+RunStore::RunStore(const std::string& runsDir)
+    : m_path(runsDir + "/runs.sqlite"), m_blocksDir(runsDir + "/runs.blocks") {
   std::error_code ec;
   std::filesystem::create_directories(runsDir, ec);
   PTW_CHECK(!ec, "runs directory ", runsDir, ": cannot create (", ec.message(),
@@ -533,11 +535,12 @@ bool RunStore::writeBlocks() {
       total += static_cast<long long>(b.bytes.size());
     }
     if (m_maxStepFileBytes > 0 && m_stepFile.bytes + total > m_maxStepFileBytes)
-      return fail(std::string(std::strerror(ENOSPC)) + ", the store's size limit", ENOSPC);
+      return fail(std::strerror(ENOSPC), ENOSPC);
     // One write a commit; a short one (a full disk) is continued, an error ends the run's recording.
     std::size_t next = 0;
     while (next < parts.size()) {
-      const ssize_t n = ::writev(m_stepFile.fd, parts.data() + next, static_cast<int>(std::min<std::size_t>(parts.size() - next, IOV_MAX)));
+      const auto count = static_cast<int>(std::min<std::size_t>(parts.size() - next, IOV_MAX));
+      const ssize_t n = ::writev(m_stepFile.fd, parts.data() + next, count);
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return fail(std::strerror(errno), errno);
       if (n == 0) return fail(std::strerror(ENOSPC), ENOSPC);

@@ -238,7 +238,8 @@ class TestRunStore : public QObject {
       QCOMPARE(reader.stepCount(id), std::int64_t(200));
       const auto read = reader.steps(id);
       QCOMPARE(read.size(), std::size_t(200));
-      for (std::size_t i = 0; i < read.size(); ++i) QVERIFY(sameRecord(read[i], stepRecord(0, std::int64_t(i) + 1).step));
+      for (std::size_t i = 0; i < read.size(); ++i)
+        QVERIFY(sameRecord(read[i], stepRecord(0, std::int64_t(i) + 1).step));
       store.endRun(id, "finished", "", 0.5, 1.0, 1);
       QCOMPARE(store.stepCount(id), std::int64_t(200));
       Sql sql(store.path());
