@@ -27,7 +27,9 @@
 // Each rank so does 1/world of the optimizer's work, and the averaged gradients are never
 // written anywhere: after backward a rank reads its share from every slot (one pass over
 // the gradients in all) and reads and writes its share of parameters and buffers (4/world
-// passes), where packing, summing, copying back and a whole optimizer step took ~10. A
+// passes), where packing, summing, copying back and a whole optimizer step took ~10. What it
+// has read it zeroes while it is in cache, for the next backward, so no rank zeroes its
+// whole slot at the start of a step (zero_grad: one more pass over all the gradients). A
 // checkpoint (rank 0) holds the full parameters and buffers, as a torch SGD would; a
 // resumed buffer is copied in, share by share, on the first step.
 // Adam, AdamW or clipping (which needs the norm of the whole gradient) keep the
@@ -142,6 +144,8 @@ class DdpShm final : public Strategy {
     }
     return stop;
   }
+
+  bool zeroesGradients() const override { return m_sharded; }
 
   void optimizerStep(torch::optim::Optimizer& optimizer, double clipNorm) override {
     if (!m_sharded) return Strategy::optimizerStep(optimizer, clipNorm);  // every rank its own

@@ -58,12 +58,13 @@ void averageIntoSlots(float* const* slots, int world, std::size_t lo, std::size_
   }
 }
 
-void averageThenSgd(float* w, float* buf, const float* const* slots, int world, std::size_t lo, std::size_t hi,
+void averageThenSgd(float* w, float* buf, float* const* slots, int world, std::size_t lo, std::size_t hi,
                     const SgdScalars& s, bool first) {
   alignas(64) float grad[kBlock];
   for (std::size_t b = lo; b < hi; b += kBlock) {
     const std::size_t n = std::min(kBlock, hi - b);
     averageInto(grad, slots, world, b, n);
+    for (int r = 0; r < world; ++r) std::memset(slots[r] + b, 0, n * sizeof(float));
     sgdUpdate(w + (b - lo), buf ? buf + (b - lo) : nullptr, grad, static_cast<std::int64_t>(n), s, first);
   }
 }

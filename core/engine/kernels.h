@@ -48,8 +48,10 @@ void averageIntoSlots(float* const* slots, int world, std::size_t lo, std::size_
 
 /// SGD's update of hi - lo elements at `w` and `buf` (null without momentum) with the
 /// average over the slots of elements [lo, hi) as the gradient: averageInto and sgdUpdate in
-/// blocks that stay in L1, so the averaged gradient is never written to memory.
-void averageThenSgd(float* w, float* buf, const float* const* slots, int world, std::size_t lo, std::size_t hi,
+/// blocks that stay in L1, so the averaged gradient is never written to memory. Each slot's
+/// [lo, hi) is zeroed once read, for the next step's backward to accumulate into: the
+/// ranks' own zero_grad was another pass over all of their gradients (Strategy::zeroesGradients).
+void averageThenSgd(float* w, float* buf, float* const* slots, int world, std::size_t lo, std::size_t hi,
                     const SgdScalars& s, bool first);
 
 /// The same with the sum over the parts (parts[0] + parts[1] + ..., in that order) as the

@@ -69,6 +69,8 @@ class ProcessPool final : public Strategy {
 
   bool computesGradients() const override { return m_rank != 0; }
   bool stepsOptimizer() const override { return m_hogwild ? m_rank != 0 : m_rank == 0; }
+  /// A sync worker whose coordinator steps in one pass finds its slot zeroed by that pass.
+  bool zeroesGradients() const override { return !m_hogwild && m_rank != 0 && m_sgdWithoutClipping; }
 
   void attach(Model& model) override {
     m_params = model.parameters();
@@ -279,7 +281,7 @@ class ProcessPool final : public Strategy {
   std::atomic<std::uint64_t> m_posted{0};    ///< steps whose pieces are ready
   std::atomic<std::uint64_t> m_finished{0};  ///< shares the helpers have done, over all steps
   std::atomic<bool> m_quit{false};
-  std::vector<const float*> m_slotPtrs;  ///< slot(1) .. slot(N)
+  std::vector<float*> m_slotPtrs;  ///< slot(1) .. slot(N)
   std::vector<torch::Tensor> m_params;
   std::size_t m_numel = 0;
   std::size_t m_slotFloats = 0;

@@ -70,6 +70,9 @@ class Strategy {
   virtual bool computesGradients() const { return true; }
   /// False for a process whose parameters are stepped by another (a sync pool worker).
   virtual bool stepsOptimizer() const { return true; }
+  /// True when every gradient is zero once a step is over, so the next step's zero_grad
+  /// is left out: the step that reads the gradients zeroes them (averageThenSgd).
+  virtual bool zeroesGradients() const { return false; }
 
   virtual void beginStep(bool localStop) { m_localStop = localStop; }
   /// False on all but the last micro-batch of an accumulated step (no_sync semantics).

@@ -209,7 +209,7 @@ std::int64_t Trainer::run(const std::atomic<bool>& stopRequested) {
       const double lr = learningRate(h, m_step);
       for (auto& group : m_optimizer->param_groups()) group.options().set_lr(lr);
       m_strategy->beginStep(stopRequested.load(std::memory_order_relaxed));
-      m_optimizer->zero_grad();
+      if (!m_strategy->zeroesGradients()) m_optimizer->zero_grad();
       // The micro-batches of this step: `accumulate` of them, fewer at the end of an epoch.
       const std::int64_t micro = std::min(h.accumulate, count - m_batchInEpoch);
       std::int64_t stepSamples = 0;
