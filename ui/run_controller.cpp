@@ -1,5 +1,7 @@
 #include "ui/run_controller.h"
 
+#include <pthread.h>
+
 #include <QMetaObject>
 #include <QStringList>
 
@@ -98,6 +100,7 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
   m_running = true;
   // The supervisor's thread lives until every worker is reaped (Note [Worker lifetime]).
   m_thread = std::thread([this] {
+    ::pthread_setname_np(::pthread_self(), "ptw-supervisor");  // as top -H and /proc name it
     QString status, message;
     int failedRank = -1;
     QStringList lastLines;
