@@ -2,7 +2,9 @@
 // headless (for CI, or on a machine without a display).
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -27,11 +29,17 @@ bool displayAvailable() {
   return qpa && *qpa;  // offscreen, vnc, ...: the user chose a platform
 }
 
-// Interrupted runs' step records become `steps` rows (Note [Step blocks]); where that fails
-// (a full disk) they are still read, so this only says so.
+// Interrupted runs' step records become `steps` rows (Note [Step blocks]), with progress on
+// stderr for a long run's; where that fails (a full disk) they are still read, so this only
+// says so.
 void unpackEnded(ptw::core::RunStore& store) {
+  std::map<std::int64_t, std::function<void(std::int64_t, std::int64_t)>> reporters;
   try {
-    store.unpackEndedRuns();
+    store.unpackEndedRuns([&](std::int64_t run, std::int64_t done, std::int64_t total) {
+      auto& report = reporters[run];
+      if (!report) report = ptw::core::unpackReporter(std::cerr, "step records of run " + std::to_string(run));
+      report(done, total);
+    });
   } catch (const ptw::Error& e) {
     std::fprintf(stderr, "ptw: %s\n", e.what());
   }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <map>
 #include <iomanip>
+#include <memory>
 #include <ostream>
 #include <sstream>
 
@@ -194,6 +195,19 @@ struct Verdict {
 
 }  // namespace
 
+std::function<void(std::int64_t, std::int64_t)> unpackReporter(std::ostream& out, std::string what) {
+  auto lastShown = std::make_shared<std::chrono::steady_clock::time_point>();
+  return [&out, what = std::move(what), lastShown](std::int64_t done, std::int64_t total) {
+    if (total < 500000) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (done == 0) out << "ptw: storing " << total << " " << what << " as rows..." << std::endl;
+    else if (done == total || now - *lastShown >= std::chrono::seconds(1))
+      out << "ptw: stored " << done << " of " << total << " " << what << " as rows" << std::endl;
+    else return;
+    *lastShown = now;
+  };
+}
+
 int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream& err) {
   Profile profile;
   std::string runDir;
@@ -259,20 +273,8 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
       << " s: " << report.message << "\n";
   // Expectations, summary and JUnit: judged and written whatever the outcome.
   auto metrics = progress.metrics(report.wallS);
-  // Note [Step blocks]: ~2 µs a record, so a long run's take a moment worth showing: from
-  // half a million records, a line at the start and one a second.
-  auto lastShown = std::chrono::steady_clock::now();
-  auto unpacking = [&](std::int64_t done, std::int64_t total) {
-    if (total < 500000) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (done == 0) out << "ptw: storing " << total << " step records as rows..." << std::endl;
-    else if (done == total || now - lastShown >= std::chrono::seconds(1))
-      out << "ptw: stored " << done << " of " << total << " step records as rows" << std::endl;
-    else return;
-    lastShown = now;
-  };
   store->endRun(runId, statusName(report.status), report.message, metrics["final.loss"],
-                metrics["throughput.samples_per_s"], launcher.attempts(), unpacking);
+                metrics["throughput.samples_per_s"], launcher.attempts(), unpackReporter(out, "step records"));
   if (!store->error().empty() && report.status != RunReport::Status::Failed) {
     report.status = RunReport::Status::Failed;
     report.message = store->error();

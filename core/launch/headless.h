@@ -2,6 +2,7 @@
 // on the terminal and an exit code CI can act on.
 #pragma once
 
+#include <functional>
 #include <iosfwd>
 #include <string>
 #include <vector>
@@ -27,6 +28,11 @@ struct HeadlessOptions {
   std::string summaryPath = "";             ///< JSON summary written here when set
   std::string junitPath = "";               ///< JUnit XML written here when set
 };
+
+/// What a terminal shows while step records become rows (Note [Step blocks], ~2 µs a record):
+/// nothing under half a million, else a line at the start and one a second, to `out`;
+/// `what` names them ("step records", "step records of run 7").
+std::function<void(std::int64_t done, std::int64_t total)> unpackReporter(std::ostream& out, std::string what);
 
 /// Runs and returns an ExitCode. Progress goes to `out`, errors to `err`. SIGINT and
 /// SIGTERM stop the run gracefully while it is in here.

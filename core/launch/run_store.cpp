@@ -352,7 +352,7 @@ RunStore::RunStore(const std::string& runsDir)
   }
 }
 
-void RunStore::unpackEndedRuns() {
+void RunStore::unpackEndedRuns(const RunUnpackProgress& progress) {
   std::vector<std::int64_t> packed;
   {
     Statement q(m_db,
@@ -362,7 +362,10 @@ void RunStore::unpackEndedRuns() {
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) packed.push_back(sqlite3_column_int64(q, 0));
     PTW_CHECK(rc == SQLITE_DONE, "run store ", m_path, ": cannot list step blocks (", sqlite3_errmsg(m_db), ")");
   }
-  for (auto id : packed) unpackBlocks(id);
+  for (auto id : packed) {
+    if (!progress) unpackBlocks(id);
+    else unpackBlocks(id, [&](std::int64_t done, std::int64_t total) { progress(id, done, total); });
+  }
 }
 
 RunStore::~RunStore() {

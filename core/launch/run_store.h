@@ -91,8 +91,10 @@ class RunStore {
   /// Throws ptw::Error when it cannot (the blocks are then kept and still read).
   void unpackBlocks(std::int64_t runId, const UnpackProgress& progress = {});
   /// Unpacks the blocks of every run that is not running (interrupted, or whose unpacking
-  /// failed). endRun does it, after its own run; ~2 µs a record, so not on a window's thread.
-  void unpackEndedRuns();
+  /// failed), reporting each run's unpacking to `progress` with its id. endRun does it, after
+  /// its own run; ~2 µs a record, so not on a window's thread.
+  using RunUnpackProgress = std::function<void(std::int64_t runId, std::int64_t done, std::int64_t total)>;
+  void unpackEndedRuns(const RunUnpackProgress& progress = {});
 
   std::vector<RunRow> runs();
   RunRow run(std::int64_t id);

@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 
 #include "common/error.h"
 #include "launch/launcher.h"
@@ -439,6 +440,53 @@ class TestHeadless : public QObject {
     QVERIFY(missing.waitForFinished(30000));
     QCOMPARE(missing.exitCode(), 2);
     QVERIFY(QString::fromUtf8(missing.readAllStandardError()).contains("no run with id 7"));
+  }
+
+  // `ptw runs` turns an interrupted run's step records into rows, and says how far it is
+  // when that takes a while (half a million records and more, ~2 µs each).
+  void runsShowsProgressWhileUnpackingALongInterruptedRun() {
+    QTemporaryDir runs;
+    const std::int64_t steps = 250'000;
+    std::int64_t id = 0;
+    {
+      core::RunStore store(runs.path().toStdString());
+      id = store.beginRun(runs.path().toStdString(), core::defaultProfile());
+      std::vector<core::Record> batch;
+      for (std::int64_t s = 1; s <= steps; ++s) {
+        for (int rank = 0; rank < 2; ++rank) {
+          core::Record r;
+          r.step.rank = rank;
+          r.step.step = s;
+          r.step.loss = 1.0 / static_cast<double>(s);
+          batch.push_back(r);
+        }
+        if (batch.size() == 16'000) {
+          store.append(id, 0, batch);
+          store.flush();
+          batch.clear();
+        }
+      }
+      store.append(id, 0, batch);
+      store.flush();
+    }
+    {
+      const pid_t gone = ::fork();  // the run's supervisor: a process that has exited
+      if (gone == 0) ::_exit(0);
+      ::waitpid(gone, nullptr, 0);
+      test::Sql sql(runs.filePath("runs.sqlite").toStdString());
+      sql.exec("UPDATE runs SET pid = " + std::to_string(gone));
+    }
+    QProcess list;
+    list.start(test::binDir() + "/ptw", {"runs", "--runs-dir", runs.path()});
+    QVERIFY(list.waitForFinished(120000));
+    QCOMPARE(list.exitCode(), 0);
+    const QString err = QString::fromUtf8(list.readAllStandardError());
+    const QString what = QString(" step records of run %1 as rows").arg(id);
+    QVERIFY2(err.startsWith("ptw: storing 500000" + what + "...\n"), qPrintable(err));
+    QVERIFY2(err.endsWith("ptw: stored 500000 of 500000" + what + "\n"), qPrintable(err));
+    QVERIFY(QString::fromUtf8(list.readAllStandardOutput()).contains("interrupted"));
+    test::Sql sql(runs.filePath("runs.sqlite").toStdString());
+    QCOMPARE(sql.count("SELECT count(*) FROM steps"), 2 * steps);
   }
 };
 
