@@ -139,7 +139,9 @@ std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& m
     }
     // The vector's memory was last touched long ago (the window takes batches about once a
     // second): ask for the lines of a record a few ahead, so that their misses overlap.
-    __builtin_prefetch(out.data() + out.size() + 8, 1);
+    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(out.data() + out.size()) +
+                                                     8 * sizeof(Record)),
+                       1);
     Record& r = out.emplace_back();
     r.step.rank = rank;
     r.step.step = step;

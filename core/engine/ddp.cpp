@@ -285,6 +285,7 @@ class AutoCpuDdp final : public Strategy {
   }
   void afterOptimizerStep(Model& model) override { m_inner->afterOptimizerStep(model); }
   void finish() override { m_inner->finish(); }
+  bool zeroesGradients() const override { return m_inner && m_inner->zeroesGradients(); }
 
  private:
   const SyncContext m_ctx;

@@ -218,10 +218,13 @@ void forEachFileBlock(int fd, long long from, F&& each) {
   }
 }
 
-// A block's records into `out`; false when they are not what its header says.
+// A block's records into `out`; false when they are not what its header says. Throws
+// ptw::Error when the file cannot be read (the records may be whole: nothing is passed over).
 bool readFileBlock(int fd, const FileBlock& b, std::vector<unsigned char>& out) {
   out.resize(static_cast<std::size_t>(b.count) * kBlockRecordBytes);
-  return preadAll(fd, out.data(), out.size(), b.records) && checksum(out.data(), out.size()) == b.sum;
+  PTW_CHECK(preadAll(fd, out.data(), out.size(), b.records), "run store: cannot read a step file (",
+            std::strerror(errno), ")");
+  return checksum(out.data(), out.size()) == b.sum;
 }
 
 struct Fd {
@@ -498,6 +501,12 @@ bool RunStore::writeBlocks() {
     if (std::find(runIds.begin(), runIds.end(), b.runId) == runIds.end()) runIds.push_back(b.runId);
   for (const std::int64_t runId : runIds) {
     file = stepFilePath(runId);
+    // A file unpacked and removed under this writer (by a store that took the run for an
+    // interrupted one: another host's ptw on a shared runs directory) is started again, not
+    // written where no one reads.
+    struct stat st {};
+    if (m_stepFile.runId == runId && m_stepFile.fd >= 0 && ::fstat(m_stepFile.fd, &st) == 0 && st.st_nlink == 0)
+      closeStepFile();
     if (m_stepFile.runId != runId || m_stepFile.fd < 0) {
       closeStepFile();
       std::error_code ec;
@@ -505,7 +514,6 @@ bool RunStore::writeBlocks() {
       if (ec) return fail(ec.message(), ec.value());
       // The run's row in step_files before its file: a reader reads a file only while its
       // run has one, from the unpacked length it holds (0 for a new file).
-      struct stat st {};
       const bool fresh = ::stat(file.c_str(), &st) != 0 || st.st_size == 0;
       const std::string sql = std::string(fresh ? "INSERT OR REPLACE" : "INSERT OR IGNORE") +
                               " INTO step_files VALUES (" + std::to_string(runId) + ", 0)";
@@ -650,15 +658,20 @@ void RunStore::unpackBlocks(std::int64_t runId, const UnpackProgress& progress) 
 
   Statement advance(m_db, "UPDATE step_files SET unpacked_bytes = ? WHERE run_id = ?");
   for (const FileBlock& b : fileBlocks) {
+    const bool whole = readFileBlock(fd.fd, b, bytes);
     if (sqlite3_exec(m_db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) fail(false);
-    // Another connection may have unpacked it meanwhile.
+    // Another connection may have unpacked this block meanwhile, or all of the file (its
+    // row gone): then there is nothing left to do here.
     long long now = 0;
     try {
       now = unpackedBytes(m_db, runId);
     } catch (const Error&) {
       fail(true);
     }
-    const bool whole = readFileBlock(fd.fd, b, bytes);
+    if (now < 0) {
+      if (sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) fail(true);
+      break;
+    }
     if (now < b.end()) {
       // A block whose records are not what was written (the pages a crash left) is passed over, as readers do.
       if (whole) insertRows(bytes.data(), bytes.size(), b.count, b.attempt, b.rank);

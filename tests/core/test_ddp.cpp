@@ -345,6 +345,14 @@ class TestDdp : public QObject {
     wider.model.hidden = {64, 64};
     const auto sharded = trained(wider);
     QVERIFY(!sharded.empty() && backToBack(sharded));
+    {
+      // What it chose says that its step zeroes the gradients, so the ranks skip zero_grad.
+      engine::SyncContext ctx{wider, 0, 1, static_cast<int>(::getpid()) + 1};
+      auto strategy = engine::makeStrategy(ctx);
+      auto model = engine::makeModel(wider.model, wider.hyper.seed);
+      strategy->attach(*model);
+      QVERIFY(strategy->zeroesGradients());
+    }
     const auto small = trained(p);
     QVERIFY(!small.empty() && !backToBack(small));
     QVERIFY2(maxAbsDiff(small, referenceParameters(p, 1)) < 1e-5, "the one-barrier step trained other parameters");

@@ -291,6 +291,55 @@ class TestRunStore : public QObject {
     QVERIFY(sameRecord(all.back(), stepRecord(1, steps).step));
   }
 
+  // Two stores unpacking the same ended run at once (`ptw runs` while another run ends): one
+  // unpacks all of it in the middle of the other's unpacking, and every record is a row once.
+  void twoUnpackersAtOnceWriteEachRowOnce() {
+    QTemporaryDir dir;
+    RunStore first(dir.path().toStdString());
+    const auto id = first.beginRun(dir.path().toStdString(), defaultProfile());
+    for (int rank = 0; rank < 2; ++rank) {
+      std::vector<Record> batch;
+      for (std::int64_t s = 1; s <= 8192 + 100; ++s) batch.push_back(stepRecord(rank, s));
+      first.append(id, 0, batch);
+    }
+    first.flush();
+    RunStore second(dir.path().toStdString());
+    bool otherDone = false;
+    first.unpackBlocks(id, [&](std::int64_t done, std::int64_t) {
+      if (done > 0 && !otherDone) {  // after the first of four blocks
+        second.unpackBlocks(id);
+        otherDone = true;
+      }
+    });
+    QVERIFY(otherDone);
+    Sql sql(first.path());
+    QCOMPARE(sql.count("SELECT count(*) FROM steps"), std::int64_t(2 * (8192 + 100)));
+    QCOMPARE(sql.count("SELECT count(*) FROM (SELECT DISTINCT rank, step FROM steps)"), std::int64_t(2 * (8192 + 100)));
+    QCOMPARE(first.stepCount(id), std::int64_t(2 * (8192 + 100)));
+    QVERIFY(!std::filesystem::exists(stepFile(dir, id)));
+  }
+
+  // A store writing a run whose file another store unpacked and removed (one that took the
+  // run for interrupted) starts the file again: what it writes after is still read.
+  void aStepFileRemovedUnderItsWriterIsStartedAgain() {
+    QTemporaryDir dir;
+    RunStore writer(dir.path().toStdString());
+    const auto id = writer.beginRun(dir.path().toStdString(), defaultProfile());
+    writer.append(id, 0, {stepRecord(0, 1), stepRecord(0, 2)});
+    writer.flush();
+    {
+      RunStore other(dir.path().toStdString());
+      other.unpackBlocks(id);
+    }
+    QVERIFY(!std::filesystem::exists(stepFile(dir, id)));
+    writer.append(id, 0, {stepRecord(0, 3)});
+    writer.flush();
+    QCOMPARE(writer.stepCount(id), std::int64_t(3));
+    const auto all = writer.steps(id);
+    QCOMPARE(all.size(), std::size_t(3));
+    QVERIFY(sameRecord(all[2], stepRecord(0, 3).step));
+  }
+
   // A database from before step files keeps a running run's blocks in `step_blocks` rows:
   // they are read, and unpacked, like a file's.
   void oldStepBlockRowsAreReadAndUnpacked() {
