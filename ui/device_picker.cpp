@@ -133,7 +133,7 @@ void DevicePicker::rebuild() {
   }
 }
 
-void DevicePicker::select(const QString& device, int ranks, const std::vector<qint64>& gpus) {
+void DevicePicker::select(const QString& device, int ranks, const std::vector<std::int64_t>& gpus) {
   m_selected = {device, ranks, gpus};
   m_updating = true;
   const bool cuda = device == "cuda" && !m_gpus.empty();
@@ -146,12 +146,12 @@ void DevicePicker::select(const QString& device, int ranks, const std::vector<qi
   m_updating = false;
 }
 
-std::vector<qint64> DevicePicker::gpus() const {
-  std::vector<qint64> ticked;
+std::vector<std::int64_t> DevicePicker::gpus() const {
+  std::vector<std::int64_t> ticked;
   for (const auto& g : m_gpus)
     if (g.box->isChecked()) ticked.push_back(g.index);
   for (std::size_t i = 0; i < ticked.size(); ++i)
-    if (ticked[i] != static_cast<qint64>(i)) return ticked;
+    if (ticked[i] != static_cast<std::int64_t>(i)) return ticked;
   return {};  // cuda:0 to cuda:n-1, the default
 }
 

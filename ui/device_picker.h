@@ -7,6 +7,7 @@
 #include <QString>
 #include <QWidget>
 
+#include <cstdint>
 #include <vector>
 
 class QCheckBox;
@@ -39,12 +40,12 @@ class DevicePicker : public QWidget {
 
   /// Shows the profile's choice: `device` cpu with `ranks`, or the GPUs in `gpus`
   /// (strategy.gpus), or when that is empty cuda:0 to cuda:ranks-1.
-  void select(const QString& device, int ranks, const std::vector<qint64>& gpus = {});
+  void select(const QString& device, int ranks, const std::vector<std::int64_t>& gpus = {});
   QString device() const;
   int ranks() const;
   /// The ticked GPUs' indices in ascending order, as strategy.gpus: empty when they are
   /// cuda:0 to cuda:n-1. (A profile may list them in another order; ticking reorders them.)
-  std::vector<qint64> gpus() const;
+  std::vector<std::int64_t> gpus() const;
   /// True until `ptw-worker --devices` has answered (or failed).
   bool probing() const { return m_probe != nullptr; }
   /// "world size 4 · global batch 64"
@@ -67,7 +68,7 @@ class DevicePicker : public QWidget {
   struct Selection {
     QString device = "cpu";
     int ranks = 1;
-    std::vector<qint64> gpus;
+    std::vector<std::int64_t> gpus;
   };
   Selection m_selected;  ///< the last select(), shown again once the worker has listed the GPUs
   QLabel* m_summary;

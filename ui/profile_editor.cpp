@@ -24,6 +24,7 @@
 namespace ptw::ui {
 namespace {
 
+const QString kListSeparator = QStringLiteral(", ");  ///< how an array field's items are shown
 const QStringList kFileFields = {"model.path", "data.path", "run.resume_from"};
 
 QString kindOf(const std::string& json) {
@@ -66,8 +67,8 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
           if (auto* e = qobject_cast<QLineEdit*>(field("strategy.ranks"))) e->setText(QString::number(m_devices->ranks()));
           if (auto* e = qobject_cast<QLineEdit*>(field("strategy.gpus"))) {
             QStringList listed;
-            for (qint64 g : m_devices->gpus()) listed << QString::number(g);
-            e->setText(listed.join(", "));
+            for (std::int64_t g : m_devices->gpus()) listed << QString::number(g);
+            e->setText(listed.join(kListSeparator));
           }
           m_filling = false;
           collect();
@@ -153,16 +154,14 @@ void ProfileEditor::setProfile(const core::Profile& profile) {
       else if (kind == "array") {
         QStringList parts;
         for (const auto& x : v.toArray()) parts << (x.isString() ? x.toString() : QString::number(x.toDouble(), 'g', 17));
-        e->setText(parts.join(", "));
+        e->setText(parts.join(kListSeparator));
       } else {
         e->setText(QString::fromStdString(json));
       }
     }
   }
-  if (m_devices) m_devices->select(QString::fromStdString(profile.strategy.device), profile.strategy.ranks,
-                                 {profile.strategy.gpus.begin(), profile.strategy.gpus.end()});
   m_filling = false;
-  collect();
+  collect();  // and the device picker from it
 }
 
 void ProfileEditor::setFieldText(const QString& path, const QString& text) {
@@ -227,7 +226,7 @@ void ProfileEditor::collect() {
     if (!m_filling) {
       m_filling = true;
       m_devices->select(QString::fromStdString(m_profile.strategy.device), m_profile.strategy.ranks,
-                        {m_profile.strategy.gpus.begin(), m_profile.strategy.gpus.end()});
+                        m_profile.strategy.gpus);
       m_filling = false;
     }
   }

@@ -70,7 +70,7 @@ class ProcessPool final : public Strategy {
   bool computesGradients() const override { return m_rank != 0; }
   bool stepsOptimizer() const override { return m_hogwild ? m_rank != 0 : m_rank == 0; }
   /// A sync worker whose coordinator steps in one pass finds its slot zeroed by that pass.
-  bool zeroesGradients() const override { return !m_hogwild && m_rank != 0 && m_sgdWithoutClipping; }
+  bool zeroesGradients() const override { return m_rank != 0 && fusedSync(); }
 
   void attach(Model& model) override {
     m_params = model.parameters();
@@ -147,8 +147,10 @@ class ProcessPool final : public Strategy {
   }
 
  private:
-  /// The coordinator of a sync pool steps SGD (without clipping) in one pass with the average.
-  bool fusedStep() const { return !m_hogwild && m_rank == 0 && m_sgdWithoutClipping; }
+  /// A sync pool whose coordinator steps SGD (without clipping) in one pass with the average.
+  bool fusedSync() const { return !m_hogwild && m_sgdWithoutClipping; }
+  /// This process is that coordinator.
+  bool fusedStep() const { return m_rank == 0 && fusedSync(); }
 
   /// Lane `lane`'s share of the fused step.
   void stepShare(int lane) {

@@ -54,12 +54,11 @@ torch::Device deviceFor(const core::Profile& p, int index) {
             torch::cuda::is_available() ? "" : " (this LibTorch has no CUDA, or no driver is loaded)",
             "; use \"cpu\"");
   const std::int64_t gpu = core::cudaIndexFor(p, index);
-  if (p.strategy.gpus.empty())
-    PTW_CHECK(gpu < count, "strategy.device: rank/lane ", index, " needs cuda:", gpu, " but this machine has ", count,
-              " CUDA device(s); lower strategy.ranks to ", count);
-  else
-    PTW_CHECK(gpu < count, "strategy.gpus: rank/lane ", index, " is given cuda:", gpu, " but this machine has ", count,
-              " CUDA device(s) (cuda:0 to cuda:", count - 1, ")");
+  const bool listed = !p.strategy.gpus.empty();
+  PTW_CHECK(gpu < count, listed ? "strategy.gpus" : "strategy.device", ": rank/lane ", index,
+            listed ? " is given cuda:" : " needs cuda:", gpu, " but this machine has ", count, " CUDA device(s)",
+            listed ? " (cuda:0 to cuda:" + std::to_string(count - 1) + ")"
+                   : "; lower strategy.ranks to " + std::to_string(count));
   return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(gpu));
 }
 

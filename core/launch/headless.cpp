@@ -10,7 +10,6 @@
 #include <cstring>
 #include <map>
 #include <iomanip>
-#include <memory>
 #include <ostream>
 #include <sstream>
 
@@ -196,15 +195,15 @@ struct Verdict {
 }  // namespace
 
 std::function<void(std::int64_t, std::int64_t)> unpackReporter(std::ostream& out, std::string what) {
-  auto lastShown = std::make_shared<std::chrono::steady_clock::time_point>();
-  return [&out, what = std::move(what), lastShown](std::int64_t done, std::int64_t total) {
+  return [&out, what = std::move(what), lastShown = std::chrono::steady_clock::time_point()](
+             std::int64_t done, std::int64_t total) mutable {
     if (total < 500000) return;
     const auto now = std::chrono::steady_clock::now();
     if (done == 0) out << "ptw: storing " << total << " " << what << " as rows..." << std::endl;
-    else if (done == total || now - *lastShown >= std::chrono::seconds(1))
+    else if (done == total || now - lastShown >= std::chrono::seconds(1))
       out << "ptw: stored " << done << " of " << total << " " << what << " as rows" << std::endl;
     else return;
-    *lastShown = now;
+    lastShown = now;
   };
 }
 

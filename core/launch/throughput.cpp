@@ -25,12 +25,13 @@ void ThroughputMeter::add(const StepRecord& step) {
   const double busyS = step.stepMs / 1000.0;
   const double samples = step.samplesPerS * busyS;
   const bool warm = m_sinceStart[rank]++ >= m_warmup;
-  for (Sums* sums : {&m_all[rank], warm ? &m_steady[rank] : nullptr}) {
-    if (!sums) continue;
-    ++sums->steps;
-    sums->samples += samples;
-    sums->busyS += busyS;
-  }
+  auto count = [&](Sums& sums) {
+    ++sums.steps;
+    sums.samples += samples;
+    sums.busyS += busyS;
+  };
+  count(m_all[rank]);
+  if (warm) count(m_steady[rank]);
 }
 
 void ThroughputMeter::add(const std::vector<Record>& batch) {

@@ -26,7 +26,8 @@
 #   too-few-gpus   DDP with one rank more than there are GPUs fails at once, naming the field
 #                  and the device it lacks, and leaves no worker behind
 #   gpus=[N-1]     Single with strategy.gpus naming the last GPU runs there (its rank's log says so);
-#                  on a one-GPU machine it also equals Single on cuda:0 at every step (gpus=[0]=single)
+#                  on a one-GPU machine it also equals Single on cuda:0 at every step (gpus=[0]=single),
+#                  and so cannot tell the listed GPU from the default there; gpus-absent can
 #   gpus-absent    strategy.gpus naming a GPU past the last fails at once, naming the field
 #   resume         rank 0 killed after step 50 of a CUDA DDP run (checkpoint every 20, one restart):
 #                  the run finishes, and every step's loss equals the uninterrupted run's
