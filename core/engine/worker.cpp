@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "common/profile.h"
 #include "common/record.h"
+#include "engine/blas.h"
 #include "engine/trainer.h"
 #include "engine/workload.h"
 #ifdef PTW_WITH_CUDA
@@ -93,7 +94,7 @@ class RecordWriter {
 struct Args {
   std::string profile, out, store;
   int rank = -1, world = -1, port = 0, attempt = 0, records = -1;
-  bool preflight = false, devices = false;
+  bool preflight = false, devices = false, blas = false;
 };
 
 Args parseArgs(int argc, char** argv) {
@@ -105,11 +106,13 @@ Args parseArgs(int argc, char** argv) {
                    "                  [--records FD]   binary records to descriptor FD (else text lines on stdout)\n"
                    "       ptw-worker --preflight --profile FILE   load the workload, check it, print its shapes (JSON)\n"
                    "       ptw-worker --devices                    print the devices LibTorch sees (JSON lines)\n"
+                   "       ptw-worker --blas                       print the OpenBLAS kernels ranks train with (JSON)\n"
                    "One rank of a ptw run; started by ptw's launcher, not by hand.\n";
       std::exit(0);
     }
     if (k == "--preflight") { a.preflight = true; continue; }
     if (k == "--devices") { a.devices = true; continue; }
+    if (k == "--blas") { a.blas = true; continue; }
     PTW_CHECK(i + 1 < argc, k, ": missing value");
     std::string v = argv[++i];
     auto toInt = [&](const std::string& s) {
@@ -133,7 +136,7 @@ Args parseArgs(int argc, char** argv) {
     else PTW_FAIL("unknown argument ", k, " (see --help)");
   }
   PTW_CHECK(a.records < 0 || ::fcntl(a.records, F_GETFD) != -1, "--records: descriptor ", a.records, " is not open");
-  if (a.devices) return a;
+  if (a.devices || a.blas) return a;
   PTW_CHECK(!a.profile.empty(), "--profile is required");
   if (a.preflight) return a;
   PTW_CHECK(a.world >= 1, "--world: expected >= 1, got ", a.world);
@@ -202,6 +205,11 @@ int workerMain(int argc, char** argv) {
   try {
     args = parseArgs(argc, argv);
     if (args.devices) return printDevices();
+    if (!args.preflight) rerunWithBetterBlasKernels(argv);  // Note [BLAS kernels]
+    if (args.blas) {
+      std::printf("{\"openblas_core\": \"%s\"}\n", openblasCore().c_str());
+      return 0;
+    }
     profile = core::loadProfile(args.profile);
     if (args.preflight) return preflight(profile);
   } catch (const c10::Error& e) {

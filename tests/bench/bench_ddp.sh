@@ -29,6 +29,13 @@ if [ "$repeats" = "--table" ]; then exec /usr/bin/python3 "$here/bench_table.py"
 ref=${PY_DDP_REF:-$here/py_ddp_ref.py}
 [ -x "$ptw" ] || { echo "bench: $ptw not built; run the README's build first" >&2; exit 2; }
 [ -f "$ref" ] || { echo "bench: reference script $ref missing" >&2; exit 2; }
+# The Python peer runs the OpenBLAS kernels ptw's ranks run (Note [BLAS kernels] in
+# core/engine/blas.cpp: a worker replaces OpenBLAS's SSE3 fallback on a CPU it does not know),
+# so that both sides multiply matrices alike.
+blas_core=$("$(dirname "$ptw")/ptw-worker" --blas 2>/dev/null | sed -n 's/.*"openblas_core": "\([^"]*\)".*/\1/p')
+py_blas=()
+[ -n "$blas_core" ] && py_blas=(OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$blas_core}")
+echo "bench: OpenBLAS kernels: ${blas_core:-not OpenBLAS}" >&2
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 samples="$here/bench-samples.json"
@@ -50,7 +57,7 @@ py_ddp() {  # workload steps batch envs...
   # `timeout` and the pair is tried again on another port.
   for attempt in 1 2 3; do
     port=$(/usr/bin/python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-    line=$(for r in 1 0; do env "$@" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r \
+    line=$(for r in 1 0; do env "$@" "${py_blas[@]}" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port RANK=$r \
              WORLD_SIZE=2 timeout 120 /usr/bin/python3 "$ref" "$steps" "$batch" & done; wait) || true
     value=$(echo "$line" | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p' | head -1)
     [ -n "$value" ] && break
@@ -62,7 +69,7 @@ py_ddp() {  # workload steps batch envs...
 py_single() {
   local w=$1 steps=$2 batch=$3; shift 3
   local line
-  line=$(env "$@" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$ref" "$steps" "$batch")
+  line=$(env "$@" "${py_blas[@]}" OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 "$ref" "$steps" "$batch")
   record "$w" python-single "$(echo "$line" | sed -n 's/.*"samples_per_s": \([0-9.]*\).*/\1/p')"
 }
 ptw_run() {  # workload impl steps sets...

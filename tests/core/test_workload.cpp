@@ -1,6 +1,8 @@
 // Workloads: TorchScript round trip with Python, the shipped MNIST-format fixture, CSV
 // columns, learning-rate schedules, and every bad-input case caught before training with
 // a message that names the problem.
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QProcess>
 #include <sstream>
 #include <QtTest>
@@ -8,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "engine/blas.h"
 #include "engine/model.h"
 #include "engine/strategy.h"
 #include "engine/trainer.h"
@@ -352,6 +355,59 @@ class TestWorkload : public QObject {
 
   // A device that does not exist: every rank fails at start, and the run is reported
   // failed with the reason, not hung in rendezvous, and not run on the CPU instead.
+  // Note [BLAS kernels]: OpenBLAS's fallback for a CPU it does not know is replaced by the
+  // best kernels the CPU's instruction sets allow; a CPU OpenBLAS knows keeps its choice.
+  void openblasFallbackGivesWayToTheCpusKernels_data() {
+    QTest::addColumn<QString>("core");
+    QTest::addColumn<bool>("avx");
+    QTest::addColumn<bool>("avx2");
+    QTest::addColumn<bool>("avx512");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("Prescott on AVX-512") << "Prescott" << true << true << true << "SkylakeX";
+    QTest::newRow("prescott, any case") << "PRESCOTT" << true << true << true << "SkylakeX";
+    QTest::newRow("Prescott on AVX2") << "Prescott" << true << true << false << "Haswell";
+    QTest::newRow("Prescott on AVX") << "Prescott" << true << false << false << "Sandybridge";
+    QTest::newRow("Prescott on SSE3 only") << "Prescott" << false << false << false << "";
+    QTest::newRow("a CPU OpenBLAS knows") << "Haswell" << true << true << true << "";
+    QTest::newRow("Zen") << "Zen" << true << true << false << "";
+    QTest::newRow("not OpenBLAS") << "" << true << true << true << "";
+    QTest::newRow("a longer name") << "Prescott2" << true << true << true << "";
+  }
+  void openblasFallbackGivesWayToTheCpusKernels() {
+    QFETCH(QString, core);
+    QFETCH(bool, avx);
+    QFETCH(bool, avx2);
+    QFETCH(bool, avx512);
+    QFETCH(QString, expected);
+    engine::CpuFeatures cpu;
+    cpu.avx = avx;
+    cpu.avx2 = avx2;
+    cpu.avx512 = avx512;
+    QCOMPARE(QString::fromStdString(engine::betterOpenblasCore(core.toStdString(), cpu)), expected);
+  }
+
+  // A worker on this machine trains with kernels its CPU supports, not OpenBLAS's SSE3
+  // fallback, and one the user told a kernel set keeps it.
+  void workersTrainWithTheKernelsTheirCpuSupports() {
+    auto coreOf = [](const QString& coretype) {
+      QProcess w;
+      QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+      env.remove("OPENBLAS_CORETYPE");
+      if (!coretype.isEmpty()) env.insert("OPENBLAS_CORETYPE", coretype);
+      w.setProcessEnvironment(env);
+      w.start(QString::fromStdString(test::workerPath()), {"--blas"});
+      if (!w.waitForFinished(60000) || w.exitCode() != 0) return QString("failed: ") + w.readAllStandardError();
+      return QJsonDocument::fromJson(w.readAllStandardOutput()).object().value("openblas_core").toString();
+    };
+    const QString chosen = coreOf("");
+    QVERIFY2(!chosen.startsWith("failed"), qPrintable(chosen));
+    if (chosen.isEmpty()) QSKIP("the BLAS LibTorch calls here is not OpenBLAS");
+    const engine::CpuFeatures cpu = engine::cpuFeatures();
+    if (cpu.avx) QVERIFY2(chosen.compare("prescott", Qt::CaseInsensitive) != 0, qPrintable(chosen));
+    if (cpu.avx2) QCOMPARE(coreOf("Haswell"), QString("Haswell"));
+    QCOMPARE(coreOf("Prescott"), QString("Prescott"));  // told, even the fallback
+  }
+
   void missingDeviceFailsTheRunWithTheReason_data() {
     QTest::addColumn<QString>("kind");
     QTest::addColumn<int>("ranks");
