@@ -49,15 +49,15 @@ std::string betterOpenblasCore(std::string_view core, const CpuFeatures& cpu) {
   return "";
 }
 
-void rerunWithBetterBlasKernels(char** argv) {
+void rerunWithBetterBlasKernels(char** argv, const std::string& who) {
   if (std::getenv("OPENBLAS_CORETYPE")) return;  // the user's choice, or this is the run again
   const std::string core = openblasCore();
   const std::string better = betterOpenblasCore(core, cpuFeatures());
   if (better.empty()) return;
   std::fprintf(stderr,
-               "ptw-worker: OpenBLAS does not know this CPU and fell back to its %s kernels; running with "
+               "%s OpenBLAS does not know this CPU and fell back to its %s kernels; running with "
                "OPENBLAS_CORETYPE=%s, the kernels this CPU supports (set OPENBLAS_CORETYPE to choose)\n",
-               core.c_str(), better.c_str());
+               who.c_str(), core.c_str(), better.c_str());
   // By its own path, not /proc/self/exe: the process keeps its name (ps, and the launcher's
   // and tests' search for ptw-worker processes).
   char self[4096];
@@ -67,7 +67,7 @@ void rerunWithBetterBlasKernels(char** argv) {
     ::setenv("OPENBLAS_CORETYPE", better.c_str(), 1);
     ::execv(self, argv);
   }
-  std::fprintf(stderr, "ptw-worker: could not run again (%s); training with OpenBLAS's %s kernels\n",
+  std::fprintf(stderr, "%s could not run again (%s); training with OpenBLAS's %s kernels\n", who.c_str(),
                std::strerror(errno), core.c_str());
   ::unsetenv("OPENBLAS_CORETYPE");
 }

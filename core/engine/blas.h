@@ -27,7 +27,8 @@ std::string betterOpenblasCore(std::string_view core, const CpuFeatures& cpu);
 /// Note [BLAS kernels]: when OPENBLAS_CORETYPE is unset and betterOpenblasCore() names a
 /// kernel set, sets it and executes this program again with `argv` (the same process, so
 /// its descriptors and parent see nothing change). Returns when there is nothing to do or
-/// the exec failed (then the worker goes on with OpenBLAS's choice).
-void rerunWithBetterBlasKernels(char** argv);
+/// the exec failed (then the worker goes on with OpenBLAS's choice). `who` starts the line
+/// that says so on stderr ("[rank 1]").
+void rerunWithBetterBlasKernels(char** argv, const std::string& who);
 
 }  // namespace ptw::engine

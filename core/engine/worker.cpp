@@ -205,7 +205,8 @@ int workerMain(int argc, char** argv) {
   try {
     args = parseArgs(argc, argv);
     if (args.devices) return printDevices();
-    if (!args.preflight) rerunWithBetterBlasKernels(argv);  // Note [BLAS kernels]
+    if (!args.preflight)  // Note [BLAS kernels]
+      rerunWithBetterBlasKernels(argv, args.rank >= 0 ? "[rank " + std::to_string(args.rank) + "]" : "ptw-worker:");
     if (args.blas) {
       std::printf("{\"openblas_core\": \"%s\"}\n", openblasCore().c_str());
       return 0;
