@@ -13,21 +13,16 @@
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
 #include "launch/supervisor.h"
-#include "launch/throughput.h"
 
 namespace ptw::ui {
 
 class RunController::Observer : public core::LaunchObserver {
  public:
   explicit Observer(RunController* c) : m_c(c) {}
-  /// Before a run: its throughput, as the run list reports it, starts again.
-  void reset(const core::Profile& profile) { m_meter = core::ThroughputMeter(profile); }
-  double throughput() const { return m_meter.total(); }
   void onStarted(int port, const std::vector<int>&) override {
     QMetaObject::invokeMethod(m_c, [c = m_c, port] { emit c->started(port); }, Qt::QueuedConnection);
   }
   void onRecords(std::vector<core::Record>& batch) override {
-    m_meter.add(batch);
     std::vector<core::Record> spare;
     std::lock_guard<std::mutex> lock(m_c->m_mutex);
     if (!m_c->m_spare.empty()) {
@@ -48,7 +43,6 @@ class RunController::Observer : public core::LaunchObserver {
     m_c->m_pending.logs.emplace_back(rank, line);
   }
   void onRestart(int, std::int64_t step) override {
-    m_meter.restart();
     std::lock_guard<std::mutex> lock(m_c->m_mutex);
     m_c->m_pending.restarts.emplace_back(m_c->m_pending.records, step);
   }
@@ -62,7 +56,6 @@ class RunController::Observer : public core::LaunchObserver {
 
  private:
   RunController* m_c;
-  core::ThroughputMeter m_meter{0};  ///< on the supervisor's thread only
 };
 
 RunController::RunController(QObject* parent) : QObject(parent), m_observer(std::make_unique<Observer>(this)) {}
@@ -90,7 +83,6 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
     return false;
   }
   m_runDir = QString::fromStdString(dir);
-  m_observer->reset(profile);
   m_supervisor = std::make_unique<core::Supervisor>(
       core::SupervisorOptions(profile, dir, core::Launcher::defaultWorkerPath()).setStore(m_store.get(), m_runId));
   {
@@ -122,7 +114,7 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
       QMetaObject::invokeMethod(this, [this, done, total] { emit storing(done, total); }, Qt::QueuedConnection);
     };
     try {
-      const double throughput = m_observer->throughput();  // 0: no step was recorded
+      const double throughput = m_supervisor->throughput().total();  // 0: no step was recorded
       m_store->endRun(m_runId, status.toStdString(), message.toStdString(), std::nan(""),
                       throughput > 0 ? throughput : std::nan(""),
                       m_supervisor->attempts(), progress);

@@ -38,8 +38,7 @@ extern "C" void onInterrupt(int) {
 class ProgressPrinter : public LaunchObserver {
  public:
   ProgressPrinter(std::ostream& out, const Profile& p, bool tty)
-      : m_out(out), m_profile(p), m_tty(tty), m_ranks(static_cast<std::size_t>(reportingRanks(p))),
-        m_throughput(p) {}
+      : m_out(out), m_profile(p), m_tty(tty), m_ranks(static_cast<std::size_t>(reportingRanks(p))) {}
 
   void onStarted(int port, const std::vector<int>& pids) override {
     m_out << "started " << pids.size() << " process(es)";
@@ -58,7 +57,6 @@ class ProgressPrinter : public LaunchObserver {
       auto& slot = m_ranks[static_cast<std::size_t>(r.step.rank)];
       slot.last = r.step;
       slot.seen = true;
-      m_throughput.add(r.step);
       ++m_records;
     }
     print(false);
@@ -66,7 +64,6 @@ class ProgressPrinter : public LaunchObserver {
   void onLog(int rank, const std::string& line) override {
     if (rank < 0) m_out << line << "\n";  // the supervisor's own messages (restarts)
   }
-  void onRestart(int, std::int64_t) override { m_throughput.restart(); }
   void onRankExit(const RankExit& e) override {
     if (e.rank >= 0 && e.rank < static_cast<int>(m_ranks.size()))
       m_ranks[static_cast<std::size_t>(e.rank)].exit = e.describe();
@@ -112,10 +109,10 @@ class ProgressPrinter : public LaunchObserver {
     std::string exit;
   };
   const std::vector<RankView>& ranks() const { return m_ranks; }
-  const ThroughputMeter& throughput() const { return m_throughput; }
 
-  /// The metrics expectations and the summary speak of (see knownMetrics()).
-  std::map<std::string, double> metrics(double wallS) const {
+  /// The metrics expectations and the summary speak of (see knownMetrics()), with the
+  /// supervisor's `throughput`.
+  std::map<std::string, double> metrics(double wallS, const ThroughputMeter& throughput) const {
     double loss = 0, stepsPerS = 0;
     std::int64_t steps = 0;
     int seen = 0;
@@ -125,7 +122,7 @@ class ProgressPrinter : public LaunchObserver {
       const auto& r = m_ranks[i];
       if (!r.seen) continue;
       loss += r.last.loss;
-      double sps = m_throughput.stepsPerS(static_cast<int>(i));
+      double sps = throughput.stepsPerS(static_cast<int>(i));
       stepsPerS = seen == 0 ? sps : std::min(stepsPerS, sps);
       steps = seen == 0 ? r.last.step : std::min(steps, r.last.step);
       ++seen;
@@ -133,7 +130,7 @@ class ProgressPrinter : public LaunchObserver {
     double nan = std::nan("");
     return {{"final.loss", seen ? loss / seen : nan},
             {"final.step", static_cast<double>(steps)},
-            {"throughput.samples_per_s", seen ? m_throughput.total() : nan},
+            {"throughput.samples_per_s", seen ? throughput.total() : nan},
             {"throughput.steps_per_s", seen ? stepsPerS : nan},
             {"final.val_loss", m_valLoss},
             {"final.val_accuracy", m_valAccuracy},
@@ -145,7 +142,6 @@ class ProgressPrinter : public LaunchObserver {
   const Profile& m_profile;
   bool m_tty;
   std::vector<RankView> m_ranks;
-  ThroughputMeter m_throughput;
   std::chrono::steady_clock::time_point m_start = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point m_lastPrint{};
   int m_printedLines = 0;
@@ -271,7 +267,7 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
   out << "ptw: " << statusName(report.status) << " in " << std::fixed << std::setprecision(1) << report.wallS
       << " s: " << report.message << "\n";
   // Expectations, summary and JUnit: judged and written whatever the outcome.
-  auto metrics = progress.metrics(report.wallS);
+  auto metrics = progress.metrics(report.wallS, launcher.throughput());
   store->endRun(runId, statusName(report.status), report.message, metrics["final.loss"],
                 metrics["throughput.samples_per_s"], launcher.attempts(), unpackReporter(out, "step records"));
   if (!store->error().empty() && report.status != RunReport::Status::Failed) {
@@ -316,8 +312,18 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
       j["ranks"] = nlohmann::ordered_json::array();
       for (std::size_t r = 0; r < progress.ranks().size(); ++r) {
         const auto& v = progress.ranks()[r];
-        j["ranks"].push_back({{"rank", r}, {"steps", v.last.step}, {"final_loss", v.seen ? num(v.last.loss) : nullptr},
-                              {"samples_per_s", progress.throughput().samplesPerS(static_cast<int>(r))}, {"exit", report.exits.size() > r ? report.exits[r].describe() : ""}});
+        const StepSplit split = launcher.throughput().split(static_cast<int>(r));
+        j["ranks"].push_back({{"rank", r},
+                              {"steps", v.last.step},
+                              {"final_loss", v.seen ? num(v.last.loss) : nullptr},
+                              {"samples_per_s", launcher.throughput().samplesPerS(static_cast<int>(r))},
+                              {"step_ms",
+                               {{"total", split.stepMs},
+                                {"data", split.dataMs},
+                                {"compute", split.computeMs},
+                                {"comm", split.commMs},
+                                {"opt", split.optMs}}},
+                              {"exit", report.exits.size() > r ? report.exits[r].describe() : ""}});
       }
       if (report.failedRank >= 0) j["failed_rank"] = report.failedRank;
       j["expectations"] = nlohmann::ordered_json::array();

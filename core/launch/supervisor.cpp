@@ -10,14 +10,16 @@
 namespace ptw::core {
 namespace {
 
-// Passes everything on to the caller's observer, and records to the store.
+// Passes everything on to the caller's observer, counts throughput, and records to the store.
 class StoringObserver final : public LaunchObserver {
  public:
-  StoringObserver(LaunchObserver& outer, RunStore* store, std::int64_t runId, Supervisor& owner)
-      : m_outer(outer), m_store(store), m_runId(runId), m_owner(owner) {}
+  StoringObserver(LaunchObserver& outer, RunStore* store, std::int64_t runId, Supervisor& owner,
+                  ThroughputMeter& throughput)
+      : m_outer(outer), m_store(store), m_runId(runId), m_owner(owner), m_throughput(throughput) {}
   void setAttempt(int a) { m_attempt = a; }
   void onStarted(int port, const std::vector<int>& pids) override { m_outer.onStarted(port, pids); }
   void onRecords(std::vector<Record>& batch) override {
+    m_throughput.add(batch);  // before the outer observer, which may take the batch
     if (m_store) {
       m_store->append(m_runId, m_attempt, batch);
       if (!m_store->error().empty()) m_owner.requestStop();  // a run we cannot record is stopped, not lost
@@ -26,13 +28,17 @@ class StoringObserver final : public LaunchObserver {
   }
   void onLog(int rank, const std::string& line) override { m_outer.onLog(rank, line); }
   void onRankExit(const RankExit& e) override { m_outer.onRankExit(e); }
-  void onRestart(int attempt, std::int64_t step) override { m_outer.onRestart(attempt, step); }
+  void onRestart(int attempt, std::int64_t step) override {
+    m_throughput.restart();
+    m_outer.onRestart(attempt, step);
+  }
 
  private:
   LaunchObserver& m_outer;
   RunStore* m_store;
   std::int64_t m_runId;
   Supervisor& m_owner;
+  ThroughputMeter& m_throughput;
   int m_attempt = 0;
 };
 
@@ -45,7 +51,7 @@ std::int64_t checkpointStep(const std::string& runDir) {
   return -1;
 }
 
-Supervisor::Supervisor(SupervisorOptions options) : m_options(std::move(options)) {}
+Supervisor::Supervisor(SupervisorOptions options) : m_options(std::move(options)), m_throughput(m_options.profile) {}
 
 void Supervisor::requestStop() {
   m_stopRequested.store(true);
@@ -54,7 +60,8 @@ void Supervisor::requestStop() {
 
 RunReport Supervisor::run(LaunchObserver& observer) {
   const auto& o = m_options;
-  StoringObserver storing(observer, o.store, o.runId, *this);
+  m_throughput = ThroughputMeter(o.profile);
+  StoringObserver storing(observer, o.store, o.runId, *this, m_throughput);
   RunReport report;
   const int maxRestarts = o.profile.run.maxRestarts;
   for (int attempt = 0;; ++attempt) {

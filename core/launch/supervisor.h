@@ -8,7 +8,8 @@
 // run continues from the step of that checkpoint and ends with the parameters of a run
 // that never failed. Records are stored with their attempt number; where attempts
 // overlap (steps after the checkpoint that were replayed), the later attempt's count.
-// Observers hear onRestart(attempt, step) and drop what they drew past that step.
+// Observers hear onRestart(attempt, step) and drop what they drew past that step; the
+// supervisor's throughput() counts each rank's warm-up again (Note [Warm-up steps]).
 #pragma once
 
 #include <atomic>
@@ -16,6 +17,7 @@
 
 #include "common/profile.h"
 #include "launch/launcher.h"
+#include "launch/throughput.h"
 
 namespace ptw::core {
 
@@ -47,8 +49,13 @@ class Supervisor {
 
   int attempts() const { return m_attempts; }
 
+  /// The run's throughput as ptw reports it (throughput.h), over every attempt, each rank
+  /// warming up again after a restart. Read it once run() has returned.
+  const ThroughputMeter& throughput() const { return m_throughput; }
+
  private:
   SupervisorOptions m_options;
+  ThroughputMeter m_throughput;
   std::atomic<Launcher*> m_current{nullptr};
   std::atomic<bool> m_stopRequested{false};
   int m_attempts = 0;

@@ -11,25 +11,8 @@
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
 #include "launch/supervisor.h"
-#include "launch/throughput.h"
 
 namespace ptw::core {
-namespace {
-
-// Throughput as the headless summary counts it (throughput.h).
-class Throughput final : public LaunchObserver {
- public:
-  explicit Throughput(const Profile& p) : m_meter(p) {}
-  void onRecords(std::vector<Record>& batch) override { m_meter.add(batch); }
-  void onRestart(int, std::int64_t) override { m_meter.restart(); }
-  double samplesPerS() const { return m_meter.total(); }
-
- private:
-  ThroughputMeter m_meter;
-};
-
-}  // namespace
-
 Sweep::Sweep(SweepOptions options) : m_options(std::move(options)) {}
 
 const std::vector<std::string>& Sweep::strategyNames() {
@@ -104,10 +87,10 @@ std::vector<SweepPoint> Sweep::run(const std::function<void(const SweepPoint&, i
     Supervisor supervisor(SupervisorOptions(p, dir, worker).setStore(&store, point.runId));
     m_current = &supervisor;
     if (m_stop) supervisor.requestStop();
-    Throughput throughput(p);
+    LaunchObserver quiet;
     RunReport report;
     try {
-      report = supervisor.run(throughput);
+      report = supervisor.run(quiet);
     } catch (const Error& e) {
       report.status = RunReport::Status::Failed;
       report.message = e.what();
@@ -115,7 +98,7 @@ std::vector<SweepPoint> Sweep::run(const std::function<void(const SweepPoint&, i
     m_current = nullptr;
     point.status = statusName(report.status);
     point.message = report.message;
-    point.samplesPerS = throughput.samplesPerS();
+    point.samplesPerS = supervisor.throughput().total();
     store.endRun(point.runId, point.status, report.message, std::nan(""), point.samplesPerS, 1);
     if (strategy == "single") single = point.samplesPerS;
     point.efficiency = single > 0 ? point.samplesPerS / (point.workers * single) : 0;

@@ -29,6 +29,11 @@ void ThroughputMeter::add(const StepRecord& step) {
     ++sums.steps;
     sums.samples += samples;
     sums.busyS += busyS;
+    sums.ms.stepMs += step.stepMs;
+    sums.ms.dataMs += step.dataMs;
+    sums.ms.computeMs += step.computeMs;
+    sums.ms.commMs += step.commMs;
+    sums.ms.optMs += step.optMs;
   };
   count(m_all[rank]);
   if (warm) count(m_steady[rank]);
@@ -56,6 +61,13 @@ double ThroughputMeter::samplesPerS(int rank) const {
 double ThroughputMeter::stepsPerS(int rank) const {
   const Sums& s = counted(rank);
   return s.busyS > 0 ? static_cast<double>(s.steps) / s.busyS : 0;
+}
+
+StepSplit ThroughputMeter::split(int rank) const {
+  const Sums& s = counted(rank);
+  if (s.steps == 0) return {};
+  const double n = static_cast<double>(s.steps);
+  return {s.ms.stepMs / n, s.ms.dataMs / n, s.ms.computeMs / n, s.ms.commMs / n, s.ms.optMs / n};
 }
 
 double ThroughputMeter::total() const {

@@ -23,6 +23,16 @@ struct Profile;
 /// The step records of each rank that throughput leaves out (Note [Warm-up steps]).
 std::int64_t warmupSteps(const Profile& profile);
 
+/// A rank's mean step time (ms) and how it splits: loading the batch, forward and backward,
+/// waiting for and reducing gradients, the optimizer (common/record.h).
+struct StepSplit {
+  double stepMs = 0;
+  double dataMs = 0;
+  double computeMs = 0;
+  double commMs = 0;
+  double optMs = 0;
+};
+
 /// Example: ThroughputMeter m(profile); for each step record m.add(r.step); m.total()
 class ThroughputMeter {
  public:
@@ -43,12 +53,15 @@ class ThroughputMeter {
   double stepsPerS(int rank) const;
   /// The run's samples per second: the sum over ranks (the coordinator's alone for the pool).
   double total() const;
+  /// `rank`'s mean step time and its split over the steps counted above; zeros before any step.
+  StepSplit split(int rank) const;
 
  private:
   struct Sums {
     std::int64_t steps = 0;
     double samples = 0;
     double busyS = 0;
+    StepSplit ms;  ///< sums
   };
   const Sums& counted(int rank) const;
 

@@ -42,11 +42,22 @@ samples="$here/bench-samples.json"
 echo "[" > "$samples.tmp"
 first=1
 
-record() {  # workload impl value
+record() {  # workload impl value [step_ms JSON]
   [ $first -eq 1 ] || echo "," >> "$samples.tmp"
   first=0
-  printf '{"workload":"%s","impl":"%s","samples_per_s":%s}' "$1" "$2" "$3" >> "$samples.tmp"
+  printf '{"workload":"%s","impl":"%s","samples_per_s":%s%s}' "$1" "$2" "$3" "${4:+,\"step_ms\":$4}" >> "$samples.tmp"
   echo "$1 $2 $3" >> "$out/all.txt"
+}
+
+# The run summaries' throughput (summed), and their ranks' mean step split (averaged).
+summaries() {  # summary.json...
+  /usr/bin/python3 - "$@" <<'PY'
+import json, sys
+runs = [json.load(open(f)) for f in sys.argv[1:]]
+ranks = [r["step_ms"] for s in runs for r in s["ranks"] if "step_ms" in r]
+split = {k: sum(r[k] for r in ranks) / len(ranks) for k in ranks[0]} if ranks else {}
+print(sum(s["throughput"]["samples_per_s"] for s in runs), json.dumps(split, separators=(",", ":")))
+PY
 }
 
 py_ddp() {  # workload steps batch envs...
@@ -75,7 +86,9 @@ py_single() {
 ptw_run() {  # workload impl steps sets...
   local w=$1 impl=$2 steps=$3; shift 3
   "$ptw" --headless --runs-dir "$out/runs" --summary "$out/s.json" --set hyper.max_steps="$steps" "$@" >/dev/null
-  record "$w" "$impl" "$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["throughput"]["samples_per_s"])' "$out/s.json")"
+  local value split
+  read -r value split < <(summaries "$out/s.json")
+  record "$w" "$impl" "$value" "$split"
 }
 
 apart() {  # workload steps sets...: two ptw Single runs at once, sharing nothing: what 2 ranks could reach
@@ -85,10 +98,11 @@ apart() {  # workload steps sets...: two ptw Single runs at once, sharing nothin
       --set strategy.kind=single --set strategy.ranks=1 >/dev/null &
   done
   wait
-  local a b
-  a=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["throughput"]["samples_per_s"])' "$out/s-a.json")
-  b=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["throughput"]["samples_per_s"])' "$out/s-b.json")
-  record "$w" two-singles-apart "$(/usr/bin/python3 -c "print($a + $b)")"
+  local a b total split
+  read -r a _ < <(summaries "$out/s-a.json")
+  read -r b _ < <(summaries "$out/s-b.json")
+  read -r total split < <(summaries "$out/s-a.json" "$out/s-b.json")
+  record "$w" two-singles-apart "$total" "$split"
   # In lock-step (DDP, DataParallel, pool sync) every rank waits for the slowest each step: with
   # one rank a core, the most they can reach is twice the slower core's Single.
   record "$w" lockstep-ceiling "$(/usr/bin/python3 -c "print(2 * min($a, $b))")"

@@ -41,3 +41,17 @@ if any((w, "lockstep-ceiling") in runs for w, _ in lockstep):
         values = runs[(w, impl)]
         print(f"| {w} | {impl} | {statistics.median(v / c for v, c in zip(values, ceiling)):.2f} | "
               f"{max(values) / max(ceiling):.2f} |")
+
+# Where a step's time goes: each rank's mean step time after its warm-up and its parts (the run
+# summary's step_ms), averaged over ranks, median over rounds.
+split = {}
+for r in rows:
+    if "step_ms" in r:
+        split.setdefault((r["workload"], r["impl"]), []).append(r["step_ms"])
+if split:
+    parts = ("total", "data", "compute", "comm", "opt")
+    print("\n| workload | impl | step ms | data | compute | comm | opt |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for (w, impl), values in sorted(split.items()):
+        cells = " | ".join(f"{statistics.median(v[p] for v in values):.3f}" for p in parts)
+        print(f"| {w} | {impl} | {cells} |")

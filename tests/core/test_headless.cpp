@@ -140,6 +140,16 @@ class TestHeadless : public QObject {
     QCOMPARE(s["ranks"].toArray().size(), 2);
     QVERIFY(s["ranks"].toArray()[1].toObject()["samples_per_s"].toDouble() > 0);
     QVERIFY(s["throughput"].toObject()["samples_per_s"].toDouble() > 0);
+    for (const auto& rank : s["ranks"].toArray()) {  // the parts of a step are within it
+      const QJsonObject ms = rank.toObject()["step_ms"].toObject();
+      double parts = 0;
+      for (const char* part : {"data", "compute", "comm", "opt"}) {
+        QVERIFY2(ms[part].toDouble(-1) >= 0, part);
+        parts += ms[part].toDouble();
+      }
+      QVERIFY(ms["compute"].toDouble() > 0);
+      QVERIFY2(parts <= ms["total"].toDouble() * (1 + 1e-9), qPrintable(QJsonDocument(ms).toJson()));
+    }
     QCOMPARE(s["expectations"].toArray().size(), 2);
 
     // A failed expectation: exit 4, and the JUnit file says which.
@@ -249,6 +259,27 @@ class TestHeadless : public QObject {
     meter.add(step(0, 12, 16));
     meter.add(step(0, 2, 16));
     QCOMPARE(meter.samplesPerS(0), 5 * 16 / 0.006);  // the four 1 ms steps and the 2 ms one
+    // The step split: means over the same steps, here the four 1 ms steps and the 2 ms one.
+    QCOMPARE(meter.split(0).stepMs, 6.0 / 5);
+    QCOMPARE(meter.split(2).stepMs, 0.0);
+    ThroughputMeter parts(1);
+    auto split = [&](double data, double compute, double comm, double opt) {
+      StepRecord s = step(0, data + compute + comm + opt, 16);
+      s.dataMs = data;
+      s.computeMs = compute;
+      s.commMs = comm;
+      s.optMs = opt;
+      parts.add(s);
+    };
+    split(100, 100, 100, 100);  // warm-up
+    split(1, 2, 3, 4);
+    split(3, 4, 5, 6);
+    const StepSplit got = parts.split(0);
+    QCOMPARE(got.stepMs, 14.0);
+    QCOMPARE(got.dataMs, 2.0);
+    QCOMPARE(got.computeMs, 3.0);
+    QCOMPARE(got.commMs, 4.0);
+    QCOMPARE(got.optMs, 5.0);
     ThroughputMeter pool(0, /*coordinatorOnly=*/true);
     pool.add(step(0, 1, 32));  // the coordinator reports the whole pool's samples
     pool.add(step(1, 1, 16));

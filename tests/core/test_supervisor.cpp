@@ -12,6 +12,7 @@
 #include <sys/socket.h>
 
 #include <functional>
+#include <map>
 
 #include <torch/torch.h>
 
@@ -38,21 +39,44 @@ class Watcher : public LaunchObserver {
   std::vector<std::string> logs;
   std::int64_t stepRecords = 0;
   std::vector<std::pair<int, std::int64_t>> restarts;
+  std::vector<std::vector<StepRecord>> attempts{1};  ///< each attempt's step records, in arrival order
   void onStarted(int port, const std::vector<int>& p) override {
     pids = p;
     if (onStart) onStart(port);
   }
-  void onRestart(int attempt, std::int64_t step) override { restarts.emplace_back(attempt, step); }
+  void onRestart(int attempt, std::int64_t step) override {
+    restarts.emplace_back(attempt, step);
+    attempts.emplace_back();
+  }
   void onRecords(std::vector<Record>& batch) override {
     for (const auto& r : batch) {
       if (r.kind != Record::Kind::Step) continue;
       ++stepRecords;
+      attempts.back().push_back(r.step);
       lastStep[static_cast<std::size_t>(r.step.rank)] = r.step.step;
       if (onStep) onStep(r.step.rank, r.step.step);
     }
   }
   void onLog(int, const std::string& line) override { logs.push_back(line); }
 };
+
+// Samples per second as ptw reports them, worked out from each attempt's step records: the
+// sum over ranks of samples over time inside steps, leaving out each rank's first `warmup`
+// steps of every attempt (Note [Warm-up steps]).
+double throughputOf(const std::vector<std::vector<StepRecord>>& attempts, std::int64_t warmup) {
+  std::map<int, std::pair<double, double>> sums;  // rank -> samples, seconds
+  for (const auto& attempt : attempts) {
+    std::map<int, std::int64_t> seen;
+    for (const auto& s : attempt) {
+      if (seen[s.rank]++ < warmup) continue;
+      sums[s.rank].first += s.samplesPerS * s.stepMs / 1000;
+      sums[s.rank].second += s.stepMs / 1000;
+    }
+  }
+  double total = 0;
+  for (const auto& [rank, v] : sums) total += v.first / v.second;
+  return total;
+}
 
 // A run folder and its row in a fresh run store.
 struct StoredRun {
@@ -317,6 +341,15 @@ class TestSupervisor : public QObject {
     // replayed steps 11-12 from the second attempt.
     QCOMPARE(run0Steps(faulty), (std::vector<std::int64_t>{30, 30}));
     QCOMPARE(faulty.store.stepCount(faulty.id), w.stepRecords);
+    // Throughput leaves out each rank's warm-up steps of both attempts (3 of 30 steps).
+    QCOMPARE(w.attempts.size(), std::size_t(2));
+    const double counted = throughputOf(w.attempts, 3);
+    QVERIFY(counted > 0);
+    QVERIFY2(std::abs(supervisor.throughput().total() - counted) <= 1e-9 * counted,
+             qPrintable(QString("%1 vs %2").arg(supervisor.throughput().total()).arg(counted)));
+    std::vector<StepRecord> asOne;  // the same records counted as one attempt: not what was reported
+    for (const auto& a : w.attempts) asOne.insert(asOne.end(), a.begin(), a.end());
+    QVERIFY(std::abs(throughputOf({asOne}, 3) - counted) > 1e-9 * counted);
   }
 
   // A metrics store that fills up stops the run with the reason, instead of losing records.
