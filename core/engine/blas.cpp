@@ -58,8 +58,9 @@ void rerunWithBetterBlasKernels(char** argv, const std::string& who) {
                "%s OpenBLAS does not know this CPU and fell back to its %s kernels; running with "
                "OPENBLAS_CORETYPE=%s, the kernels this CPU supports (set OPENBLAS_CORETYPE to choose)\n",
                who.c_str(), core.c_str(), better.c_str());
-  // By its own path, not /proc/self/exe: the process keeps its name (ps, and the launcher's
-  // and tests' search for ptw-worker processes).
+  // Executed by the file /proc/self/exe links to, not by the link: the kernel names a process
+  // after the file it executes, and ranks keep the name ptw-worker (ps, and the searches for
+  // left-over workers).
   char self[4096];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (n > 0) {

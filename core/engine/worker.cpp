@@ -199,14 +199,24 @@ int workerMain(int argc, char** argv) {
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGINT, &sa, nullptr);
+  // A stop that came while this program executed itself again (Note [BLAS kernels]) was held
+  // back for the new image: it arrives here.
+  sigset_t stopSignals;
+  sigemptyset(&stopSignals);
+  sigaddset(&stopSignals, SIGTERM);
+  sigaddset(&stopSignals, SIGINT);
+  ::pthread_sigmask(SIG_UNBLOCK, &stopSignals, nullptr);
 
   Args args;
   core::Profile profile;
   try {
     args = parseArgs(argc, argv);
     if (args.devices) return printDevices();
-    if (!args.preflight)  // Note [BLAS kernels]
-      rerunWithBetterBlasKernels(argv, args.rank >= 0 ? "[rank " + std::to_string(args.rank) + "]" : "ptw-worker:");
+    if (!args.preflight) {  // Note [BLAS kernels]; a stop now waits for the new image, which unblocks it
+      ::pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
+      if (!g_stop) rerunWithBetterBlasKernels(argv, args.rank >= 0 ? "[rank " + std::to_string(args.rank) + "]" : "ptw-worker:");
+      ::pthread_sigmask(SIG_UNBLOCK, &stopSignals, nullptr);
+    }
     if (args.blas) {
       std::printf("{\"openblas_core\": \"%s\"}\n", openblasCore().c_str());
       return 0;

@@ -706,19 +706,16 @@ void RunStore::endRun(std::int64_t runId, const std::string& status, const std::
     // Nothing is lost (the blocks are kept and read), so the run is not failed for it; the
     // next run to end, `ptw runs` or `ptw export` tries again.
   }
-  if (!std::isfinite(finalLoss) || !std::isfinite(samplesPerS)) {
-    // Not given (the window gives no final loss, and no throughput when it saw no step): from
-    // the stored records, the last step's mean loss and the sum over ranks of their mean rate.
+  if (!std::isfinite(finalLoss)) {
+    // Not given (the window gives none): the mean over ranks of the last step's loss, from the
+    // stored records. Throughput is the caller's (the supervisor's meter); none when it
+    // counted no step.
     Statement q(m_db,
-                "SELECT (SELECT avg(loss) FROM steps WHERE run_id = ?1 AND step = (SELECT max(step) FROM steps "
-                "WHERE run_id = ?1)), (SELECT sum(t) FROM (SELECT avg(samples_per_s) AS t FROM steps WHERE "
-                "run_id = ?1 GROUP BY rank))");
+                "SELECT avg(loss) FROM steps WHERE run_id = ?1 AND step = (SELECT max(step) FROM steps WHERE "
+                "run_id = ?1)");
     sqlite3_bind_int64(q, 1, runId);
-    if (sqlite3_step(q) == SQLITE_ROW) {
-      if (!std::isfinite(finalLoss) && sqlite3_column_type(q, 0) != SQLITE_NULL) finalLoss = sqlite3_column_double(q, 0);
-      if (!std::isfinite(samplesPerS) && sqlite3_column_type(q, 1) != SQLITE_NULL)
-        samplesPerS = sqlite3_column_double(q, 1);
-    }
+    if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL)
+      finalLoss = sqlite3_column_double(q, 0);
   }
   Statement s(m_db,
               "UPDATE runs SET status = ?, ended_at = ?, message = ?, final_loss = ?, samples_per_s = ?, "

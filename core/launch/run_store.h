@@ -79,8 +79,8 @@ class RunStore {
   /// to `total`, once a block (at most 8,192 records, ~20 ms).
   using UnpackProgress = std::function<void(std::int64_t done, std::int64_t total)>;
 
-  /// Marks the run ended and unpacks its step blocks (reporting to `progress`); the summary
-  /// (final loss, throughput) comes from the records when not given (NaN).
+  /// Marks the run ended and unpacks its step blocks (reporting to `progress`). A final loss
+  /// not given (NaN) comes from the records; a throughput not given is left empty.
   void endRun(std::int64_t runId, const std::string& status, const std::string& message, double finalLoss,
               double samplesPerS, int attempts, const UnpackProgress& progress = {});
 

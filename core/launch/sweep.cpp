@@ -99,7 +99,7 @@ std::vector<SweepPoint> Sweep::run(const std::function<void(const SweepPoint&, i
     point.status = statusName(report.status);
     point.message = report.message;
     point.samplesPerS = supervisor.throughput().total();
-    store.endRun(point.runId, point.status, report.message, std::nan(""), point.samplesPerS, 1);
+    store.endRun(point.runId, point.status, report.message, std::nan(""), point.samplesPerS, supervisor.attempts());
     if (strategy == "single") single = point.samplesPerS;
     point.efficiency = single > 0 ? point.samplesPerS / (point.workers * single) : 0;
     points.push_back(point);

@@ -32,7 +32,7 @@ ref=${PY_DDP_REF:-$here/py_ddp_ref.py}
 # The Python peer runs the OpenBLAS kernels ptw's ranks run (Note [BLAS kernels] in
 # core/engine/blas.cpp: a worker replaces OpenBLAS's SSE3 fallback on a CPU it does not know),
 # so that both sides multiply matrices alike.
-blas_core=$("$(dirname "$ptw")/ptw-worker" --blas 2>/dev/null | sed -n 's/.*"openblas_core": "\([^"]*\)".*/\1/p')
+blas_core=$("${PTW_WORKER:-$(dirname "$ptw")/ptw-worker}" --blas 2>/dev/null | sed -n 's/.*"openblas_core": "\([^"]*\)".*/\1/p') || blas_core=""
 py_blas=()
 [ -n "$blas_core" ] && py_blas=(OPENBLAS_CORETYPE="${OPENBLAS_CORETYPE:-$blas_core}")
 echo "bench: OpenBLAS kernels: ${blas_core:-not OpenBLAS}" >&2
@@ -55,8 +55,8 @@ summaries() {  # summary.json...
 import json, sys
 runs = [json.load(open(f)) for f in sys.argv[1:]]
 ranks = [r["step_ms"] for s in runs for r in s["ranks"] if "step_ms" in r]
-split = {k: sum(r[k] for r in ranks) / len(ranks) for k in ranks[0]} if ranks else {}
-print(sum(s["throughput"]["samples_per_s"] for s in runs), json.dumps(split, separators=(",", ":")))
+split = json.dumps({k: sum(r[k] for r in ranks) / len(ranks) for k in ranks[0]}, separators=(",", ":")) if ranks else ""
+print(sum(s["throughput"]["samples_per_s"] for s in runs), split)
 PY
 }
 

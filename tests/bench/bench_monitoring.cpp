@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -91,6 +92,7 @@ class RunDelayProbe {
       m_quit = true;
       m_thread.join();
     }
+    if (m_seen.empty()) return std::nan("");  // no ranks seen, or a kernel without schedstat
     double share = 0;
     for (const auto& [pid, seen] : m_seen) {
       if (seen.size() < 3) continue;

@@ -46,7 +46,7 @@ if any((w, "lockstep-ceiling") in runs for w, _ in lockstep):
 # summary's step_ms), averaged over ranks, median over rounds.
 split = {}
 for r in rows:
-    if "step_ms" in r:
+    if r.get("step_ms"):
         split.setdefault((r["workload"], r["impl"]), []).append(r["step_ms"])
 if split:
     parts = ("total", "data", "compute", "comm", "opt")

@@ -353,8 +353,6 @@ class TestWorkload : public QObject {
     QVERIFY2(got.contains(expected), qPrintable("got: " + got));
   }
 
-  // A device that does not exist: every rank fails at start, and the run is reported
-  // failed with the reason, not hung in rendezvous, and not run on the CPU instead.
   // Note [BLAS kernels]: OpenBLAS's fallback for a CPU it does not know is replaced by the
   // best kernels the CPU's instruction sets allow; a CPU OpenBLAS knows keeps its choice.
   void openblasFallbackGivesWayToTheCpusKernels_data() {
@@ -408,6 +406,8 @@ class TestWorkload : public QObject {
     QCOMPARE(coreOf("Prescott"), QString("Prescott"));  // told, even the fallback
   }
 
+  // A device that does not exist: every rank fails at start, and the run is reported
+  // failed with the reason, not hung in rendezvous, and not run on the CPU instead.
   void missingDeviceFailsTheRunWithTheReason_data() {
     QTest::addColumn<QString>("kind");
     QTest::addColumn<int>("ranks");
