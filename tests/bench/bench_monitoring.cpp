@@ -4,20 +4,8 @@
 // (run.metrics false, no store, no window), alternated in one run, and a run whose records
 // the supervisor reads but neither stores nor shows; the CPU each side spends per record
 // (the window's process includes unpacking the blocks into rows at the end) and its share
-// of a core in the steady part of the run, what it takes from the ranks; the time the ranks'
-// training threads waited for a core, by the kernel's accounting (Note [Run delay]); and (3)
-// what appending to the run store alone costs a record, in CPU and in wall time.
-//
-// Note [Run delay]
-// On a shared machine a run's rate moves with the load from elsewhere by ±10-30% between
-// rounds, far more than the 2% to be resolved, so the paired on/off ratio lands on either side
-// of 1. The kernel counts, per thread, the time it was ready to run but waited for a core
-// (/proc/PID/task/TID/schedstat, second field): what the window's process, or anything else
-// in this machine, took from a rank. Ranks in lock-step wait for each other every step, so a
-// delay to one delays both by at most as much, and the run's time grows by at most the sum of
-// the ranks' delays: that sum over the run's time bounds the throughput lost to what else ran,
-// and the difference between the runs with and without monitoring bounds what watching costs
-// them in CPU. (It does not count what the window does to the caches.)
+// of a core in the steady part of the run, what it takes from the ranks; and (3) what
+// appending to the run store alone costs a record, in CPU and in wall time.
 //
 //   QT_QPA_PLATFORM=offscreen build/bin/bench_monitoring [rounds=3] [steps=100000] [backend=shm]
 #include <QApplication>
@@ -27,20 +15,13 @@
 #include <QTemporaryDir>
 #include <QTest>
 
-#include <QDir>
-
 #include <sys/resource.h>
 #include <time.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
-#include <thread>
 #include <vector>
 
 #include "launch/launcher.h"
@@ -77,72 +58,6 @@ double threadCpuUs() {
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
 }
-
-// Note [Run delay]: while it lives, polls the main (training) thread of every ptw-worker
-// child of this process every 50 ms for the time it waited for a core.
-class RunDelayProbe {
- public:
-  RunDelayProbe() : m_thread([this] { poll(); }) {}
-  ~RunDelayProbe() { stop(); }
-  /// Stops polling; returns the sum over ranks of the share of time each waited, between 25%
-  /// and 90% of the time it was seen (training: no start-up, no end): the share of the run's
-  /// time its lock-step ranks lost at most.
-  double stop() {
-    if (m_thread.joinable()) {
-      m_quit = true;
-      m_thread.join();
-    }
-    if (m_seen.empty()) return std::nan("");  // no ranks seen, or a kernel without schedstat
-    double share = 0;
-    for (const auto& [pid, seen] : m_seen) {
-      if (seen.size() < 3) continue;
-      const long long t0 = seen.front().first, span = seen.back().first - t0;
-      auto a = std::find_if(seen.begin(), seen.end(), [&](const auto& s) { return s.first >= t0 + span / 4; });
-      auto b = std::find_if(seen.begin(), seen.end(), [&](const auto& s) { return s.first > t0 + span * 9 / 10; }) - 1;
-      if (b > a) share += static_cast<double>(b->second - a->second) / static_cast<double>(b->first - a->first);
-    }
-    return share;
-  }
-
- private:
-  // The ranks: ptw-worker children of this process.
-  static std::vector<int> ranks() {
-    const QString parent = QString::number(::getpid());
-    std::vector<int> out;
-    for (const QString& entry : QDir(QStringLiteral("/proc")).entryList(QDir::Dirs)) {
-      bool ok = false;
-      const int pid = entry.toInt(&ok);
-      if (!ok) continue;
-      QFile stat(QStringLiteral("/proc/%1/stat").arg(pid));
-      if (!stat.open(QIODevice::ReadOnly)) continue;
-      const QByteArray s = stat.readAll();  // pid (comm) state ppid ...
-      const int close = s.lastIndexOf(')');
-      if (close > 0 && s.left(close).endsWith("(ptw-worker") && s.mid(close + 4).split(' ').value(0) == parent)
-        out.push_back(pid);
-    }
-    return out;
-  }
-  void poll() {
-    std::vector<int> pids;
-    for (int round = 0; !m_quit; ++round) {
-      if (pids.empty() || round % 20 == 0) pids = ranks();  // reading all of /proc costs: once a second
-      for (int pid : pids) {
-        QFile sched(QStringLiteral("/proc/%1/task/%1/schedstat").arg(pid));
-        if (!sched.open(QIODevice::ReadOnly)) continue;
-        const auto fields = sched.readAll().split(' ');  // on-CPU ns, waited ns, timeslices
-        if (fields.size() < 2) continue;
-        const long long waited = fields[1].toLongLong();
-        const long long now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                  std::chrono::steady_clock::now().time_since_epoch()).count();
-        m_seen[pid].emplace_back(now, waited);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    }
-  }
-  std::atomic<bool> m_quit{false};
-  std::map<int, std::vector<std::pair<long long, long long>>> m_seen;  ///< pid -> (ns, waited ns); polling thread's until stop()
-  std::thread m_thread;
-};
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -193,16 +108,14 @@ int main(int argc, char** argv) {
   }
 
   // (2) Monitoring cost, alternating.
-  std::vector<double> off, on, ratio, recordsOnly, monitorUs, rankOffUs, rankOnUs, steadyShare, waitOff, waitOn;
+  std::vector<double> off, on, ratio, recordsOnly, monitorUs, rankOffUs, rankOnUs, steadyShare;
   for (int i = 0; i < rounds; ++i) {
     core::Profile quiet = seedProfile(steps, backend);
     quiet.run.metrics = false;
     const std::string dir = core::createRunDirectory(runs.path().toStdString(), quiet);
     core::LaunchObserver none;
     const Cpu offStart = Cpu::now();
-    RunDelayProbe offProbe;
     core::Supervisor(core::SupervisorOptions(quiet, dir, core::Launcher::defaultWorkerPath())).run(none);
-    waitOff.push_back(offProbe.stop());
     const Cpu offCpu = Cpu::now() - offStart;
     off.push_back(trainingRate(QString::fromStdString(dir)));
 
@@ -219,7 +132,6 @@ int main(int argc, char** argv) {
     w.show();
     w.setProfile(seedProfile(steps, backend));
     const Cpu onStart = Cpu::now();
-    RunDelayProbe onProbe;
     w.startRun();
     // The window's process in the steady part of the run (from 10% to 80% of rank 0's
     // points on the chart): no start-up, no unpacking at the end.
@@ -233,7 +145,6 @@ int main(int argc, char** argv) {
       if (toMs < 0 && points >= 0.8 * static_cast<double>(steps)) steadyTo = Cpu::now(), toMs = clock.elapsed();
       QTest::qWait(100);  // the window's own thread: polling it more often would cost the run
     }
-    waitOn.push_back(onProbe.stop());
     if (fromMs >= 0 && toMs > fromMs)
       steadyShare.push_back((steadyTo.self - steadyFrom.self) / (static_cast<double>(toMs - fromMs) / 1000.0));
     const Cpu onCpu = Cpu::now() - onStart;
@@ -257,16 +168,6 @@ int main(int argc, char** argv) {
   for (double r : ratio) std::printf(" %.3f", r);
   std::printf("\n");
   std::printf("  records sent and read, not stored or shown: ratio %.3f to off (median)\n", median(recordsOnly));
-  std::printf("  ranks' wait for a core, summed over ranks, share of the run (Note [Run delay]): %.2f%% with the store "
-              "and window, %.2f%% with metrics off (medians); by round:",
-              100 * median(waitOn), 100 * median(waitOff));
-  std::vector<double> waitCost;
-  for (std::size_t i = 0; i < waitOn.size(); ++i) {
-    std::printf(" %.2f/%.2f", 100 * waitOn[i], 100 * waitOff[i]);
-    waitCost.push_back(waitOn[i] - waitOff[i]);
-  }
-  std::printf("\n  what watching adds to it, at most what it costs the ranks: %.2f%% (median of paired differences; "
-              "target <= 2%%)\n", 100 * median(waitCost));
   std::printf("  CPU per rank step: %.1f us with metrics off, %.1f us on (rank processes, start-up included)\n",
               median(rankOffUs), median(rankOnUs));
   std::printf("  CPU per record in the window's process (supervisor, store, charts): %.2f us\n", median(monitorUs));
