@@ -4,6 +4,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QScopeGuard>
 #include <sstream>
 #include <QtTest>
 
@@ -387,23 +388,47 @@ class TestWorkload : public QObject {
   // A worker on this machine trains with kernels its CPU supports, not OpenBLAS's SSE3
   // fallback, and one the user told a kernel set keeps it.
   void workersTrainWithTheKernelsTheirCpuSupports() {
-    auto coreOf = [](const QString& coretype) {
+    const QByteArray userChoice = qgetenv("OPENBLAS_CORETYPE");
+    qunsetenv("OPENBLAS_CORETYPE");  // ranks inherit this process's environment
+    auto restore = qScopeGuard([&] {
+      if (!userChoice.isNull()) qputenv("OPENBLAS_CORETYPE", userChoice);
+    });
+    QString said;  // what the last --blas wrote on stderr
+    auto coreOf = [&said](const QString& coretype) {
       QProcess w;
       QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
-      env.remove("OPENBLAS_CORETYPE");
       if (!coretype.isEmpty()) env.insert("OPENBLAS_CORETYPE", coretype);
       w.setProcessEnvironment(env);
       w.start(QString::fromStdString(test::workerPath()), {"--blas"});
       if (!w.waitForFinished(60000) || w.exitCode() != 0) return QString("failed: ") + w.readAllStandardError();
+      said = QString::fromUtf8(w.readAllStandardError());
       return QJsonDocument::fromJson(w.readAllStandardOutput()).object().value("openblas_core").toString();
     };
     const QString chosen = coreOf("");
     QVERIFY2(!chosen.startsWith("failed"), qPrintable(chosen));
     if (chosen.isEmpty()) QSKIP("the BLAS LibTorch calls here is not OpenBLAS");
+    const bool fellBack = said.contains("fell back to its Prescott kernels");
     const engine::CpuFeatures cpu = engine::cpuFeatures();
     if (cpu.avx) QVERIFY2(chosen.compare("prescott", Qt::CaseInsensitive) != 0, qPrintable(chosen));
+
+    // A rank does as --blas did: where OpenBLAS fell back, its log says so and names the
+    // kernels it trains with; elsewhere it says nothing of it.
+    QTemporaryDir dir;
+    Profile p = singleProfile();
+    p.hyper.maxSteps = 5;
+    LaunchOptions lo(test::workerPath(), test::writeProfile(dir, p), 1);
+    lo.setOutDir(dir.path().toStdString());
+    LaunchObserver quiet;
+    QCOMPARE(Launcher(lo).run(quiet).status, RunReport::Status::Finished);
+    QFile log(dir.filePath("rank0.log"));
+    QVERIFY(log.open(QIODevice::ReadOnly));
+    const QString rankLog = QString::fromUtf8(log.readAll());
+    QCOMPARE(rankLog.contains("[rank 0] OpenBLAS does not know this CPU"), fellBack);
+    if (fellBack) QVERIFY2(rankLog.contains("OPENBLAS_CORETYPE=" + chosen), qPrintable(rankLog));
+
     if (cpu.avx2) QCOMPARE(coreOf("Haswell"), QString("Haswell"));
     QCOMPARE(coreOf("Prescott"), QString("Prescott"));  // told, even the fallback
+    QVERIFY(!said.contains("fell back"));
   }
 
   // A device that does not exist: every rank fails at start, and the run is reported
