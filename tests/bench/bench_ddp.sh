@@ -16,7 +16,9 @@
 #   seed: Linear(10, 2), cross-entropy, SGD momentum 0.9, batch 16/rank   (latency-bound)
 #   mlp:  MLP 784-512-512-10, cross-entropy, SGD momentum 0.9, batch 128/rank (compute-bound)
 # Python numbers come from shared reference/py_ddp_ref.py (copied here as py_ddp_ref.py when absent);
-# ptw numbers are the run summary's throughput.samples_per_s (samples / time inside steps, summed over ranks).
+# ptw numbers are the run summary's throughput.samples_per_s (samples / time inside steps, summed over ranks);
+# a last table gives each ptw configuration's mean step time and its split (the summary's step_ms, averaged
+# over ranks). The Python peer runs the OpenBLAS kernels ptw's workers run (see below).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
