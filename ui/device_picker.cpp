@@ -62,6 +62,7 @@ std::vector<DevicePicker::Device> DevicePicker::parseDevices(const QByteArray& j
     d.cores = o["cores"].toInt();
     d.memoryBytes = static_cast<qint64>(o["memory_bytes"].toDouble());
     d.usedBytes = static_cast<qint64>(o["used_bytes"].toDouble());
+    d.openblasCore = o["openblas_core"].toString();
     out.push_back(d);
   }
   return out;
@@ -89,7 +90,9 @@ void DevicePicker::rebuild() {
   for (const auto& d : m_devices) {
     if (d.kind == "cpu") {
       auto* row = new QHBoxLayout;
-      m_cpu = new QCheckBox(tr("CPU: %1 cores, %2").arg(d.cores).arg(gib(d.memoryBytes)), this);
+      QString label = tr("CPU: %1 cores, %2").arg(d.cores).arg(gib(d.memoryBytes));
+      if (!d.openblasCore.isEmpty()) label += tr(", OpenBLAS %1 kernels").arg(d.openblasCore);
+      m_cpu = new QCheckBox(label, this);
       m_cpu->setObjectName("device.cpu");
       m_cpuRanks = new QSpinBox(this);
       m_cpuRanks->setObjectName("device.cpu.ranks");

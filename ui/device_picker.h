@@ -28,6 +28,7 @@ class DevicePicker : public QWidget {
     int cores = 0;
     qint64 memoryBytes = 0;
     qint64 usedBytes = 0;
+    QString openblasCore;  ///< cpu: the OpenBLAS kernels ranks train with ("" when not OpenBLAS)
   };
   explicit DevicePicker(QWidget* parent = nullptr);
   ~DevicePicker() override;

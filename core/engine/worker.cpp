@@ -144,12 +144,14 @@ Args parseArgs(int argc, char** argv) {
   return a;
 }
 
-// One JSON line per device: the CPU, then each CUDA device LibTorch sees.
+// One JSON line per device: the CPU (with the OpenBLAS kernels ranks train with, "" when the
+// BLAS is not OpenBLAS), then each CUDA device LibTorch sees.
 int printDevices() {
   long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   long long memory = static_cast<long long>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
-  std::printf("{\"kind\": \"cpu\", \"index\": 0, \"name\": \"CPU\", \"cores\": %ld, \"memory_bytes\": %lld}\n", cores,
-              memory);
+  std::printf("{\"kind\": \"cpu\", \"index\": 0, \"name\": \"CPU\", \"cores\": %ld, \"memory_bytes\": %lld, "
+              "\"openblas_core\": \"%s\"}\n",
+              cores, memory, openblasCore().c_str());
 #ifdef PTW_WITH_CUDA
   const int n = static_cast<int>(torch::cuda::device_count());
   for (int i = 0; i < n; ++i) {
@@ -211,12 +213,12 @@ int workerMain(int argc, char** argv) {
   core::Profile profile;
   try {
     args = parseArgs(argc, argv);
-    if (args.devices) return printDevices();
     if (!args.preflight) {  // Note [BLAS kernels]; a stop now waits for the new image, which unblocks it
       ::pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
       if (!g_stop) rerunWithBetterBlasKernels(argv, args.rank >= 0 ? "[rank " + std::to_string(args.rank) + "]" : "ptw-worker:");
       ::pthread_sigmask(SIG_UNBLOCK, &stopSignals, nullptr);
     }
+    if (args.devices) return printDevices();
     if (args.blas) {
       std::printf("{\"openblas_core\": \"%s\"}\n", openblasCore().c_str());
       return 0;

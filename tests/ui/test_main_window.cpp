@@ -3,9 +3,12 @@
 // display memory bounded.
 #include <QCheckBox>
 #include <QComboBox>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPlainTextEdit>
+#include <QProcess>
 #include <QPushButton>
 #include <QSettings>
 #include <qcustomplot.h>
@@ -169,6 +172,23 @@ class TestMainWindow : public QObject {
     w.setProfile(p);
     QVERIFY(!gpu(0)->isChecked() && gpu(1)->isChecked() && !gpu(2)->isChecked() && gpu(3)->isChecked());
     QCOMPARE(w.profile().strategy.gpus, (std::vector<std::int64_t>{1, 3}));
+  }
+
+  // The CPU row names the OpenBLAS kernels ranks train with, as `ptw-worker --blas` does
+  // (Note [BLAS kernels]).
+  void cpuRowNamesTheBlasKernelsRanksTrainWith() {
+    QProcess blas;
+    blas.start(QString::fromStdString(test::workerPath()), {"--blas"});
+    QVERIFY(blas.waitForFinished(60000) && blas.exitCode() == 0);
+    const QString kernels = QJsonDocument::fromJson(blas.readAllStandardOutput()).object()["openblas_core"].toString();
+    ui::MainWindow w;
+    auto* picker = w.editor()->devicePicker();
+    QTRY_VERIFY_WITH_TIMEOUT(!picker->probing(), 30000);
+    QVERIFY(!picker->devices().empty());
+    QCOMPARE(picker->devices().front().openblasCore, kernels);
+    auto* cpu = picker->findChild<QCheckBox*>("device.cpu");
+    QVERIFY(cpu);
+    QCOMPARE(cpu->text().contains("OpenBLAS " + kernels + " kernels"), !kernels.isEmpty());
   }
 
   void openSaveRecentAndUnsavedMarker() {
