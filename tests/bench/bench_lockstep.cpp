@@ -9,8 +9,9 @@
 //             exchanging nothing                                   (what waiting for each other costs)
 //   ddp       two processes, ptw DDP over shared memory            (what ptw's DDP reaches)
 // and prints each one's samples/s (throughput as ptw reports it: warm-up left out) and the
-// paired ratios: lockstep / apart is what lock-step costs, ddp / lockstep what the exchange
-// costs on top of it.
+// ratios paired within each round: apart, lockstep and ddp over 2 x single (scaling
+// efficiency), lockstep / apart (what waiting for each other costs) and ddp / lockstep (what
+// the exchange costs on top of it). A case that fails ends the program with status 1.
 //
 //   build/bin/bench_lockstep [rounds=5] [steps=600]
 #include <fcntl.h>
@@ -79,7 +80,7 @@ class LockstepSingle final : public engine::Strategy {
 };
 
 // One process of a case: trains, prints its samples/s.
-int child(const std::string& kind, int rank, int port, long steps) {
+int child(const std::string& kind, int rank, int port, long steps) try {
   torch::set_num_threads(1);
   using SetBlasThreads = void (*)(int);  // as the worker does (Note [BLAS threads])
   if (auto set = reinterpret_cast<SetBlasThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
@@ -87,7 +88,8 @@ int child(const std::string& kind, int rank, int port, long steps) {
   const int world = kind == "ddp" ? 2 : 1;
   std::unique_ptr<engine::Strategy> strategy;
   if (kind == "lockstep")
-    strategy = std::make_unique<LockstepSingle>(core::sharedSegmentName(port, "lockstep"), rank);
+    strategy = std::make_unique<LockstepSingle>(
+        core::sharedSegmentName(port, "lockstep-" + std::to_string(::getppid())), rank);
   else
     strategy = engine::makeStrategy(engine::SyncContext{p, world == 2 ? rank : 0, world, port, ""});
   core::ThroughputMeter meter(p);
@@ -99,15 +101,28 @@ int child(const std::string& kind, int rank, int port, long steps) {
   trainer.run(stop);
   std::printf("%.3f\n", meter.total());
   return 0;
+} catch (const std::exception& e) {  // unwinds, so rank 0 removes its segment
+  std::fprintf(stderr, "bench_lockstep: %s rank %d: %s\n", kind.c_str(), rank, e.what());
+  return 1;
 }
 
 // Runs `processes` children of `kind` at once; returns their samples/s summed (0 on failure).
 double runCase(const char* self, const std::string& kind, int processes, int port, long steps) {
   std::vector<std::pair<pid_t, int>> kids;
+  bool ok = true;
   for (int r = 0; r < processes; ++r) {
     int out[2];
-    if (::pipe(out) != 0) return 0;
+    if (::pipe2(out, O_CLOEXEC) != 0) {
+      ok = false;
+      break;
+    }
     const pid_t pid = ::fork();
+    if (pid < 0) {
+      ::close(out[0]);
+      ::close(out[1]);
+      ok = false;
+      break;
+    }
     if (pid == 0) {
       ::dup2(out[1], STDOUT_FILENO);
       ::close(out[0]);
@@ -120,8 +135,7 @@ double runCase(const char* self, const std::string& kind, int processes, int por
     kids.emplace_back(pid, out[0]);
   }
   double total = 0;
-  bool ok = true;
-  for (auto [pid, fd] : kids) {
+  for (auto [pid, fd] : kids) {  // a child left alone at a barrier gives up after its timeout
     char buf[64] = {};
     const ssize_t n = ::read(fd, buf, sizeof buf - 1);
     ::close(fd);
@@ -150,19 +164,24 @@ int main(int argc, char** argv) {
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return 2;
   self[n] = '\0';
-  const int port = 20000 + ::getpid() % 20000;  // names this run's segments only
+  const int port = 20000 + ::getpid() % 20000;  // with the pid in the lock-step segment's name: this run's only
   const char* kinds[] = {"single", "apart", "lockstep", "ddp"};
-  std::vector<double> samples[4], apart, lockstep, ddp, ddpLockstep;
+  std::vector<double> samples[4], apart, lockstep, ddp, lockstepApart, ddpLockstep;
   std::printf("mlp, %ld steps, %d rounds (samples/s: single, apart, lockstep, ddp)\n", steps, rounds);
   for (int round = 0; round < rounds; ++round) {
     for (int k = 0; k < 4; ++k) {
       const std::string kind = kinds[k] == std::string("apart") ? "single" : kinds[k];
       samples[k].push_back(runCase(self, kind, k == 0 ? 1 : 2, port + round * 4 + k, steps));
+      if (samples[k].back() <= 0) {
+        std::fprintf(stderr, "bench_lockstep: the %s case of round %d failed\n", kinds[k], round + 1);
+        return 1;
+      }
     }
     const double twoSingles = 2 * samples[0].back();
     apart.push_back(samples[1].back() / twoSingles);
     lockstep.push_back(samples[2].back() / twoSingles);
     ddp.push_back(samples[3].back() / twoSingles);
+    lockstepApart.push_back(samples[2].back() / samples[1].back());
     ddpLockstep.push_back(samples[3].back() / samples[2].back());
     std::printf("  round %d: %.0f %.0f %.0f %.0f; / (2 x single): apart %.3f lockstep %.3f ddp %.3f\n", round + 1,
                 samples[0].back(), samples[1].back(), samples[2].back(), samples[3].back(), apart.back(),
@@ -170,7 +189,7 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   }
   std::printf("medians of the paired ratios: apart / (2 x single) %.3f, lockstep / (2 x single) %.3f, "
-              "ddp / (2 x single) %.3f, ddp / lockstep %.3f\n",
-              median(apart), median(lockstep), median(ddp), median(ddpLockstep));
+              "ddp / (2 x single) %.3f, lockstep / apart %.3f, ddp / lockstep %.3f\n",
+              median(apart), median(lockstep), median(ddp), median(lockstepApart), median(ddpLockstep));
   return 0;
 }

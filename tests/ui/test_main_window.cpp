@@ -34,6 +34,7 @@
 #include "ui/step_split_chart.h"
 #include "ui/step_sums.h"
 #include "ui/sweep_panel.h"
+#include "launch/launcher.h"
 #include "launch/sweep.h"
 
 using namespace ptw;
@@ -178,7 +179,7 @@ class TestMainWindow : public QObject {
   // (Note [BLAS kernels]).
   void cpuRowNamesTheBlasKernelsRanksTrainWith() {
     QProcess blas;
-    blas.start(QString::fromStdString(test::workerPath()), {"--blas"});
+    blas.start(QString::fromStdString(core::Launcher::defaultWorkerPath()), {"--blas"});  // the picker's worker
     QVERIFY(blas.waitForFinished(60000) && blas.exitCode() == 0);
     const QString kernels = QJsonDocument::fromJson(blas.readAllStandardOutput()).object()["openblas_core"].toString();
     ui::MainWindow w;
