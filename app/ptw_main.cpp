@@ -95,7 +95,8 @@ int main(int argc, char** argv) {
 
   auto* sweepCmd = app.add_subcommand(
       "sweep", "Run a profile under several strategies and worker counts for a fixed number of steps; print "
-               "throughput and scaling efficiency (throughput / (workers x Single)), the fastest marked *");
+               "throughput, scaling efficiency (throughput / (workers x Single)) and the share of a step spent "
+               "waiting for other ranks and reducing gradients, the fastest marked *");
   std::string sweepProfile, sweepCsv, sweepJson, sweepDir;
   std::vector<std::string> sweepStrategies{"dataparallel", "ddp", "ddp-shm", "pool"}, sweepSets;
   std::vector<int> sweepWorkers{1, 2};
@@ -147,10 +148,13 @@ int main(int argc, char** argv) {
       ptw::core::Profile base = sweepProfile.empty() ? ptw::core::defaultProfile() : ptw::core::loadProfile(sweepProfile);
       base = ptw::core::applyOverrides(base, sweepSets);
       ptw::core::Sweep sweep(ptw::core::SweepOptions(base, sweepStrategies, sweepWorkers).setSteps(sweepSteps).setRunsDir(sweepDir));
-      std::printf("%-14s %7s %14s %11s  %s\n", "strategy", "workers", "samples/s", "efficiency", "status");
+      std::printf("%-14s %7s %14s %11s %9s %7s  %s\n", "strategy", "workers", "samples/s", "efficiency", "step ms",
+                  "comm %", "status");
       auto points = sweep.run([](const ptw::core::SweepPoint& p, int, int) {
-        std::printf("%-14s %7d %14.1f %11.2f  %s%s%s\n", p.strategy.c_str(), p.workers, p.samplesPerS, p.efficiency,
-                    p.status.c_str(), p.status == "finished" ? "" : ": ", p.status == "finished" ? "" : p.message.c_str());
+        const auto& ms = p.stepMs;
+        std::printf("%-14s %7d %14.1f %11.2f %9.3f %7.1f  %s%s%s\n", p.strategy.c_str(), p.workers, p.samplesPerS,
+                    p.efficiency, ms.stepMs, ms.stepMs > 0 ? 100 * ms.commMs / ms.stepMs : 0.0, p.status.c_str(),
+                    p.status == "finished" ? "" : ": ", p.status == "finished" ? "" : p.message.c_str());
         std::fflush(stdout);
       });
       const int best = ptw::core::Sweep::fastest(points);

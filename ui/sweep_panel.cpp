@@ -80,9 +80,12 @@ SweepPanel::SweepPanel(QWidget* parent) : QWidget(parent) {
   auto* charts = new QSplitter(Qt::Horizontal, split);
   m_throughput = makePlot(charts, tr("samples/s"));
   m_efficiency = makePlot(charts, tr("scaling efficiency"));
-  m_table = new QTableWidget(0, 5, split);
+  m_table = new QTableWidget(0, 7, split);
   m_table->setObjectName("sweep.table");
-  m_table->setHorizontalHeaderLabels({tr("strategy"), tr("workers"), tr("samples/s"), tr("efficiency"), tr("status")});
+  m_table->setHorizontalHeaderLabels(
+      {tr("strategy"), tr("workers"), tr("samples/s"), tr("efficiency"), tr("step ms"), tr("comm %"), tr("status")});
+  m_table->horizontalHeaderItem(5)->setToolTip(
+      tr("Share of the step spent waiting for the other ranks and reducing gradients, after warm-up"));
   m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
   m_table->verticalHeader()->setVisible(false);
   m_table->horizontalHeader()->setStretchLastSection(true);
@@ -181,8 +184,11 @@ void SweepPanel::redraw() {
   m_table->setRowCount(static_cast<int>(m_points.size()));
   for (int row = 0; row < static_cast<int>(m_points.size()); ++row) {
     const auto& p = m_points[static_cast<std::size_t>(row)];
+    const auto& ms = p.stepMs;
     const QStringList cells = {QString::fromStdString(p.strategy), QString::number(p.workers),
                                QString::number(p.samplesPerS, 'f', 0), QString::number(p.efficiency, 'f', 2),
+                               QString::number(ms.stepMs, 'f', 3),
+                               QString::number(ms.stepMs > 0 ? 100 * ms.commMs / ms.stepMs : 0.0, 'f', 1),
                                QString::fromStdString(p.status == "finished" ? p.status : p.status + ": " + p.message)};
     for (int c = 0; c < cells.size(); ++c) {
       auto* item = new QTableWidgetItem(cells[c]);

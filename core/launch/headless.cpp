@@ -317,12 +317,7 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
                               {"steps", v.last.step},
                               {"final_loss", v.seen ? num(v.last.loss) : nullptr},
                               {"samples_per_s", launcher.throughput().samplesPerS(static_cast<int>(r))},
-                              {"step_ms",
-                               {{"total", split.stepMs},
-                                {"data", split.dataMs},
-                                {"compute", split.computeMs},
-                                {"comm", split.commMs},
-                                {"opt", split.optMs}}},
+                              {"step_ms", stepSplitJson<nlohmann::ordered_json>(split)},
                               {"exit", report.exits.size() > r ? report.exits[r].describe() : ""}});
       }
       if (report.failedRank >= 0) j["failed_rank"] = report.failedRank;

@@ -99,6 +99,7 @@ std::vector<SweepPoint> Sweep::run(const std::function<void(const SweepPoint&, i
     point.status = statusName(report.status);
     point.message = report.message;
     point.samplesPerS = supervisor.throughput().total();
+    point.stepMs = supervisor.throughput().meanSplit();
     store.endRun(point.runId, point.status, report.message, std::nan(""), point.samplesPerS, supervisor.attempts());
     if (strategy == "single") single = point.samplesPerS;
     point.efficiency = single > 0 ? point.samplesPerS / (point.workers * single) : 0;
@@ -119,12 +120,13 @@ int Sweep::fastest(const std::vector<SweepPoint>& points) {
 std::string Sweep::toCsv(const std::vector<SweepPoint>& points) {
   std::ostringstream out;
   out.precision(9);
-  out << "strategy,workers,samples_per_s,efficiency,status,run_id,fastest\n";
+  out << "strategy,workers,samples_per_s,efficiency,status,run_id,fastest,step_ms,data_ms,compute_ms,comm_ms,opt_ms\n";
   const int best = fastest(points);
   for (std::size_t i = 0; i < points.size(); ++i) {
     const auto& p = points[i];
     out << p.strategy << ',' << p.workers << ',' << p.samplesPerS << ',' << p.efficiency << ',' << p.status << ','
-        << p.runId << ',' << (static_cast<int>(i) == best ? 1 : 0) << '\n';
+        << p.runId << ',' << (static_cast<int>(i) == best ? 1 : 0) << ',' << p.stepMs.stepMs << ',' << p.stepMs.dataMs
+        << ',' << p.stepMs.computeMs << ',' << p.stepMs.commMs << ',' << p.stepMs.optMs << '\n';
   }
   return out.str();
 }
@@ -141,7 +143,8 @@ std::string Sweep::toJson(const std::vector<SweepPoint>& points) {
                  {"status", p.status},
                  {"message", p.message},
                  {"run_id", p.runId},
-                 {"fastest", static_cast<int>(i) == best}});
+                 {"fastest", static_cast<int>(i) == best},
+                 {"step_ms", stepSplitJson<nlohmann::ordered_json>(p.stepMs)}});
   }
   return j.dump(2) + "\n";
 }

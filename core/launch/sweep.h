@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/profile.h"
+#include "launch/throughput.h"
 
 namespace ptw::core {
 
@@ -20,6 +21,7 @@ struct SweepPoint {
   int workers = 1;
   double samplesPerS = 0;
   double efficiency = 0;  ///< vs workers × single; 1 for single itself
+  StepSplit stepMs;       ///< mean step and its parts over the ranks that train (ThroughputMeter::meanSplit)
   std::string status;     ///< finished | failed | stopped
   std::string message;
   std::int64_t runId = 0;

@@ -70,6 +70,25 @@ StepSplit ThroughputMeter::split(int rank) const {
   return {s.ms.stepMs / n, s.ms.dataMs / n, s.ms.computeMs / n, s.ms.commMs / n, s.ms.optMs / n};
 }
 
+StepSplit ThroughputMeter::meanSplit() const {
+  StepSplit sum;
+  int ranks = 0;
+  const int first = m_coordinatorOnly && m_all.size() > 1 ? 1 : 0;
+  for (int r = first; r < static_cast<int>(m_all.size()); ++r) {
+    if (counted(r).steps == 0) continue;
+    const StepSplit s = split(r);
+    sum.stepMs += s.stepMs;
+    sum.dataMs += s.dataMs;
+    sum.computeMs += s.computeMs;
+    sum.commMs += s.commMs;
+    sum.optMs += s.optMs;
+    ++ranks;
+  }
+  if (ranks == 0) return {};
+  const double n = ranks;
+  return {sum.stepMs / n, sum.dataMs / n, sum.computeMs / n, sum.commMs / n, sum.optMs / n};
+}
+
 double ThroughputMeter::total() const {
   const int ranks = m_coordinatorOnly ? std::min<int>(1, static_cast<int>(m_all.size())) : static_cast<int>(m_all.size());
   double sum = 0;

@@ -33,6 +33,13 @@ struct StepSplit {
   double optMs = 0;
 };
 
+/// `s` as the JSON object the summary and the sweep write (step_ms): total, data, compute,
+/// comm, opt. `Json`: nlohmann::ordered_json.
+template <typename Json>
+Json stepSplitJson(const StepSplit& s) {
+  return Json{{"total", s.stepMs}, {"data", s.dataMs}, {"compute", s.computeMs}, {"comm", s.commMs}, {"opt", s.optMs}};
+}
+
 /// Example: ThroughputMeter m(profile); for each step record m.add(r.step); m.total()
 class ThroughputMeter {
  public:
@@ -55,6 +62,9 @@ class ThroughputMeter {
   double total() const;
   /// `rank`'s mean step time and its split over the steps counted above; zeros before any step.
   StepSplit split(int rank) const;
+  /// The mean of split() over the ranks that train: for the pool its workers, not the
+  /// coordinator (whose step is waiting for them); zeros before any step.
+  StepSplit meanSplit() const;
 
  private:
   struct Sums {

@@ -284,6 +284,14 @@ class TestHeadless : public QObject {
     pool.add(step(0, 1, 32));  // the coordinator reports the whole pool's samples
     pool.add(step(1, 1, 16));
     QCOMPARE(pool.total(), 32000.0);
+    // The mean split is over the ranks that train: the pool's workers, every rank otherwise.
+    pool.add(step(2, 3, 16));
+    QCOMPARE(pool.meanSplit().stepMs, (1.0 + 3.0) / 2);
+    ThroughputMeter ranks(0);
+    ranks.add(step(0, 1, 16));
+    ranks.add(step(1, 3, 16));
+    QCOMPARE(ranks.meanSplit().stepMs, 2.0);
+    QCOMPARE(ThroughputMeter(0).meanSplit().stepMs, 0.0);
   }
 
   // A sweep of a profile that lists GPUs gives each configuration the first ones it needs,
@@ -371,7 +379,8 @@ class TestHeadless : public QObject {
     QVERIFY(csv.open(QIODevice::ReadOnly));
     QStringList lines = QString::fromUtf8(csv.readAll()).split('\n', Qt::SkipEmptyParts);
     QCOMPARE(lines.size(), 1 + 5);
-    QCOMPARE(lines[0], QString("strategy,workers,samples_per_s,efficiency,status,run_id,fastest"));
+    QCOMPARE(lines[0], QString("strategy,workers,samples_per_s,efficiency,status,run_id,fastest,step_ms,data_ms,"
+                               "compute_ms,comm_ms,opt_ms"));
     QVERIFY(lines[1].startsWith("single,1,"));
     const double single = lines[1].split(',')[2].toDouble();
     QVERIFY(single > 0);
@@ -384,14 +393,24 @@ class TestHeadless : public QObject {
       QVERIFY(std::abs(eff - tput / (c[1].toInt() * single)) < 1e-6 * std::max(1.0, eff));
       best = std::max(best, tput);
       fastestRows += c[6].toInt();
+      // Where the step went: the parts are within it, and every one computes; only Single has
+      // no one to wait for.
+      const double step = c[7].toDouble(), compute = c[9].toDouble(), comm = c[10].toDouble();
+      QVERIFY2(step > 0 && compute > 0 && c[8].toDouble() + compute + comm + c[11].toDouble() <= step * (1 + 1e-9),
+               qPrintable(lines[i]));
+      if (c[0] == "single") QVERIFY2(comm < 0.01 * step, qPrintable(lines[i]));
     }
     QCOMPARE(fastestRows, 1);
     QFile json(runs.filePath("s.json"));
     QVERIFY(json.open(QIODevice::ReadOnly));
     QJsonArray rows = QJsonDocument::fromJson(json.readAll()).array();
     QCOMPARE(rows.size(), 5);
-    for (const auto& r : rows)
-      if (r.toObject()["fastest"].toBool()) QVERIFY(std::abs(r.toObject()["samples_per_s"].toDouble() - best) < 1e-6 * best);
+    for (int i = 0; i < rows.size(); ++i) {
+      const QJsonObject r = rows[i].toObject();
+      if (r["fastest"].toBool()) QVERIFY(std::abs(r["samples_per_s"].toDouble() - best) < 1e-6 * best);
+      const double step = lines[i + 1].split(',')[7].toDouble();  // the CSV's row
+      QVERIFY(std::abs(r["step_ms"].toObject()["total"].toDouble() - step) <= 1e-6 * step);
+    }
     QVERIFY(ok.out.contains("* fastest:"));
     // Every configuration is a stored run.
     QCOMPARE(RunStore(runs.path().toStdString()).runs().size(), std::size_t(5));

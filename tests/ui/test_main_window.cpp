@@ -380,6 +380,12 @@ class TestMainWindow : public QObject {
     QVERIFY(done.wait(120000));
     QCOMPARE(panel->points().size(), std::size_t(3));  // single + ddp × {1, 2}
     QCOMPARE(panel->table()->rowCount(), 3);
+    for (int row = 0; row < 3; ++row) {  // each configuration's step and its share of waiting and reducing
+      const auto& p = panel->points()[static_cast<std::size_t>(row)];
+      QCOMPARE(panel->table()->item(row, 4)->text(), QString::number(p.stepMs.stepMs, 'f', 3));
+      QCOMPARE(panel->table()->item(row, 5)->text(), QString::number(100 * p.stepMs.commMs / p.stepMs.stepMs, 'f', 1));
+      QVERIFY(p.stepMs.stepMs > 0);
+    }
     QVERIFY(panel->throughputPlot()->graphCount() >= 2);  // single, ddp (+ the fastest marker)
     const auto& points = panel->points();
     const auto best = static_cast<std::size_t>(core::Sweep::fastest(points));
