@@ -90,9 +90,7 @@ void DevicePicker::rebuild() {
   for (const auto& d : m_devices) {
     if (d.kind == "cpu") {
       auto* row = new QHBoxLayout;
-      QString label = tr("CPU: %1 cores, %2").arg(d.cores).arg(gib(d.memoryBytes));
-      if (!d.openblasCore.isEmpty()) label += tr(", OpenBLAS %1 kernels").arg(d.openblasCore);
-      m_cpu = new QCheckBox(label, this);
+      m_cpu = new QCheckBox(tr("CPU: %1 cores, %2").arg(d.cores).arg(gib(d.memoryBytes)), this);
       m_cpu->setObjectName("device.cpu");
       m_cpuRanks = new QSpinBox(this);
       m_cpuRanks->setObjectName("device.cpu.ranks");
@@ -102,6 +100,12 @@ void DevicePicker::rebuild() {
       row->addWidget(new QLabel(tr("ranks"), this));
       row->addWidget(m_cpuRanks);
       m_rows->addLayout(row);
+      if (!d.openblasCore.isEmpty()) {  // what CPU ranks multiply matrices with (Note [BLAS kernels])
+        auto* kernels = new QLabel(tr("OpenBLAS %1 kernels").arg(d.openblasCore), this);
+        kernels->setObjectName("device.cpu.blas");
+        kernels->setEnabled(false);
+        m_rows->addWidget(kernels);
+      }
       connect(m_cpu, &QCheckBox::toggled, this, [this](bool on) {
         if (m_updating) return;
         m_updating = true;
