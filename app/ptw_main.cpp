@@ -70,8 +70,9 @@ int main(int argc, char** argv) {
                  "Assert a result, e.g. --expect 'final.loss < 0.05' --expect 'throughput.samples_per_s > 1000' "
                  "(repeatable; metrics: final.loss, final.val_loss, final.val_accuracy, final.step, "
                  "throughput.samples_per_s, throughput.steps_per_s, wall_s)");
-  app.add_option("--summary", opts.summaryPath, "Write a JSON summary (status, final metrics, per-rank throughput, "
-                                                "wall time, expectations) to FILE");
+  app.add_option("--summary", opts.summaryPath,
+                 "Write a JSON summary (status, final metrics, per-rank throughput and step split, wall time, "
+                 "expectations) to FILE");
   app.add_option("--junit", opts.junitPath, "Write JUnit XML (one test case for the run, one per --expect) to FILE");
   app.set_version_flag("--version", "ptw " PTW_VERSION);
 #ifdef PTW_WITH_GUI
