@@ -152,9 +152,8 @@ int main(int argc, char** argv) {
       std::printf("%-14s %7s %14s %11s %9s %7s  %s\n", "strategy", "workers", "samples/s", "efficiency", "step ms",
                   "comm %", "status");
       auto points = sweep.run([](const ptw::core::SweepPoint& p, int, int) {
-        const auto& ms = p.stepMs;
         std::printf("%-14s %7d %14.1f %11.2f %9.3f %7.1f  %s%s%s\n", p.strategy.c_str(), p.workers, p.samplesPerS,
-                    p.efficiency, ms.stepMs, ms.stepMs > 0 ? 100 * ms.commMs / ms.stepMs : 0.0, p.status.c_str(),
+                    p.efficiency, p.stepMs.stepMs, p.stepMs.commPercent(), p.status.c_str(),
                     p.status == "finished" ? "" : ": ", p.status == "finished" ? "" : p.message.c_str());
         std::fflush(stdout);
       });

@@ -184,11 +184,9 @@ void SweepPanel::redraw() {
   m_table->setRowCount(static_cast<int>(m_points.size()));
   for (int row = 0; row < static_cast<int>(m_points.size()); ++row) {
     const auto& p = m_points[static_cast<std::size_t>(row)];
-    const auto& ms = p.stepMs;
     const QStringList cells = {QString::fromStdString(p.strategy), QString::number(p.workers),
                                QString::number(p.samplesPerS, 'f', 0), QString::number(p.efficiency, 'f', 2),
-                               QString::number(ms.stepMs, 'f', 3),
-                               QString::number(ms.stepMs > 0 ? 100 * ms.commMs / ms.stepMs : 0.0, 'f', 1),
+                               QString::number(p.stepMs.stepMs, 'f', 3), QString::number(p.stepMs.commPercent(), 'f', 1),
                                QString::fromStdString(p.status == "finished" ? p.status : p.status + ": " + p.message)};
     for (int c = 0; c < cells.size(); ++c) {
       auto* item = new QTableWidgetItem(cells[c]);

@@ -1,6 +1,12 @@
+// Note [BLAS threads]
+// LibTorch on Debian does its matrix products in whichever libblas.so.3 the system
+// selects. OpenBLAS (installed by packaging/install-deps.sh, several times faster than
+// the reference BLAS) keeps a thread pool of its own sized to every core and unaware of
+// set_num_threads: two ranks on two cores would run four GEMM threads against each other.
+// A rank sizes it like LibTorch's own pool (setBlasThreads).
+//
 // Note [BLAS kernels]
-// OpenBLAS (the libblas.so.3 the installer selects, Note [BLAS threads] in worker.cpp)
-// picks its kernels when it loads, from a table of CPU models. A CPU newer than the
+// OpenBLAS picks its kernels when it loads, from a table of CPU models. A CPU newer than the
 // OpenBLAS release does not appear there, and OpenBLAS then falls back to its Prescott
 // kernels, plain SSE3: Debian 12's OpenBLAS 0.3.21 does so on Intel's family 6 model 207
 // (Xeon, 5th generation), where a 128x784 by 784x512 product takes 2-3 ms instead of
@@ -32,6 +38,11 @@ CpuFeatures cpuFeatures() {
              __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vl");
 #endif
   return f;
+}
+
+void setBlasThreads(int threads) {
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(threads);
 }
 
 std::string openblasCore() {

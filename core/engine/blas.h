@@ -1,4 +1,5 @@
-// Which kernels the BLAS under LibTorch runs its matrix products with (Note [BLAS kernels]).
+// The BLAS under LibTorch: how many threads it runs (Note [BLAS threads]) and which kernels
+// it multiplies matrices with (Note [BLAS kernels]).
 // Plain C++: no LibTorch.
 #pragma once
 
@@ -14,6 +15,9 @@ struct CpuFeatures {
   bool avx512 = false;  ///< F, BW, DQ and VL, as the SkylakeX kernels need
 };
 CpuFeatures cpuFeatures();
+
+/// Note [BLAS threads]: sizes OpenBLAS's thread pool, when the BLAS is OpenBLAS.
+void setBlasThreads(int threads);
 
 /// The kernel set OpenBLAS runs ("SkylakeX", "Haswell", "Prescott", ...), or "" when the BLAS
 /// LibTorch calls is not OpenBLAS.

@@ -1,6 +1,5 @@
 #include "engine/worker.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -248,15 +247,7 @@ int workerMain(int argc, char** argv) {
   }
 
   torch::set_num_threads(profile.run.threadsPerRank);
-  // Note [BLAS threads]
-  // LibTorch on Debian does its matrix products in whichever libblas.so.3 the system
-  // selects. OpenBLAS (installed by packaging/install-deps.sh, several times faster than
-  // the reference BLAS) keeps a thread pool of its own sized to every core and unaware of
-  // set_num_threads: two ranks on two cores would run four GEMM threads against each other.
-  // It is sized like LibTorch's own pool when it is there.
-  using SetBlasThreads = void (*)(int);
-  if (auto setBlasThreads = reinterpret_cast<SetBlasThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads")))
-    setBlasThreads(profile.run.threadsPerRank);
+  setBlasThreads(profile.run.threadsPerRank);  // Note [BLAS threads]
   RecordWriter writer(args.records);
   std::atomic<bool> finished{false};
   std::mutex hbMutex;

@@ -29,11 +29,7 @@ void ThroughputMeter::add(const StepRecord& step) {
     ++sums.steps;
     sums.samples += samples;
     sums.busyS += busyS;
-    sums.ms.stepMs += step.stepMs;
-    sums.ms.dataMs += step.dataMs;
-    sums.ms.computeMs += step.computeMs;
-    sums.ms.commMs += step.commMs;
-    sums.ms.optMs += step.optMs;
+    sums.ms += StepSplit::of(step);
   };
   count(m_all[rank]);
   if (warm) count(m_steady[rank]);
@@ -65,9 +61,7 @@ double ThroughputMeter::stepsPerS(int rank) const {
 
 StepSplit ThroughputMeter::split(int rank) const {
   const Sums& s = counted(rank);
-  if (s.steps == 0) return {};
-  const double n = static_cast<double>(s.steps);
-  return {s.ms.stepMs / n, s.ms.dataMs / n, s.ms.computeMs / n, s.ms.commMs / n, s.ms.optMs / n};
+  return s.steps == 0 ? StepSplit{} : s.ms / static_cast<double>(s.steps);
 }
 
 StepSplit ThroughputMeter::meanSplit() const {
@@ -76,17 +70,10 @@ StepSplit ThroughputMeter::meanSplit() const {
   const int first = m_coordinatorOnly && m_all.size() > 1 ? 1 : 0;
   for (int r = first; r < static_cast<int>(m_all.size()); ++r) {
     if (counted(r).steps == 0) continue;
-    const StepSplit s = split(r);
-    sum.stepMs += s.stepMs;
-    sum.dataMs += s.dataMs;
-    sum.computeMs += s.computeMs;
-    sum.commMs += s.commMs;
-    sum.optMs += s.optMs;
+    sum += split(r);
     ++ranks;
   }
-  if (ranks == 0) return {};
-  const double n = ranks;
-  return {sum.stepMs / n, sum.dataMs / n, sum.computeMs / n, sum.commMs / n, sum.optMs / n};
+  return ranks == 0 ? StepSplit{} : sum / ranks;
 }
 
 double ThroughputMeter::total() const {

@@ -31,6 +31,15 @@ struct StepSplit {
   double computeMs = 0;
   double commMs = 0;
   double optMs = 0;
+
+  static StepSplit of(const StepRecord& s) { return {s.stepMs, s.dataMs, s.computeMs, s.commMs, s.optMs}; }
+  StepSplit& operator+=(const StepSplit& o) {
+    stepMs += o.stepMs, dataMs += o.dataMs, computeMs += o.computeMs, commMs += o.commMs, optMs += o.optMs;
+    return *this;
+  }
+  StepSplit operator/(double n) const { return {stepMs / n, dataMs / n, computeMs / n, commMs / n, optMs / n}; }
+  /// The share of the step spent waiting for other ranks and reducing gradients, in percent.
+  double commPercent() const { return stepMs > 0 ? 100 * commMs / stepMs : 0; }
 };
 
 /// `s` as the JSON object the summary and the sweep write (step_ms): total, data, compute,

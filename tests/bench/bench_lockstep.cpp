@@ -18,8 +18,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -82,8 +80,7 @@ class LockstepSingle final : public engine::Strategy {
 // One process of a case: trains, prints its samples/s.
 int child(const std::string& kind, int rank, int port, long steps) try {
   torch::set_num_threads(1);
-  using SetBlasThreads = void (*)(int);  // as the worker does (Note [BLAS threads])
-  if (auto set = reinterpret_cast<SetBlasThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
+  engine::setBlasThreads(1);  // as a rank does (Note [BLAS threads])
   const core::Profile p = mlpProfile(kind, steps);
   const int world = kind == "ddp" ? 2 : 1;
   std::unique_ptr<engine::Strategy> strategy;
