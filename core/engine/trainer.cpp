@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <optional>
 
 #include "common/error.h"
 #include "engine/compat.h"
@@ -183,8 +184,10 @@ std::int64_t Trainer::run(const std::atomic<bool>& stopRequested) {
   const bool steps = m_strategy->stepsOptimizer();
   const auto dev = m_strategy->device();
   const std::string checkpointPath = m_options.outDir.empty() ? "" : m_options.outDir + "/checkpoint.pt";
-  std::int64_t memBytes = residentBytes();
-  auto memReadAt = Clock::now();
+  // Read at the end of the first step (what the step took: gradients, optimizer state, the library's
+  // workspaces), then a few times a second; always the device's measure, never the resident set for a GPU.
+  std::int64_t memBytes = 0;
+  std::optional<Clock::time_point> memReadAt;
   auto validateNow = [&] {
     if (!primary || m_data.valSize() == 0) return;
     auto [loss, accuracy] = validate();
@@ -243,7 +246,7 @@ std::int64_t Trainer::run(const std::atomic<bool>& stopRequested) {
       ++m_step;
 
       if (m_sink) {
-        if (ms(memReadAt, t3) > 250) {  // /proc is cheap but not free: read it a few times a second
+        if (!memReadAt || ms(*memReadAt, t3) > 250) {  // /proc is cheap but not free
           memBytes = memoryBytes(dev);
           memReadAt = t3;
         }

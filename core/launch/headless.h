@@ -2,6 +2,7 @@
 // on the terminal and an exit code CI can act on.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <iosfwd>
 #include <string>
