@@ -99,13 +99,7 @@ class DataParallel final : public Strategy {
       Model& replica = lane == 0 ? model : *m_replicas[i - 1];
       const auto& dev = m_devices[i];
       const double share = static_cast<double>(xs[i].size(0)) / static_cast<double>(n);
-      torch::Tensor loss;
-      {
-        compat::CudaAutocastGuard autocast(m_autocast);
-        loss = computeLoss(replica.forward(xs[i].to(dev)), ys[i].to(dev), classification);
-      }
-      (loss * (weight * share)).backward();
-      losses[i] = loss.item<double>();
+      losses[i] = lossAndGradients(replica, xs[i].to(dev), ys[i].to(dev), weight * share, classification);
       ends[i] = Clock::now();
     };
     m_pool->run(active, job);

@@ -59,6 +59,7 @@ struct Bucket {
 class Ddp final : public Strategy {
  public:
   explicit Ddp(const SyncContext& ctx) : m_rank(ctx.rank), m_world(ctx.world), m_bucketMb(ctx.profile.strategy.bucketMb) {
+    m_needsAutograd = true;  // the buckets are launched from hooks on autograd's AccumulateGrad nodes
     const auto& p = ctx.profile;
     setDevice(deviceFor(p, ctx.rank));  // before rendezvous: a missing GPU fails fast
     auto timeout = std::chrono::milliseconds(static_cast<long>(p.run.timeoutS * 1000));
@@ -286,6 +287,7 @@ class AutoCpuDdp final : public Strategy {
   void afterOptimizerStep(Model& model) override { m_inner->afterOptimizerStep(model); }
   void finish() override { m_inner->finish(); }
   bool zeroesGradients() const override { return m_inner && m_inner->zeroesGradients(); }
+  const char* gradients() const override { return m_inner ? m_inner->gradients() : nullptr; }
 
  private:
   const SyncContext m_ctx;

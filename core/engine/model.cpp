@@ -10,10 +10,119 @@
 namespace ptw::engine {
 namespace {
 
+// Note [Gradients by hand]
+// A network that is a chain of Linear layers with ReLU, Tanh or GELU between them (the linear
+// and mlp kinds) is trained on the CPU without autograd. The forward pass calls what the
+// modules call and keeps what autograd would save (each layer's input, each activation's
+// output or input); the backward pass calls the kernels autograd's formulas call, in its
+// order: nll_loss's and log_softmax's backward (or mse_loss's), then per layer the weight's
+// product as mm_mat2_backward forms it (grad^T x), the bias's column sum, the input's
+// product (grad W) and the activation's *_backward. Gradients are added into .grad in place
+// (the weight's product straight into it, by addmm_), as AccumulateGrad adds into a .grad
+// that exists, so strategies whose .grad are views of shared
+// memory see them where they look. What is left out is autograd's bookkeeping: recording
+// the graph, the engine's task and queue, one node per operation: more than half of a step
+// of a small model (Linear(10, 2), batch 16: a Single step 17-18 us instead of 38-42 on one
+// core of an Intel Xeon); on the mlp, whose step is its matrix products, it changes little.
+// test_workload checks the gradients against autograd's for each activation, both losses
+// and accumulation. Left to autograd: CUDA tensors (not yet run on a GPU by hand), autocast,
+// DDP over Gloo or NCCL (its hooks hang on autograd's nodes), cnn and TorchScript models,
+// and targets the chain would have to broadcast. PTW_GRADIENTS=autograd turns it off, to
+// compare.
+enum class Activation { None, Relu, Tanh, Gelu };
+
+struct DenseLayer {
+  torch::nn::Linear linear;
+  Activation after = Activation::None;
+  std::string geluApproximate;
+};
+
+// The layers of `net` if it is Linear (activation? Linear)*, else none.
+std::vector<DenseLayer> denseChain(const torch::nn::Sequential& net) {
+  std::vector<DenseLayer> chain;
+  for (const auto& child : net->children()) {
+    if (auto linear = std::dynamic_pointer_cast<torch::nn::LinearImpl>(child)) {
+      chain.push_back({torch::nn::Linear(linear)});
+      continue;
+    }
+    if (chain.empty() || chain.back().after != Activation::None) return {};
+    if (std::dynamic_pointer_cast<torch::nn::ReLUImpl>(child)) {
+      chain.back().after = Activation::Relu;
+    } else if (std::dynamic_pointer_cast<torch::nn::TanhImpl>(child)) {
+      chain.back().after = Activation::Tanh;
+    } else if (auto gelu = std::dynamic_pointer_cast<torch::nn::GELUImpl>(child)) {
+      chain.back().after = Activation::Gelu;
+      chain.back().geluApproximate = gelu->options.approximate();
+    } else {
+      return {};
+    }
+  }
+  if (chain.empty() || chain.back().after != Activation::None) return {};
+  return chain;
+}
+
 class SequentialModel final : public Model {
  public:
-  explicit SequentialModel(torch::nn::Sequential net) : m_net(std::move(net)) {}
+  explicit SequentialModel(torch::nn::Sequential net) : m_net(std::move(net)), m_chain(denseChain(m_net)) {}
   torch::Tensor forward(const torch::Tensor& x) override { return m_net->forward(x); }
+
+  std::optional<double> gradientsByHand(const torch::Tensor& x, const torch::Tensor& y, double weight,
+                                        bool classification) override {
+    if (m_chain.empty() || !x.device().is_cpu() || x.dim() != 2) return std::nullopt;
+    const auto outFeatures = m_chain.back().linear->options.out_features();
+    const bool targetFits = classification ? y.dim() == 1 && y.scalar_type() == torch::kLong
+                                           : y.dim() == 2 && y.size(1) == outFeatures && y.size(0) == x.size(0);
+    if (!targetFits) return std::nullopt;
+    torch::NoGradGuard noGrad;
+    const std::size_t n = m_chain.size();
+    std::vector<torch::Tensor> inputs(n), saved(n);  // each layer's input; what its activation's backward reads
+    torch::Tensor a = x;
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto& layer = m_chain[i];
+      inputs[i] = a;
+      const auto& w = layer.linear->weight;
+      const auto& b = layer.linear->bias;
+      a = b.defined() ? at::addmm(b, a, w.t()) : at::mm(a, w.t());
+      switch (layer.after) {
+        case Activation::Relu: a = saved[i] = at::relu(a); break;
+        case Activation::Tanh: a = saved[i] = at::tanh(a); break;
+        case Activation::Gelu: saved[i] = a; a = at::gelu(a, layer.geluApproximate); break;
+        case Activation::None: break;
+      }
+    }
+    const auto seed = at::scalar_tensor(weight, a.options());  // d(weight * loss) / d loss
+    torch::Tensor loss, grad;
+    if (classification) {
+      auto logp = at::_log_softmax(a, 1, false);
+      auto [mean, total] = at::nll_loss_forward(logp, y, {}, at::Reduction::Mean, -100);
+      loss = mean;
+      grad = at::_log_softmax_backward_data(at::nll_loss_backward(seed, logp, y, {}, at::Reduction::Mean, -100, total),
+                                            logp, 1, a.scalar_type());
+    } else {
+      loss = at::mse_loss(a, y);
+      grad = at::mse_loss_backward(seed, a, y, at::Reduction::Mean);
+    }
+    for (std::size_t i = n; i-- > 0;) {
+      const auto& layer = m_chain[i];
+      switch (layer.after) {
+        case Activation::Relu: grad = at::threshold_backward(grad, saved[i], 0); break;
+        case Activation::Tanh: grad = at::tanh_backward(grad, saved[i]); break;
+        case Activation::Gelu: grad = at::gelu_backward(grad, saved[i], layer.geluApproximate); break;
+        case Activation::None: break;
+      }
+      const auto& w = layer.linear->weight;
+      const auto& b = layer.linear->bias;
+      if (auto& g = w.mutable_grad(); g.defined()) g.addmm_(grad.t(), inputs[i]);
+      else g = at::mm(grad.t(), inputs[i]);
+      if (b.defined()) {
+        if (auto& g = b.mutable_grad(); g.defined()) g.add_(grad.sum(0));
+        else g = grad.sum(0);
+      }
+      if (i > 0) grad = at::mm(grad, w);
+    }
+    return loss.item<double>();
+  }
+
   std::vector<torch::Tensor> parameters() override { return m_net->parameters(); }
   std::unique_ptr<Model> replicate(const torch::Device& device) const override {
     auto copy = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(m_net->clone(device));
@@ -29,6 +138,7 @@ class SequentialModel final : public Model {
 
  private:
   torch::nn::Sequential m_net;
+  std::vector<DenseLayer> m_chain;  ///< empty where gradients are autograd's
 };
 
 class ScriptModel final : public Model {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,13 @@ class Model {
   /// Writes the model as its own kind: TorchScript for torchscript models (readable by
   /// Python's torch.jit.load), else the parameter list (torch::save).
   virtual void save(const std::string& path) = 0;
+  /// One micro-batch's loss and gradients without autograd (Note [Gradients by hand]), where
+  /// the model can: adds `weight` times the mean loss's gradient into each parameter's .grad
+  /// and returns the unscaled loss. Otherwise nothing is touched and the caller uses autograd.
+  virtual std::optional<double> gradientsByHand(const torch::Tensor& /*x*/, const torch::Tensor& /*y*/,
+                                                double /*weight*/, bool /*classification*/) {
+    return std::nullopt;
+  }
 };
 
 /// Built from the spec; parameters initialised from `seed`, so every rank starts equal.

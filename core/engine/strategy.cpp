@@ -1,6 +1,8 @@
 #include "engine/strategy.h"
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "common/error.h"
 #include "engine/compat.h"
@@ -64,6 +66,22 @@ torch::Device deviceFor(const core::Profile& p, int index) {
 
 double Strategy::backward(Model& model, const torch::Tensor& x, const torch::Tensor& y, double weight,
                           bool classification) {
+  return lossAndGradients(model, x, y, weight, classification);
+}
+
+double Strategy::lossAndGradients(Model& model, const torch::Tensor& x, const torch::Tensor& y, double weight,
+                                  bool classification) {
+  static const bool autogradOnly = [] {  // PTW_GRADIENTS=autograd: no gradients by hand, to compare
+    const char* v = std::getenv("PTW_GRADIENTS");
+    return v != nullptr && std::string(v) == "autograd";
+  }();
+  if (!m_autocast && !m_needsAutograd && !autogradOnly) {
+    if (auto loss = model.gradientsByHand(x, y, weight, classification)) {
+      m_gradients = "by hand";
+      return *loss;
+    }
+  }
+  m_gradients = "autograd";
   torch::Tensor loss;
   {
     compat::CudaAutocastGuard autocast(m_autocast);

@@ -13,6 +13,7 @@
 // share: after reduce its gradients are still its own; Note [Sharded SGD step].)
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -98,13 +99,25 @@ class Strategy {
     return none;
   }
 
+  /// How the last micro-batch's gradients were computed: "by hand" or "autograd"; null
+  /// before any (and in a process that computes none).
+  virtual const char* gradients() const { return m_gradients.load(std::memory_order_relaxed); }
+
   void setAutocast(bool on) { m_autocast = on; }
   void setDevice(torch::Device d) { m_device = d; }
   torch::Device device() const { return m_device; }
 
  protected:
+  /// One micro-batch's forward and backward on `model` (a replica, for DataParallel): by hand
+  /// where the model can and this strategy lets it (Note [Gradients by hand]), else autograd
+  /// under the strategy's autocast. Returns the unscaled loss.
+  double lossAndGradients(Model& model, const torch::Tensor& x, const torch::Tensor& y, double weight,
+                          bool classification);
+
   bool m_localStop = false;
   bool m_autocast = false;
+  bool m_needsAutograd = false;  ///< set by a strategy whose work hangs on autograd's nodes (DDP's hooks)
+  std::atomic<const char*> m_gradients{nullptr};  ///< DataParallel's lanes set it at once
   torch::Device m_device = torch::kCPU;
 };
 

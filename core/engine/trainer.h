@@ -44,6 +44,8 @@ class Trainer {
 
   std::vector<torch::Tensor> parameters() const { return m_model->parameters(); }
   Model& model() { return *m_model; }
+  /// How the last step's gradients were computed (Strategy::gradients()).
+  const char* gradients() const { return m_strategy->gradients(); }
   std::int64_t step() const { return m_step; }
   /// Validation loss and accuracy (-1 for regression) on the held-out split.
   std::pair<double, double> validate();

@@ -291,9 +291,11 @@ int workerMain(int argc, char** argv) {
     done.step.rank = rank;
     done.step.step = steps;
     writer.write(done);
-    std::fprintf(stderr, "[rank %d] %s after %lld steps in %.3f s (%.1f steps/s)\n", rank,
+    const char* gradients = trainer.gradients();
+    std::fprintf(stderr, "[rank %d] %s after %lld steps in %.3f s (%.1f steps/s)%s%s\n", rank,
                  g_stop ? "stopped" : "finished", static_cast<long long>(steps), trainS,
-                 trainS > 0 ? static_cast<double>(steps) / trainS : 0.0);
+                 trainS > 0 ? static_cast<double>(steps) / trainS : 0.0, gradients ? "; gradients " : "",
+                 gradients ? gradients : "");
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what_without_backtrace());
     code = 1;

@@ -1,10 +1,11 @@
 // Workloads: TorchScript round trip with Python, the shipped MNIST-format fixture, CSV
-// columns, learning-rate schedules, and every bad-input case caught before training with
-// a message that names the problem.
+// columns, learning-rate schedules, gradients by hand against autograd's, and every
+// bad-input case caught before training with a message that names the problem.
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
 #include <QScopeGuard>
+#include <map>
 #include <sstream>
 #include <QtTest>
 
@@ -345,6 +346,149 @@ class TestWorkload : public QObject {
     opt->step();
     opt->step();
     QVERIFY(torch::allclose(p, torch::full({4}, 1.0 - 0.1 * 2.0 - 0.1 * (2.0 * 0.5 + 2.0), torch::kDouble)));
+  }
+
+  // Note [Gradients by hand]: the chain's gradients are autograd's, for each activation and
+  // loss, into gradients that exist (in place, as shared-memory strategies need) or not yet,
+  // and added over micro-batches of unequal weight. What the chain cannot take is left alone.
+  void gradientsByHandAreAutogradsGradients_data() {
+    QTest::addColumn<QString>("kind");
+    QTest::addColumn<QString>("activation");
+    QTest::addColumn<bool>("classification");
+    QTest::addColumn<QVector<double>>("weights");  // one micro-batch each
+    QTest::addColumn<bool>("gradsExist");
+    QTest::newRow("linear, cross-entropy") << "linear" << "relu" << true << QVector<double>{1.0} << true;
+    QTest::newRow("linear, mse, no grads yet") << "linear" << "relu" << false << QVector<double>{1.0} << false;
+    QTest::newRow("mlp relu, cross-entropy") << "mlp" << "relu" << true << QVector<double>{1.0} << true;
+    QTest::newRow("mlp tanh, mse") << "mlp" << "tanh" << false << QVector<double>{1.0} << true;
+    QTest::newRow("mlp gelu, cross-entropy") << "mlp" << "gelu" << true << QVector<double>{1.0} << false;
+    QTest::newRow("mlp relu, 3 micro-batches") << "mlp" << "relu" << true << QVector<double>{0.5, 0.25, 0.25} << true;
+    QTest::newRow("mlp gelu, mse, 2 micro-batches") << "mlp" << "gelu" << false << QVector<double>{0.75, 0.25} << false;
+  }
+  void gradientsByHandAreAutogradsGradients() {
+    QFETCH(QString, kind);
+    QFETCH(QString, activation);
+    QFETCH(bool, classification);
+    QFETCH(QVector<double>, weights);
+    QFETCH(bool, gradsExist);
+    core::ModelSpec spec;
+    spec.kind = kind.toStdString();
+    spec.inFeatures = 12;
+    spec.outFeatures = classification ? 5 : 3;
+    if (kind == "mlp") spec.hidden = {24, 16};
+    spec.activation = activation.toStdString();
+    auto byHand = engine::makeModel(spec, 7);
+    auto reference = byHand->replicate(torch::kCPU);
+    auto ours = byHand->parameters(), theirs = reference->parameters();
+    std::vector<void*> before;
+    if (gradsExist) {
+      for (auto& p : ours) p.mutable_grad() = torch::zeros_like(p);
+      for (auto& p : theirs) p.mutable_grad() = torch::zeros_like(p);
+      for (auto& p : ours) before.push_back(p.grad().data_ptr());
+    }
+    torch::manual_seed(11);
+    for (double weight : weights) {
+      const auto x = torch::randn({9, spec.inFeatures});
+      const auto y = classification ? torch::randint(0, spec.outFeatures, {9}) : torch::randn({9, spec.outFeatures});
+      const auto loss = byHand->gradientsByHand(x, y, weight, classification);
+      QVERIFY(loss.has_value());
+      const auto expected = engine::computeLoss(reference->forward(x), y, classification);
+      (expected * weight).backward();
+      QCOMPARE(*loss, expected.item<double>());
+    }
+    QCOMPARE(ours.size(), theirs.size());
+    for (std::size_t i = 0; i < ours.size(); ++i) {
+      QVERIFY2(ours[i].grad().defined(), qPrintable(QString("parameter %1 has no gradient").arg(i)));
+      const double worst = (ours[i].grad() - theirs[i].grad()).abs().max().item<double>();
+      const double scale = theirs[i].grad().abs().max().item<double>();
+      QVERIFY2(scale > 0, qPrintable(QString("parameter %1: autograd's gradient is zero").arg(i)));
+      QVERIFY2(worst <= 1e-6 * scale, qPrintable(QString("parameter %1: gradients differ by %2 (largest %3)")
+                                                      .arg(i).arg(worst).arg(scale)));
+      if (gradsExist) QCOMPARE(ours[i].grad().data_ptr(), before[i]);  // added in place
+    }
+  }
+
+  void gradientsByHandLeaveWhatTheyCannotTake() {
+    core::ModelSpec spec;
+    spec.kind = "cnn";
+    spec.outFeatures = 10;
+    auto cnn = engine::makeModel(spec, 1);
+    QVERIFY(!cnn->gradientsByHand(torch::randn({2, 784}), torch::randint(0, 10, {2}), 1.0, true).has_value());
+    spec.kind = "linear";
+    spec.inFeatures = 4;
+    spec.outFeatures = 2;
+    auto linear = engine::makeModel(spec, 1);
+    // A regression target the loss would have to broadcast, and labels that are not class indices.
+    QVERIFY(!linear->gradientsByHand(torch::randn({3, 4}), torch::randn({3}), 1.0, false).has_value());
+    QVERIFY(!linear->gradientsByHand(torch::randn({3, 4}), torch::randn({3, 2}), 1.0, true).has_value());
+    for (const auto& p : linear->parameters()) QVERIFY(!p.grad().defined());
+  }
+
+  // Runs train the same by hand as with autograd (PTW_GRADIENTS=autograd): every rank's loss
+  // at every step, for the strategies that take the chain's gradients; each rank's log says
+  // which it used.
+  void runsTrainTheSameByHandAsWithAutograd_data() {
+    QTest::addColumn<QString>("kind");
+    QTest::addColumn<int>("ranks");
+    QTest::newRow("single") << "single" << 1;
+    QTest::newRow("dataparallel, 2 lanes") << "dataparallel" << 2;
+    QTest::newRow("ddp over shared memory, 2 ranks") << "ddp" << 2;
+    QTest::newRow("pool sync, 2 workers") << "pool" << 2;
+  }
+  void runsTrainTheSameByHandAsWithAutograd() {
+    QFETCH(QString, kind);
+    QFETCH(int, ranks);
+    Profile p = defaultProfile();
+    p.model.kind = "mlp";
+    p.model.hidden = {32, 32};
+    p.model.outFeatures = 4;
+    p.data.kind = "synthetic-classification";
+    p.data.samples = 512;
+    p.hyper.batchSize = 32;
+    p.hyper.momentum = 0.9;
+    p.hyper.lr = 0.05;
+    p.hyper.maxSteps = 40;
+    p.strategy.kind = kind.toStdString();
+    p.strategy.ranks = ranks;
+    struct Losses final : LaunchObserver {
+      std::map<std::pair<int, std::int64_t>, double> at;
+      void onRecords(std::vector<Record>& batch) override {
+        for (const auto& r : batch)
+          if (r.kind == Record::Kind::Step) at[{r.step.rank, r.step.step}] = r.step.loss;
+      }
+    };
+    auto train = [&](bool autograd) {
+      const QByteArray was = qgetenv("PTW_GRADIENTS");
+      if (autograd) qputenv("PTW_GRADIENTS", "autograd");  // the ranks inherit it
+      else qunsetenv("PTW_GRADIENTS");
+      auto restore = qScopeGuard([&] {
+        if (was.isNull()) qunsetenv("PTW_GRADIENTS");
+        else qputenv("PTW_GRADIENTS", was);
+      });
+      QTemporaryDir dir;
+      LaunchOptions lo(test::workerPath(), test::writeProfile(dir, p), processCount(p));
+      lo.setOutDir(dir.path().toStdString());
+      Losses losses;
+      const auto status = Launcher(lo).run(losses).status;
+      // The pool's rank 0 is its coordinator, which computes no gradients.
+      QFile log(dir.filePath(kind == "pool" ? "rank1.log" : "rank0.log"));
+      const QString said = log.open(QIODevice::ReadOnly) ? QString::fromUtf8(log.readAll()) : QString();
+      const QString expected = autograd ? "; gradients autograd\n" : "; gradients by hand\n";
+      if (!said.contains(expected))
+        QTest::qFail(qPrintable(log.fileName() + " lacks \"" + expected.trimmed() + "\":\n" + said), __FILE__, __LINE__);
+      return status == RunReport::Status::Finished ? losses.at : decltype(losses.at){};
+    };
+    const auto byHand = train(false), autograd = train(true);
+    if (QTest::currentTestFailed()) return;
+    QVERIFY(!autograd.empty());
+    QCOMPARE(byHand.size(), autograd.size());
+    for (const auto& [key, loss] : autograd) {
+      const auto it = byHand.find(key);
+      QVERIFY(it != byHand.end());
+      QVERIFY2(std::abs(it->second - loss) <= 1e-6 * std::max(1.0, std::abs(loss)),
+               qPrintable(QString("rank %1 step %2: %3 by hand, %4 by autograd")
+                              .arg(key.first).arg(key.second).arg(it->second, 0, 'g', 12).arg(loss, 0, 'g', 12)));
+    }
   }
 
   void badInputIsCaughtBeforeTraining() {
