@@ -29,7 +29,6 @@
 #include <unordered_map>
 
 #include "common/error.h"
-#include "engine/compat.h"
 #include "engine/kernels.h"
 #include "engine/lane_pool.h"
 #include "engine/model.h"

@@ -71,8 +71,8 @@ class SequentialModel final : public Model {
     if (m_chain.empty() || !x.device().is_cpu() || x.dim() != 2) return std::nullopt;
     const auto outFeatures = m_chain.back().linear->options.out_features();
     const bool targetFits = classification ? y.dim() == 1 && y.scalar_type() == torch::kLong
-                                           : y.dim() == 2 && y.size(1) == outFeatures && y.size(0) == x.size(0);
-    if (!targetFits) return std::nullopt;
+                                           : y.dim() == 2 && y.size(1) == outFeatures;
+    if (!targetFits || y.size(0) != x.size(0)) return std::nullopt;  // autograd's path says what is wrong
     torch::NoGradGuard noGrad;
     const std::size_t n = m_chain.size();
     std::vector<torch::Tensor> inputs(n), saved(n);  // each layer's input; what its activation's backward reads

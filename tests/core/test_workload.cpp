@@ -418,9 +418,11 @@ class TestWorkload : public QObject {
     spec.inFeatures = 4;
     spec.outFeatures = 2;
     auto linear = engine::makeModel(spec, 1);
-    // A regression target the loss would have to broadcast, and labels that are not class indices.
+    // A regression target the loss would have to broadcast, labels that are not class indices, and
+    // fewer labels than samples: autograd's path reports what is wrong.
     QVERIFY(!linear->gradientsByHand(torch::randn({3, 4}), torch::randn({3}), 1.0, false).has_value());
     QVERIFY(!linear->gradientsByHand(torch::randn({3, 4}), torch::randn({3, 2}), 1.0, true).has_value());
+    QVERIFY(!linear->gradientsByHand(torch::randn({3, 4}), torch::randint(0, 2, {2}), 1.0, true).has_value());
     for (const auto& p : linear->parameters()) QVERIFY(!p.grad().defined());
   }
 
