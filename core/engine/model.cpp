@@ -11,24 +11,27 @@ namespace ptw::engine {
 namespace {
 
 // Note [Gradients by hand]
-// A network that is a chain of Linear layers with ReLU, Tanh or GELU between them (the linear
-// and mlp kinds) is trained on the CPU without autograd. The forward pass calls what the
-// modules call and keeps what autograd would save (each layer's input, each activation's
+// A network that is a chain of Linear layers, with ReLU, Tanh or GELU between them (the
+// linear and mlp kinds), is trained on the CPU without autograd. The forward pass calls what
+// the modules call and keeps what autograd would save (each layer's input, each activation's
 // output or input); the backward pass calls the kernels autograd's formulas call, in its
-// order: nll_loss's and log_softmax's backward (or mse_loss's), then per layer the weight's
-// product as mm_mat2_backward forms it (grad^T x), the bias's column sum, the input's
-// product (grad W) and the activation's *_backward. Gradients are added into .grad in place
-// (the weight's product straight into it, by addmm_), as AccumulateGrad adds into a .grad
-// that exists, so strategies whose .grad are views of shared
-// memory see them where they look. What is left out is autograd's bookkeeping: recording
-// the graph, the engine's task and queue, one node per operation: more than half of a step
-// of a small model (Linear(10, 2), batch 16: a Single step 17-18 us instead of 38-42 on one
-// core of an Intel Xeon); on the mlp, whose step is its matrix products, it changes little.
-// test_workload checks the gradients against autograd's for each activation, both losses
-// and accumulation. Left to autograd: CUDA tensors (not yet run on a GPU by hand), autocast,
-// DDP over Gloo or NCCL (its hooks hang on autograd's nodes), cnn and TorchScript models,
-// and targets the chain would have to broadcast. PTW_GRADIENTS=autograd turns it off, to
-// compare.
+// order: nll_loss's and log_softmax's backward (or mse_loss's), then per layer the
+// activation's *_backward, the weight's product as mm_mat2_backward forms it (grad^T x),
+// the bias's column sum and the input's product (grad W). Gradients are added into .grad in
+// place, as AccumulateGrad adds into a .grad that exists, so strategies whose .grad are views
+// of shared memory find them there; the weight's product goes straight in (addmm_) instead
+// of into a new tensor that is then added. Into zeroed or new gradients the result is
+// autograd's to the bit; into gradients that already hold a micro-batch's, addmm_ adds
+// inside the product where autograd adds the finished one, which can round differently.
+// What is saved is autograd's bookkeeping (recording the graph, the engine's task and queue,
+// a node per operation) and that temporary: a seed-workload Single step (Linear(10, 2),
+// batch 16) took 17-18 us instead of 38-42 on one core of an Intel Xeon, and the mlp's
+// (784-512-512-10, batch 128) 3.95 ms instead of 4.49 in the benchmark's medians.
+// test_workload checks the gradients against autograd's. Left to autograd: CUDA tensors
+// (not yet run on a GPU by hand), autocast, DDP over Gloo or NCCL (its buckets start from
+// autograd's hooks), cnn and TorchScript models, frozen layers, and inputs or targets whose
+// type or shape autograd would have to convert or broadcast. PTW_GRADIENTS=autograd turns
+// it off, to compare.
 enum class Activation { None, Relu, Tanh, Gelu };
 
 struct DenseLayer {
@@ -42,6 +45,8 @@ std::vector<DenseLayer> denseChain(const torch::nn::Sequential& net) {
   std::vector<DenseLayer> chain;
   for (const auto& child : net->children()) {
     if (auto linear = std::dynamic_pointer_cast<torch::nn::LinearImpl>(child)) {
+      for (const auto& p : linear->parameters())
+        if (!p.requires_grad()) return {};  // a frozen layer: autograd gives it no gradient
       chain.push_back({torch::nn::Linear(linear)});
       continue;
     }
@@ -69,9 +74,11 @@ class SequentialModel final : public Model {
   std::optional<double> gradientsByHand(const torch::Tensor& x, const torch::Tensor& y, double weight,
                                         bool classification) override {
     if (m_chain.empty() || !x.device().is_cpu() || x.dim() != 2) return std::nullopt;
+    const auto& first = m_chain.front().linear->weight;
+    if (x.scalar_type() != first.scalar_type()) return std::nullopt;  // autograd's casts are its own
     const auto outFeatures = m_chain.back().linear->options.out_features();
     const bool targetFits = classification ? y.dim() == 1 && y.scalar_type() == torch::kLong
-                                           : y.dim() == 2 && y.size(1) == outFeatures;
+                                           : y.dim() == 2 && y.size(1) == outFeatures && y.scalar_type() == x.scalar_type();
     if (!targetFits || y.size(0) != x.size(0)) return std::nullopt;  // autograd's path says what is wrong
     torch::NoGradGuard noGrad;
     const std::size_t n = m_chain.size();
@@ -178,6 +185,10 @@ torch::nn::AnyModule activation(const std::string& name) {
 }
 
 }  // namespace
+
+std::unique_ptr<Model> makeSequentialModel(torch::nn::Sequential net) {
+  return std::make_unique<SequentialModel>(std::move(net));
+}
 
 std::unique_ptr<Model> makeModel(const core::ModelSpec& spec, std::uint64_t seed) {
   if (spec.kind == "torchscript") {

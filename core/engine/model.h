@@ -39,4 +39,7 @@ class Model {
 /// A torchscript model that does not load throws ptw::Error naming model.path.
 std::unique_ptr<Model> makeModel(const core::ModelSpec& spec, std::uint64_t seed);
 
+/// A model around a network built by the caller (makeModel's linear, mlp and cnn are these).
+std::unique_ptr<Model> makeSequentialModel(torch::nn::Sequential net);
+
 }  // namespace ptw::engine

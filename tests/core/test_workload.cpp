@@ -48,6 +48,44 @@ std::string trainerError(const Profile& p) {
   return "";
 }
 
+// Trains `byHand` by hand and a copy of it by autograd on the same micro-batches (9 samples,
+// 5 classes or 5 regression outputs, of `weights`); "" when every loss is equal and every
+// gradient within 1e-6 of the largest, and gradients that existed were added in place.
+QString byHandAgainstAutograd(engine::Model& byHand, const std::vector<double>& weights, bool classification,
+                              bool gradsExist, torch::Dtype dtype = torch::kFloat) {
+  auto reference = byHand.replicate(torch::kCPU);
+  auto ours = byHand.parameters(), theirs = reference->parameters();
+  if (ours.size() != theirs.size() || ours.empty()) return "the copy lists other parameters";
+  const auto in = ours.front().size(1);
+  std::vector<void*> before;
+  if (gradsExist) {
+    for (auto& p : ours) p.mutable_grad() = torch::zeros_like(p);
+    for (auto& p : theirs) p.mutable_grad() = torch::zeros_like(p);
+    for (auto& p : ours) before.push_back(p.grad().data_ptr());
+  }
+  torch::manual_seed(11);
+  for (double weight : weights) {
+    const auto x = torch::randn({9, in}, dtype);
+    const auto y = classification ? torch::randint(0, 5, {9}) : torch::randn({9, 5}, dtype);
+    const auto loss = byHand.gradientsByHand(x, y, weight, classification);
+    if (!loss) return "the chain did not take the batch";
+    const auto expected = engine::computeLoss(reference->forward(x), y, classification);
+    (expected * weight).backward();
+    if (*loss != expected.item<double>())
+      return QString("loss %1 by hand, %2 by autograd").arg(*loss, 0, 'g', 17).arg(expected.item<double>(), 0, 'g', 17);
+  }
+  for (std::size_t i = 0; i < ours.size(); ++i) {
+    if (!ours[i].grad().defined()) return QString("parameter %1 has no gradient").arg(i);
+    const double worst = (ours[i].grad() - theirs[i].grad()).abs().max().item<double>();
+    const double scale = theirs[i].grad().abs().max().item<double>();
+    if (!(scale > 0)) return QString("parameter %1: autograd's gradient is zero").arg(i);
+    if (!(worst <= 1e-6 * scale))
+      return QString("parameter %1: gradients differ by %2 (largest %3)").arg(i).arg(worst).arg(scale);
+    if (gradsExist && ours[i].grad().data_ptr() != before[i]) return QString("parameter %1: a new gradient").arg(i);
+  }
+  return "";
+}
+
 void writeFile(const QString& path, const QByteArray& bytes) {
   QFile f(path);
   QVERIFY(f.open(QIODevice::WriteOnly));
@@ -374,38 +412,33 @@ class TestWorkload : public QObject {
     core::ModelSpec spec;
     spec.kind = kind.toStdString();
     spec.inFeatures = 12;
-    spec.outFeatures = classification ? 5 : 3;
+    spec.outFeatures = 5;
     if (kind == "mlp") spec.hidden = {24, 16};
     spec.activation = activation.toStdString();
     auto byHand = engine::makeModel(spec, 7);
-    auto reference = byHand->replicate(torch::kCPU);
-    auto ours = byHand->parameters(), theirs = reference->parameters();
-    std::vector<void*> before;
-    if (gradsExist) {
-      for (auto& p : ours) p.mutable_grad() = torch::zeros_like(p);
-      for (auto& p : theirs) p.mutable_grad() = torch::zeros_like(p);
-      for (auto& p : ours) before.push_back(p.grad().data_ptr());
+    const QString differs = byHandAgainstAutograd(*byHand, std::vector<double>(weights.begin(), weights.end()),
+                                                  classification, gradsExist);
+    QVERIFY2(differs.isEmpty(), qPrintable(differs));
+  }
+
+  // Networks makeModel does not build but the chain takes: a layer without bias, an in-place
+  // ReLU, GELU's tanh approximation, two Linear layers in a row; and a float64 network.
+  void gradientsByHandTakeAnyLinearChain() {
+    namespace nn = torch::nn;
+    torch::manual_seed(5);
+    nn::Sequential odd(nn::Linear(nn::LinearOptions(12, 10).bias(false)), nn::ReLU(nn::ReLUOptions(true)),
+                       nn::Linear(10, 8), nn::GELU(nn::GELUOptions().approximate("tanh")), nn::Linear(8, 6),
+                       nn::Linear(6, 5));
+    for (bool classification : {true, false}) {
+      auto model = engine::makeSequentialModel(nn::Sequential(std::dynamic_pointer_cast<nn::SequentialImpl>(odd->clone())));
+      const QString differs = byHandAgainstAutograd(*model, {0.5, 0.5}, classification, true);
+      QVERIFY2(differs.isEmpty(), qPrintable(differs));
     }
-    torch::manual_seed(11);
-    for (double weight : weights) {
-      const auto x = torch::randn({9, spec.inFeatures});
-      const auto y = classification ? torch::randint(0, spec.outFeatures, {9}) : torch::randn({9, spec.outFeatures});
-      const auto loss = byHand->gradientsByHand(x, y, weight, classification);
-      QVERIFY(loss.has_value());
-      const auto expected = engine::computeLoss(reference->forward(x), y, classification);
-      (expected * weight).backward();
-      QCOMPARE(*loss, expected.item<double>());
-    }
-    QCOMPARE(ours.size(), theirs.size());
-    for (std::size_t i = 0; i < ours.size(); ++i) {
-      QVERIFY2(ours[i].grad().defined(), qPrintable(QString("parameter %1 has no gradient").arg(i)));
-      const double worst = (ours[i].grad() - theirs[i].grad()).abs().max().item<double>();
-      const double scale = theirs[i].grad().abs().max().item<double>();
-      QVERIFY2(scale > 0, qPrintable(QString("parameter %1: autograd's gradient is zero").arg(i)));
-      QVERIFY2(worst <= 1e-6 * scale, qPrintable(QString("parameter %1: gradients differ by %2 (largest %3)")
-                                                      .arg(i).arg(worst).arg(scale)));
-      if (gradsExist) QCOMPARE(ours[i].grad().data_ptr(), before[i]);  // added in place
-    }
+    nn::Sequential wide(nn::Linear(12, 7), nn::Tanh(), nn::Linear(7, 5));
+    wide->to(torch::kDouble);
+    auto doubles = engine::makeSequentialModel(wide);
+    const QString differs = byHandAgainstAutograd(*doubles, {1.0}, true, false, torch::kDouble);
+    QVERIFY2(differs.isEmpty(), qPrintable(differs));
   }
 
   void gradientsByHandLeaveWhatTheyCannotTake() {
@@ -423,7 +456,15 @@ class TestWorkload : public QObject {
     QVERIFY(!linear->gradientsByHand(torch::randn({3, 4}), torch::randn({3}), 1.0, false).has_value());
     QVERIFY(!linear->gradientsByHand(torch::randn({3, 4}), torch::randn({3, 2}), 1.0, true).has_value());
     QVERIFY(!linear->gradientsByHand(torch::randn({3, 4}), torch::randint(0, 2, {2}), 1.0, true).has_value());
+    // Inputs or targets of another type than the network's, which autograd's path converts.
+    QVERIFY(!linear->gradientsByHand(torch::randn({3, 4}, torch::kDouble), torch::randint(0, 2, {3}), 1.0, true));
+    QVERIFY(!linear->gradientsByHand(torch::randn({3, 4}), torch::randn({3, 2}, torch::kDouble), 1.0, false));
     for (const auto& p : linear->parameters()) QVERIFY(!p.grad().defined());
+    // A frozen layer, which autograd gives no gradient.
+    torch::nn::Sequential net(torch::nn::Linear(4, 3), torch::nn::ReLU(), torch::nn::Linear(3, 2));
+    net->parameters().front().requires_grad_(false);
+    auto frozen = engine::makeSequentialModel(net);
+    QVERIFY(!frozen->gradientsByHand(torch::randn({3, 4}), torch::randint(0, 2, {3}), 1.0, true).has_value());
   }
 
   // Runs train the same by hand as with autograd (PTW_GRADIENTS=autograd): every rank's loss
