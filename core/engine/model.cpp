@@ -77,8 +77,9 @@ class SequentialModel final : public Model {
     const auto& first = m_chain.front().linear->weight;
     if (x.scalar_type() != first.scalar_type()) return std::nullopt;  // autograd's casts are its own
     const auto outFeatures = m_chain.back().linear->options.out_features();
-    const bool targetFits = classification ? y.dim() == 1 && y.scalar_type() == torch::kLong
-                                           : y.dim() == 2 && y.size(1) == outFeatures && y.scalar_type() == x.scalar_type();
+    const bool targetFits = classification
+                                ? y.dim() == 1 && y.scalar_type() == torch::kLong
+                                : y.dim() == 2 && y.size(1) == outFeatures && y.scalar_type() == x.scalar_type();
     if (!targetFits || y.size(0) != x.size(0)) return std::nullopt;  // autograd's path says what is wrong
     torch::NoGradGuard noGrad;
     const std::size_t n = m_chain.size();
