@@ -1,7 +1,8 @@
 // DevicePicker: the devices this machine has, as LibTorch sees them (asked of
 // `ptw-worker --devices`, so the GUI never links LibTorch): the CPU with its cores, memory
-// and the OpenBLAS kernels ranks train with (Note [BLAS kernels]), each CUDA GPU with its name, memory and current use. The user ticks the CPU
-// (and sets ranks or lanes) or GPUs; the picker reports the device and the count.
+// and the OpenBLAS kernels ranks train with (Note [BLAS kernels]), each CUDA GPU with its
+// name, memory and current use. The user ticks the CPU (and sets ranks or lanes) or GPUs;
+// the picker reports the device and the count.
 #pragma once
 
 #include <QString>

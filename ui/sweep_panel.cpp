@@ -186,7 +186,8 @@ void SweepPanel::redraw() {
     const auto& p = m_points[static_cast<std::size_t>(row)];
     const QStringList cells = {QString::fromStdString(p.strategy), QString::number(p.workers),
                                QString::number(p.samplesPerS, 'f', 0), QString::number(p.efficiency, 'f', 2),
-                               QString::number(p.stepMs.stepMs, 'f', 3), QString::number(p.stepMs.commPercent(), 'f', 1),
+                               QString::number(p.stepMs.stepMs, 'f', 3),
+                               QString::number(p.stepMs.commPercent(), 'f', 1),
                                QString::fromStdString(p.status == "finished" ? p.status : p.status + ": " + p.message)};
     for (int c = 0; c < cells.size(); ++c) {
       auto* item = new QTableWidgetItem(cells[c]);

@@ -214,7 +214,8 @@ int workerMain(int argc, char** argv) {
     args = parseArgs(argc, argv);
     if (!args.preflight) {  // Note [BLAS kernels]; a stop now waits for the new image, which unblocks it
       ::pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
-      if (!g_stop) rerunWithBetterBlasKernels(argv, args.rank >= 0 ? "[rank " + std::to_string(args.rank) + "]" : "ptw-worker:");
+      const std::string who = args.rank >= 0 ? "[rank " + std::to_string(args.rank) + "]" : "ptw-worker:";
+      if (!g_stop) rerunWithBetterBlasKernels(argv, who);
       ::pthread_sigmask(SIG_UNBLOCK, &stopSignals, nullptr);
     }
     if (args.devices) return printDevices();
