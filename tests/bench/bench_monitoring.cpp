@@ -1,8 +1,9 @@
 // What watching costs: (1) time from Start to the first loss point on the chart for a
 // 2-rank run, and (2) the seed workload's training rate with every record streaming into
 // the run store and a live window, against the same run with per-step metrics off
-// (run.metrics false, no store, no window), alternated in one run, and a run whose records
-// the supervisor reads but neither stores nor shows; the CPU each side spends per record
+// (run.metrics false, no store, no window), alternated in one run, a run whose records the
+// supervisor reads but neither stores nor shows, and one that stores them as a headless run
+// does, without a window; the CPU each side spends per record
 // (the window's process includes unpacking the blocks into rows at the end) and its share
 // of a core in the steady part of the run, what it takes from the ranks; and (3) what
 // appending to the run store alone costs a record, in CPU and in wall time.
@@ -22,6 +23,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <vector>
 
 #include "launch/launcher.h"
@@ -107,54 +109,81 @@ int main(int argc, char** argv) {
     while (w.controller()->isRunning()) QTest::qWait(10);
   }
 
-  // (2) Monitoring cost, alternating.
-  std::vector<double> off, on, ratio, recordsOnly, monitorUs, rankOffUs, rankOnUs, steadyShare;
+  // (2) Monitoring cost, alternating. Each round runs the four ways in another order (round i
+  // starts with way i), so that none always runs first, after an idle machine, or last,
+  // behind the previous run's disk writes: on this machine an order kept fixed moved the
+  // ratios by several percent.
+  std::vector<double> off, on, ratio, recordsOnly, storedOnly, monitorUs, rankOffUs, rankOnUs, steadyShare;
   for (int i = 0; i < rounds; ++i) {
-    core::Profile quiet = seedProfile(steps, backend);
-    quiet.run.metrics = false;
-    const std::string dir = core::createRunDirectory(runs.path().toStdString(), quiet);
     core::LaunchObserver none;
-    const Cpu offStart = Cpu::now();
-    core::Supervisor(core::SupervisorOptions(quiet, dir, core::Launcher::defaultWorkerPath())).run(none);
-    const Cpu offCpu = Cpu::now() - offStart;
-    off.push_back(trainingRate(QString::fromStdString(dir)));
-
+    double offRate = 0, sentRate = 0, storedRate = 0, onRate = 0;
+    Cpu offCpu, onCpu;
+    double share = -1;
+    auto metricsOff = [&] {
+      core::Profile quiet = seedProfile(steps, backend);
+      quiet.run.metrics = false;
+      const std::string dir = core::createRunDirectory(runs.path().toStdString(), quiet);
+      const Cpu start = Cpu::now();
+      core::Supervisor(core::SupervisorOptions(quiet, dir, core::Launcher::defaultWorkerPath())).run(none);
+      offCpu = Cpu::now() - start;
+      offRate = trainingRate(QString::fromStdString(dir));
+    };
     // Records sent and read by the supervisor, but neither stored nor shown: what the ranks
     // and the pipes cost on their own.
-    core::Profile sent = seedProfile(steps, backend);
-    const std::string sentDir = core::createRunDirectory(runs.path().toStdString(), sent);
-    core::Supervisor(core::SupervisorOptions(sent, sentDir, core::Launcher::defaultWorkerPath())).run(none);
-    recordsOnly.push_back(trainingRate(QString::fromStdString(sentDir)) / off.back());
-
-    ui::MainWindow w;
-    w.setConfirmations(false);
-    w.setRunsDirectory(runs.path());
-    w.show();
-    w.setProfile(seedProfile(steps, backend));
-    const Cpu onStart = Cpu::now();
-    w.startRun();
-    // The window's process in the steady part of the run (from 10% to 80% of rank 0's
-    // points on the chart): no start-up, no unpacking at the end.
-    Cpu steadyFrom, steadyTo;
-    QElapsedTimer clock;
-    clock.start();
-    qint64 fromMs = -1, toMs = -1;
-    while (w.controller()->isRunning()) {
-      const auto points = static_cast<double>(w.lossChart()->pointCount(0));
-      if (fromMs < 0 && points >= 0.1 * static_cast<double>(steps)) steadyFrom = Cpu::now(), fromMs = clock.elapsed();
-      if (toMs < 0 && points >= 0.8 * static_cast<double>(steps)) steadyTo = Cpu::now(), toMs = clock.elapsed();
-      QTest::qWait(100);  // the window's own thread: polling it more often would cost the run
-    }
-    if (fromMs >= 0 && toMs > fromMs)
-      steadyShare.push_back((steadyTo.self - steadyFrom.self) / (static_cast<double>(toMs - fromMs) / 1000.0));
-    const Cpu onCpu = Cpu::now() - onStart;
-    on.push_back(trainingRate(w.controller()->runDirectory()));
+    auto sentOnly = [&] {
+      core::Profile sent = seedProfile(steps, backend);
+      const std::string dir = core::createRunDirectory(runs.path().toStdString(), sent);
+      core::Supervisor(core::SupervisorOptions(sent, dir, core::Launcher::defaultWorkerPath())).run(none);
+      sentRate = trainingRate(QString::fromStdString(dir));
+    };
+    // Records stored as a headless run stores them, no window.
+    auto storedNoWindow = [&] {
+      core::RunStore store(runs.path().toStdString());
+      core::Profile stored = seedProfile(steps, backend);
+      const std::string dir = core::createRunDirectory(runs.path().toStdString(), stored);
+      const auto id = store.beginRun(dir, stored);
+      core::Supervisor(core::SupervisorOptions(stored, dir, core::Launcher::defaultWorkerPath()).setStore(&store, id))
+          .run(none);
+      storedRate = trainingRate(QString::fromStdString(dir));
+    };
+    auto inTheWindow = [&] {
+      ui::MainWindow w;
+      w.setConfirmations(false);
+      w.setRunsDirectory(runs.path());
+      w.show();
+      w.setProfile(seedProfile(steps, backend));
+      const Cpu start = Cpu::now();
+      w.startRun();
+      // The window's process in the steady part of the run (from 10% to 80% of rank 0's
+      // points on the chart): no start-up, no unpacking at the end.
+      Cpu steadyFrom, steadyTo;
+      QElapsedTimer clock;
+      clock.start();
+      qint64 fromMs = -1, toMs = -1;
+      while (w.controller()->isRunning()) {
+        const auto points = static_cast<double>(w.lossChart()->pointCount(0));
+        if (fromMs < 0 && points >= 0.1 * static_cast<double>(steps)) steadyFrom = Cpu::now(), fromMs = clock.elapsed();
+        if (toMs < 0 && points >= 0.8 * static_cast<double>(steps)) steadyTo = Cpu::now(), toMs = clock.elapsed();
+        QTest::qWait(100);  // the window's own thread: polling it more often would cost the run
+      }
+      if (fromMs >= 0 && toMs > fromMs)
+        share = (steadyTo.self - steadyFrom.self) / (static_cast<double>(toMs - fromMs) / 1000.0);
+      onCpu = Cpu::now() - start;
+      onRate = trainingRate(w.controller()->runDirectory());
+    };
+    const std::vector<std::function<void()>> ways = {metricsOff, sentOnly, storedNoWindow, inTheWindow};
+    for (std::size_t k = 0; k < ways.size(); ++k) ways[(static_cast<std::size_t>(i) + k) % ways.size()]();
+    off.push_back(offRate);
+    on.push_back(onRate);
+    recordsOnly.push_back(sentRate / offRate);
+    storedOnly.push_back(storedRate / offRate);
+    if (share >= 0) steadyShare.push_back(share);
     // Per record (2 ranks x steps): the monitor's CPU, and the ranks' CPU with and without.
     const double records = 2.0 * static_cast<double>(steps);
     monitorUs.push_back((onCpu.self - offCpu.self) / records * 1e6);
     rankOffUs.push_back(offCpu.children / records * 1e6);
     rankOnUs.push_back(onCpu.children / records * 1e6);
-    ratio.push_back(on.back() / off.back());
+    ratio.push_back(onRate / offRate);
   }
 
   std::printf("time from Start to the first loss point (default profile: 2 DDP ranks, shared memory): median %.2f s, max %.2f s over 5 (target <= 3 s)\n",
@@ -168,6 +197,7 @@ int main(int argc, char** argv) {
   for (double r : ratio) std::printf(" %.3f", r);
   std::printf("\n");
   std::printf("  records sent and read, not stored or shown: ratio %.3f to off (median)\n", median(recordsOnly));
+  std::printf("  records stored (a headless run), no window: ratio %.3f to off (median)\n", median(storedOnly));
   std::printf("  CPU per rank step: %.1f us with metrics off, %.1f us on (rank processes, start-up included)\n",
               median(rankOffUs), median(rankOnUs));
   std::printf("  CPU per record in the window's process (supervisor, store, charts): %.2f us\n", median(monitorUs));
