@@ -115,29 +115,41 @@ seed_sets=(--set model.kind=linear --set model.in_features=10 --set model.out_fe
 mlp_sets=(--set model.kind=mlp --set model.in_features=784 --set 'model.hidden=[512,512]' --set model.out_features=10
           --set data.kind=synthetic-classification --set data.samples=8192 --set hyper.batch_size=128 --set hyper.momentum=0.9 --set hyper.lr=0.01)
 
+# Each round runs a workload's configurations in another order (round i starts i places further
+# on), so that none always runs first after the machine was idle, or right after the same neighbour.
+seed_runs=(
+  'py_ddp seed 2000 16 IN=10 HID=0 OUTD=2'
+  'ptw_run seed ptw-ddp-gloo 2000 "${seed_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=gloo'
+  'ptw_run seed ptw-ddp-shm "$seed_steps" "${seed_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=shm'
+  'py_single seed "$seed_steps" 16 IN=10 HID=0 OUTD=2'
+  'ptw_run seed ptw-single "$seed_steps" "${seed_sets[@]}" --set strategy.kind=single --set strategy.ranks=1'
+  'apart seed "$seed_steps" "${seed_sets[@]}"'
+  'ptw_run seed ptw-dataparallel "$seed_steps" "${seed_sets[@]}" --set strategy.kind=dataparallel --set strategy.ranks=2'
+  'ptw_run seed ptw-pool-sync "$seed_steps" "${seed_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2'
+  'ptw_run seed ptw-pool-hogwild "$seed_steps" "${seed_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2 --set strategy.pool_mode=hogwild'
+)
+mlp_runs=(
+  'py_ddp mlp "$mlp_steps" 128'
+  'ptw_run mlp ptw-ddp-gloo "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=gloo'
+  'ptw_run mlp ptw-ddp-shm "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=shm'
+  'py_single mlp "$mlp_steps" 128'
+  'ptw_run mlp ptw-single "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=single --set strategy.ranks=1'
+  'apart mlp "$mlp_steps" "${mlp_sets[@]}"'
+  'ptw_run mlp ptw-dataparallel "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=dataparallel --set strategy.ranks=2'
+  'ptw_run mlp ptw-pool-sync "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2'
+  'ptw_run mlp ptw-pool-hogwild "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2 --set strategy.pool_mode=hogwild'
+)
+rotated() {  # round name_of_runs_array: runs the array's commands starting at entry `round`
+  local -n rotated_runs=$2
+  local rotated_n=${#rotated_runs[@]} rotated_k
+  for ((rotated_k = 0; rotated_k < rotated_n; rotated_k++)); do
+    eval "${rotated_runs[(($1 + rotated_k) % rotated_n)]}"
+  done
+}
+
 for ((i = 0; i < repeats; i++)); do
-  if [[ $workloads == *" seed "* ]]; then
-    py_ddp seed 2000 16 IN=10 HID=0 OUTD=2
-    ptw_run seed ptw-ddp-gloo 2000 "${seed_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=gloo
-    ptw_run seed ptw-ddp-shm "$seed_steps" "${seed_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=shm
-    py_single seed "$seed_steps" 16 IN=10 HID=0 OUTD=2
-    ptw_run seed ptw-single "$seed_steps" "${seed_sets[@]}" --set strategy.kind=single --set strategy.ranks=1
-    apart seed "$seed_steps" "${seed_sets[@]}"
-    ptw_run seed ptw-dataparallel "$seed_steps" "${seed_sets[@]}" --set strategy.kind=dataparallel --set strategy.ranks=2
-    ptw_run seed ptw-pool-sync "$seed_steps" "${seed_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2
-    ptw_run seed ptw-pool-hogwild "$seed_steps" "${seed_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2 --set strategy.pool_mode=hogwild
-  fi
-  if [[ $workloads == *" mlp "* ]]; then
-    py_ddp mlp "$mlp_steps" 128
-    ptw_run mlp ptw-ddp-gloo "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=gloo
-    ptw_run mlp ptw-ddp-shm "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=ddp --set strategy.ranks=2 --set strategy.backend=shm
-    py_single mlp "$mlp_steps" 128
-    ptw_run mlp ptw-single "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=single --set strategy.ranks=1
-    apart mlp "$mlp_steps" "${mlp_sets[@]}"
-    ptw_run mlp ptw-dataparallel "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=dataparallel --set strategy.ranks=2
-    ptw_run mlp ptw-pool-sync "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2
-    ptw_run mlp ptw-pool-hogwild "$mlp_steps" "${mlp_sets[@]}" --set strategy.kind=pool --set strategy.ranks=2 --set strategy.pool_mode=hogwild
-  fi
+  if [[ $workloads == *" seed "* ]]; then rotated "$i" seed_runs; fi
+  if [[ $workloads == *" mlp "* ]]; then rotated "$i" mlp_runs; fi
 done
 echo "]" >> "$samples.tmp"
 mv "$samples.tmp" "$samples"
