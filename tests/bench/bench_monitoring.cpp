@@ -2,8 +2,9 @@
 // 2-rank run, and (2) the seed workload's training rate with every record streaming into
 // the run store and a live window, against the same run with per-step metrics off
 // (run.metrics false, no store, no window), alternated in one run, a run whose records the
-// supervisor reads but neither stores nor shows, and one that stores them as a headless run
-// does, without a window; the CPU each side spends per record
+// supervisor reads but neither stores nor shows, one that stores them as a headless run
+// does, without a window, and one with metrics off beside a program that only burns about
+// the window's share of a core; the CPU each side spends per record
 // (the window's process includes unpacking the blocks into rows at the end) and its share
 // of a core in the steady part of the run, what it takes from the ranks; and (3) what
 // appending to the run store alone costs a record, in CPU and in wall time.
@@ -16,7 +17,10 @@
 #include <QTemporaryDir>
 #include <QTest>
 
+#include <signal.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <time.h>
 
 #include <algorithm>
@@ -109,14 +113,13 @@ int main(int argc, char** argv) {
     while (w.controller()->isRunning()) QTest::qWait(10);
   }
 
-  // (2) Monitoring cost, alternating. Each round runs the four ways in another order (round i
-  // starts with way i), so that none always runs first, after an idle machine, or last,
-  // behind the previous run's disk writes: on this machine an order kept fixed moved the
-  // ratios by several percent.
-  std::vector<double> off, on, ratio, recordsOnly, storedOnly, monitorUs, rankOffUs, rankOnUs, steadyShare;
+  // (2) Monitoring cost, alternating. Each round runs the five ways in another order (round i
+  // starts with way i), so that no way is favoured by its place: always first after a pause,
+  // or always right behind the disk writes of the run that stored its records.
+  std::vector<double> off, on, ratio, recordsOnly, storedOnly, burned, monitorUs, rankOffUs, rankOnUs, steadyShare;
   for (int i = 0; i < rounds; ++i) {
     core::LaunchObserver none;
-    double offRate = 0, sentRate = 0, storedRate = 0, onRate = 0;
+    double offRate = 0, sentRate = 0, storedRate = 0, burnerRate = 0, onRate = 0;
     Cpu offCpu, onCpu;
     double share = -1;
     auto metricsOff = [&] {
@@ -146,6 +149,29 @@ int main(int argc, char** argv) {
           .run(none);
       storedRate = trainingRate(QString::fromStdString(dir));
     };
+    // Metrics off, beside a process that only takes CPU: 1.2 ms every 50 ms, 2.4% of one core,
+    // about the window's share, in pieces about as long as the window's. What lock-step ranks
+    // that own every core lose to any program taking that much, ptw's or not.
+    auto offBesideABurner = [&] {
+      const pid_t burner = ::fork();
+      if (burner == 0) {
+        for (;;) {
+          const auto from = std::chrono::steady_clock::now();
+          while (std::chrono::steady_clock::now() - from < std::chrono::microseconds(1200)) {
+          }
+          ::usleep(48800);
+        }
+      }
+      core::Profile quiet = seedProfile(steps, backend);
+      quiet.run.metrics = false;
+      const std::string dir = core::createRunDirectory(runs.path().toStdString(), quiet);
+      core::Supervisor(core::SupervisorOptions(quiet, dir, core::Launcher::defaultWorkerPath())).run(none);
+      if (burner > 0) {
+        ::kill(burner, SIGKILL);
+        ::waitpid(burner, nullptr, 0);
+      }
+      burnerRate = trainingRate(QString::fromStdString(dir));
+    };
     auto inTheWindow = [&] {
       ui::MainWindow w;
       w.setConfirmations(false);
@@ -171,12 +197,14 @@ int main(int argc, char** argv) {
       onCpu = Cpu::now() - start;
       onRate = trainingRate(w.controller()->runDirectory());
     };
-    const std::vector<std::function<void()>> ways = {metricsOff, sentOnly, storedNoWindow, inTheWindow};
+    const std::vector<std::function<void()>> ways = {metricsOff, sentOnly, storedNoWindow, offBesideABurner,
+                                                      inTheWindow};
     for (std::size_t k = 0; k < ways.size(); ++k) ways[(static_cast<std::size_t>(i) + k) % ways.size()]();
     off.push_back(offRate);
     on.push_back(onRate);
     recordsOnly.push_back(sentRate / offRate);
     storedOnly.push_back(storedRate / offRate);
+    burned.push_back(burnerRate / offRate);
     if (share >= 0) steadyShare.push_back(share);
     // Per record (2 ranks x steps): the monitor's CPU, and the ranks' CPU with and without.
     const double records = 2.0 * static_cast<double>(steps);
@@ -198,6 +226,9 @@ int main(int argc, char** argv) {
   std::printf("\n");
   std::printf("  records sent and read, not stored or shown: ratio %.3f to off (median)\n", median(recordsOnly));
   std::printf("  records stored (a headless run), no window: ratio %.3f to off (median)\n", median(storedOnly));
+  std::printf("  metrics off beside a program burning 2.4%% of one core (1.2 ms every 50 ms): ratio %.3f to off "
+              "(median)\n",
+              median(burned));
   std::printf("  CPU per rank step: %.1f us with metrics off, %.1f us on (rank processes, start-up included)\n",
               median(rankOffUs), median(rankOnUs));
   std::printf("  CPU per record in the window's process (supervisor, store, charts): %.2f us\n", median(monitorUs));
