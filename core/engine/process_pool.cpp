@@ -186,6 +186,14 @@ class ProcessPool final : public Strategy {
     }
   }
 
+  // Note [Workers awake through the step]
+  // A sync worker waits at the second barrier while the coordinator averages and steps: on
+  // mlp 0.8-1.2 ms, around the 1 ms after which a barrier sleeps, so a worker often slept and
+  // came back a futex wake-up late, both workers in turn. Only that wait, whose length is the
+  // coordinator's step and not another worker's compute, stays awake (yielding) longer; the
+  // coordinator, whose wait at the first barrier is the workers' compute, still sleeps after 1 ms.
+  static constexpr std::chrono::microseconds kStepAwake{5000};
+
   float* slot(int worker) const { return m_slots + static_cast<std::size_t>(worker - 1) * m_slotFloats; }
 
   // sync, worker: gradients, loss and stop wish into the slot; wait for the new parameters.
@@ -196,7 +204,7 @@ class ProcessPool final : public Strategy {
     s[m_numel + 1] = static_cast<float>(state.samples);
     s[m_numel + 2] = m_localStop ? 1.f : 0.f;
     m_segment->barrier();  // gradients offered
-    m_segment->barrier();  // coordinator stepped (afterOptimizerStep on rank 0)
+    m_segment->barrier(kStepAwake);  // coordinator stepped (afterOptimizerStep on rank 0)
     return m_segment->stopFlag().load(std::memory_order_acquire) != 0;
   }
 

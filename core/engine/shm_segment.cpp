@@ -149,7 +149,8 @@ std::atomic<std::uint32_t>& ShmSegment::doneFlag(int rank) { return m_header->do
 // Note [Barrier waits]
 // A rank first spins (the partner is microseconds away on a small model), then yields
 // (when ranks outnumber cores, the rank it waits for may be queued on this core), then,
-// kSleepAfter after it arrived, sleeps on a futex until the last rank arrives, so a rank
+// `awake` (1 ms unless the caller knows better) after it arrived, sleeps on a futex until
+// the last rank arrives, so a rank
 // that waits long (the pool's coordinator while workers compute, a rank whose partner
 // was preempted) costs no CPU the others need. The bound is in time, not in yields: on a
 // machine with a core per rank a yield returns at once, and when something else (the
@@ -165,7 +166,7 @@ std::atomic<std::uint32_t>& ShmSegment::doneFlag(int rank) { return m_header->do
 // compute times differ by a few µs from step to step, went from ~900k to ~1,040k samples/s
 // (six alternated runs of each). When ranks outnumber cores they yield after the first
 // spins, as before, so that a partner queued on this core runs.
-void ShmSegment::barrier() {
+void ShmSegment::barrier(std::chrono::microseconds awake) {
   Header& h = *m_header;
   const std::uint32_t gen = h.generation.load(std::memory_order_acquire);
   h.arrivedMask[m_rank / 64].fetch_or(1ull << (m_rank % 64), std::memory_order_relaxed);
@@ -176,19 +177,18 @@ void ShmSegment::barrier() {
     if (h.sleepers.load(std::memory_order_seq_cst) > 0) futexWakeAll(&h.generation);
     return;
   }
-  constexpr auto kSleepAfter = std::chrono::microseconds(1000);
   std::uint64_t spins = 0;
-  bool awake = true, yielding = false;
+  bool up = true, yielding = false;
   auto start = std::chrono::steady_clock::now();
   while (h.generation.load(std::memory_order_acquire) == gen) {
-    if (awake) {
+    if (up) {
       if (++spins < 2000) continue;
       if (spins % 16 == 0) {
         const auto waited = std::chrono::steady_clock::now() - start;
         yielding = waited >= m_spinFor;
-        awake = waited < kSleepAfter;
+        up = waited < awake;
       }
-      if (awake) {
+      if (up) {
         if (yielding) ::sched_yield();
         else cpuRelax();
         continue;

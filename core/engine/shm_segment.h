@@ -28,10 +28,13 @@ class ShmSegment {
 
   void* payload() const { return m_payload; }
 
-  /// Waits until all `world` ranks arrive. Spins briefly, then yields, then sleeps, so an
-  /// oversubscribed machine still progresses; throws after the timeout naming the ranks
-  /// that never arrived, so a dead peer never hangs a rank.
-  void barrier();
+  /// Waits until all `world` ranks arrive. Spins briefly, then yields, then, `awake` after it
+  /// arrived, sleeps, so an oversubscribed machine still progresses (Note [Barrier waits]);
+  /// throws after the timeout naming the ranks that never arrived, so a dead peer never hangs
+  /// a rank.
+  void barrier(std::chrono::microseconds awake = kAwake);
+  /// How long barrier() stays awake by default.
+  static constexpr std::chrono::microseconds kAwake{1000};
 
   /// Removes the name once every rank has mapped it; the memory lives until the last unmap,
   /// so nothing leaks in /dev/shm even if the run is killed afterwards.
