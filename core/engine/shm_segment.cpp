@@ -149,10 +149,10 @@ std::atomic<std::uint32_t>& ShmSegment::doneFlag(int rank) { return m_header->do
 // Note [Barrier waits]
 // A rank first spins (the partner is microseconds away on a small model), then yields
 // (when ranks outnumber cores, the rank it waits for may be queued on this core), then,
-// `awake` (1 ms unless the caller knows better) after it arrived, sleeps on a futex until
-// the last rank arrives, so a rank
-// that waits long (the pool's coordinator while workers compute, a rank whose partner
-// was preempted) costs no CPU the others need. The bound is in time, not in yields: on a
+// `awake` after it arrived (1 ms unless the caller knows its wait is short: Note [Workers
+// awake through the step]), sleeps on a futex until the last rank arrives, so a rank that
+// waits long (the pool's coordinator while workers compute, a rank whose partner was
+// preempted) costs no CPU the others need. The bound is in time, not in yields: on a
 // machine with a core per rank a yield returns at once, and when something else (the
 // launcher storing records, another program) takes a rank's core, the waiting partner's
 // core should go idle soon so that the scheduler moves the preempted rank there, rather

@@ -18,6 +18,7 @@
 #include <QTest>
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -122,15 +123,17 @@ int main(int argc, char** argv) {
     double offRate = 0, sentRate = 0, storedRate = 0, burnerRate = 0, onRate = 0;
     Cpu offCpu, onCpu;
     double share = -1;
-    auto metricsOff = [&] {
+    // A run with per-step metrics off; its CPU into `cpu`, its rate returned.
+    auto runQuiet = [&](Cpu& cpu) {
       core::Profile quiet = seedProfile(steps, backend);
       quiet.run.metrics = false;
       const std::string dir = core::createRunDirectory(runs.path().toStdString(), quiet);
       const Cpu start = Cpu::now();
       core::Supervisor(core::SupervisorOptions(quiet, dir, core::Launcher::defaultWorkerPath())).run(none);
-      offCpu = Cpu::now() - start;
-      offRate = trainingRate(QString::fromStdString(dir));
+      cpu = Cpu::now() - start;
+      return trainingRate(QString::fromStdString(dir));
     };
+    auto metricsOff = [&] { offRate = runQuiet(offCpu); };
     // Records sent and read by the supervisor, but neither stored nor shown: what the ranks
     // and the pipes cost on their own.
     auto sentOnly = [&] {
@@ -155,6 +158,7 @@ int main(int argc, char** argv) {
     auto offBesideABurner = [&] {
       const pid_t burner = ::fork();
       if (burner == 0) {
+        ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlives the benchmark
         for (;;) {
           const auto from = std::chrono::steady_clock::now();
           while (std::chrono::steady_clock::now() - from < std::chrono::microseconds(1200)) {
@@ -162,15 +166,12 @@ int main(int argc, char** argv) {
           ::usleep(48800);
         }
       }
-      core::Profile quiet = seedProfile(steps, backend);
-      quiet.run.metrics = false;
-      const std::string dir = core::createRunDirectory(runs.path().toStdString(), quiet);
-      core::Supervisor(core::SupervisorOptions(quiet, dir, core::Launcher::defaultWorkerPath())).run(none);
+      Cpu unused;
+      burnerRate = runQuiet(unused);
       if (burner > 0) {
         ::kill(burner, SIGKILL);
         ::waitpid(burner, nullptr, 0);
       }
-      burnerRate = trainingRate(QString::fromStdString(dir));
     };
     auto inTheWindow = [&] {
       ui::MainWindow w;
