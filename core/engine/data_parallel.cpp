@@ -53,12 +53,7 @@ class DataParallel final : public Strategy {
   BatchPlan plan(const core::Profile& p, std::int64_t samples) const override {
     const int lanes = m_lanes;
     return [p, samples, lanes](std::int64_t epoch) {
-      SamplerOptions o(samples, lanes, 0);
-      o.seed = p.hyper.seed;
-      o.epoch = epoch;
-      o.shuffle = p.hyper.shuffle;
-      o.dropLast = p.hyper.dropLast;
-      return globalBatches(o, p.hyper.batchSize);
+      return globalBatches(samplerOptions(p, samples, lanes, 0, epoch), p.hyper.batchSize);
     };
   }
 

@@ -7,7 +7,7 @@
 
 namespace ptw::engine {
 
-/// Example: SamplerOptions(100, 2, 0).seed(0).epoch(3)
+/// Example: SamplerOptions o(100, 2, 0); o.epoch = 3;  (engine::samplerOptions fills it from a profile)
 struct SamplerOptions {
   SamplerOptions(std::int64_t samples, int world, int rank) : samples(samples), world(world), rank(rank) {}
   std::int64_t samples;

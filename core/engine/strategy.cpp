@@ -40,13 +40,17 @@ std::unique_ptr<Strategy> makeStrategy(const SyncContext& ctx) {
 
 BatchPlan shardPlan(const core::Profile& p, std::int64_t samples, int rank, int world) {
   return [=](std::int64_t epoch) {
-    SamplerOptions o(samples, world, rank);
-    o.seed = p.hyper.seed;
-    o.epoch = epoch;
-    o.shuffle = p.hyper.shuffle;
-    o.dropLast = p.hyper.dropLast;
-    return shardBatches(o, p.hyper.batchSize);
+    return shardBatches(samplerOptions(p, samples, world, rank, epoch), p.hyper.batchSize);
   };
+}
+
+SamplerOptions samplerOptions(const core::Profile& p, std::int64_t samples, int world, int rank, std::int64_t epoch) {
+  SamplerOptions o(samples, world, rank);
+  o.seed = p.hyper.seed;
+  o.epoch = epoch;
+  o.shuffle = p.hyper.shuffle;
+  o.dropLast = p.hyper.dropLast;
+  return o;
 }
 
 torch::Device deviceFor(const core::Profile& p, int index) {

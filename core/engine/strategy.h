@@ -23,6 +23,7 @@
 #include <torch/torch.h>
 
 #include "common/profile.h"
+#include "engine/sampler.h"
 
 namespace ptw::engine {
 
@@ -33,6 +34,9 @@ using BatchPlan = std::function<std::vector<std::vector<std::int64_t>>(std::int6
 
 /// The DistributedSampler plan of rank `rank` of `world` over `samples` training samples.
 BatchPlan shardPlan(const core::Profile& profile, std::int64_t samples, int rank, int world);
+/// Rank `rank` of `world`'s sampler in `epoch`, with the profile's seed, shuffle and drop_last.
+SamplerOptions samplerOptions(const core::Profile& profile, std::int64_t samples, int world, int rank,
+                              std::int64_t epoch);
 
 struct SyncContext {
   const core::Profile& profile;

@@ -40,12 +40,7 @@ std::vector<torch::Tensor> referenceParameters(const Profile& p, int world) {
   engine::SyncContext ctx{single, 0, 1, 0};
   const std::int64_t samples = p.data.samples;
   engine::BatchPlan plan = [single, samples, world](std::int64_t epoch) {
-    engine::SamplerOptions o(samples, world, 0);
-    o.seed = single.hyper.seed;
-    o.epoch = epoch;
-    o.shuffle = single.hyper.shuffle;
-    o.dropLast = single.hyper.dropLast;
-    return engine::globalBatches(o, single.hyper.batchSize);
+    return engine::globalBatches(engine::samplerOptions(single, samples, world, 0, epoch), single.hyper.batchSize);
   };
   engine::Trainer t(engine::TrainerOptions(single, 0, 1).setPlan(plan), engine::makeStrategy(ctx));
   std::atomic<bool> stop{false};
