@@ -153,6 +153,7 @@ int main(int argc, char** argv) {
       ptw::core::Profile base = sweepProfile.empty() ? ptw::core::defaultProfile() : ptw::core::loadProfile(sweepProfile);
       base = ptw::core::applyOverrides(base, sweepSets);
       ptw::core::Sweep sweep(ptw::core::SweepOptions(base, sweepStrategies, sweepWorkers).setSteps(sweepSteps).setRunsDir(sweepDir));
+      sweep.check();  // an invalid option is said before the table starts
       std::printf("%-14s %7s %14s %11s %9s %7s  %s\n", "strategy", "workers", "samples/s", "efficiency", "step ms",
                   "comm %", "status");
       auto points = sweep.run([](const ptw::core::SweepPoint& p, int, int) {

@@ -110,8 +110,9 @@ bool SweepPanel::start() {
   for (const auto& part : m_workers->text().split(',', Qt::SkipEmptyParts)) {
     bool ok = false;
     const int w = part.trimmed().toInt(&ok);
-    if (!ok || w < 1) {
-      m_status->setText(tr("Worker counts: expected positive integers like \"1, 2, 4\", got \"%1\"").arg(part.trimmed()));
+    if (!ok || w < 1 || w > 255) {
+      m_status->setText(
+          tr("Worker counts: expected integers from 1 to 255 like \"1, 2, 4\", got \"%1\"").arg(part.trimmed()));
       return false;
     }
     workers.push_back(w);
@@ -120,8 +121,7 @@ bool SweepPanel::start() {
   core::SweepOptions options(m_base, strategies, workers);
   options.setSteps(m_steps->value()).setRunsDir(m_runsDir.toStdString());
   try {
-    for (const auto& s : strategies)
-      for (int w : workers) core::Sweep::profileFor(m_base, s, w, options.steps);  // say what cannot run, now
+    core::Sweep(options).check();  // say what cannot run, now
   } catch (const Error& e) {
     m_status->setText(QString::fromStdString(e.what()));
     return false;

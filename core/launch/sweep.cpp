@@ -57,7 +57,7 @@ void Sweep::requestStop() {
   if (Supervisor* s = m_current.load()) s->requestStop();
 }
 
-std::vector<SweepPoint> Sweep::run(const std::function<void(const SweepPoint&, int, int)>& progress) {
+std::vector<std::pair<std::string, int>> Sweep::plan() const {
   const auto& o = m_options;
   PTW_CHECK(!o.workers.empty(), "sweep: --workers: give at least one worker count");
   PTW_CHECK(o.steps >= 1, "sweep: --steps must be >= 1, got ", o.steps);
@@ -71,6 +71,12 @@ std::vector<SweepPoint> Sweep::run(const std::function<void(const SweepPoint&, i
       plan.emplace_back(s, w);
     }
   }
+  return plan;
+}
+
+std::vector<SweepPoint> Sweep::run(const std::function<void(const SweepPoint&, int, int)>& progress) {
+  const auto& o = m_options;
+  const auto plan = this->plan();
   const std::string runsDir = o.runsDir.empty() ? defaultRunsDirectory() : o.runsDir;
   RunStore store(runsDir);
   const std::string worker = o.workerPath.empty() ? Launcher::defaultWorkerPath() : o.workerPath;

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/profile.h"
@@ -51,6 +52,9 @@ class Sweep {
   /// Throws ptw::Error naming the strategy or the field when that cannot run.
   static Profile profileFor(const Profile& base, const std::string& strategy, int workers, std::int64_t steps);
 
+  /// Throws ptw::Error naming the option or the configuration that cannot run; run() checks
+  /// the same before it starts anything.
+  void check() const { (void)plan(); }
   /// Runs Single first (the baseline), then every strategy × worker count. `progress` is
   /// called after each point. Throws ptw::Error on invalid options before running anything.
   std::vector<SweepPoint> run(const std::function<void(const SweepPoint&, int done, int total)>& progress = {});
@@ -63,6 +67,9 @@ class Sweep {
   static std::string toJson(const std::vector<SweepPoint>& points);
 
  private:
+  /// The configurations in the order they run, Single first; every one checked.
+  std::vector<std::pair<std::string, int>> plan() const;
+
   SweepOptions m_options;
   std::atomic<bool> m_stop{false};
   std::atomic<class Supervisor*> m_current{nullptr};

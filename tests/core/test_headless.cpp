@@ -421,6 +421,7 @@ class TestHeadless : public QObject {
     Result bad = sweep({"--strategies", "horovod"});
     QCOMPARE(bad.code, 2);
     QVERIFY2(bad.err.contains("unknown strategy \"horovod\""), qPrintable(bad.err));
+    QVERIFY2(bad.out.isEmpty(), qPrintable(bad.out));  // no table is started
   }
 
   void sigkillOfPtwLeavesNoWorker() {

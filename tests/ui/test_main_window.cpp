@@ -370,9 +370,12 @@ class TestMainWindow : public QObject {
       w.findChild<QCheckBox*>(name)->setChecked(false);
     w.findChild<QCheckBox*>("sweep.ddp")->setChecked(true);
     auto* workers = w.findChild<QLineEdit*>("sweep.workers");
-    workers->setText("1, x");
-    QVERIFY(!panel->start());
-    QVERIFY(w.findChild<QLabel*>("sweep.status")->text().contains("expected positive integers"));
+    auto* status = w.findChild<QLabel*>("sweep.status");
+    for (const char* bad : {"1, x", "1, 300"}) {
+      workers->setText(bad);
+      QVERIFY(!panel->start());
+      QVERIFY2(status->text().contains("expected integers from 1 to 255"), qPrintable(status->text()));
+    }
     workers->setText("1, 2");
     w.findChild<QSpinBox*>("sweep.steps")->setValue(20);
     QSignalSpy done(panel, &ui::SweepPanel::finished);
