@@ -107,15 +107,20 @@ bool SweepPanel::start() {
   for (auto* box : m_strategies)
     if (box->isChecked()) strategies.push_back(box->text().toStdString());
   std::vector<int> workers;
-  for (const auto& part : m_workers->text().split(',', Qt::SkipEmptyParts)) {
+  for (const auto& part : m_workers->text().split(',')) {
+    const QString text = part.trimmed();
+    if (text.isEmpty()) continue;  // "1, 2," and blanks between commas
     bool ok = false;
-    const int w = part.trimmed().toInt(&ok);
+    const int w = text.toInt(&ok);
     if (!ok || w < 1 || w > 255) {
-      m_status->setText(
-          tr("Worker counts: expected integers from 1 to 255 like \"1, 2, 4\", got \"%1\"").arg(part.trimmed()));
+      m_status->setText(tr("Worker counts: expected integers from 1 to 255 like \"1, 2, 4\", got \"%1\"").arg(text));
       return false;
     }
     workers.push_back(w);
+  }
+  if (workers.empty()) {
+    m_status->setText(tr("Worker counts: give at least one, like \"1, 2, 4\""));
+    return false;
   }
   m_base = m_source ? m_source() : core::defaultProfile();
   core::SweepOptions options(m_base, strategies, workers);

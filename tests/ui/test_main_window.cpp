@@ -376,6 +376,9 @@ class TestMainWindow : public QObject {
       QVERIFY(!panel->start());
       QVERIFY2(status->text().contains("expected integers from 1 to 255"), qPrintable(status->text()));
     }
+    workers->setText(" , ");
+    QVERIFY(!panel->start());
+    QVERIFY2(status->text().contains("give at least one"), qPrintable(status->text()));
     workers->setText("1, 2");
     w.findChild<QSpinBox*>("sweep.steps")->setValue(20);
     QSignalSpy done(panel, &ui::SweepPanel::finished);
