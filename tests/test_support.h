@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/profile.h"
@@ -90,6 +91,22 @@ inline std::string writeProfile(const QTemporaryDir& dir, const core::Profile& p
   std::string path = dir.filePath(QString::fromLatin1(name)).toStdString();
   core::saveProfile(p, path);
   return path;
+}
+
+/// An MLP classifier on synthetic blobs, SGD with momentum 0.9 at lr 0.05: the equivalence
+/// tests' compute-bound model, at the sizes given.
+inline core::Profile mlpProfile(std::int64_t in, std::vector<std::int64_t> hidden, std::int64_t classes,
+                                std::int64_t samples) {
+  core::Profile p = core::defaultProfile();
+  p.model.kind = "mlp";
+  p.model.inFeatures = in;
+  p.model.hidden = std::move(hidden);
+  p.model.outFeatures = classes;
+  p.data.kind = "synthetic-classification";
+  p.data.samples = samples;
+  p.hyper.momentum = 0.9;
+  p.hyper.lr = 0.05;
+  return p;
 }
 
 /// A profile that trains until stopped (for fault tests).

@@ -112,8 +112,10 @@ bool SweepPanel::start() {
     if (text.isEmpty()) continue;  // "1, 2," and blanks between commas
     bool ok = false;
     const int w = text.toInt(&ok);
-    if (!ok || w < 1 || w > 255) {
-      m_status->setText(tr("Worker counts: expected integers from 1 to 255 like \"1, 2, 4\", got \"%1\"").arg(text));
+    if (!ok || w < 1 || w > core::Sweep::kMaxWorkers) {
+      m_status->setText(tr("Worker counts: expected integers from 1 to %1 like \"1, 2, 4\", got \"%2\"")
+                            .arg(core::Sweep::kMaxWorkers)
+                            .arg(text));
       return false;
     }
     workers.push_back(w);

@@ -61,7 +61,8 @@ std::vector<std::pair<std::string, int>> Sweep::plan() const {
   const auto& o = m_options;
   PTW_CHECK(!o.workers.empty(), "sweep: --workers: give at least one worker count");
   PTW_CHECK(o.steps >= 1, "sweep: --steps must be >= 1, got ", o.steps);
-  for (int w : o.workers) PTW_CHECK(w >= 1 && w <= 255, "sweep: --workers: each count must be in 1..255, got ", w);
+  for (int w : o.workers)
+    PTW_CHECK(w >= 1 && w <= kMaxWorkers, "sweep: --workers: each count must be in 1..", kMaxWorkers, ", got ", w);
   // Every configuration is checked before anything runs.
   std::vector<std::pair<std::string, int>> plan{{"single", 1}};
   for (const auto& s : o.strategies) {

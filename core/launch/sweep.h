@@ -46,6 +46,8 @@ class Sweep {
  public:
   explicit Sweep(SweepOptions options);
 
+  /// The most workers (ranks, lanes or pool workers) one configuration may have.
+  static constexpr int kMaxWorkers = 255;
   /// The strategy names a sweep accepts.
   static const std::vector<std::string>& strategyNames();
   /// `base` set up for `strategy` with `workers` (ranks, lanes or pool workers) and `steps`.

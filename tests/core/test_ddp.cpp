@@ -70,18 +70,7 @@ struct LastValidation : LaunchObserver {
   }
 };
 
-Profile mlpProfile() {
-  Profile mlp = defaultProfile();
-  mlp.model.kind = "mlp";
-  mlp.model.inFeatures = 8;
-  mlp.model.hidden = {16, 16};
-  mlp.model.outFeatures = 3;
-  mlp.data.kind = "synthetic-classification";
-  mlp.data.samples = 96;
-  mlp.hyper.momentum = 0.9;
-  mlp.hyper.lr = 0.05;
-  return mlp;
-}
+Profile mlpProfile() { return test::mlpProfile(8, {16, 16}, 3, 96); }
 
 double maxAbsDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
   double worst = 0;

@@ -480,15 +480,8 @@ class TestWorkload : public QObject {
   void runsTrainTheSameByHandAsWithAutograd() {
     QFETCH(QString, kind);
     QFETCH(int, ranks);
-    Profile p = defaultProfile();
-    p.model.kind = "mlp";
-    p.model.hidden = {32, 32};
-    p.model.outFeatures = 4;
-    p.data.kind = "synthetic-classification";
-    p.data.samples = 512;
+    Profile p = test::mlpProfile(defaultProfile().model.inFeatures, {32, 32}, 4, 512);
     p.hyper.batchSize = 32;
-    p.hyper.momentum = 0.9;
-    p.hyper.lr = 0.05;
     p.hyper.maxSteps = 40;
     p.strategy.kind = kind.toStdString();
     p.strategy.ranks = ranks;
