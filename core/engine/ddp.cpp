@@ -27,6 +27,7 @@
 #include "common/error.h"
 #include "engine/compat_c10d.h"
 #include "engine/model.h"
+#include "engine/peer_wait.h"
 #include "engine/strategy.h"
 
 namespace ptw::engine {
@@ -62,7 +63,7 @@ class Ddp final : public Strategy {
     m_needsAutograd = true;  // the buckets are launched from hooks on autograd's AccumulateGrad nodes
     const auto& p = ctx.profile;
     setDevice(deviceFor(p, ctx.rank));  // before rendezvous: a missing GPU fails fast
-    auto timeout = std::chrono::milliseconds(static_cast<long>(p.run.timeoutS * 1000));
+    const auto timeout = peerTimeout(p);
     // Note [Local rendezvous] in launcher.cpp: a FileStore for local runs, else a TCPStore.
     c10::intrusive_ptr<c10d::Store> store;
     if (!ctx.storeFile.empty()) {
@@ -143,7 +144,10 @@ class Ddp final : public Strategy {
     }
     torch::NoGradGuard noGrad;
     for (auto& b : m_buckets) {
-      b.work->wait();
+      {
+        PeerWait waiting;
+        b.work->wait();
+      }
       b.buffer.div_(m_world);
       for (std::size_t k = 0; k < b.params.size(); ++k) {
         auto& p = m_params[b.params[k]];
@@ -165,7 +169,10 @@ class Ddp final : public Strategy {
     std::vector<torch::Tensor> flat;
     for (const auto& p : m_params) flat.push_back(p.detach().reshape({-1}));
     std::vector<torch::Tensor> io{torch::cat(flat)};
-    m_group->broadcast(io)->wait();
+    {
+      PeerWait waiting;
+      m_group->broadcast(io)->wait();
+    }
     std::int64_t offset = 0;
     for (const auto& p : m_params) {
       p.detach().copy_(io[0].narrow(0, offset, p.numel()).view_as(p));

@@ -57,6 +57,7 @@
 #include "common/error.h"
 #include "common/shm_names.h"
 #include "engine/model.h"
+#include "engine/peer_wait.h"
 #include "engine/kernels.h"
 #include "engine/shm_segment.h"
 #include "engine/strategy.h"
@@ -75,7 +76,7 @@ class DdpShm final : public Strategy {
   explicit DdpShm(const SyncContext& ctx)
       : m_rank(ctx.rank),
         m_world(ctx.world),
-        m_timeout(std::chrono::milliseconds(static_cast<long>(ctx.profile.run.timeoutS * 1000))),
+        m_timeout(peerTimeout(ctx.profile)),
         m_name(core::sharedSegmentName(ctx.port, "ddp")),
         m_sharded(ctx.profile.hyper.optimizer == "sgd" && ctx.profile.hyper.clipNorm <= 0),
         m_momentum(ctx.profile.hyper.momentum != 0),
@@ -119,7 +120,7 @@ class DdpShm final : public Strategy {
     if (m_rank == 0) forEachParameter([&](torch::Tensor& p, std::size_t off) {
       std::memcpy(staging + off, p.data_ptr<float>(), static_cast<std::size_t>(p.numel()) * sizeof(float));
     });
-    m_segment->barrier();
+    m_segment->barrier(m_segment->lockstepAwake());
     m_segment->unlink();
     forEachParameter([&](torch::Tensor& p, std::size_t off) {
       if (m_sharded)
@@ -127,7 +128,7 @@ class DdpShm final : public Strategy {
       else if (m_rank != 0)
         std::memcpy(p.data_ptr<float>(), staging + off, static_cast<std::size_t>(p.numel()) * sizeof(float));
     });
-    m_segment->barrier();
+    m_segment->barrier(m_segment->lockstepAwake());
     // From here on the slot holds this rank's gradients (Note [Shared-memory all-reduce]).
     if (!m_oneBarrier) bindGradients(m_params, m_segment, slot(m_rank));
   }
@@ -140,7 +141,7 @@ class DdpShm final : public Strategy {
     if (!m_sharded) {
       auto [lo, hi] = share();
       averageIntoSlots(m_slots.data(), m_world, lo, hi);
-      m_segment->barrier();
+      m_segment->barrier(m_segment->lockstepAwake());
     }
     return stop;
   }
@@ -165,7 +166,7 @@ class DdpShm final : public Strategy {
                          first);
       }
     }
-    m_segment->barrier();
+    m_segment->barrier(m_segment->lockstepAwake());
   }
 
  private:
@@ -194,7 +195,7 @@ class DdpShm final : public Strategy {
   /// barrier, and returns whether any rank wished to stop.
   bool meet(const std::vector<float*>& set) {
     set[static_cast<std::size_t>(m_rank)][m_gradFloats] = m_localStop ? 1.f : 0.f;
-    m_segment->barrier();
+    m_segment->barrier(m_segment->lockstepAwake());
     bool stop = false;
     for (const float* s : set) stop = stop || s[m_gradFloats] > 0.5f;
     return stop;

@@ -30,6 +30,7 @@
 #include "engine/kernels.h"
 #include "engine/lane_pool.h"  // lanesFor
 #include "engine/model.h"
+#include "engine/peer_wait.h"
 #include "engine/shm_segment.h"
 #include "engine/strategy.h"
 #include "engine/workload.h"
@@ -57,7 +58,7 @@ class ProcessPool final : public Strategy {
         m_workers(ctx.world - 1),
         m_hogwild(ctx.profile.strategy.poolMode == "hogwild"),
         m_sgdWithoutClipping(ctx.profile.hyper.optimizer == "sgd" && ctx.profile.hyper.clipNorm <= 0),
-        m_timeout(std::chrono::milliseconds(static_cast<long>(ctx.profile.run.timeoutS * 1000))),
+        m_timeout(peerTimeout(ctx.profile)),
         m_name(core::sharedSegmentName(ctx.port, "pool")) {
     PTW_CHECK(m_workers >= 1, "pool: expected a coordinator and at least one worker, got ", ctx.world, " process(es)");
   }
@@ -249,6 +250,7 @@ class ProcessPool final : public Strategy {
     ++m_followed;
     if (m_localStop) m_segment->stopFlag().store(1, std::memory_order_release);
     const auto start = std::chrono::steady_clock::now();
+    PeerWait waiting;
     for (;;) {
       bool behind = false, endedEarly = false;
       for (int w = 1; w <= m_workers; ++w) {
@@ -259,7 +261,7 @@ class ProcessPool final : public Strategy {
       }
       if (!behind) return finishWith(state, m_localStop || endedEarly);
       PTW_CHECK(std::chrono::steady_clock::now() - start < m_timeout, "pool: no hogwild worker progress for ",
-                m_timeout.count() / 1000.0, " s (run.timeout_s)");
+                m_timeout.count() / 1000.0, " s (run.timeout_s and 5 s)");
       std::this_thread::sleep_for(std::chrono::milliseconds(1));  // leave the cores to the workers
     }
   }

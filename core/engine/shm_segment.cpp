@@ -14,6 +14,7 @@
 #include <new>
 
 #include "common/error.h"
+#include "engine/peer_wait.h"
 
 namespace ptw::engine {
 namespace {
@@ -57,7 +58,10 @@ ShmSegment::ShmSegment(std::string name, int rank, int world, std::size_t payloa
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  if (world <= cores) m_spinFor = std::chrono::microseconds(50);  // Note [Barrier waits]
+  if (world <= cores) {
+    m_spinFor = std::chrono::microseconds(50);     // Note [Barrier waits]
+    m_lockstepAwake = std::chrono::milliseconds(20);  // Note [Lock-step waits]
+  }
   PTW_CHECK(world <= kMaxRanks, "shm: at most ", kMaxRanks, " processes share a segment, got ", world);
   const std::size_t headerBytes = (sizeof(Header) + 63) / 64 * 64;
   m_bytes = headerBytes + payloadBytes;
@@ -160,6 +164,21 @@ std::atomic<std::uint32_t>& ShmSegment::doneFlag(int rank) { return m_header->do
 // when some are registered; the sleeper registers before it re-checks the generation, and
 // both sides use sequentially consistent operations, so either the waker sees the sleeper
 // or the sleeper sees the new generation.
+//
+// Note [Lock-step waits]
+// Ranks in lock-step (DDP over shared memory) that each own a core stay awake at a barrier
+// for 20 ms (lockstepAwake()), not 1 ms. What another program takes from one of them, the
+// window's process or anything else, stops them all; and on a virtual machine a partner
+// that went to sleep on the futex after 1 ms came back late (its virtual CPU halted and
+// had to be woken), so the stall cost more than the time taken. Measured on the seed
+// workload (2 ranks, 2 cores, 300,000 steps, 10 alternated rounds), beside a program that
+// spins 1.2 ms every 50 ms (2.4% of one core): 1 ms awake lost 15.4% of the steps a
+// second (median paired ratio 0.846), 20 ms awake lost 3.5% (0.965); with nothing beside
+// them the two ran alike (0.99). The live window, which takes ~3% of a core at this rate,
+// then cost nothing measurable (bench_monitoring, BENCHMARKS.md). Waiting ranks still
+// yield, so a program queued on a rank's core runs at once; the cost is a core kept busy
+// for up to 20 ms by a rank whose partner is slow, which lock-step ranks own anyway.
+//
 // While every rank has a core of its own (m_spinFor), a rank spins for 50 µs before it
 // yields: on a virtual machine a sched_yield is a system call of a few microseconds, and a
 // partner that arrives during one is seen only after it. The seed workload's ranks, whose
@@ -177,6 +196,7 @@ void ShmSegment::barrier(std::chrono::microseconds awake) {
     if (h.sleepers.load(std::memory_order_seq_cst) > 0) futexWakeAll(&h.generation);
     return;
   }
+  PeerWait waiting;
   std::uint64_t spins = 0;
   bool up = true, yielding = false;
   auto start = std::chrono::steady_clock::now();
@@ -203,7 +223,7 @@ void ShmSegment::barrier(std::chrono::microseconds awake) {
         if (!(h.arrivedMask[r / 64].load() & (1ull << (r % 64))))
           missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       PTW_FAIL("shared-memory barrier timed out after ", m_timeout.count() / 1000.0, " s waiting for rank(s) ",
-               missing, " (run.timeout_s)");
+               missing, " (run.timeout_s and 5 s)");
     }
   }
 }

@@ -35,6 +35,9 @@ class ShmSegment {
   void barrier(std::chrono::microseconds awake = kAwake);
   /// How long barrier() stays awake by default.
   static constexpr std::chrono::microseconds kAwake{1000};
+  /// How long ranks in lock-step stay awake: 20 ms while each has a core of its own, else
+  /// kAwake (Note [Lock-step waits]).
+  std::chrono::microseconds lockstepAwake() const { return m_lockstepAwake; }
 
   /// Removes the name once every rank has mapped it; the memory lives until the last unmap,
   /// so nothing leaks in /dev/shm even if the run is killed afterwards.
@@ -58,6 +61,7 @@ class ShmSegment {
   int m_rank;
   int m_world;
   std::chrono::milliseconds m_timeout;
+  std::chrono::microseconds m_lockstepAwake{kAwake};
   std::chrono::nanoseconds m_spinFor{0};  ///< how long barrier() spins before it yields (Note [Barrier waits])
   std::size_t m_bytes = 0;
   void* m_base = nullptr;

@@ -18,6 +18,7 @@
 #include "common/profile.h"
 #include "common/record.h"
 #include "engine/blas.h"
+#include "engine/peer_wait.h"
 #include "engine/trainer.h"
 #include "engine/workload.h"
 #ifdef PTW_WITH_CUDA
@@ -60,6 +61,12 @@ class RecordWriter {
   void flush() {
     std::lock_guard<std::mutex> lock(m_mutex);
     flushLocked(std::chrono::steady_clock::now());
+  }
+  /// A step that is not sent (run.metrics off): heartbeats still carry it, so the launcher
+  /// sees the run progress and does not take it for stalled.
+  void passed(std::int64_t step) {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_lastStep = step;
   }
 
  private:
@@ -235,16 +242,19 @@ int workerMain(int argc, char** argv) {
   const int rank = args.rank;
   // Fault injection for the supervisor's tests: PTW_FAULT=throw-at-start:R fails rank R
   // at start; PTW_FAULT=kill-at-step:R:S kills rank R (SIGKILL) after step S of the
-  // first attempt, so a restart can be seen to recover.
-  std::int64_t killAtStep = -1;
+  // first attempt, so a restart can be seen to recover; PTW_FAULT=hang-at-step:R:S makes
+  // rank R stop after step S of the first attempt, alive and heartbeating, as a rank stuck
+  // in its own work (the others wait for it).
+  std::int64_t killAtStep = -1, hangAtStep = -1;
   if (const char* fault = std::getenv("PTW_FAULT")) {
     const std::string f = fault, me = std::to_string(rank);
     if (f == "throw-at-start:" + me) {
       std::fprintf(stderr, "error: injected fault at start (PTW_FAULT)\n");
       return 1;
     }
-    const std::string killPrefix = "kill-at-step:" + me + ":";
+    const std::string killPrefix = "kill-at-step:" + me + ":", hangPrefix = "hang-at-step:" + me + ":";
     if (f.rfind(killPrefix, 0) == 0 && args.attempt == 0) killAtStep = std::atoll(f.c_str() + killPrefix.size());
+    if (f.rfind(hangPrefix, 0) == 0 && args.attempt == 0) hangAtStep = std::atoll(f.c_str() + hangPrefix.size());
   }
 
   torch::set_num_threads(profile.run.threadsPerRank);
@@ -256,7 +266,7 @@ int workerMain(int argc, char** argv) {
   std::thread heartbeat([&] {
     std::unique_lock<std::mutex> lock(hbMutex);
     while (!hbWake.wait_for(lock, std::chrono::seconds(1), [&] { return finished.load(); }))
-      writer.heartbeat(rank, "train");
+      writer.heartbeat(rank, waitingForPeers().load(std::memory_order_relaxed) ? "comm" : "train");
   });
   auto stopHeartbeat = [&] {
     {
@@ -275,9 +285,14 @@ int workerMain(int argc, char** argv) {
     Trainer trainer(TrainerOptions(profile, rank, args.world).setOutDir(args.out), makeStrategy(ctx),
                     [&](const core::Record& r) {
                       if (profile.run.metrics || r.kind == core::Record::Kind::Done) writer.write(r);
+                      else if (r.kind == core::Record::Kind::Step) writer.passed(r.step.step);
                       if (r.kind == core::Record::Kind::Step && r.step.step == killAtStep) {
                         writer.flush();
                         ::raise(SIGKILL);
+                      }
+                      if (r.kind == core::Record::Kind::Step && r.step.step == hangAtStep) {
+                        writer.flush();
+                        for (;;) ::pause();  // busy on its own, heartbeats going on: a hang the peers wait for
                       }
                     });
     const auto trainStart = std::chrono::steady_clock::now();

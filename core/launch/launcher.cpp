@@ -219,11 +219,15 @@ void Launcher::checkPortFree(int port) {
             " on 127.0.0.1 is already in use; choose another port or set run.port to 0 to pick a free one");
 }
 
+void Launcher::checkWorker(const std::string& path) {
+  PTW_CHECK(::access(path.c_str(), X_OK) == 0, "worker program ", path, " is not executable (", std::strerror(errno),
+            "); build ptw-worker or set PTW_WORKER");
+}
+
 RunReport Launcher::run(LaunchObserver& observer) {
   const LaunchOptions& o = m_options;
   PTW_CHECK(o.worldSize >= 1, "world size must be >= 1, got ", o.worldSize);
-  PTW_CHECK(::access(o.workerPath.c_str(), X_OK) == 0, "worker program ", o.workerPath,
-            " is not executable (", std::strerror(errno), "); build ptw-worker or set PTW_WORKER");
+  checkWorker(o.workerPath);
   PTW_CHECK(::access(o.profilePath.c_str(), R_OK) == 0, "profile ", o.profilePath, " is not readable");
 
   // Note [Local rendezvous]
@@ -516,14 +520,38 @@ RunReport Launcher::run(LaunchObserver& observer) {
           fail(rk, "stalled: no output for " + std::to_string(static_cast<int>(silent)) +
                        " s (stopped or hung) after step " + std::to_string(rk.lastStep), true);
       }
+      // Note [Who stalled]
+      // No rank past minStep for the timeout: the rank to blame is one at minStep that is
+      // not waiting for the others. Each heartbeat says whether its rank is inside a
+      // barrier or collective ("comm") or working on its own ("train"); ranks stuck in a
+      // collective are the effect of the one that never arrived. The ranks' own wait limit is
+      // 5 s longer (engine::peerTimeout), so this fires first and names the cause.
       if (!tearingDown && minStep != INT64_MAX &&
           std::chrono::duration<double>(now - progressAt).count() > o.stallTimeoutS) {
+        Rank* stuck = nullptr;
+        std::string waiting;
         for (auto& rk : ranks) {
           if (rk.exited || rk.lastStep != minStep) continue;
-          fail(rk, "stopped making progress: stuck at step " + std::to_string(minStep) + " (" + rk.state +
-                       ") for " + std::to_string(static_cast<int>(o.stallTimeoutS)) + " s", true);
-          break;
+          if (rk.state == "comm") waiting += (waiting.empty() ? "" : ", ") + std::to_string(rk.rank);
+          else if (!stuck) stuck = &rk;
         }
+        const std::string seconds = std::to_string(static_cast<int>(o.stallTimeoutS)) + " s";
+        if (stuck && minStep <= 0)
+          fail(*stuck, "did not finish its first step within " + seconds +
+                           " of the start (loading, or meeting the other ranks; run.timeout_s)",
+               true);
+        else if (stuck)
+          fail(*stuck, "stopped making progress: stuck in its own work after step " + std::to_string(minStep) +
+                           " for " + seconds + (waiting.empty() ? "" : "; rank(s) " + waiting + " waited for it"),
+               true);
+        else
+          for (auto& rk : ranks)
+            if (!rk.exited && rk.lastStep == minStep) {
+              fail(rk, "stopped making progress: every rank waits for the others after step " +
+                           std::to_string(minStep) + " for " + seconds + " (a collective that never completes)",
+                   true);
+              break;
+            }
       }
     }
 

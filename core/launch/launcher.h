@@ -103,6 +103,9 @@ class Launcher {
   /// Throws ptw::Error naming run.port when `port` is taken on 127.0.0.1.
   static void checkPortFree(int port);
 
+  /// Throws ptw::Error naming `path` when it is not an executable worker program.
+  static void checkWorker(const std::string& path);
+
   /// `ptw-worker` beside the running executable, or $PTW_WORKER when set.
   static std::string defaultWorkerPath();
 

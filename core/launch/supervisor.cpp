@@ -55,7 +55,7 @@ Supervisor::Supervisor(SupervisorOptions options) : m_options(std::move(options)
 
 void Supervisor::requestStop() {
   m_stopRequested.store(true);
-  if (Launcher* l = m_current.load()) l->requestStop();
+  m_current.stop();
 }
 
 RunReport Supervisor::run(LaunchObserver& observer) {
@@ -84,19 +84,19 @@ RunReport Supervisor::run(LaunchObserver& observer) {
     lo.setOutDir(o.runDir).setPort(o.profile.run.port).setStallTimeoutS(o.profile.run.timeoutS);
     lo.extraWorkerArgs = {"--attempt", std::to_string(attempt)};
     Launcher launcher(lo);
-    m_current.store(&launcher);
+    m_current.set(&launcher);
     if (m_stopRequested.load()) launcher.requestStop();
     m_attempts = attempt + 1;
     try {
       report = launcher.run(storing);
     } catch (...) {
-      m_current.store(nullptr);
+      m_current.clear();
       if (attempt == 0) throw;
       report = RunReport{};
       report.status = RunReport::Status::Failed;
       report.message = "restart could not start the ranks";
     }
-    m_current.store(nullptr);
+    m_current.clear();
     if (o.store) {
       o.store->flush();
       if (!o.store->error().empty()) {

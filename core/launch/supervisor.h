@@ -17,6 +17,7 @@
 
 #include "common/profile.h"
 #include "launch/launcher.h"
+#include "launch/stop_relay.h"
 #include "launch/throughput.h"
 
 namespace ptw::core {
@@ -56,7 +57,7 @@ class Supervisor {
  private:
   SupervisorOptions m_options;
   ThroughputMeter m_throughput;
-  std::atomic<Launcher*> m_current{nullptr};
+  StopRelay<Launcher> m_current;  ///< the current attempt's launcher
   std::atomic<bool> m_stopRequested{false};
   int m_attempts = 0;
 };

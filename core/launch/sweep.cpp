@@ -54,7 +54,7 @@ Profile Sweep::profileFor(const Profile& base, const std::string& strategy, int 
 
 void Sweep::requestStop() {
   m_stop = true;
-  if (Supervisor* s = m_current.load()) s->requestStop();
+  m_current.stop();
 }
 
 std::vector<std::pair<std::string, int>> Sweep::plan() const {
@@ -92,7 +92,7 @@ std::vector<SweepPoint> Sweep::run(const std::function<void(const SweepPoint&, i
     const std::string dir = createRunDirectory(runsDir, p);
     point.runId = store.beginRun(dir, p);
     Supervisor supervisor(SupervisorOptions(p, dir, worker).setStore(&store, point.runId));
-    m_current = &supervisor;
+    m_current.set(&supervisor);
     if (m_stop) supervisor.requestStop();
     LaunchObserver quiet;
     RunReport report;
@@ -102,14 +102,14 @@ std::vector<SweepPoint> Sweep::run(const std::function<void(const SweepPoint&, i
       report.status = RunReport::Status::Failed;
       report.message = e.what();
     }
-    m_current = nullptr;
+    m_current.clear();
     point.status = statusName(report.status);
     point.message = report.message;
     point.samplesPerS = supervisor.throughput().total();
     point.stepMs = supervisor.throughput().meanSplit();
     store.endRun(point.runId, point.status, report.message, std::nan(""), point.samplesPerS, supervisor.attempts());
     if (strategy == "single") single = point.samplesPerS;
-    point.efficiency = single > 0 ? point.samplesPerS / (point.workers * single) : 0;
+    point.efficiency = single > 0 ? point.samplesPerS / (point.workers * single) : std::nan("");  // no baseline
     points.push_back(point);
     if (progress) progress(point, static_cast<int>(points.size()), static_cast<int>(plan.size()));
   }
@@ -131,7 +131,9 @@ std::string Sweep::toCsv(const std::vector<SweepPoint>& points) {
   const int best = fastest(points);
   for (std::size_t i = 0; i < points.size(); ++i) {
     const auto& p = points[i];
-    out << p.strategy << ',' << p.workers << ',' << p.samplesPerS << ',' << p.efficiency << ',' << p.status << ','
+    out << p.strategy << ',' << p.workers << ',' << p.samplesPerS << ',';
+    if (!std::isnan(p.efficiency)) out << p.efficiency;  // empty: no baseline
+    out << ',' << p.status << ','
         << p.runId << ',' << (static_cast<int>(i) == best ? 1 : 0) << ',' << p.stepMs.stepMs << ',' << p.stepMs.dataMs
         << ',' << p.stepMs.computeMs << ',' << p.stepMs.commMs << ',' << p.stepMs.optMs << '\n';
   }

@@ -11,9 +11,12 @@
 #include <vector>
 
 #include "common/profile.h"
+#include "launch/stop_relay.h"
 #include "launch/throughput.h"
 
 namespace ptw::core {
+
+class Supervisor;
 
 class RunStore;
 
@@ -21,7 +24,7 @@ struct SweepPoint {
   std::string strategy;  ///< single | dataparallel | ddp | ddp-shm | pool | pool-hogwild
   int workers = 1;
   double samplesPerS = 0;
-  double efficiency = 0;  ///< vs workers × single; 1 for single itself
+  double efficiency = 0;  ///< vs workers × single; 1 for single itself; NaN when Single did not finish
   StepSplit stepMs;       ///< mean step and its parts over the ranks that train (ThroughputMeter::meanSplit)
   std::string status;     ///< finished | failed | stopped
   std::string message;
@@ -60,8 +63,9 @@ class Sweep {
   /// Runs Single first (the baseline), then every strategy × worker count. `progress` is
   /// called after each point. Throws ptw::Error on invalid options before running anything.
   std::vector<SweepPoint> run(const std::function<void(const SweepPoint&, int done, int total)>& progress = {});
-  /// Stops the current run and skips the rest. Safe from any thread.
+  /// Stops the current run and skips the rest. Safe from any thread and a signal handler.
   void requestStop();
+  bool stopRequested() const { return m_stop; }
 
   /// Index of the highest throughput among finished points, or -1.
   static int fastest(const std::vector<SweepPoint>& points);
@@ -74,7 +78,7 @@ class Sweep {
 
   SweepOptions m_options;
   std::atomic<bool> m_stop{false};
-  std::atomic<class Supervisor*> m_current{nullptr};
+  StopRelay<Supervisor> m_current;  ///< the configuration running now
 };
 
 }  // namespace ptw::core

@@ -13,6 +13,7 @@
 
 #include <functional>
 #include <map>
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -266,6 +267,50 @@ class TestSupervisor : public QObject {
     QVERIFY2(t.elapsed() < 20000, "stall must be detected near the 3 s timeout");
     QVERIFY(!test::anyAlive(w.pids));
     QCOMPARE(run.store.stepCount(run.id), w.stepRecords);
+  }
+
+  // Rank 1 stops in its own work after step 30, alive and heartbeating (PTW_FAULT
+  // hang-at-step), while ranks 0 and 2 wait for it in step 31's collective. The launcher
+  // names rank 1, not the first rank at step 30 (Note [Who stalled]), and does so before
+  // the ranks' own wait limit would fail rank 0 or 2 with an exit code.
+  void aHungRankIsNamedNotTheRanksWaitingForIt_data() { sigkillOneRankStopsTheOthers_data(); }
+  void aHungRankIsNamedNotTheRanksWaitingForIt() {
+    QFETCH(QString, backend);
+    Profile p = test::endlessProfile(3);
+    p.strategy.backend = backend.toStdString();
+    p.run.timeoutS = 3;
+    StoredRun run(p);
+    qputenv("PTW_FAULT", "hang-at-step:1:30");
+    Supervisor launcher(run.options());
+    Watcher w;
+    RunReport r = launcher.run(w);
+    qunsetenv("PTW_FAULT");
+    QVERIFY2(r.status == RunReport::Status::Failed && r.failedRank == 1 && r.stalled, r.message.c_str());
+    const QString message = QString::fromStdString(r.message);
+    QVERIFY2(message.contains("rank 1 stopped making progress: stuck in its own work after step 30"), r.message.c_str());
+    QVERIFY2(message.contains("rank(s) 0, 2 waited for it"), r.message.c_str());
+    QVERIFY(!test::anyAlive(w.pids));
+  }
+
+  // With run.metrics off no step record is sent, but heartbeats still carry each rank's
+  // step: a run longer than its timeout is not taken for stalled (10 s against 4 s; the
+  // timeout counts from the start, so it leaves the ranks time to load).
+  void aRunWithMetricsOffIsNotTakenForStalled() {
+    Profile p = test::endlessProfile(2);
+    p.run.metrics = false;
+    p.run.timeoutS = 4;
+    StoredRun run(p);
+    Supervisor launcher(run.options());
+    Watcher w;
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(std::chrono::seconds(10));
+      launcher.requestStop();
+    });
+    RunReport r = launcher.run(w);
+    stopper.join();
+    QVERIFY2(r.status == RunReport::Status::Stopped, r.message.c_str());
+    QCOMPARE(r.failedRank, -1);
+    QCOMPARE(w.stepRecords, std::int64_t(0));
   }
 
   void rankThatFailsAtStart() {
