@@ -1,10 +1,15 @@
 // ptw: the workbench. Opens the window when a display is available, or runs a profile
 // headless (for CI, or on a machine without a display).
+#include <signal.h>
+#include <unistd.h>
+
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -22,11 +27,24 @@
 
 namespace {
 
+// A screen a window would be seen on: X11, Wayland, or a Qt platform chosen by the user
+// that shows one (vnc, eglfs, ...). offscreen and minimal draw nowhere: a window there is
+// only for --start and --screenshot, which ask for it.
 bool displayAvailable() {
   for (const char* v : {"DISPLAY", "WAYLAND_DISPLAY"})
     if (const char* s = std::getenv(v); s && *s) return true;
+  const std::string qpa = std::getenv("QT_QPA_PLATFORM") ? std::getenv("QT_QPA_PLATFORM") : "";
+  return !qpa.empty() && qpa.rfind("offscreen", 0) != 0 && qpa.rfind("minimal", 0) != 0;
+}
+
+bool qtPlatformChosen() {
   const char* qpa = std::getenv("QT_QPA_PLATFORM");
-  return qpa && *qpa;  // offscreen, vnc, ...: the user chose a platform
+  return qpa && *qpa;
+}
+
+ptw::core::Sweep* g_sweep = nullptr;
+extern "C" void onSweepInterrupt(int) {
+  if (g_sweep) g_sweep->requestStop();
 }
 
 // Interrupted runs' step records become `steps` rows (Note [Step blocks]), with progress on
@@ -49,8 +67,10 @@ void unpackEnded(ptw::core::RunStore& store) {
 
 int main(int argc, char** argv) {
   CLI::App app{"ptw " PTW_VERSION ": Parallel Training Workbench. Configure, launch and watch parallel training "
-               "(single process, DataParallel, DistributedDataParallel, a process pool) on local CPU ranks and GPUs. Options that only make sense headless "
-               "(--set, --expect, --summary, --junit) also apply to the window where they can.",
+               "(single process, DataParallel, DistributedDataParallel, a process pool) on local CPU ranks and GPUs. Opens the "
+               "window where a display is available, else runs headless; --expect, --summary and --junit judge a run "
+               "and always run headless. -p, --set and --runs-dir apply to the window too. Options of a subcommand go "
+               "after its name (ptw sweep --set ...).",
                "ptw"};
   bool headless = false;
   ptw::core::HeadlessOptions opts;
@@ -120,11 +140,12 @@ int main(int argc, char** argv) {
   app.footer(
       "Exit codes (headless):\n"
       "  0  the run finished\n"
-      "  2  invalid input: profile, --set override, runs directory or port\n"
+      "  2  invalid input: profile, --set override, --expect, runs directory, port, worker program,\n"
+      "     or an output file (--summary, --junit; --csv, --json of sweep)\n"
       "  3  training failed: a rank exited non-zero, died by a signal or stalled (after any\n"
       "     run.max_restarts), or the metrics store could not be written (disk full)\n"
       "  4  the run finished but an --expect did not hold\n"
-      "  5  interrupted: SIGINT/SIGTERM stopped the run gracefully\n"
+      "  5  interrupted: SIGINT/SIGTERM stopped the run (or the sweep) gracefully\n"
       "\nEnvironment: PTW_RUNS_DIR (runs directory), PTW_WORKER (worker program; default: ptw-worker beside ptw), "
       "PTW_GRADIENTS=autograd (linear and mlp models on the CPU use autograd instead of their gradients by hand; "
       "the same gradients up to float rounding, slower), OPENBLAS_CORETYPE (the OpenBLAS kernels ranks use; "
@@ -137,9 +158,37 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : ptw::core::kExitInvalidInput;
   }
 
+  // Options of the run before a subcommand would be silently dropped: say so instead.
+  if (app.get_subcommands().size() > 0) {
+    for (const char* name : {"--headless", "--profile", "--set", "--runs-dir", "--expect", "--summary", "--junit",
+#ifdef PTW_WITH_GUI
+                             "--start", "--screenshot", "--screenshot-after",
+#endif
+         }) {
+      if (app.get_option(name)->count() == 0) continue;
+      const std::string sub = app.get_subcommands().front()->get_name();
+      std::fprintf(stderr, "ptw: %s is an option of a run, not of `ptw %s`; %s\n", name, sub.c_str(),
+                   sub == "sweep" || std::string(name) == "--runs-dir"
+                       ? ("give it after the subcommand: ptw " + sub + " " + name + " ...").c_str()
+                       : "leave it out");
+      return ptw::core::kExitInvalidInput;
+    }
+  }
+  // A read-only command on a folder that holds no runs: a mistyped --runs-dir is said, not
+  // made into an empty store.
+  auto openRuns = [](const std::string& given) {
+    const std::string dir = given.empty() ? ptw::core::defaultRunsDirectory() : given;
+    PTW_CHECK(::access((dir + "/runs.sqlite").c_str(), F_OK) == 0, "runs directory ", dir,
+              " holds no runs (no runs.sqlite there)",
+              given.empty() ? "; nothing has run yet, or runs went to another --runs-dir"
+                            : "; give the folder that runs were written to");
+    return std::make_unique<ptw::core::RunStore>(dir);
+  };
+
   try {
     if (runsCmd->parsed()) {
-      ptw::core::RunStore store(listDir.empty() ? ptw::core::defaultRunsDirectory() : listDir);
+      auto runs = openRuns(listDir);
+      ptw::core::RunStore& store = *runs;
       unpackEnded(store);
       std::printf("%5s  %-11s  %-20s  %-13s  %5s  %12s  %12s  %s\n", "id", "status", "started (UTC)", "strategy",
                   "world", "final loss", "samples/s", "name");
@@ -154,29 +203,45 @@ int main(int argc, char** argv) {
       base = ptw::core::applyOverrides(base, sweepSets);
       ptw::core::Sweep sweep(ptw::core::SweepOptions(base, sweepStrategies, sweepWorkers).setSteps(sweepSteps).setRunsDir(sweepDir));
       sweep.check();  // an invalid option is said before the table starts
+      if (!sweepCsv.empty()) ptw::core::checkOutputFile(sweepCsv, "--csv");
+      if (!sweepJson.empty()) ptw::core::checkOutputFile(sweepJson, "--json");
+      // Ctrl-C or SIGTERM stops the configuration running now and skips the rest; what was
+      // measured is still printed and written.
+      struct sigaction sa {}, oldInt {}, oldTerm {};
+      sa.sa_handler = onSweepInterrupt;
+      sigemptyset(&sa.sa_mask);
+      g_sweep = &sweep;
+      ::sigaction(SIGINT, &sa, &oldInt);
+      ::sigaction(SIGTERM, &sa, &oldTerm);
       std::printf("%-14s %7s %14s %11s %9s %7s  %s\n", "strategy", "workers", "samples/s", "efficiency", "step ms",
                   "comm %", "status");
       auto points = sweep.run([](const ptw::core::SweepPoint& p, int, int) {
-        std::printf("%-14s %7d %14.1f %11.2f %9.3f %7.1f  %s%s%s\n", p.strategy.c_str(), p.workers, p.samplesPerS,
-                    p.efficiency, p.stepMs.stepMs, p.stepMs.commPercent(), p.status.c_str(),
+        char efficiency[32] = "n/a";  // no baseline: Single did not finish
+        if (!std::isnan(p.efficiency)) std::snprintf(efficiency, sizeof efficiency, "%.2f", p.efficiency);
+        std::printf("%-14s %7d %14.1f %11s %9.3f %7.1f  %s%s%s\n", p.strategy.c_str(), p.workers, p.samplesPerS,
+                    efficiency, p.stepMs.stepMs, p.stepMs.commPercent(), p.status.c_str(),
                     p.status == "finished" ? "" : ": ", p.status == "finished" ? "" : p.message.c_str());
         std::fflush(stdout);
       });
+      g_sweep = nullptr;
+      ::sigaction(SIGINT, &oldInt, nullptr);
+      ::sigaction(SIGTERM, &oldTerm, nullptr);
+      const bool interrupted = sweep.stopRequested();
       const int best = ptw::core::Sweep::fastest(points);
       if (best >= 0)
         std::printf("* fastest: %s with %d worker(s), %.1f samples/s (run %lld)\n", points[best].strategy.c_str(),
                     points[best].workers, points[best].samplesPerS, static_cast<long long>(points[best].runId));
-      auto write = [](const std::string& path, const std::string& text) {
-        if (path.empty()) return;
-        std::FILE* f = std::fopen(path.c_str(), "w");
-        PTW_CHECK(f && std::fputs(text.c_str(), f) >= 0 && std::fclose(f) == 0, path, ": cannot write");
-      };
-      write(sweepCsv, ptw::core::Sweep::toCsv(points));
-      write(sweepJson, ptw::core::Sweep::toJson(points));
+      if (!sweepCsv.empty()) ptw::core::writeOutputFile(sweepCsv, ptw::core::Sweep::toCsv(points), "--csv");
+      if (!sweepJson.empty()) ptw::core::writeOutputFile(sweepJson, ptw::core::Sweep::toJson(points), "--json");
+      if (interrupted) {
+        std::printf("ptw: sweep interrupted after %zu configuration(s)\n", points.size());
+        return ptw::core::kExitInterrupted;
+      }
       bool failed = false, belowMin = false;
       for (const auto& p : points) {
         failed = failed || p.status != "finished";
-        if (p.strategy != "single" && p.efficiency < minEfficiency) {
+        if (p.strategy != "single" && p.status == "finished" && !std::isnan(p.efficiency) &&
+            p.efficiency < minEfficiency) {
           belowMin = true;
           std::printf("ptw: %s with %d worker(s): efficiency %.2f is below --min-efficiency %.2f\n", p.strategy.c_str(),
                       p.workers, p.efficiency, minEfficiency);
@@ -185,7 +250,8 @@ int main(int argc, char** argv) {
       return failed ? ptw::core::kExitTrainingFailed : belowMin ? ptw::core::kExitExpectationFailed : 0;
     }
     if (exportCmd->parsed()) {
-      ptw::core::RunStore store(exportDir.empty() ? ptw::core::defaultRunsDirectory() : exportDir);
+      auto runs = openRuns(exportDir);
+      ptw::core::RunStore& store = *runs;
       unpackEnded(store);
       store.exportCsv(exportId, exportCsv);
       std::printf("ptw: run %lld: %lld step records written to %s\n", static_cast<long long>(exportId),
@@ -197,14 +263,21 @@ int main(int argc, char** argv) {
     return ptw::core::kExitInvalidInput;
   }
 
+  const bool judging = !opts.expectations.empty() || !opts.summaryPath.empty() || !opts.junitPath.empty();
 #ifdef PTW_WITH_GUI
-  if (!headless && displayAvailable()) {
+  const bool windowAsked = gui.start || !gui.screenshotPath.empty();
+  if (judging && windowAsked) {
+    std::fprintf(stderr, "ptw: --expect, --summary and --junit judge a headless run; they cannot be given with %s\n",
+                 gui.start ? "--start" : "--screenshot");
+    return ptw::core::kExitInvalidInput;
+  }
+  if (!headless && !judging && (displayAvailable() || (windowAsked && qtPlatformChosen()))) {
     gui.profilePath = opts.profilePath;
     gui.overrides = opts.overrides;
     gui.runsDir = opts.runsDir;
     return ptw::ui::guiMain(argc, argv, gui);
   }
-  if (!headless) std::cout << "ptw: no display found; running headless (pass --headless to say so)\n";
+  if (!headless && !judging) std::cout << "ptw: no display found; running headless (pass --headless to say so)\n";
 #else
   if (!headless) std::cout << "ptw: built without the GUI (PTW_BUILD_GUI=OFF); running headless\n";
 #endif

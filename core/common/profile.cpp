@@ -125,11 +125,22 @@ void readInt(const Json& v, const std::string& path, Int& out) {
                   !(v.is_number_float() && v.get<double>() < 0),
               path, ": expected a non-negative integer, got ", describe(v));
   }
-  double asDouble = v.get<double>();
-  PTW_CHECK(asDouble >= static_cast<double>(std::numeric_limits<Int>::min()) &&
-                asDouble <= static_cast<double>(std::numeric_limits<Int>::max()),
-            path, ": integer out of range, got ", describe(v));
-  out = v.is_number_float() ? static_cast<Int>(asDouble) : v.get<Int>();
+  using Limits = std::numeric_limits<Int>;
+  bool inRange = false;
+  if (v.is_number_unsigned()) {
+    inRange = v.get<std::uint64_t>() <= static_cast<std::uint64_t>(Limits::max());
+  } else if (v.is_number_integer()) {
+    const auto i = v.get<std::int64_t>();
+    inRange = i >= 0 ? static_cast<std::uint64_t>(i) <= static_cast<std::uint64_t>(Limits::max())
+                     : !std::is_unsigned<Int>::value && i >= static_cast<std::int64_t>(Limits::min());
+  } else {
+    // Int's max as a double rounds up to 2^digits, which does not fit: the bound is strict.
+    const double d = v.get<double>();
+    inRange = d >= static_cast<double>(Limits::min()) && d < std::ldexp(1.0, Limits::digits);
+  }
+  PTW_CHECK(inRange, path, ": integer out of range for this field (", Limits::min(), " to ", Limits::max(),
+            "), got ", describe(v));
+  out = v.is_number_float() ? static_cast<Int>(v.get<double>()) : v.get<Int>();
 }
 void read(const Json& v, const std::string& path, int& out) { readInt(v, path, out); }
 void read(const Json& v, const std::string& path, std::int64_t& out) { readInt(v, path, out); }
@@ -359,12 +370,14 @@ std::vector<FieldError> validate(const Profile& p) {
   if (h.precision != "fp32")
     need(s.device == "cuda", "hyper.precision",
          "mixed precision runs on cuda; on cpu use \"fp32\" (CPU autocast is slower than fp32 for these models)");
-  if (s.kind == "pool" && s.poolMode == "hogwild")
-    need(h.accumulate == 1 && h.clipNorm == 0, "hyper.accumulate",
-         "hogwild workers step on their own: accumulate must be 1 and clip_norm 0");
+  if (s.kind == "pool" && s.poolMode == "hogwild") {
+    need(h.accumulate == 1, "hyper.accumulate", "hogwild workers step on their own: must be 1, got " + str(h.accumulate));
+    need(h.clipNorm == 0, "hyper.clip_norm", "hogwild workers step on their own: must be 0, got " + str(h.clipNorm));
+  }
 
   const auto& r = p.run;
-  need(r.timeoutS > 0, "run.timeout_s", "must be > 0, got " + str(r.timeoutS));
+  need(r.timeoutS > 0 && r.timeoutS <= 604800, "run.timeout_s",
+       "must be > 0 and at most 604800 (a week), got " + str(r.timeoutS));
   need(r.threadsPerRank >= 1, "run.threads_per_rank", "must be >= 1, got " + str(r.threadsPerRank));
   need(r.port >= 0 && r.port <= 65535, "run.port", "must be 0 (pick a free port) or 1-65535, got " + str(r.port));
   need(r.evalEvery >= 0, "run.eval_every", "must be >= 0, got " + str(r.evalEvery));

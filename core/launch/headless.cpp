@@ -1,6 +1,7 @@
 #include "launch/headless.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -170,17 +171,6 @@ std::string xmlEscape(const std::string& s) {
   return o;
 }
 
-void writeFileOrThrow(const std::string& path, const std::string& content, const char* what) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    PTW_CHECK(f, what, " ", path, ": cannot write (", std::strerror(errno), ")");
-    f << content;
-    f.flush();
-    PTW_CHECK(f.good(), what, " ", path, ": write failed (", std::strerror(errno), ")");
-  }
-  PTW_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, what, " ", path, ": cannot replace (", std::strerror(errno), ")");
-}
 
 struct Verdict {
   Expectation expectation;
@@ -203,20 +193,46 @@ std::function<void(std::int64_t, std::int64_t)> unpackReporter(std::ostream& out
   };
 }
 
+void checkOutputFile(const std::string& path, const std::string& option) {
+  PTW_CHECK(!path.empty() && path.back() != '/', option, " ", path, ": give a file name, not a folder");
+  struct stat st {};
+  PTW_CHECK(::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode), option, " ", path,
+            ": is a folder; give a file name");
+  const std::string dir = path.find('/') == std::string::npos ? "." : path.substr(0, path.rfind('/') + 1);
+  PTW_CHECK(::access(dir.c_str(), W_OK) == 0, option, " ", path, ": cannot write there (", std::strerror(errno),
+            "); choose a writable folder");
+}
+
+void writeOutputFile(const std::string& path, const std::string& content, const std::string& option) {
+  const std::string tmp = path + ".tmp";
+  std::string error;
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    if (!f) error = std::string("cannot write (") + std::strerror(errno) + ")";
+    else if (!(f << content).flush()) error = std::string("write failed (") + std::strerror(errno) + ")";
+  }
+  if (error.empty() && std::rename(tmp.c_str(), path.c_str()) != 0)
+    error = std::string("cannot replace (") + std::strerror(errno) + ")";
+  if (error.empty()) return;
+  std::remove(tmp.c_str());
+  PTW_FAIL(option, " ", path, ": ", error);
+}
+
 int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream& err) {
   Profile profile;
   std::string runDir;
   std::vector<Expectation> expectations;
+  const std::string workerPath = options.workerPath.empty() ? Launcher::defaultWorkerPath() : options.workerPath;
   try {
     for (const auto& e : options.expectations) expectations.push_back(Expectation::parse(e));
-    for (const std::string* path : {&options.summaryPath, &options.junitPath}) {
-      if (path->empty()) continue;
-      std::string dir = path->find('/') == std::string::npos ? "." : path->substr(0, path->rfind('/') + 1);
-      PTW_CHECK(::access(dir.c_str(), W_OK) == 0, *path, ": cannot write there (", std::strerror(errno),
-                "); choose a writable folder");
-    }
+    if (!options.summaryPath.empty()) checkOutputFile(options.summaryPath, "--summary");
+    if (!options.junitPath.empty()) checkOutputFile(options.junitPath, "--junit");
     profile = options.profilePath.empty() ? defaultProfile() : loadProfile(options.profilePath);
     profile = applyOverrides(profile, options.overrides);
+    for (const auto& e : expectations)
+      PTW_CHECK(e.metric.rfind("final.val_", 0) != 0 || profile.data.valFraction > 0, "--expect '", e.text,
+                "': ", e.metric, " needs validation data, and the profile holds none (data.val_fraction is 0)");
+    Launcher::checkWorker(workerPath);
     if (profile.run.port != 0) Launcher::checkPortFree(profile.run.port);  // before anything is created
   } catch (const Error& e) {
     err << "ptw: " << e.what() << "\n";
@@ -234,9 +250,7 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
     return kExitInvalidInput;
   }
 
-  Supervisor launcher(SupervisorOptions(profile, runDir,
-                                        options.workerPath.empty() ? Launcher::defaultWorkerPath() : options.workerPath)
-                          .setStore(store.get(), runId));
+  Supervisor launcher(SupervisorOptions(profile, runDir, workerPath).setStore(store.get(), runId));
   out << "ptw: running " << (options.profilePath.empty() ? "the default profile" : options.profilePath) << " ("
       << profile.name << ": " << profile.strategy.kind << ", " << profile.strategy.ranks << " "
       << profile.strategy.device << " rank(s))\nptw: run folder " << runDir << "\n";
@@ -277,13 +291,16 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
   out << "ptw: run " << runId << " stored in " << store->path() << "\n";
   std::vector<Verdict> verdicts;
   bool allHeld = true;
+  // A run that did not finish fails as a run; its expectations are not judged (a loss that
+  // holds at the step where it failed says nothing), and count as not held.
+  const bool judged = report.status == RunReport::Status::Finished;
   for (const auto& e : expectations) {
     double v = metrics.at(e.metric);
-    bool ok = report.status == RunReport::Status::Finished && e.holds(v);
+    bool ok = judged && e.holds(v);
     verdicts.push_back({e, v, ok});
     allHeld = allHeld && ok;
-    out << "ptw: expect " << e.text << ": " << (ok ? "ok" : "FAILED") << " (" << e.metric << " = "
-        << std::setprecision(6) << std::defaultfloat << v << ")\n";
+    out << "ptw: expect " << e.text << ": " << (!judged ? "not judged (the run " + std::string(statusName(report.status)) + ")" : ok ? "ok" : "FAILED")
+        << " (" << e.metric << " = " << std::setprecision(6) << std::defaultfloat << v << ")\n";
   }
   int code = report.status == RunReport::Status::Failed    ? kExitTrainingFailed
              : report.status == RunReport::Status::Stopped ? kExitInterrupted
@@ -323,12 +340,13 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
       if (report.failedRank >= 0) j["failed_rank"] = report.failedRank;
       j["expectations"] = nlohmann::ordered_json::array();
       for (const auto& v : verdicts)
-        j["expectations"].push_back({{"expect", v.expectation.text}, {"value", num(v.value)}, {"passed", v.passed}});
-      writeFileOrThrow(options.summaryPath, j.dump(2) + "\n", "--summary");
+        j["expectations"].push_back(
+            {{"expect", v.expectation.text}, {"value", num(v.value)}, {"passed", v.passed}, {"judged", judged}});
+      writeOutputFile(options.summaryPath, j.dump(2) + "\n", "--summary");
     }
     if (!options.junitPath.empty()) {
       int failures = (report.status == RunReport::Status::Finished ? 0 : 1);
-      for (const auto& v : verdicts) failures += v.passed ? 0 : 1;
+      for (const auto& v : verdicts) failures += judged && !v.passed ? 1 : 0;
       std::ostringstream x;
       x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
         << "<testsuites tests=\"" << 1 + verdicts.size() << "\" failures=\"" << failures << "\">\n"
@@ -344,7 +362,9 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
       for (const auto& v : verdicts) {
         x << "    <testcase classname=\"ptw." << xmlEscape(profile.name) << "\" name=\"expect "
           << xmlEscape(v.expectation.text) << "\">\n";
-        if (!v.passed) {
+        if (!judged) {
+          x << "      <skipped message=\"not judged: the run " << statusName(report.status) << "\"/>\n";
+        } else if (!v.passed) {
           std::ostringstream m;
           m << v.expectation.metric << " = " << v.value;
           x << "      <failure message=\"" << xmlEscape(m.str()) << "\"/>\n";
@@ -352,10 +372,11 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
         x << "    </testcase>\n";
       }
       x << "  </testsuite>\n</testsuites>\n";
-      writeFileOrThrow(options.junitPath, x.str(), "--junit");
+      writeOutputFile(options.junitPath, x.str(), "--junit");
     }
   } catch (const Error& e) {
     err << "ptw: " << e.what() << "\n";
+    if (code == kExitOk) code = kExitInvalidInput;  // CI asked for the file: a run without it is not a pass
   }
 
   if (report.status == RunReport::Status::Failed) {

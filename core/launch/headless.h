@@ -13,7 +13,7 @@ namespace ptw::core {
 /// Process exit codes of `ptw --headless`; documented in --help and the README.
 enum ExitCode : int {
   kExitOk = 0,
-  kExitInvalidInput = 2,    ///< bad profile, override, runs directory or port
+  kExitInvalidInput = 2,    ///< bad profile, override, runs directory, port, worker or output file
   kExitTrainingFailed = 3,  ///< a rank failed or stalled
   kExitExpectationFailed = 4,  ///< the run finished but an --expect did not hold
   kExitInterrupted = 5,     ///< SIGINT/SIGTERM: the run was stopped gracefully
@@ -34,6 +34,15 @@ struct HeadlessOptions {
 /// nothing under half a million, else a line at the start and one a second, to `out`;
 /// `what` names them ("step records", "step records of run 7").
 std::function<void(std::int64_t done, std::int64_t total)> unpackReporter(std::ostream& out, std::string what);
+
+/// Throws ptw::Error naming `option` (--summary, --csv) unless `path` can be written as a
+/// file: a name in an existing, writable folder, and not a folder itself.
+void checkOutputFile(const std::string& path, const std::string& option);
+
+/// Writes `content` to `path` through a temporary file beside it, renamed over it: a reader
+/// sees the old file or the new one whole. Throws ptw::Error naming `option` and leaves no
+/// temporary file behind.
+void writeOutputFile(const std::string& path, const std::string& content, const std::string& option);
 
 /// Runs and returns an ExitCode. Progress goes to `out`, errors to `err`. SIGINT and
 /// SIGTERM stop the run gracefully while it is in here.

@@ -105,6 +105,11 @@ class TestHeadless : public QObject {
                                   << "hyper.lr: expected a number, got \"abc\"";
     QTest::newRow("unknown override") << "{}" << QStringList{"--set", "strategy.rank=3"}
                                       << "unknown field strategy.rank";
+    QTest::newRow("summary into a folder") << "{}" << QStringList{"--summary", QDir::tempPath()}
+                                           << "--summary " + QDir::tempPath() + ": is a folder; give a file name";
+    QTest::newRow("validation expected, none held out") << "{}" << QStringList{"--expect", "final.val_loss < 1"}
+                                                        << "final.val_loss needs validation data, and the profile "
+                                                           "holds none (data.val_fraction is 0)";
   }
   void invalidInputExitsTwoAndStartsNothing() {
     QFETCH(QString, content);
@@ -199,14 +204,99 @@ class TestHeadless : public QObject {
     QVERIFY(QDir(runs.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty());
   }
 
+  // A failed run fails as a run; its expectations are not judged (reported as such, and
+  // skipped in JUnit rather than failed a second time).
   void failingRankExitsThreeNamingIt() {
     QTemporaryDir runs;
     auto env = QProcessEnvironment::systemEnvironment();
     env.insert("PTW_FAULT", "throw-at-start:1");
-    Result r = runPtw({}, runs, env);
+    const QString junit = runs.filePath("j.xml");
+    Result r = runPtw({"--expect", "final.step >= 0", "--junit", junit}, runs, env);
     QCOMPARE(r.code, 3);
     QVERIFY2(r.err.contains("rank 1 failed with exit code 1"), qPrintable(r.err));
     QVERIFY2(r.err.contains("injected fault"), qPrintable(r.err));
+    QVERIFY2(r.out.contains("expect final.step >= 0: not judged (the run failed)"), qPrintable(r.out));
+    QFile f(junit);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QString xml = QString::fromUtf8(f.readAll());
+    QVERIFY2(xml.contains("<testsuites tests=\"2\" failures=\"1\">"), qPrintable(xml));
+    QVERIFY2(xml.contains("<skipped message=\"not judged: the run failed\"/>"), qPrintable(xml));
+  }
+
+  // What the command line cannot do is said, with exit 2, before anything starts: options
+  // of a run before a subcommand, a read-only command on a folder without runs, a sweep's
+  // output into a folder, a worker program that is not there. And --expect judges a
+  // headless run even where a Qt platform is set (CI machines often set offscreen).
+  void theCommandLineSaysWhatItCannotUse() {
+    QTemporaryDir runs;
+    auto ptw = [&](const QStringList& args, const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment()) {
+      QProcess p;
+      p.setProcessEnvironment(env);
+      p.start(test::binDir() + "/ptw", args);
+      if (!p.waitForFinished(60000)) {
+        p.kill();
+        p.waitForFinished();
+        return Result{-1, "timed out", ""};
+      }
+      return Result{p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()),
+                    QString::fromUtf8(p.readAllStandardError())};
+    };
+    Result before = ptw({"--set", "hyper.lr=-1", "sweep", "--runs-dir", runs.path()});
+    QCOMPARE(before.code, 2);
+    QVERIFY2(before.err.contains("--set is an option of a run, not of `ptw sweep`; give it after the subcommand"),
+             qPrintable(before.err));
+    QVERIFY(before.out.isEmpty());
+
+    Result typo = ptw({"runs", "--runs-dir", runs.filePath("typo")});
+    QCOMPARE(typo.code, 2);
+    QVERIFY2(typo.err.contains("runs directory " + runs.filePath("typo") + " holds no runs"), qPrintable(typo.err));
+    QVERIFY(!QFileInfo::exists(runs.filePath("typo")));
+
+    Result csv = ptw({"sweep", "--runs-dir", runs.path(), "--csv", runs.path()});
+    QCOMPARE(csv.code, 2);
+    QVERIFY2(csv.err.contains("--csv " + runs.path() + ": is a folder"), qPrintable(csv.err));
+    QVERIFY2(csv.out.isEmpty(), qPrintable(csv.out));
+
+    auto noWorker = QProcessEnvironment::systemEnvironment();
+    noWorker.insert("PTW_WORKER", "/nonexistent/ptw-worker");
+    Result worker = ptw({"--headless", "--runs-dir", runs.path()}, noWorker);
+    QCOMPARE(worker.code, 2);
+    QVERIFY2(worker.err.contains("worker program /nonexistent/ptw-worker is not executable"), qPrintable(worker.err));
+    QVERIFY(QDir(runs.path()).entryList(QDir::NoDotAndDotDot | QDir::AllEntries).isEmpty());
+
+    auto offscreen = QProcessEnvironment::systemEnvironment();
+    offscreen.insert("QT_QPA_PLATFORM", "offscreen");
+    Result judged = ptw({"--runs-dir", runs.path(), "--set", "hyper.max_steps=20", "--expect", "final.step == 20"},
+                        offscreen);
+    QVERIFY2(judged.code == 0, qPrintable(judged.out + judged.err));
+    QVERIFY2(judged.out.contains("expect final.step == 20: ok"), qPrintable(judged.out));
+    Result both = ptw({"--start", "--expect", "final.step == 20"}, offscreen);
+    QCOMPARE(both.code, 2);
+    QVERIFY2(both.err.contains("cannot be given with --start"), qPrintable(both.err));
+  }
+
+  // Ctrl-C stops the configuration running and skips the rest: the table so far is printed
+  // and written, the exit code is 5, and no worker is left.
+  void anInterruptedSweepKeepsWhatItMeasured() {
+    QTemporaryDir runs;
+    QProcess p;
+    p.start(test::binDir() + "/ptw", {"sweep", "--runs-dir", runs.path(), "--strategies", "ddp", "--workers", "2",
+                                      "--steps", "1000000000", "--csv", runs.filePath("s.csv")});
+    QVERIFY(p.waitForStarted());
+    std::vector<int> workers;
+    QTRY_VERIFY_WITH_TIMEOUT(!(workers = test::livePtwWorkers(static_cast<int>(p.processId()))).empty(), 20000);
+    QTest::qWait(1500);  // Single trains a while
+    ::kill(static_cast<pid_t>(p.processId()), SIGINT);
+    QVERIFY(p.waitForFinished(20000));
+    QCOMPARE(p.exitCode(), 5);
+    const QString out = QString::fromUtf8(p.readAllStandardOutput());
+    QVERIFY2(out.contains("ptw: sweep interrupted after 1 configuration(s)"), qPrintable(out));
+    QFile csv(runs.filePath("s.csv"));
+    QVERIFY(csv.open(QIODevice::ReadOnly));
+    const QStringList lines = QString::fromUtf8(csv.readAll()).split('\n', Qt::SkipEmptyParts);
+    QCOMPARE(lines.size(), 2);
+    QVERIFY2(lines[1].startsWith("single,1,") && lines[1].contains(",stopped,"), qPrintable(lines[1]));
+    QVERIFY(!test::anyAlive(workers));
   }
 
   // A runs directory given relative to the working directory: a rank killed after step 12

@@ -146,6 +146,20 @@ class TestProfile : public QObject {
                                             << "model.in_features: cnn takes 1×28×28 images: must be 784";
     QTest::newRow("validation split too large") << R"({"data": {"val_fraction": 1.0}})"
                                                 << "data.val_fraction: must be in [0, 1), got 1";
+    QTest::newRow("steps at 2^63 as a float") << R"({"hyper": {"max_steps": 9223372036854775807.0}})"
+                                              << "hyper.max_steps: integer out of range for this field";
+    QTest::newRow("steps past int64") << R"({"hyper": {"max_steps": 9223372036854775808}})"
+                                      << "hyper.max_steps: integer out of range for this field";
+    QTest::newRow("ranks past int") << R"({"strategy": {"ranks": 4294967296}})"
+                                    << "strategy.ranks: integer out of range for this field (-2147483648 to 2147483647)";
+    QTest::newRow("hogwild with clipping")
+        << R"({"strategy": {"kind": "pool", "pool_mode": "hogwild"}, "hyper": {"clip_norm": 1}})"
+        << "hyper.clip_norm: hogwild workers step on their own: must be 0, got 1";
+    QTest::newRow("hogwild with accumulation")
+        << R"({"strategy": {"kind": "pool", "pool_mode": "hogwild"}, "hyper": {"accumulate": 2}})"
+        << "hyper.accumulate: hogwild workers step on their own: must be 1, got 2";
+    QTest::newRow("timeout beyond a week") << R"({"run": {"timeout_s": 1e12}})"
+                                           << "run.timeout_s: must be > 0 and at most 604800 (a week)";
   }
   void invalidProfilesAreRejected() {
     QFETCH(QString, json);
