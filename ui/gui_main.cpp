@@ -25,9 +25,13 @@ int guiMain(int argc, char** argv, const GuiOptions& options) {
   QApplication::setOrganizationName(QStringLiteral("ptw"));
   MainWindow window;
   window.setRunsDirectory(QString::fromStdString(options.runsDir));
+  // A file given is the window's file (its name in the title, Save writes it back); --set
+  // changes to it show as unsaved.
   try {
-    core::Profile p = options.profilePath.empty() ? core::defaultProfile() : core::loadProfile(options.profilePath);
-    window.setProfile(core::applyOverrides(p, options.overrides));
+    QString error;
+    if (!options.profilePath.empty() && !window.openProfile(QString::fromStdString(options.profilePath), &error))
+      throw Error(error.toStdString());
+    if (!options.overrides.empty()) window.setProfile(core::applyOverrides(window.profile(), options.overrides));
   } catch (const Error& e) {
     QMessageBox::warning(&window, QObject::tr("Cannot open profile"), QString::fromStdString(e.what()));
   }

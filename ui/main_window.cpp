@@ -210,11 +210,9 @@ void MainWindow::buildUi() {
   tabs->addTab(m_history, tr("&Runs"));
   connect(m_history, &RunHistory::openProfileRequested, this, [this](const QString& json) {
     try {
-      setProfile(core::parseProfile(json.toStdString(), "run profile"));
-      m_path.clear();
-      updateTitle();
+      replaceProfile(core::parseProfile(json.toStdString(), "run profile"), tr("Opened the run's profile"));
     } catch (const Error& e) {
-      QMessageBox::warning(this, tr("Cannot open the run's profile"), QString::fromStdString(e.what()));
+      warn(tr("Cannot open the run's profile"), QString::fromStdString(e.what()));
     }
   });
   m_sweep = new SweepPanel(tabs);
@@ -222,12 +220,17 @@ void MainWindow::buildUi() {
   m_sweep->setProfileSource([this] { return profile(); });
   tabs->addTab(m_sweep, tr("&Scaling Sweep"));
   connect(m_sweep, &SweepPanel::openProfile, this, [this](const core::Profile& p) {
-    setProfile(p);
-    m_path.clear();
-    updateTitle();
-    statusBar()->showMessage(tr("Opened the sweep's fastest configuration as the profile"), 5000);
+    replaceProfile(p, tr("Opened the sweep's fastest configuration as the profile"));
   });
-  connect(m_sweep, &SweepPanel::finished, this, [this] { m_history->reload(); });
+  // A run and a sweep would share the cores and skew each other's figures: one at a time.
+  m_sweep->setBusyReason(
+      [this] { return m_controller->isRunning() ? tr("A run is in progress; stop it before sweeping.") : QString(); });
+  connect(m_sweep, &SweepPanel::started, this, &MainWindow::revalidate);
+  connect(m_sweep, &SweepPanel::finished, this, [this] {
+    m_history->reload();
+    revalidate();
+    if (m_closeAfterRun) QTimer::singleShot(0, this, &QWidget::close);
+  });
   setCentralWidget(tabs);
   statusBar();
   resize(1400, 900);
@@ -237,35 +240,37 @@ void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
   file->addAction(tr("&New Profile"), QKeySequence::New, this, &MainWindow::newProfile);
   file->addAction(tr("&Open Profile…"), QKeySequence::Open, this, [this] {
+    if (!changesMayBeDiscarded()) return;
     QString path = QFileDialog::getOpenFileName(this, tr("Open profile"), QFileInfo(m_path).absolutePath(),
                                                 tr("ptw profiles (*.json);;All files (*)"));
     QString error;
-    if (!path.isEmpty() && !openProfile(path, &error)) QMessageBox::warning(this, tr("Cannot open profile"), error);
+    if (!path.isEmpty() && !openProfile(path, &error)) warn(tr("Cannot open profile"), error);
   });
   m_recentMenu = file->addMenu(tr("Open &Recent"));
   updateRecentMenu();
   auto saveAs = [this] {
     QString path = QFileDialog::getSaveFileName(this, tr("Save profile"), m_path, tr("ptw profiles (*.json)"));
     QString error;
-    if (!path.isEmpty() && !saveProfile(path, &error)) QMessageBox::warning(this, tr("Cannot save profile"), error);
+    if (!path.isEmpty() && !saveProfile(path, &error)) warn(tr("Cannot save profile"), error);
   };
   file->addAction(tr("&Save Profile"), QKeySequence::Save, this, [this, saveAs] {
     QString error;
     if (m_path.isEmpty()) saveAs();
-    else if (!saveProfile(m_path, &error)) QMessageBox::warning(this, tr("Cannot save profile"), error);
+    else if (!saveProfile(m_path, &error)) warn(tr("Cannot save profile"), error);
   });
   file->addAction(tr("Save Profile &As…"), QKeySequence::SaveAs, this, saveAs);
   file->addSeparator();
-  file->addAction(tr("Export Loss Chart as &PNG…"), QKeySequence(Qt::CTRL | Qt::Key_E), this, [this] {
+  // Ctrl+Shift+E: Ctrl+E is a text field's end of line, and the profile's fields have the focus.
+  file->addAction(tr("Export Loss Chart as &PNG…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_E), this, [this] {
     QString path = QFileDialog::getSaveFileName(this, tr("Export chart"), QString(), tr("PNG images (*.png)"));
     if (!path.isEmpty() && !m_loss->plot()->savePng(path, 0, 0, 2.0))
-      QMessageBox::warning(this, tr("Cannot export"), tr("Could not write %1").arg(path));
+      warn(tr("Cannot export"), tr("Could not write %1").arg(path));
   });
   file->addAction(tr("Export Run as &CSV…"), this, [this] {
     auto ids = m_history->selectedRuns();
     const qint64 id = !ids.empty() ? ids.front() : m_controller->runId();
     if (id <= 0) {
-      QMessageBox::information(this, tr("Export run"), tr("Select a run in the Runs tab, or start one."));
+      ask(QMessageBox::Information, tr("Export run"), tr("Select a run in the Runs tab, or start one."), QMessageBox::Ok);
       return;
     }
     QString path = QFileDialog::getSaveFileName(this, tr("Export run %1").arg(id), QStringLiteral("run%1.csv").arg(id),
@@ -276,14 +281,15 @@ void MainWindow::buildMenus() {
       store.exportCsv(id, path.toStdString());
       statusBar()->showMessage(tr("Exported run %1 to %2").arg(id).arg(path), 5000);
     } catch (const Error& e) {
-      QMessageBox::warning(this, tr("Cannot export"), QString::fromStdString(e.what()));
+      warn(tr("Cannot export"), QString::fromStdString(e.what()));
     }
   });
   file->addSeparator();
   file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
   QMenu* run = menuBar()->addMenu(tr("&Run"));
-  run->addAction(tr("&Start"), QKeySequence(Qt::Key_F5), this, &MainWindow::startRun);
-  run->addAction(tr("S&top"), QKeySequence(Qt::SHIFT | Qt::Key_F5), this, &MainWindow::stopRun);
+  m_startAction = run->addAction(tr("&Start"), QKeySequence(Qt::Key_F5), this, &MainWindow::startRun);
+  m_stopAction = run->addAction(tr("S&top"), QKeySequence(Qt::SHIFT | Qt::Key_F5), this, &MainWindow::stopRun);
+  m_stopAction->setEnabled(false);
   run->addAction(tr("&Check Workload"), QKeySequence(Qt::CTRL | Qt::Key_K), m_editor, &ProfileEditor::runPreflight);
   QMenu* view = menuBar()->addMenu(tr("&View"));
   view->addAction(tr("&Fit Charts"), QKeySequence(Qt::CTRL | Qt::Key_0), this, [this] {
@@ -300,11 +306,30 @@ void MainWindow::setProfile(const core::Profile& profile) {
   updateTitle();
 }
 
+QMessageBox::StandardButton MainWindow::ask(QMessageBox::Icon icon, const QString& title, const QString& text,
+                                            QMessageBox::StandardButtons buttons) {
+  if (m_ask) return m_ask(icon, title, text, buttons);
+  QMessageBox box(icon, title, text, buttons, this);
+  return static_cast<QMessageBox::StandardButton>(box.exec());
+}
+
+bool MainWindow::changesMayBeDiscarded() {
+  return !m_confirm || profile() == m_savedProfile ||
+         ask(QMessageBox::Question, tr("Discard changes?"), tr("The profile has unsaved changes. Discard them?"),
+             QMessageBox::Yes | QMessageBox::No) == QMessageBox::Yes;
+}
+
+bool MainWindow::replaceProfile(const core::Profile& p, const QString& message) {
+  if (!changesMayBeDiscarded()) return false;
+  setProfile(p);
+  m_path.clear();
+  updateTitle();
+  statusBar()->showMessage(message, 5000);
+  return true;
+}
+
 void MainWindow::newProfile() {
-  if (m_confirm && profile() != m_savedProfile &&
-      QMessageBox::question(this, tr("Discard changes?"), tr("The profile has unsaved changes. Discard them?")) !=
-          QMessageBox::Yes)
-    return;
+  if (!changesMayBeDiscarded()) return;
   m_path.clear();
   setProfile(core::defaultProfile());
   m_savedProfile = profile();
@@ -339,10 +364,15 @@ void MainWindow::revalidate() {
   m_blockingReason.clear();
   for (const auto& e : errors)
     m_blockingReason += (m_blockingReason.isEmpty() ? "" : "\n") + QString::fromStdString(e.text());
-  const bool running = m_controller->isRunning();
-  m_start->setEnabled(errors.empty() && !running);
-  m_start->setToolTip(m_blockingReason.isEmpty() ? tr("Start the run (F5)") : m_blockingReason);
-  if (!running) m_status->setText(m_blockingReason);
+  const bool running = m_controller->isRunning(), sweeping = m_sweep->isRunning();
+  m_start->setEnabled(errors.empty() && !running && !sweeping);
+  m_start->setToolTip(!m_blockingReason.isEmpty() ? m_blockingReason
+                      : sweeping                 ? tr("A scaling sweep is running; stop it before starting a run.")
+                                                 : tr("Start the run (F5)"));
+  m_stop->setEnabled(running);
+  if (m_startAction) m_startAction->setEnabled(m_start->isEnabled());
+  if (m_stopAction) m_stopAction->setEnabled(running);
+  if (!running && !m_closeAfterRun) m_status->setText(sweeping ? m_start->toolTip() : m_blockingReason);
 }
 
 void MainWindow::updateTitle() {
@@ -375,8 +405,9 @@ void MainWindow::updateRecentMenu() {
   const QStringList recent = recentFiles();
   for (const QString& path : recent) {
     m_recentMenu->addAction(path, this, [this, path] {
+      if (!changesMayBeDiscarded()) return;
       QString error;
-      if (!openProfile(path, &error)) QMessageBox::warning(this, tr("Cannot open profile"), error);
+      if (!openProfile(path, &error)) warn(tr("Cannot open profile"), error);
     });
   }
   m_recentMenu->setEnabled(!recent.isEmpty());
@@ -451,7 +482,7 @@ void MainWindow::setRankCell(int rank, int column, const QString& text) {
 }
 
 void MainWindow::startRun() {
-  if (m_controller->isRunning() || !m_blockingReason.isEmpty()) return;
+  if (m_controller->isRunning() || !m_blockingReason.isEmpty() || m_sweep->isRunning()) return;
   const core::Profile p = profile();
   QString error;
   if (!m_controller->start(p, m_runsDir, &error)) {
@@ -461,8 +492,7 @@ void MainWindow::startRun() {
   m_lastStatus = QStringLiteral("running");
   resetLive(core::reportingRanks(p));
   appendLog(-1, tr("run %1 in %2").arg(m_controller->runId()).arg(m_controller->runDirectory()));
-  m_start->setEnabled(false);
-  m_stop->setEnabled(true);
+  revalidate();
   m_status->setText(tr("Starting %1 process(es)…").arg(core::processCount(p)));
   // Note [Redraw budget]: a run with a training thread on every core leaves drawing 0.5%.
   const int training = p.strategy.kind == "dataparallel" ? p.strategy.ranks : core::processCount(p);
@@ -489,6 +519,14 @@ void MainWindow::drainRun() {
       m_loss->truncateAfter(step);
       m_throughput->truncateAfter(step);
       m_stepSums.reset(ranks);
+      // The table starts over with the new attempt: every rank is restarting, its last exit
+      // was the attempt's, and its latest step is whatever it reports next.
+      for (int r = 0; r < ranks; ++r) {
+        m_latest[static_cast<std::size_t>(r)] = RankLatest{};
+        m_rankStatus[static_cast<std::size_t>(r)] = tr("restarting");
+        setRankCell(r, kStatus, tr("restarting"));
+        setRankCell(r, kExit, QString());
+      }
       ++nextRestart;
     }
   };
@@ -508,7 +546,7 @@ void MainWindow::drainRun() {
       auto& latest = m_latest[static_cast<std::size_t>(s.rank)];
       if (latest.step < 0) {
         m_forceRedraw = true;  // a rank's first point is drawn at once
-        if (m_rankStatus[static_cast<std::size_t>(s.rank)] == tr("starting")) {
+        if (auto& st = m_rankStatus[static_cast<std::size_t>(s.rank)]; st == tr("starting") || st == tr("restarting")) {
           m_rankStatus[static_cast<std::size_t>(s.rank)] = tr("running");
           setRankCell(s.rank, kStatus, tr("running"));
         }
@@ -597,7 +635,6 @@ void MainWindow::onFinished(const QString& status, const QString& message, int f
   drainRun();
   m_drainTimer->stop();
   m_lastStatus = status;
-  m_stop->setEnabled(false);
   revalidate();
   m_status->setText(tr("Run %1: %2").arg(status, message));
   for (int r = 0; r < m_reportingRanks; ++r) {
@@ -617,34 +654,55 @@ void MainWindow::onFinished(const QString& status, const QString& message, int f
     appendLog(-1, tr("run failed: %1").arg(message));
   }
   m_history->reload();
+  if (m_closeAfterRun) QTimer::singleShot(0, this, &QWidget::close);
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {
-  if (m_confirm && profile() != m_savedProfile) {
-    auto answer = QMessageBox::question(this, tr("Unsaved profile"), tr("Save the changes to the profile?"),
-                                        QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel);
-    if (answer == QMessageBox::Cancel) {
-      event->ignore();
-      return;
-    }
-    if (answer == QMessageBox::Save) {
-      QString path = m_path.isEmpty() ? QFileDialog::getSaveFileName(this, tr("Save profile"), QString(),
-                                                                      tr("ptw profiles (*.json)"))
-                                      : m_path;
-      QString error;
-      if (path.isEmpty() || !saveProfile(path, &error)) {
+  if (!m_closeAfterRun) {  // else the questions were answered when the user closed the window
+    if (m_confirm && profile() != m_savedProfile) {
+      auto answer = ask(QMessageBox::Question, tr("Unsaved profile"), tr("Save the changes to the profile?"),
+                        QMessageBox::Save | QMessageBox::Discard | QMessageBox::Cancel);
+      if (answer == QMessageBox::Cancel) {
         event->ignore();
         return;
       }
+      if (answer == QMessageBox::Save) {
+        QString path = m_path.isEmpty() ? QFileDialog::getSaveFileName(this, tr("Save profile"), QString(),
+                                                                        tr("ptw profiles (*.json)"))
+                                        : m_path;
+        QString error;
+        if (path.isEmpty()) {
+          event->ignore();
+          return;
+        }
+        if (!saveProfile(path, &error)) {
+          warn(tr("Cannot save profile"), error);
+          event->ignore();
+          return;
+        }
+      }
+    }
+    if (m_controller->isRunning() || m_sweep->isRunning()) {
+      const bool run = m_controller->isRunning();
+      if (m_confirm && ask(QMessageBox::Question, run ? tr("Run in progress") : tr("Sweep in progress"),
+                           run ? tr("A run is in progress. Stop it and quit?")
+                               : tr("A scaling sweep is in progress. Stop it and quit?"),
+                           QMessageBox::Yes | QMessageBox::No) != QMessageBox::Yes) {
+        event->ignore();
+        return;
+      }
+      m_closeAfterRun = true;
     }
   }
-  if (m_controller->isRunning()) {
-    if (m_confirm && QMessageBox::question(this, tr("Run in progress"), tr("A run is in progress. Stop it and quit?")) !=
-                         QMessageBox::Yes) {
-      event->ignore();
-      return;
-    }
+  // The window stays until the ranks have finished their step and their records are stored
+  // (onFinished and the sweep's end close it again): closing at once would leave the
+  // window frozen and blank for that time.
+  if (m_controller->isRunning() || m_sweep->isRunning()) {
     m_controller->stop();
+    m_sweep->stop();
+    m_status->setText(tr("Stopping before quitting: ranks finish their step and their records are stored…"));
+    event->ignore();
+    return;
   }
   QSettings settings;
   settings.setValue("window/geometry", saveGeometry());

@@ -3,10 +3,12 @@
 #pragma once
 
 #include <QMainWindow>
+#include <QMessageBox>
 #include <QString>
 
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "ui/run_controller.h"
 #include "ui/step_sums.h"
 
+class QAction;
 class QCheckBox;
 class QComboBox;
 class QLabel;
@@ -51,8 +54,13 @@ class MainWindow : public QMainWindow {
   bool openProfile(const QString& path, QString* error = nullptr);
   bool saveProfile(const QString& path, QString* error = nullptr);
   void setRunsDirectory(const QString& dir);
-  /// Dialogs on close (unsaved changes, active run); off in tests.
+  /// Questions before changes are discarded (unsaved profile, active run); off in tests.
   void setConfirmations(bool on) { m_confirm = on; }
+  /// How the window asks the user and tells them of an error: a message box, or a test's
+  /// answer. `buttons` are the choices (Ok alone for an error).
+  using Asker = std::function<QMessageBox::StandardButton(QMessageBox::Icon icon, const QString& title,
+                                                          const QString& text, QMessageBox::StandardButtons buttons)>;
+  void setAsker(Asker asker) { m_ask = std::move(asker); }
 
   /// Why Start is disabled, or empty when the profile can run.
   QString blockingReason() const { return m_blockingReason; }
@@ -79,6 +87,14 @@ class MainWindow : public QMainWindow {
   void buildUi();
   void buildMenus();
   void revalidate();
+  QMessageBox::StandardButton ask(QMessageBox::Icon icon, const QString& title, const QString& text,
+                                  QMessageBox::StandardButtons buttons);
+  void warn(const QString& title, const QString& text) { ask(QMessageBox::Warning, title, text, QMessageBox::Ok); }
+  /// True when the profile has no unsaved changes, or the user lets them go.
+  bool changesMayBeDiscarded();
+  /// Puts `p`, which has no file (a run's, the sweep's fastest), in the editor once unsaved
+  /// changes may go; `message` goes to the status bar. False when the user kept them.
+  bool replaceProfile(const core::Profile& p, const QString& message);
   void drainRun();
   void resetLive(int ranks);
   void setRankCell(int rank, int column, const QString& text);
@@ -96,6 +112,10 @@ class MainWindow : public QMainWindow {
   QString m_lastStatus;
   core::Profile m_savedProfile;
   bool m_confirm = true;
+  Asker m_ask;
+  bool m_closeAfterRun = false;  ///< the user closed the window while a run or sweep went on
+  QAction* m_startAction = nullptr;
+  QAction* m_stopAction = nullptr;
 
   ProfileEditor* m_editor = nullptr;
   QPushButton* m_start = nullptr;

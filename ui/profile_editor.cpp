@@ -293,6 +293,18 @@ void ProfileEditor::runPreflight() {
     file->deleteLater();
     emit preflightFinished(ok, text);
   });
+  // A worker that cannot be started never finishes: say why, and let the next check run.
+  connect(m_preflightProcess, &QProcess::errorOccurred, this, [this, file](QProcess::ProcessError error) {
+    if (error != QProcess::FailedToStart) return;
+    const QString text = tr("Cannot start the worker program %1: %2; build ptw-worker or set PTW_WORKER")
+                             .arg(m_preflightProcess->program(), m_preflightProcess->errorString());
+    m_preflight->setText(text);
+    m_preflight->setStyleSheet("color: #b00020");
+    m_preflightProcess->deleteLater();
+    m_preflightProcess = nullptr;
+    file->deleteLater();
+    emit preflightFinished(false, text);
+  });
   m_preflightProcess->start(QString::fromStdString(core::Launcher::defaultWorkerPath()),
                             {"--preflight", "--profile", file->fileName()});
 }

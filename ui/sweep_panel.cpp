@@ -13,6 +13,7 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include <cmath>
 #include <map>
 
 #include "common/error.h"
@@ -102,6 +103,10 @@ SweepPanel::~SweepPanel() {
 
 bool SweepPanel::start() {
   if (m_running) return false;
+  if (const QString busy = m_busyReason ? m_busyReason() : QString(); !busy.isEmpty()) {
+    m_status->setText(busy);
+    return false;
+  }
   if (m_thread.joinable()) m_thread.join();
   std::vector<std::string> strategies;
   for (auto* box : m_strategies)
@@ -166,6 +171,7 @@ bool SweepPanel::start() {
       emit finished();
     }, Qt::QueuedConnection);
   });
+  emit started();
   return true;
 }
 
@@ -192,7 +198,7 @@ void SweepPanel::redraw() {
   for (int row = 0; row < static_cast<int>(m_points.size()); ++row) {
     const auto& p = m_points[static_cast<std::size_t>(row)];
     const QStringList cells = {QString::fromStdString(p.strategy), QString::number(p.workers),
-                               QString::number(p.samplesPerS, 'f', 0), QString::number(p.efficiency, 'f', 2),
+                               QString::number(p.samplesPerS, 'f', 0), std::isnan(p.efficiency) ? tr("n/a") : QString::number(p.efficiency, 'f', 2),
                                QString::number(p.stepMs.stepMs, 'f', 3),
                                QString::number(p.stepMs.commPercent(), 'f', 1),
                                QString::fromStdString(p.status == "finished" ? p.status : p.status + ": " + p.message)};

@@ -35,6 +35,8 @@ class SweepPanel : public QWidget {
   void setProfileSource(std::function<core::Profile()> source) { m_source = std::move(source); }
   void setRunsDirectory(const QString& dir) { m_runsDir = dir; }
   bool isRunning() const { return m_running; }
+  /// Why a sweep cannot start now (a run in the window), or empty; asked by start().
+  void setBusyReason(std::function<QString()> reason) { m_busyReason = std::move(reason); }
   const std::vector<core::SweepPoint>& points() const { return m_points; }
   QTableWidget* table() const { return m_table; }
   QCustomPlot* throughputPlot() const { return m_throughput; }
@@ -48,6 +50,7 @@ class SweepPanel : public QWidget {
 
  signals:
   void openProfile(const core::Profile& profile);
+  void started();
   void finished();
 
  private:
@@ -55,6 +58,7 @@ class SweepPanel : public QWidget {
   void redraw();
 
   std::function<core::Profile()> m_source;
+  std::function<QString()> m_busyReason;
   QString m_runsDir;
   std::vector<QCheckBox*> m_strategies;
   QLineEdit* m_workers;

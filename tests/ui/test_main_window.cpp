@@ -1,6 +1,7 @@
 // The window, offscreen: the profile editor, Open/Save, a live 2-rank run to the end, the
 // history with overlay and profile diff, a killed rank, and the chart summaries that keep
 // display memory bounded.
+#include <QAction>
 #include <QCheckBox>
 #include <QComboBox>
 #include <QJsonDocument>
@@ -20,6 +21,7 @@
 #include <signal.h>
 
 #include <cmath>
+#include <functional>
 #include <tuple>
 #include <vector>
 
@@ -238,6 +240,20 @@ class TestMainWindow : public QObject {
     QVERIFY(spy.wait(30000));
     QVERIFY(!spy.at(1).at(0).toBool());
     QVERIFY2(spy.at(1).at(1).toString().contains("model.path: cannot load TorchScript"), qPrintable(spy.at(1).at(1).toString()));
+    // A worker program that cannot start is said, and the next check runs.
+    w.editor()->setFieldText("model.kind", "linear");
+    const QByteArray worker = qgetenv("PTW_WORKER");
+    qputenv("PTW_WORKER", "/nonexistent/ptw-worker");
+    w.editor()->runPreflight();
+    QVERIFY(spy.wait(30000));
+    QVERIFY(!spy.at(2).at(0).toBool());
+    QVERIFY2(spy.at(2).at(1).toString().contains("Cannot start the worker program /nonexistent/ptw-worker"),
+             qPrintable(spy.at(2).at(1).toString()));
+    if (worker.isNull()) qunsetenv("PTW_WORKER");
+    else qputenv("PTW_WORKER", worker);
+    w.editor()->runPreflight();
+    QVERIFY(spy.wait(30000));
+    QVERIFY2(spy.at(3).at(0).toBool(), qPrintable(spy.at(3).at(1).toString()));
   }
 
   // A 2-rank run from the window: both series fill, the table reaches finished, the run
@@ -338,7 +354,93 @@ class TestMainWindow : public QObject {
     for (int rank = 0; rank < 2; ++rank) {
       QCOMPARE(w.lossChart()->pointCount(rank), std::size_t(30));
       QCOMPARE(w.throughputChart()->pointCount(rank), std::size_t(30));
+      // The table is the second attempt's: rank 1 is no longer shown failed.
+      QCOMPARE(cell(w.rankTable(), rank, 1), QString("finished"));
+      QCOMPARE(cell(w.rankTable(), rank, 2), QString("30"));
+      QCOMPARE(cell(w.rankTable(), rank, 6), QString("exit code 0"));
     }
+  }
+
+  // Another profile replaces unsaved edits only when the user lets them go: a file from
+  // Open Recent, a run's profile from the history, the sweep's fastest. Closing with changes
+  // that cannot be saved says why and keeps the window open.
+  void unsavedEditsAreReplacedOnlyWhenTheUserSaysSo() {
+    QTemporaryDir dir;
+    ui::MainWindow w;
+    w.show();
+    QStringList asked;
+    QMessageBox::StandardButton answer = QMessageBox::No;
+    w.setAsker([&](QMessageBox::Icon, const QString& title, const QString& text, QMessageBox::StandardButtons) {
+      asked << title + ": " + text;
+      return answer;
+    });
+    core::Profile other = core::defaultProfile();
+    other.hyper.lr = 0.05;
+    const QString path = QFileInfo(dir.filePath("other.json")).absoluteFilePath();
+    core::saveProfile(other, path.toStdString());
+    QVERIFY(w.openProfile(path));  // now in Open Recent
+    QAction* recent = nullptr;
+    for (auto* a : w.findChildren<QAction*>())
+      if (a->text() == path) recent = a;
+    QVERIFY(recent);
+    const std::vector<std::function<void()>> replacers = {
+        [&] { recent->trigger(); },
+        [&] { emit w.history()->openProfileRequested(QString::fromStdString(core::toJson(other))); },
+        [&] { emit w.sweep()->openProfile(other); },
+    };
+    for (const auto& replace : replacers) {
+      w.editor()->setFieldText("hyper.lr", "0.3");
+      const auto before = asked.size();
+      answer = QMessageBox::No;
+      replace();
+      QCOMPARE(asked.size(), before + 1);
+      QVERIFY2(asked.last().contains("unsaved changes"), qPrintable(asked.last()));
+      QCOMPARE(w.profile().hyper.lr, 0.3);  // kept
+      answer = QMessageBox::Yes;
+      replace();
+      QCOMPARE(w.profile().hyper.lr, 0.05);
+    }
+    QVERIFY(w.openProfile(path));
+    w.editor()->setFieldText("hyper.lr", "-1");
+    answer = QMessageBox::Save;
+    QVERIFY(!w.close());
+    QVERIFY(w.isVisible());
+    QVERIFY2(asked.last().startsWith("Cannot save profile: ") && asked.last().contains("hyper.lr"),
+             qPrintable(asked.last()));
+    w.setConfirmations(false);
+  }
+
+  // Closing while a run goes on stops it and keeps the window, saying so, until the ranks
+  // are done; a sweep cannot start beside the run, and Run > Start is off while it runs.
+  void closingDuringARunWaitsForItsEnd() {
+    QTemporaryDir runs;
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    w.setRunsDirectory(runs.path());
+    w.show();
+    w.editor()->setFieldText("hyper.max_steps", "100000000");
+    QAction *start = nullptr, *stop = nullptr;
+    for (auto* a : w.findChildren<QAction*>()) {
+      if (a->text() == "&Start") start = a;
+      if (a->text() == "S&top") stop = a;
+    }
+    QVERIFY(start && stop);
+    QVERIFY(start->isEnabled() && !stop->isEnabled());
+    QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(w.lossChart()->pointCount(0) >= 10, 20000);
+    QVERIFY(!start->isEnabled() && stop->isEnabled());
+    QVERIFY(!w.sweep()->start());
+    QVERIFY2(w.findChild<QLabel*>("sweep.status")->text().contains("A run is in progress"),
+             qPrintable(w.findChild<QLabel*>("sweep.status")->text()));
+    auto workers = test::livePtwWorkers(static_cast<int>(::getpid()));
+    QCOMPARE(workers.size(), std::size_t(2));
+    QVERIFY(!w.close());
+    QVERIFY(w.isVisible());
+    QVERIFY2(w.findChild<QLabel*>("status")->text().contains("Stopping before quitting"),
+             qPrintable(w.findChild<QLabel*>("status")->text()));
+    QTRY_VERIFY_WITH_TIMEOUT(!w.isVisible(), 20000);
+    QCOMPARE(w.lastStatus(), QStringLiteral("stopped"));
+    QVERIFY(!test::anyAlive(workers));
   }
 
   void stopIsGraceful() {
