@@ -1,6 +1,5 @@
 // ptw: the workbench. Opens the window when a display is available, or runs a profile
 // headless (for CI, or on a machine without a display).
-#include <signal.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -42,10 +41,6 @@ bool qtPlatformChosen() {
   return qpa && *qpa;
 }
 
-ptw::core::Sweep* g_sweep = nullptr;
-extern "C" void onSweepInterrupt(int) {
-  if (g_sweep) g_sweep->requestStop();
-}
 
 // Interrupted runs' step records become `steps` rows (Note [Step blocks]), with progress on
 // stderr for a long run's; where that fails (a full disk) they are still read, so this only
@@ -145,7 +140,7 @@ int main(int argc, char** argv) {
       "  3  training failed: a rank exited non-zero, died by a signal or stalled (after any\n"
       "     run.max_restarts), or the metrics store could not be written (disk full)\n"
       "  4  the run finished but an --expect did not hold\n"
-      "  5  interrupted: SIGINT/SIGTERM stopped the run (or the sweep) gracefully\n"
+      "  5  interrupted: SIGINT, SIGTERM or SIGHUP stopped the run (or the sweep) gracefully\n"
       "\nEnvironment: PTW_RUNS_DIR (runs directory), PTW_WORKER (worker program; default: ptw-worker beside ptw), "
       "PTW_GRADIENTS=autograd (linear and mlp models on the CPU use autograd instead of their gradients by hand; "
       "the same gradients up to float rounding, slower), OPENBLAS_CORETYPE (the OpenBLAS kernels ranks use; "
@@ -205,27 +200,23 @@ int main(int argc, char** argv) {
       sweep.check();  // an invalid option is said before the table starts
       if (!sweepCsv.empty()) ptw::core::checkOutputFile(sweepCsv, "--csv");
       if (!sweepJson.empty()) ptw::core::checkOutputFile(sweepJson, "--json");
-      // Ctrl-C or SIGTERM stops the configuration running now and skips the rest; what was
-      // measured is still printed and written.
-      struct sigaction sa {}, oldInt {}, oldTerm {};
-      sa.sa_handler = onSweepInterrupt;
-      sigemptyset(&sa.sa_mask);
-      g_sweep = &sweep;
-      ::sigaction(SIGINT, &sa, &oldInt);
-      ::sigaction(SIGTERM, &sa, &oldTerm);
       std::printf("%-14s %7s %14s %11s %9s %7s  %s\n", "strategy", "workers", "samples/s", "efficiency", "step ms",
                   "comm %", "status");
-      auto points = sweep.run([](const ptw::core::SweepPoint& p, int, int) {
+      auto printRow = [](const ptw::core::SweepPoint& p, int, int) {
         char efficiency[32] = "n/a";  // no baseline: Single did not finish
         if (!std::isnan(p.efficiency)) std::snprintf(efficiency, sizeof efficiency, "%.2f", p.efficiency);
         std::printf("%-14s %7d %14.1f %11s %9.3f %7.1f  %s%s%s\n", p.strategy.c_str(), p.workers, p.samplesPerS,
                     efficiency, p.stepMs.stepMs, p.stepMs.commPercent(), p.status.c_str(),
                     p.status == "finished" ? "" : ": ", p.status == "finished" ? "" : p.message.c_str());
         std::fflush(stdout);
-      });
-      g_sweep = nullptr;
-      ::sigaction(SIGINT, &oldInt, nullptr);
-      ::sigaction(SIGTERM, &oldTerm, nullptr);
+      };
+      // Ctrl-C, SIGTERM or SIGHUP stops the configuration running now and skips the rest;
+      // what was measured is still printed and written.
+      std::vector<ptw::core::SweepPoint> points;
+      {
+        ptw::core::StopOnSignals stop(sweep);
+        points = sweep.run(printRow);
+      }
       const bool interrupted = sweep.stopRequested();
       const int best = ptw::core::Sweep::fastest(points);
       if (best >= 0)

@@ -39,6 +39,15 @@ struct StepRecord {
   double optMs = 0;
   double lr = 0;
   std::int64_t memBytes = 0;
+
+  /// Every field equal (a record that went through a pipe or the store and came back whole).
+  friend bool operator==(const StepRecord& a, const StepRecord& b) {
+    return a.rank == b.rank && a.step == b.step && a.epoch == b.epoch && a.loss == b.loss &&
+           a.samplesPerS == b.samplesPerS && a.stepMs == b.stepMs && a.dataMs == b.dataMs &&
+           a.computeMs == b.computeMs && a.commMs == b.commMs && a.optMs == b.optMs && a.lr == b.lr &&
+           a.memBytes == b.memBytes;
+  }
+  friend bool operator!=(const StepRecord& a, const StepRecord& b) { return !(a == b); }
 };
 
 /// Plain data (copied by value at every stage between a rank and the store).

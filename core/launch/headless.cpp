@@ -30,11 +30,6 @@
 namespace ptw::core {
 namespace {
 
-Supervisor* g_active = nullptr;
-extern "C" void onInterrupt(int) {
-  if (g_active) g_active->requestStop();
-}
-
 // Per-rank progress: redrawn in place on a terminal, a line a second otherwise.
 class ProgressPrinter : public LaunchObserver {
  public:
@@ -256,26 +251,15 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
       << profile.strategy.device << " rank(s))\nptw: run folder " << runDir << "\n";
 
   ProgressPrinter progress(out, profile, ::isatty(STDOUT_FILENO) != 0);
-  struct sigaction sa {}, oldInt {}, oldTerm {};
-  sa.sa_handler = onInterrupt;
-  sigemptyset(&sa.sa_mask);
-  g_active = &launcher;
-  ::sigaction(SIGINT, &sa, &oldInt);
-  ::sigaction(SIGTERM, &sa, &oldTerm);
   RunReport report;
   try {
+    StopOnSignals stop(launcher);
     report = launcher.run(progress);
   } catch (const Error& e) {
-    g_active = nullptr;
-    ::sigaction(SIGINT, &oldInt, nullptr);
-    ::sigaction(SIGTERM, &oldTerm, nullptr);
     store->endRun(runId, "failed", e.what(), std::nan(""), std::nan(""), 1);
     err << "ptw: " << e.what() << "\n";
     return kExitInvalidInput;
   }
-  g_active = nullptr;
-  ::sigaction(SIGINT, &oldInt, nullptr);
-  ::sigaction(SIGTERM, &oldTerm, nullptr);
   progress.print(true);
 
   out << "ptw: " << statusName(report.status) << " in " << std::fixed << std::setprecision(1) << report.wallS

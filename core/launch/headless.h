@@ -2,6 +2,9 @@
 // on the terminal and an exit code CI can act on.
 #pragma once
 
+#include <signal.h>
+
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
@@ -34,6 +37,38 @@ struct HeadlessOptions {
 /// nothing under half a million, else a line at the start and one a second, to `out`;
 /// `what` names them ("step records", "step records of run 7").
 std::function<void(std::int64_t done, std::int64_t total)> unpackReporter(std::ostream& out, std::string what);
+
+/// While it lives, SIGINT, SIGTERM and SIGHUP (the terminal closed) ask `target` to stop
+/// gracefully (target.requestStop(), which must be async-signal-safe) instead of ending the
+/// process; the earlier handlers come back after. One at a time.
+/// Example: { StopOnSignals stop(supervisor); supervisor.run(observer); }
+class StopOnSignals {
+ public:
+  template <class T>
+  explicit StopOnSignals(T& target) {
+    s_stop = [](void* t) { static_cast<T*>(t)->requestStop(); };
+    s_target.store(&target);
+    struct sigaction sa {};
+    sa.sa_handler = onSignal;
+    sigemptyset(&sa.sa_mask);
+    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &sa, &m_old[i]);
+  }
+  ~StopOnSignals() {
+    for (int i = 0; i < 3; ++i) ::sigaction(kSignals[i], &m_old[i], nullptr);
+    s_target.store(nullptr);
+  }
+  StopOnSignals(const StopOnSignals&) = delete;
+  StopOnSignals& operator=(const StopOnSignals&) = delete;
+
+ private:
+  static constexpr int kSignals[3] = {SIGINT, SIGTERM, SIGHUP};
+  static void onSignal(int) {
+    if (void* t = s_target.load()) s_stop(t);
+  }
+  static inline std::atomic<void*> s_target{nullptr};
+  static inline void (*s_stop)(void*) = nullptr;
+  struct sigaction m_old[3];
+};
 
 /// Throws ptw::Error naming `option` (--summary, --csv) unless `path` can be written as a
 /// file: a name in an existing, writable folder, and not a folder itself.

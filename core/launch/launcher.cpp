@@ -330,6 +330,11 @@ RunReport Launcher::run(LaunchObserver& observer) {
       ::dup2(outPipe[1], 1);
       ::dup2(errPipe[1], 2);
       ::dup2(recPipe[1], kRecordFd);  // dup2 clears close-on-exec on the copy
+      // Nothing else of the launcher's reaches the worker: the logs of ranks started before
+      // this one, the store's database, a window's descriptors.
+      static_assert(kRecordFd == 3, "the descriptors above the record pipe are closed");
+      if (::close_range(kRecordFd + 1, ~0U, 0) != 0)
+        for (int fd = kRecordFd + 1; fd < 65536; ++fd) ::close(fd);
       ::execv(argv[0], argv.data());
       const char msg[] = "ptw-worker: exec failed\n";
       [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);

@@ -2,6 +2,7 @@
 // parameters that one process reaches on the same global batches; every rank holds
 // identical parameters. Plus accumulation, hogwild convergence, and exact resume.
 #include <algorithm>
+#include <limits>
 
 #include <QJsonArray>
 #include <QJsonDocument>
@@ -18,6 +19,7 @@
 #include "engine/strategy.h"
 #include "engine/sampler.h"
 #include "engine/trainer.h"
+#include "engine/workload.h"
 #include "launch/launcher.h"
 #include "test_support.h"
 
@@ -72,9 +74,15 @@ struct LastValidation : LaunchObserver {
 
 Profile mlpProfile() { return test::mlpProfile(8, {16, 16}, 3, 96); }
 
+// The largest difference between two parameter lists; infinite when they do not hold the
+// same tensors (a list cut short, empty, or of other shapes never passes for equal).
 double maxAbsDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.empty() || a.size() != b.size()) return std::numeric_limits<double>::infinity();
   double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].sizes().equals(b[i].sizes())) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  }
   return worst;
 }
 
@@ -174,6 +182,8 @@ class TestDdp : public QObject {
     // step]); the rest all-reduce.
     Profile wider = mlp;
     wider.model.hidden = {64, 64};
+    wider.hyper.schedule = "cosine";  // the sharded step takes each step's rate, warm-up included
+    wider.hyper.warmupSteps = 4;
     QTest::newRow("ddp shm, wider mlp, 3 ranks, SGD momentum (sharded)") << overShm(with(wider, "ddp", 3));
     Profile nesterov = with(wider, "ddp", 2);
     nesterov.hyper.nesterov = true;
@@ -197,6 +207,8 @@ class TestDdp : public QObject {
     // SGD step]): 18,051 parameters, two shares of at least 8,192.
     Profile wide = with(mlp, "dataparallel", 2);
     wide.model.hidden = {128, 128};
+    wide.hyper.schedule = "cosine";
+    wide.hyper.warmupSteps = 4;
     QTest::newRow("dataparallel, wider mlp, 2 lanes, SGD momentum (step split over lanes)") << wide;
     Profile wideNesterov = with(nesterov, "dataparallel", 3);
     wideNesterov.model.hidden = {128, 128};
@@ -227,9 +239,23 @@ class TestDdp : public QObject {
     QFETCH(Profile, profile);
     QCOMPARE(profile.hyper.maxSteps, std::int64_t(20));
     QTemporaryDir dir;
-    LaunchObserver quiet;
-    RunReport report = launch(dir, profile, quiet);
+    // Every step record carries the learning rate of its step's schedule.
+    struct Rates : LaunchObserver {
+      const HyperSpec* hyper = nullptr;
+      int records = 0, wrong = 0;
+      void onRecords(std::vector<Record>& batch) override {
+        for (const auto& r : batch) {
+          if (r.kind != Record::Kind::Step) continue;
+          ++records;
+          if (r.step.lr != engine::learningRate(*hyper, r.step.step - 1)) ++wrong;
+        }
+      }
+    } rates;
+    rates.hyper = &profile.hyper;
+    RunReport report = launch(dir, profile, rates);
     QVERIFY2(report.status == RunReport::Status::Finished, report.message.c_str());
+    QCOMPARE(rates.records, reportingRanks(profile) * 20);
+    QCOMPARE(rates.wrong, 0);
 
     const int processes = processCount(profile);
     auto first = loadParameters(dir, 0);

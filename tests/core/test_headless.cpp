@@ -17,6 +17,7 @@
 #include "common/error.h"
 #include "launch/launcher.h"
 #include "launch/run_store.h"
+#include "launch/supervisor.h"  // checkpointStep
 #include "launch/sweep.h"
 #include "launch/throughput.h"
 #include "sql_support.h"
@@ -402,7 +403,16 @@ class TestHeadless : public QObject {
     }
   }
 
+  // Graceful: the ranks agree on a step to stop at, rank 0 checkpoints it, every record up to
+  // it is stored, and the run is marked stopped.
+  void sigintStopsGracefullyAndExitsFive_data() {
+    QTest::addColumn<int>("signal");
+    QTest::newRow("SIGINT") << SIGINT;
+    QTest::newRow("SIGTERM") << SIGTERM;
+    QTest::newRow("SIGHUP (the terminal closed)") << SIGHUP;
+  }
   void sigintStopsGracefullyAndExitsFive() {
+    QFETCH(int, signal);
     QTemporaryDir runs;
     QProcess p;
     p.start(test::binDir() + "/ptw", {"--headless", "--runs-dir", runs.path(), "--set", "hyper.max_steps=1000000000"});
@@ -411,10 +421,21 @@ class TestHeadless : public QObject {
     QTRY_VERIFY_WITH_TIMEOUT((out += p.readAllStandardOutput()).contains("step "), 20000);
     auto workers = test::livePtwWorkers(static_cast<int>(p.processId()));
     QCOMPARE(workers.size(), std::size_t(2));
-    ::kill(static_cast<pid_t>(p.processId()), SIGINT);
+    ::kill(static_cast<pid_t>(p.processId()), signal);
     QVERIFY(p.waitForFinished(15000));
     QCOMPARE(p.exitCode(), 5);
     QVERIFY(!test::anyAlive(workers));
+    RunStore store(runs.path().toStdString());
+    const auto list = store.runs();
+    QCOMPARE(list.size(), std::size_t(1));
+    QCOMPARE(list[0].status, std::string("stopped"));
+    const std::int64_t step = checkpointStep(list[0].dir);
+    QVERIFY2(step > 0, list[0].dir.c_str());
+    QVERIFY(QFile::exists(QString::fromStdString(list[0].dir + "/checkpoint.pt")));
+    std::int64_t last[2] = {0, 0};
+    for (const auto& s : store.steps(list[0].id)) last[s.rank] = std::max(last[s.rank], s.step);
+    QCOMPARE(last[0], step);
+    QCOMPARE(last[1], step);
   }
 
   void takenPortOrUnwritableRunsDirStartsNothing() {

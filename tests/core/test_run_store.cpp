@@ -82,12 +82,6 @@ std::vector<BlockHeader> blocksOf(const std::vector<unsigned char>& f) {
   return out;
 }
 
-bool sameRecord(const StepRecord& a, const StepRecord& b) {
-  return a.rank == b.rank && a.step == b.step && a.epoch == b.epoch && a.loss == b.loss &&
-         a.samplesPerS == b.samplesPerS && a.stepMs == b.stepMs && a.dataMs == b.dataMs &&
-         a.computeMs == b.computeMs && a.commMs == b.commMs && a.optMs == b.optMs && a.lr == b.lr &&
-         a.memBytes == b.memBytes;
-}
 
 }  // namespace
 
@@ -120,7 +114,7 @@ class TestRunStore : public QObject {
       QCOMPARE(all.size(), static_cast<std::size_t>(2 * steps));
       for (std::size_t i = 0; i < all.size(); ++i) {
         const auto expect = stepRecord(static_cast<int>(i / steps), static_cast<std::int64_t>(i % steps) + 1).step;
-        QVERIFY2(sameRecord(all[i], expect), qPrintable(QString("record %1 differs").arg(i)));
+        QVERIFY2(all[i] == expect, qPrintable(QString("record %1 differs").arg(i)));
       }
       // Steps 8190..8195 of rank 1: across the end of a block (8,192 records) and the next.
       const auto part = store.series(id, 1, "loss", 8190.4, 8194.2);
@@ -240,7 +234,7 @@ class TestRunStore : public QObject {
       const auto read = reader.steps(id);
       QCOMPARE(read.size(), std::size_t(200));
       for (std::size_t i = 0; i < read.size(); ++i)
-        QVERIFY(sameRecord(read[i], stepRecord(0, std::int64_t(i) + 1).step));
+        QVERIFY(read[i] == stepRecord(0, std::int64_t(i) + 1).step);
       store.endRun(id, "finished", "", 0.5, 1.0, 1);
       QCOMPARE(store.stepCount(id), std::int64_t(200));
       Sql sql(store.path());
@@ -289,7 +283,7 @@ class TestRunStore : public QObject {
     QCOMPARE(sql.count("SELECT count(*) FROM step_files"), std::int64_t(0));
     const auto all = again.steps(id);
     QCOMPARE(all.size(), std::size_t(2 * steps));
-    QVERIFY(sameRecord(all.back(), stepRecord(1, steps).step));
+    QVERIFY(all.back() == stepRecord(1, steps).step);
   }
 
   // Two stores unpacking the same ended run at once (`ptw runs` while another run ends): one
@@ -338,7 +332,7 @@ class TestRunStore : public QObject {
     QCOMPARE(writer.stepCount(id), std::int64_t(3));
     const auto all = writer.steps(id);
     QCOMPARE(all.size(), std::size_t(3));
-    QVERIFY(sameRecord(all[2], stepRecord(0, 3).step));
+    QVERIFY(all[2] == stepRecord(0, 3).step);
   }
 
   // A database from before step files keeps a running run's blocks in `step_blocks` rows:
@@ -373,8 +367,8 @@ class TestRunStore : public QObject {
       QCOMPARE(store.stepCount(id), std::int64_t(4));
       const auto all = store.steps(id);
       QCOMPARE(all.size(), std::size_t(4));
-      QVERIFY(sameRecord(all[0], stepRecord(0, 1).step));
-      for (std::int64_t k = 1; k <= 3; ++k) QVERIFY(sameRecord(all[std::size_t(k)], stepRecord(1, k).step));
+      QVERIFY(all[0] == stepRecord(0, 1).step);
+      for (std::int64_t k = 1; k <= 3; ++k) QVERIFY(all[std::size_t(k)] == stepRecord(1, k).step);
     };
     check();
     store.endRun(id, "finished", "", 0.5, 1.0, 1);
@@ -402,7 +396,7 @@ class TestRunStore : public QObject {
     QCOMPARE(all.size(), std::size_t(1200));
     for (std::size_t i = 0; i < all.size(); ++i) {
       const std::int64_t step = static_cast<std::int64_t>(i) + 1;
-      QVERIFY2(sameRecord(all[i], stepRecord(0, step, step >= 600 ? 1 : 0).step),
+      QVERIFY2(all[i] == stepRecord(0, step, step >= 600 ? 1 : 0).step,
                qPrintable(QString("step %1 is not the latest attempt's").arg(step)));
     }
     const auto part = store.series(id, 0, "step_ms", 598, 601);
@@ -420,7 +414,7 @@ class TestRunStore : public QObject {
              std::int64_t(1000));
     const auto again = store.steps(id);
     QCOMPARE(again.size(), all.size());
-    for (std::size_t i = 0; i < all.size(); ++i) QVERIFY(sameRecord(again[i], all[i]));
+    for (std::size_t i = 0; i < all.size(); ++i) QVERIFY(again[i] == all[i]);
   }
 
   // A store too full to unpack a run into rows at its end: nothing is lost, the run is not
@@ -460,7 +454,7 @@ class TestRunStore : public QObject {
     QCOMPARE(sql.count("SELECT count(*) FROM steps"), std::int64_t(6000));
     const auto after = again.steps(id);
     QCOMPARE(after.size(), before.size());
-    for (std::size_t i = 0; i < after.size(); ++i) QVERIFY(sameRecord(after[i], before[i]));
+    for (std::size_t i = 0; i < after.size(); ++i) QVERIFY(after[i] == before[i]);
   }
 
   // A run whose supervisor died with records still packed: the next store to open the

@@ -220,23 +220,33 @@ class TestSupervisor : public QObject {
   }
 
   // A local run uses loopback only: the ranks meet through a FileStore (no store socket),
-  // and Gloo's sockets are bound to 127.0.0.1.
+  // and Gloo's sockets are bound to 127.0.0.1. A worker holds none of the launcher's files.
   void localRunListensOnLoopbackOnly() {
     Profile p = test::endlessProfile(2);
     p.strategy.backend = "gloo";
     StoredRun run(p);
     Supervisor supervisor(run.options());
     Watcher w;
-    QStringList seen;
+    QStringList seen, inherited;
     bool looked = false;
     w.onStep = [&](int, std::int64_t step) {
       if (looked || step < 20) return;
       looked = true;
-      for (int pid : w.pids) seen += socketAddresses(pid);
+      for (int pid : w.pids) {
+        seen += socketAddresses(pid);
+        // Nothing of the launcher's is open in a worker: not the logs of the ranks started
+        // before it, not the store's database.
+        QDir fds(QStringLiteral("/proc/%1/fd").arg(pid));
+        for (const auto& fd : fds.entryList(QDir::System | QDir::NoDotAndDotDot)) {
+          const QString target = QFile::symLinkTarget(fds.filePath(fd));
+          if (target.endsWith(".log") || target.contains("runs.sqlite")) inherited << target;
+        }
+      }
       supervisor.requestStop();
     };
     QCOMPARE(supervisor.run(w).status, RunReport::Status::Stopped);
     QVERIFY(looked);
+    QVERIFY2(inherited.isEmpty(), qPrintable(inherited.join(", ")));
     QVERIFY2(!seen.isEmpty(), "expected Gloo's sockets");  // the check below is not vacuous
     for (const auto& a : seen)
       QVERIFY2(a.startsWith("0100007F:") || a.startsWith("00000000000000000000000001000000:"),
@@ -380,6 +390,8 @@ class TestSupervisor : public QObject {
 
     auto expected = loadParameters(clean.dir + "/rank0.final.pt");
     auto got = loadParameters(faulty.dir + "/rank0.final.pt");
+    QVERIFY(!expected.empty());
+    QCOMPARE(got.size(), expected.size());
     for (std::size_t i = 0; i < expected.size(); ++i)
       QVERIFY2(torch::allclose(expected[i], got[i], 0, 1e-6), "restarted run ended with other parameters");
     // The store holds both attempts; the run's series is steps 1..30 of each rank, the
