@@ -30,7 +30,12 @@ namespace {
 
 std::atomic<bool> g_stop{false};
 
-extern "C" void onStopSignal(int) { g_stop.store(true); }
+std::atomic<int> g_stoppedBy{0};  ///< the pid of a process other than the launcher that sent a stop, or -1 (the kernel)
+
+extern "C" void onStopSignal(int, siginfo_t* info, void*) {
+  if (info && info->si_pid != ::getppid()) g_stoppedBy.store(info->si_pid > 0 ? info->si_pid : -1);
+  g_stop.store(true);
+}
 
 // Buffers records and writes them in batches: binary frames to the launcher's record
 // pipe, or text lines to stdout for a worker run by hand (common/record.h). A batch
@@ -203,7 +208,8 @@ int preflight(const core::Profile& profile) {
 
 int workerMain(int argc, char** argv) {
   struct sigaction sa {};
-  sa.sa_handler = onStopSignal;
+  sa.sa_sigaction = onStopSignal;
+  sa.sa_flags = SA_SIGINFO;
   sigemptyset(&sa.sa_mask);
   ::sigaction(SIGTERM, &sa, nullptr);
   ::sigaction(SIGINT, &sa, nullptr);
@@ -312,6 +318,11 @@ int workerMain(int argc, char** argv) {
                  g_stop ? "stopped" : "finished", static_cast<long long>(steps), trainS,
                  trainS > 0 ? static_cast<double>(steps) / trainS : 0.0, gradients ? "; gradients " : "",
                  gradients ? gradients : "");
+    if (const int by = g_stoppedBy.load()) {
+      const std::string who = by > 0 ? "process " + std::to_string(by) : std::string("the kernel");
+      std::fprintf(stderr, "[rank %d] the stop signal came from %s, not from ptw\n", rank, who.c_str());
+      code = core::kWorkerStoppedFromOutside;
+    }
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what_without_backtrace());
     code = 1;

@@ -12,13 +12,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <climits>
 #include <cstring>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <memory>
+#include <optional>
+#include <thread>
 
 #include "common/error.h"
 #include "common/shm_names.h"
@@ -101,6 +105,14 @@ struct Rank {
   Clock::time_point lastSeen = Clock::now();
   std::int64_t lastStep = -1;
   std::string state = "start";
+
+  Rank() = default;
+  Rank(const Rank&) = delete;
+  Rank& operator=(const Rank&) = delete;
+  ~Rank() {
+    for (int fd : {outFd, errFd, recFd})
+      if (fd >= 0) ::close(fd);
+  }
 };
 
 }  // namespace
@@ -110,6 +122,7 @@ std::string RankExit::describe() const {
     const char* name = ::strsignal(signal);
     return "signal " + std::to_string(signal) + " (" + (name ? name : "unknown") + ")";
   }
+  if (exitCode == kWorkerStoppedFromOutside) return "exit code " + std::to_string(exitCode) + " (stopped from outside ptw)";
   return "exit code " + std::to_string(exitCode);
 }
 
@@ -289,6 +302,26 @@ RunReport Launcher::run(LaunchObserver& observer) {
     for (auto& rk : ranks)
       if (rk.pid > 0 && !rk.exited) ::kill(rk.pid, sig);
   };
+  // However run() ends, by its return or by an exception (a pipe or fork failing midway,
+  // an observer throwing), no rank is left running or unreaped (a rank that does not die
+  // within 5 s of SIGKILL, stuck in the kernel, is left to init), and the rendezvous file
+  // and shared-memory names go. Rank 0 removes a segment's name once every rank has mapped
+  // it; a rank killed before that leaves the name in /dev/shm.
+  struct AtEnd {
+    std::function<void()> f;
+    ~AtEnd() { f(); }
+  } atEnd{[&] {
+    if (devNull >= 0) ::close(devNull);
+    // Only while a rank is left: the group's id could name another process group once all are reaped.
+    if (std::any_of(ranks.begin(), ranks.end(), [](const Rank& rk) { return rk.pid > 0 && !rk.exited; }))
+      killAll(SIGKILL);
+    const auto giveUp = Clock::now() + std::chrono::seconds(5);
+    for (auto& rk : ranks)
+      while (rk.pid > 0 && !rk.exited && ::waitpid(rk.pid, nullptr, WNOHANG) == 0 && Clock::now() < giveUp)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    if (!storeFile.empty()) ::unlink(storeFile.c_str());
+    for (const char* use : kSharedSegmentUses) ::shm_unlink(sharedSegmentName(port, use).c_str());
+  }};
 
   for (int r = 0; r < o.worldSize; ++r) {
     Rank& rk = ranks[static_cast<std::size_t>(r)];
@@ -366,6 +399,7 @@ RunReport Launcher::run(LaunchObserver& observer) {
     pids.push_back(pid);
   }
   ::close(devNull);
+  devNull = -1;
   observer.onStarted(port, pids);
 
   // Supervision loop.
@@ -373,6 +407,7 @@ RunReport Launcher::run(LaunchObserver& observer) {
   Clock::time_point killAt = Clock::time_point::max();
   bool tearingDown = false;
   bool stopHandled = false;
+  std::optional<std::string> stoppedFromOutside;  ///< why, when a rank was stopped by someone else
   std::int64_t progressStep = -1;
   Clock::time_point progressAt = Clock::now();
 
@@ -501,6 +536,16 @@ RunReport Launcher::run(LaunchObserver& observer) {
       if (WIFSIGNALED(status)) rk.exit.signal = WTERMSIG(status);
       else rk.exit.exitCode = WEXITSTATUS(status);
       observer.onRankExit(rk.exit);
+      // Stopped by a signal someone sent to the rank, not to ptw: the ranks agreed on a step
+      // and stopped there, which is a stop, not a failure (no restart), said as such.
+      if (rk.exit.signal == 0 && rk.exit.exitCode == kWorkerStoppedFromOutside && report.failedRank < 0) {
+        if (!stoppedFromOutside)
+          stoppedFromOutside = "rank " + std::to_string(rk.rank) +
+                               " was sent a stop signal from outside ptw; the ranks stopped together at their next step";
+        report.status = RunReport::Status::Stopped;
+        beginTeardown(o.stopGraceS);
+        continue;
+      }
       if (rk.exit.failed() && !tearingDown &&
           (!firstFailed || (rk.exit.signal != 0 && firstFailed->exit.signal == 0)))
         firstFailed = &rk;
@@ -561,6 +606,20 @@ RunReport Launcher::run(LaunchObserver& observer) {
     }
 
     if (tearingDown && Clock::now() >= killAt) killAll(SIGKILL);
+    // A rank SIGKILL does not end within 5 s is stuck in the kernel (a driver, a network
+    // file system): said, and not waited for, rather than the run never ending.
+    if (tearingDown && Clock::now() >= killAt + std::chrono::seconds(5)) {
+      for (auto& rk : ranks) {
+        if (rk.exited) continue;
+        observer.onLog(-1, "ptw: rank " + std::to_string(rk.rank) + " (pid " + std::to_string(rk.pid) +
+                               ") did not end 5 s after SIGKILL (stuck in the kernel); no longer waiting for it");
+        rk.exited = true;
+        rk.exit.rank = rk.rank;
+        rk.exit.pid = rk.pid;
+        rk.exit.signal = SIGKILL;
+        --alive;
+      }
+    }
   }
 
   for (auto& rk : ranks) report.exits.push_back(rk.exit);
@@ -571,13 +630,11 @@ RunReport Launcher::run(LaunchObserver& observer) {
     if (report.stalled) report.message += "; killed";
   } else if (report.status == RunReport::Status::Finished) {
     report.message = "all " + std::to_string(o.worldSize) + " ranks finished";
+  } else if (stoppedFromOutside) {
+    report.message = *stoppedFromOutside;
   } else {
     report.message = "stopped by request";
   }
-  if (!storeFile.empty()) ::unlink(storeFile.c_str());
-  // Rank 0 removes a shared segment's name once every rank has mapped it; a rank killed
-  // before that leaves the name in /dev/shm. Every rank is gone now: remove what is left.
-  for (const char* use : kSharedSegmentUses) ::shm_unlink(sharedSegmentName(port, use).c_str());
   report.wallS = secondsSince(started);
   return report;
 }

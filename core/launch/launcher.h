@@ -45,7 +45,8 @@ struct RankExit {
   int pid = 0;
   int exitCode = -1;  ///< valid when signal == 0
   int signal = 0;     ///< the signal that ended it, or 0
-  bool failed() const { return signal != 0 || exitCode != 0; }
+  /// A rank stopped by a signal from outside ptw (kWorkerStoppedFromOutside) stopped; it did not fail.
+  bool failed() const { return signal != 0 || (exitCode != 0 && exitCode != kWorkerStoppedFromOutside); }
   std::string describe() const;  ///< "exit code 3" or "signal 9 (Killed)"
 };
 

@@ -48,7 +48,8 @@ Profile Sweep::profileFor(const Profile& base, const std::string& strategy, int 
     p.strategy.gpus.resize(static_cast<std::size_t>(p.strategy.ranks));
   p.name = base.name + "-" + strategy + "-" + std::to_string(p.strategy.ranks);
   auto errors = validate(p);
-  PTW_CHECK(errors.empty(), "sweep: ", strategy, " with ", workers, " worker(s): ", errors.front().text());
+  PTW_CHECK(errors.empty(), "sweep: ", strategy, " with ", workers, " worker(s) cannot run this profile: ",
+            errors.front().text(), "; leave ", strategy, " out of the strategies (--strategies, or untick it)");
   return p;
 }
 

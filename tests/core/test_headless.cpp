@@ -401,6 +401,15 @@ class TestHeadless : public QObject {
     } catch (const Error& e) {
       QVERIFY2(QString(e.what()).contains("strategy.gpus: lists 3 GPU(s) for 4 rank(s)/lane(s)"), e.what());
     }
+    // A strategy the profile's device cannot take names itself and how to leave it out.
+    try {
+      Sweep::profileFor(base, "ddp-shm", 2, 50);
+      QFAIL("shared memory on cuda ranks was accepted");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).contains("sweep: ddp-shm with 2 worker(s) cannot run this profile: strategy.backend") &&
+                   QString(e.what()).contains("leave ddp-shm out of the strategies"),
+               e.what());
+    }
   }
 
   // Graceful: the ranks agree on a step to stop at, rank 0 checkpoints it, every record up to

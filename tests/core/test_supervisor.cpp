@@ -11,8 +11,10 @@
 #include <signal.h>
 #include <sys/socket.h>
 
+#include <cstdlib>
 #include <functional>
 #include <map>
+#include <stdexcept>
 #include <thread>
 
 #include <torch/torch.h>
@@ -179,6 +181,29 @@ class TestSupervisor : public QObject {
     QVERIFY(!test::anyAlive(w.pids));
   }
 
+  // However run() ends, no rank outlives it. An observer that throws (here once the shared
+  // segment exists and rank 1, frozen, has not mapped it) ends run() with its exception;
+  // the ranks are killed and reaped, and the segment's name removed.
+  void anObserverThatThrowsLeavesNothingBehind() {
+    QTemporaryDir dir;
+    Launcher launcher(LaunchOptions(test::workerPath(), test::writeProfile(dir, test::endlessProfile(2)), 2));
+    Watcher w;
+    QString name;
+    w.onStart = [&](int port) {
+      ::kill(w.pids[1], SIGSTOP);
+      name = QStringLiteral("/dev/shm") + QString::fromStdString(sharedSegmentName(port, "ddp"));
+      QElapsedTimer t;
+      t.start();
+      while (!QFile::exists(name) && t.elapsed() < 30000) QThread::msleep(20);
+      throw std::runtime_error("observer failed");
+    };
+    QVERIFY_THROWS_EXCEPTION(std::runtime_error, launcher.run(w));
+    QVERIFY(!name.isEmpty());
+    QVERIFY2(!QFile::exists(name), qPrintable(name + " is still there"));
+    for (int pid : w.pids)
+      QVERIFY2(!QFileInfo::exists(QStringLiteral("/proc/%1").arg(pid)), "a rank is left running or unreaped");
+  }
+
   // Both ways ranks talk: the default (shared memory on CPU ranks) and Gloo.
   void sigkillOneRankStopsTheOthers_data() {
     QTest::addColumn<QString>("backend");
@@ -321,6 +346,33 @@ class TestSupervisor : public QObject {
     QVERIFY2(r.status == RunReport::Status::Stopped, r.message.c_str());
     QCOMPARE(r.failedRank, -1);
     QCOMPARE(w.stepRecords, std::int64_t(0));
+  }
+
+  // Someone runs kill on one rank (not on ptw): the ranks stop together, and the run is
+  // reported stopped, naming that rank; not finished, and not a failure to restart.
+  void aRankStoppedFromOutsideStopsTheRunAndIsNamed() {
+    Profile p = test::endlessProfile(2);
+    p.run.maxRestarts = 3;
+    StoredRun run(p);
+    Supervisor launcher(run.options());
+    Watcher w;
+    bool sent = false;
+    w.onStep = [&](int rank, std::int64_t step) {
+      if (sent || rank != 1 || step < 20) return;
+      // From another process (a shell): the test's own signal would look like the launcher's.
+      sent = std::system(("kill -TERM " + std::to_string(w.pids[1])).c_str()) == 0;
+    };
+    RunReport r = launcher.run(w);
+    QVERIFY(sent);
+    QVERIFY2(r.status == RunReport::Status::Stopped, r.message.c_str());
+    QCOMPARE(r.failedRank, -1);
+    QVERIFY2(QString::fromStdString(r.message).contains("rank 1 was sent a stop signal from outside ptw"),
+             r.message.c_str());
+    QCOMPARE(launcher.attempts(), 1);
+    QCOMPARE(r.exits.at(1).exitCode, kWorkerStoppedFromOutside);
+    QVERIFY(!r.exits.at(1).failed());
+    QCOMPARE(r.exits.at(0).exitCode, 0);
+    QVERIFY(!test::anyAlive(w.pids));
   }
 
   void rankThatFailsAtStart() {
