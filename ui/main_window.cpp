@@ -12,6 +12,7 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QLineEdit>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QPlainTextEdit>
@@ -19,6 +20,7 @@
 #include <QScrollArea>
 #include <QSettings>
 #include <QSlider>
+#include <QSpinBox>
 #include <QSplitter>
 #include <QStatusBar>
 #include <QTabWidget>
@@ -85,6 +87,47 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new 
   QSettings settings;
   restoreGeometry(settings.value("window/geometry").toByteArray());
   restoreState(settings.value("window/state").toByteArray());
+  restoreView(settings);
+}
+
+namespace {
+// What the user sets up in the window and expects back next time, by object name: the loss
+// chart's options, the splitters, the tab, the sweep's choices (window/ holds the geometry
+// and the docks). The profile's own fields are the profile's, not the view's.
+bool keptInView(const QWidget* w) {
+  static const QStringList names = {"smoothing", "logX", "logY", "tabs", "liveSplit", "bottomSplit"};
+  const QString name = w->objectName();
+  return names.contains(name) ||
+         (name.startsWith("sweep.") && (qobject_cast<const QCheckBox*>(w) || qobject_cast<const QLineEdit*>(w) ||
+                                        qobject_cast<const QSpinBox*>(w)));
+}
+}  // namespace
+
+void MainWindow::saveView(QSettings& settings) const {
+  for (auto* w : findChildren<QWidget*>()) {
+    if (!keptInView(w)) continue;
+    const QString key = "view/" + w->objectName();
+    if (auto* x = qobject_cast<QSlider*>(w)) settings.setValue(key, x->value());
+    else if (auto* x = qobject_cast<QCheckBox*>(w)) settings.setValue(key, x->isChecked());
+    else if (auto* x = qobject_cast<QLineEdit*>(w)) settings.setValue(key, x->text());
+    else if (auto* x = qobject_cast<QSpinBox*>(w)) settings.setValue(key, x->value());
+    else if (auto* x = qobject_cast<QTabWidget*>(w)) settings.setValue(key, x->currentIndex());
+    else if (auto* x = qobject_cast<QSplitter*>(w)) settings.setValue(key, x->saveState());
+  }
+}
+
+void MainWindow::restoreView(const QSettings& settings) {
+  for (auto* w : findChildren<QWidget*>()) {
+    const QString key = "view/" + w->objectName();
+    if (!keptInView(w) || !settings.contains(key)) continue;
+    const QVariant v = settings.value(key);
+    if (auto* x = qobject_cast<QSlider*>(w)) x->setValue(v.toInt());
+    else if (auto* x = qobject_cast<QCheckBox*>(w)) x->setChecked(v.toBool());
+    else if (auto* x = qobject_cast<QLineEdit*>(w)) x->setText(v.toString());
+    else if (auto* x = qobject_cast<QSpinBox*>(w)) x->setValue(v.toInt());
+    else if (auto* x = qobject_cast<QTabWidget*>(w)) x->setCurrentIndex(v.toInt());
+    else if (auto* x = qobject_cast<QSplitter*>(w)) x->restoreState(v.toByteArray());
+  }
 }
 
 MainWindow::~MainWindow() = default;
@@ -122,7 +165,9 @@ void MainWindow::buildUi() {
 
   // Center: live view and run history.
   auto* tabs = new QTabWidget(this);
+  tabs->setObjectName("tabs");
   auto* live = new QSplitter(Qt::Vertical, tabs);
+  live->setObjectName("liveSplit");
   auto* charts = new QWidget(live);
   auto* grid = new QGridLayout(charts);
   auto* lossBox = new QWidget(charts);
@@ -162,6 +207,7 @@ void MainWindow::buildUi() {
   connect(m_logY, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogY(on); });
 
   auto* bottom = new QSplitter(Qt::Horizontal, live);
+  bottom->setObjectName("bottomSplit");
   m_ranks = new QTableWidget(0, kColumns, bottom);
   m_ranks->setObjectName("rankTable");
   m_ranks->setHorizontalHeaderLabels(
@@ -401,13 +447,26 @@ void MainWindow::addRecent(const QString& path) {
 }
 
 void MainWindow::updateRecentMenu() {
-  m_recentMenu->clear();
+  // The list changes from inside one of its own actions (opening a recent file moves it to
+  // the top): the old actions go once that has returned, not under it.
+  for (QAction* a : m_recentMenu->actions()) {
+    m_recentMenu->removeAction(a);
+    a->deleteLater();
+  }
   const QStringList recent = recentFiles();
   for (const QString& path : recent) {
     m_recentMenu->addAction(path, this, [this, path] {
       if (!changesMayBeDiscarded()) return;
       QString error;
-      if (!openProfile(path, &error)) warn(tr("Cannot open profile"), error);
+      if (openProfile(path, &error)) return;
+      if (!QFileInfo::exists(path)) {  // moved or deleted since: it leaves the list
+        QStringList recent = recentFiles();
+        recent.removeAll(path);
+        QSettings().setValue("recentFiles", recent);
+        updateRecentMenu();
+        error += tr("\n\nIt is no longer listed under Open Recent.");
+      }
+      warn(tr("Cannot open profile"), error);
     });
   }
   m_recentMenu->setEnabled(!recent.isEmpty());
@@ -707,6 +766,7 @@ void MainWindow::closeEvent(QCloseEvent* event) {
   QSettings settings;
   settings.setValue("window/geometry", saveGeometry());
   settings.setValue("window/state", saveState());
+  saveView(settings);
   event->accept();
 }
 

@@ -17,6 +17,7 @@
 #include "ui/step_sums.h"
 
 class QAction;
+class QSettings;
 class QCheckBox;
 class QComboBox;
 class QLabel;
@@ -87,6 +88,8 @@ class MainWindow : public QMainWindow {
   void buildUi();
   void buildMenus();
   void revalidate();
+  void saveView(QSettings& settings) const;
+  void restoreView(const QSettings& settings);
   QMessageBox::StandardButton ask(QMessageBox::Icon icon, const QString& title, const QString& text,
                                   QMessageBox::StandardButtons buttons);
   void warn(const QString& title, const QString& text) { ask(QMessageBox::Warning, title, text, QMessageBox::Ok); }

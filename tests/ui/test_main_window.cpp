@@ -13,8 +13,10 @@
 #include <QPushButton>
 #include <QSettings>
 #include <qcustomplot.h>
+#include <QSlider>
 #include <QSpinBox>
 #include <QStandardPaths>
+#include <QTabWidget>
 #include <QTableWidget>
 #include <QtTest>
 
@@ -408,6 +410,56 @@ class TestMainWindow : public QObject {
     QVERIFY2(asked.last().startsWith("Cannot save profile: ") && asked.last().contains("hyper.lr"),
              qPrintable(asked.last()));
     w.setConfirmations(false);
+  }
+
+  // The view comes back as it was left: the loss chart's options, the tab, the sweep's
+  // choices. A recent file that is gone leaves Open Recent when it fails to open.
+  void theViewComesBackAndGoneRecentFilesLeave() {
+    bool hogwild = false;
+    {
+      ui::MainWindow w;
+      w.setConfirmations(false);
+      w.show();
+      w.findChild<QSlider*>("smoothing")->setValue(40);
+      w.findChild<QCheckBox*>("logY")->setChecked(true);
+      w.findChild<QTabWidget*>("tabs")->setCurrentIndex(2);
+      w.findChild<QLineEdit*>("sweep.workers")->setText("1, 2, 4");
+      w.findChild<QSpinBox*>("sweep.steps")->setValue(77);
+      auto* box = w.findChild<QCheckBox*>("sweep.pool-hogwild");
+      hogwild = !box->isChecked();
+      box->setChecked(hogwild);
+      QVERIFY(w.close());
+    }
+    {
+      ui::MainWindow w;
+      QCOMPARE(w.findChild<QSlider*>("smoothing")->value(), 40);
+      QVERIFY(w.findChild<QCheckBox*>("logY")->isChecked());
+      QVERIFY(!w.findChild<QCheckBox*>("logX")->isChecked());
+      QCOMPARE(w.findChild<QTabWidget*>("tabs")->currentIndex(), 2);
+      QCOMPARE(w.findChild<QLineEdit*>("sweep.workers")->text(), QString("1, 2, 4"));
+      QCOMPARE(w.findChild<QSpinBox*>("sweep.steps")->value(), 77);
+      QCOMPARE(w.findChild<QCheckBox*>("sweep.pool-hogwild")->isChecked(), hogwild);
+    }
+    QSettings().remove("view");  // later tests start from the defaults
+
+    QTemporaryDir dir;
+    const QString path = QFileInfo(dir.filePath("gone.json")).absoluteFilePath();
+    core::saveProfile(core::defaultProfile(), path.toStdString());
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    QVERIFY(w.openProfile(path));
+    QVERIFY(w.recentFiles().contains(path));
+    QFile::remove(path);
+    QStringList told;
+    w.setAsker([&](QMessageBox::Icon, const QString& title, const QString& text, QMessageBox::StandardButtons) {
+      told << title + ": " + text;
+      return QMessageBox::Ok;
+    });
+    for (auto* a : w.findChildren<QAction*>())
+      if (a->text() == path) a->trigger();
+    QCOMPARE(told.size(), 1);
+    QVERIFY2(told[0].contains("no longer listed under Open Recent"), qPrintable(told[0]));
+    QVERIFY(!w.recentFiles().contains(path));
   }
 
   // Closing while a run goes on stops it and keeps the window, saying so, until the ranks
