@@ -283,8 +283,10 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
     bool ok = judged && e.holds(v);
     verdicts.push_back({e, v, ok});
     allHeld = allHeld && ok;
-    out << "ptw: expect " << e.text << ": " << (!judged ? "not judged (the run " + std::string(statusName(report.status)) + ")" : ok ? "ok" : "FAILED")
-        << " (" << e.metric << " = " << std::setprecision(6) << std::defaultfloat << v << ")\n";
+    const std::string verdict =
+        !judged ? "not judged (the run " + std::string(statusName(report.status)) + ")" : ok ? "ok" : "FAILED";
+    out << "ptw: expect " << e.text << ": " << verdict << " (" << e.metric << " = " << std::setprecision(6)
+        << std::defaultfloat << v << ")\n";
   }
   int code = report.status == RunReport::Status::Failed    ? kExitTrainingFailed
              : report.status == RunReport::Status::Stopped ? kExitInterrupted

@@ -304,7 +304,7 @@ RunReport Launcher::run(LaunchObserver& observer) {
   };
   // However run() ends, by its return or by an exception (a pipe or fork failing midway,
   // an observer throwing), no rank is left running or unreaped (a rank that does not die
-  // within 5 s of SIGKILL, stuck in the kernel, is left to init), and the rendezvous file
+  // within 5 s of SIGKILL, stuck in the kernel, is no longer waited for), and the rendezvous file
   // and shared-memory names go. Rank 0 removes a segment's name once every rank has mapped
   // it; a rank killed before that leaves the name in /dev/shm.
   struct AtEnd {

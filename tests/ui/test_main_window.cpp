@@ -44,6 +44,14 @@
 using namespace ptw;
 
 namespace {
+// A window that asks nothing, writes its runs under `runs`, is shown, and runs `steps` steps.
+void showQuietly(ui::MainWindow& w, const QTemporaryDir& runs, const char* steps) {
+  w.setConfirmations(false);
+  w.setRunsDirectory(runs.path());
+  w.show();
+  w.editor()->setFieldText("hyper.max_steps", steps);
+}
+
 QString cell(QTableWidget* t, int row, int col) {
   auto* item = t->item(row, col);
   return item ? item->text() : QString();
@@ -263,10 +271,7 @@ class TestMainWindow : public QObject {
   void runsFillSeriesTableAndHistoryThenCompare() {
     QTemporaryDir runs;
     ui::MainWindow w;
-    w.setConfirmations(false);
-    w.setRunsDirectory(runs.path());
-    w.show();
-    w.editor()->setFieldText("hyper.max_steps", "300");
+    showQuietly(w, runs, "300");
     w.editor()->setFieldText("data.val_fraction", "0.2");
     w.editor()->setFieldText("run.eval_every", "50");
     QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
@@ -310,10 +315,7 @@ class TestMainWindow : public QObject {
   void killedRankShowsFailedAndTheWindowStaysResponsive() {
     QTemporaryDir runs;
     ui::MainWindow w;
-    w.setConfirmations(false);
-    w.setRunsDirectory(runs.path());
-    w.show();
-    w.editor()->setFieldText("hyper.max_steps", "1000000000");
+    showQuietly(w, runs, "1000000000");
     QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
     QTRY_VERIFY_WITH_TIMEOUT(w.lossChart()->pointCount(1) >= 20, 20000);
     auto workers = test::livePtwWorkers(static_cast<int>(::getpid()));
@@ -340,10 +342,7 @@ class TestMainWindow : public QObject {
   void aRestartRedrawsFromTheCheckpoint() {
     QTemporaryDir runs;
     ui::MainWindow w;
-    w.setConfirmations(false);
-    w.setRunsDirectory(runs.path());
-    w.show();
-    w.editor()->setFieldText("hyper.max_steps", "30");
+    showQuietly(w, runs, "30");
     w.editor()->setFieldText("run.checkpoint_every", "5");
     w.editor()->setFieldText("run.max_restarts", "1");
     struct Fault {  // unset however the test ends, so that no later test inherits it
@@ -467,10 +466,7 @@ class TestMainWindow : public QObject {
   void closingDuringARunWaitsForItsEnd() {
     QTemporaryDir runs;
     ui::MainWindow w;
-    w.setConfirmations(false);
-    w.setRunsDirectory(runs.path());
-    w.show();
-    w.editor()->setFieldText("hyper.max_steps", "100000000");
+    showQuietly(w, runs, "100000000");
     QAction *start = nullptr, *stop = nullptr;
     for (auto* a : w.findChildren<QAction*>()) {
       if (a->text() == "&Start") start = a;
@@ -498,10 +494,7 @@ class TestMainWindow : public QObject {
   void stopIsGraceful() {
     QTemporaryDir runs;
     ui::MainWindow w;
-    w.setConfirmations(false);
-    w.setRunsDirectory(runs.path());
-    w.show();
-    w.editor()->setFieldText("hyper.max_steps", "100000000");
+    showQuietly(w, runs, "100000000");
     QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
     QTRY_VERIFY_WITH_TIMEOUT(w.lossChart()->pointCount(0) >= 10 && w.lossChart()->pointCount(1) >= 10, 20000);
     auto workers = test::livePtwWorkers(static_cast<int>(::getpid()));
