@@ -906,7 +906,7 @@ void RunStore::exportCsv(std::int64_t runId, const std::string& path) {
     std::ofstream out(tmp, std::ios::trunc);
     PTW_CHECK(out, path, ": cannot write (", std::strerror(errno), "); choose a writable file");
     out << "rank,step,epoch,loss,samples_per_s,step_ms,data_ms,compute_ms,comm_ms,opt_ms,lr,mem_bytes\n";
-    out.precision(9);
+    out.precision(std::numeric_limits<double>::max_digits10);  // every value read back exactly
     for (const auto& r : steps(runId))
       out << r.rank << ',' << r.step << ',' << r.epoch << ',' << r.loss << ',' << r.samplesPerS << ',' << r.stepMs
           << ',' << r.dataMs << ',' << r.computeMs << ',' << r.commMs << ',' << r.optMs << ',' << r.lr << ','

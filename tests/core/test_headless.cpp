@@ -603,7 +603,22 @@ class TestHeadless : public QObject {
     QVERIFY(csv.open(QIODevice::ReadOnly));
     QStringList lines = QString::fromUtf8(csv.readAll()).split('\n', Qt::SkipEmptyParts);
     QCOMPARE(lines.size(), 1 + 2 * 25);
-    QVERIFY(lines[0].startsWith("rank,step,epoch,loss,"));
+    QCOMPARE(lines[0], QString("rank,step,epoch,loss,samples_per_s,step_ms,data_ms,compute_ms,comm_ms,opt_ms,lr,mem_bytes"));
+    // Every field of every record, as the store holds it, exactly.
+    const auto stored = RunStore(runs.path().toStdString()).steps(1);
+    QCOMPARE(stored.size(), std::size_t(50));
+    for (std::size_t i = 0; i < stored.size(); ++i) {
+      const QStringList c = lines[static_cast<int>(i) + 1].split(',');
+      QCOMPARE(c.size(), 12);
+      StepRecord r;
+      r.rank = c[0].toInt();
+      r.step = c[1].toLongLong();
+      r.epoch = c[2].toLongLong();
+      double* v[8] = {&r.loss, &r.samplesPerS, &r.stepMs, &r.dataMs, &r.computeMs, &r.commMs, &r.optMs, &r.lr};
+      for (int k = 0; k < 8; ++k) *v[k] = c[3 + k].toDouble();
+      r.memBytes = c[11].toLongLong();
+      QVERIFY2(r == stored[i], qPrintable(lines[static_cast<int>(i) + 1]));
+    }
     QVERIFY(lines[1].startsWith("0,1,0,"));
     QVERIFY(lines[26].startsWith("1,1,0,"));
     QProcess missing;

@@ -4,6 +4,7 @@
 #include <QAction>
 #include <QCheckBox>
 #include <QComboBox>
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
@@ -22,8 +23,10 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 #include <tuple>
 #include <vector>
 
@@ -140,6 +143,49 @@ class TestMainWindow : public QObject {
     e->setFieldText("hyper.nesterov", "true");  // needs momentum > 0
     QVERIFY(!start->isEnabled());
     QVERIFY(e->field("hyper.nesterov")->toolTip().contains("needs optimizer sgd and momentum > 0"));
+  }
+
+  // Every editor writes its own field: each field is given a value other than the default
+  // (the next choice, a flipped flag, another number, list or text) through its editor, and
+  // the profile then holds exactly those values, field by field.
+  void everyEditorWritesItsOwnField() {
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    auto* e = w.editor();
+    std::map<std::string, QJsonValue> expected;
+    for (const auto& [path, json] : core::profileFields(core::defaultProfile())) {
+      const QString text = QString::fromStdString(json);
+      const QJsonValue v = QJsonDocument::fromJson(("[" + text + "]").toUtf8()).array().at(0);
+      QJsonValue other;
+      QString edit;
+      if (v.isBool()) {
+        other = !v.toBool();
+        edit = other.toBool() ? "true" : "false";
+      } else if (v.isDouble()) {
+        const bool integral = !text.contains('.') && !text.contains('e');
+        other = integral ? v.toDouble() + 3 : v.toDouble() * 0.5 + 0.25;
+        edit = QString::number(other.toDouble(), 'g', 17);
+      } else if (v.isArray()) {
+        const bool words = path == "data.features";
+        other = words ? QJsonArray{"a", "b"} : QJsonArray{2, 3};
+        edit = words ? "a, b" : "2, 3";
+      } else {
+        const auto choices = core::fieldChoices(path);
+        const std::string now = v.toString().toStdString();
+        const auto at = std::find(choices.begin(), choices.end(), now);
+        other = choices.empty() ? v.toString() + "x"
+                                : QString::fromStdString(at == choices.end() || at + 1 == choices.end() ? choices.front()
+                                                                                                        : *(at + 1));
+        edit = other.toString();
+      }
+      expected[path] = other;
+      e->setFieldText(QString::fromStdString(path), edit);
+    }
+    QVERIFY(expected.size() >= 30);  // every section's fields, not a few
+    for (const auto& [path, json] : core::profileFields(w.profile())) {
+      const QJsonValue got = QJsonDocument::fromJson(("[" + QString::fromStdString(json) + "]").toUtf8()).array().at(0);
+      QVERIFY2(got == expected.at(path), qPrintable(QString::fromStdString(path + " = " + json)));
+    }
   }
 
   // Ticking GPUs picks them by index (strategy.gpus), not the first N; a profile that
