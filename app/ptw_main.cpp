@@ -26,6 +26,7 @@
 
 namespace {
 
+#ifdef PTW_WITH_GUI
 // A screen a window would be seen on: X11, Wayland, or a Qt platform chosen by the user
 // that shows one (vnc, eglfs, ...). offscreen and minimal draw nowhere: a window there is
 // only for --start and --screenshot, which ask for it.
@@ -40,7 +41,7 @@ bool qtPlatformChosen() {
   const char* qpa = std::getenv("QT_QPA_PLATFORM");
   return qpa && *qpa;
 }
-
+#endif
 
 // Interrupted runs' step records become `steps` rows (Note [Step blocks]), with progress on
 // stderr for a long run's; where that fails (a full disk) they are still read, so this only
@@ -270,7 +271,7 @@ int main(int argc, char** argv) {
   }
   if (!headless && !judging) std::cout << "ptw: no display found; running headless (pass --headless to say so)\n";
 #else
-  if (!headless) std::cout << "ptw: built without the GUI (PTW_BUILD_GUI=OFF); running headless\n";
+  if (!headless && !judging) std::cout << "ptw: built without the GUI (PTW_BUILD_GUI=OFF); running headless\n";
 #endif
   return ptw::core::runHeadless(opts, std::cout, std::cerr);
 }

@@ -9,6 +9,7 @@
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -366,7 +367,11 @@ RunReport Launcher::run(LaunchObserver& observer) {
       // Nothing else of the launcher's reaches the worker: the logs of ranks started before
       // this one, the store's database, a window's descriptors.
       static_assert(kRecordFd == 3, "the descriptors above the record pipe are closed");
-      if (::close_range(kRecordFd + 1, ~0U, 0) != 0)
+      bool closed = false;
+#ifdef SYS_close_range  // Linux 5.9; the system call itself, for C libraries older than glibc 2.34
+      closed = ::syscall(SYS_close_range, kRecordFd + 1, ~0U, 0) == 0;
+#endif
+      if (!closed)
         for (int fd = kRecordFd + 1; fd < 65536; ++fd) ::close(fd);
       ::execv(argv[0], argv.data());
       const char msg[] = "ptw-worker: exec failed\n";
