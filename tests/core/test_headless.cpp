@@ -14,7 +14,10 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include <initializer_list>
+
 #include "common/error.h"
+#include "launch/expectation.h"
 #include "launch/launcher.h"
 #include "launch/run_store.h"
 #include "launch/supervisor.h"  // checkpointStep
@@ -186,6 +189,37 @@ class TestHeadless : public QObject {
     sf.close();
     QVERIFY(sf.open(QIODevice::ReadOnly));
     QCOMPARE(QJsonDocument::fromJson(sf.readAll()).object()["status"].toString(), QStringLiteral("expectation_failed"));
+  }
+
+  // Every operator, at its boundary and either side of it; written with or without spaces
+  // (the longest operator at a place wins: "<=" is not "<" followed by "=0.5"); a metric that
+  // is not a number (no validation, no steps) holds for none of them, != included.
+  void expectationsJudgeEveryOperatorAtItsBoundary_data() {
+    QTest::addColumn<QString>("text");
+    QTest::addColumn<double>("value");
+    QTest::addColumn<bool>("holds");
+    const double nan = std::nan("");
+    struct Row { const char* text; double value; bool holds; };
+    for (const Row& r : std::initializer_list<Row>{
+             {"final.loss < 0.5", 0.5, false},           {"final.loss < 0.5", 0.4999, true},
+             {"final.loss<=0.5", 0.5, true},             {"final.loss <= 0.5", 0.5001, false},
+             {"final.step > 20", 20, false},             {"final.step > 20", 21, true},
+             {"final.step >= 20", 20, true},             {"final.step >= 20", 19, false},
+             {"final.step == 20", 20, true},             {"final.step == 20", 21, false},
+             {"final.step != 20", 20, false},            {"final.step != 20", 21, true},
+             {"throughput.samples_per_s >= 1e3", 1000, true}, {"wall_s < 60", 59.9, true},
+             {"final.val_accuracy >= 0.9", nan, false},  {"final.loss != 1", nan, false},
+         })
+      QTest::newRow(qPrintable(QStringLiteral("%1 at %2").arg(r.text).arg(r.value))) << QString(r.text) << r.value
+                                                                                    << r.holds;
+  }
+  void expectationsJudgeEveryOperatorAtItsBoundary() {
+    QFETCH(QString, text);
+    QFETCH(double, value);
+    QFETCH(bool, holds);
+    const Expectation e = Expectation::parse(text.toStdString());
+    QCOMPARE(e.holds(value), holds);
+    QVERIFY(knownMetrics().count(e.metric) == 1);
   }
 
   void invalidExpectationsExitTwo_data() {
