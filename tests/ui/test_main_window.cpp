@@ -326,7 +326,8 @@ class TestMainWindow : public QObject {
     QCOMPARE(w.lossChart()->pointCount(0), std::size_t(300));
     QCOMPARE(w.lossChart()->pointCount(1), std::size_t(300));
     QCOMPARE(w.throughputChart()->pointCount(0), std::size_t(300));
-    QVERIFY(w.lossChart()->pointCount(3) >= 6);  // validation every 50 steps and at the end
+    QCOMPARE(w.lossChart()->pointCount(2), std::size_t(300));  // the ranks' mean, once a step
+    QCOMPARE(w.lossChart()->pointCount(3), std::size_t(6));    // validation every 50 steps, the last at the end
     QCOMPARE(w.rankTable()->rowCount(), 2);
     for (int r = 0; r < 2; ++r) {
       QCOMPARE(cell(w.rankTable(), r, 1), QString("finished"));
