@@ -8,7 +8,6 @@
 #include <functional>
 #include <iostream>
 #include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -172,19 +171,18 @@ int main(int argc, char** argv) {
   }
   // A read-only command on a folder that holds no runs: a mistyped --runs-dir is said, not
   // made into an empty store.
-  auto openRuns = [](const std::string& given) {
+  auto existingRuns = [](const std::string& given) {
     const std::string dir = given.empty() ? ptw::core::defaultRunsDirectory() : given;
     PTW_CHECK(::access((dir + "/runs.sqlite").c_str(), F_OK) == 0, "runs directory ", dir,
               " holds no runs (no runs.sqlite there)",
               given.empty() ? "; nothing has run yet, or runs went to another --runs-dir"
                             : "; give the folder that runs were written to");
-    return std::make_unique<ptw::core::RunStore>(dir);
+    return dir;
   };
 
   try {
     if (runsCmd->parsed()) {
-      auto runs = openRuns(listDir);
-      ptw::core::RunStore& store = *runs;
+      ptw::core::RunStore store(existingRuns(listDir));
       unpackEnded(store);
       std::printf("%5s  %-11s  %-20s  %-13s  %5s  %12s  %12s  %s\n", "id", "status", "started (UTC)", "strategy",
                   "world", "final loss", "samples/s", "name");
@@ -242,8 +240,7 @@ int main(int argc, char** argv) {
       return failed ? ptw::core::kExitTrainingFailed : belowMin ? ptw::core::kExitExpectationFailed : 0;
     }
     if (exportCmd->parsed()) {
-      auto runs = openRuns(exportDir);
-      ptw::core::RunStore& store = *runs;
+      ptw::core::RunStore store(existingRuns(exportDir));
       unpackEnded(store);
       store.exportCsv(exportId, exportCsv);
       std::printf("ptw: run %lld: %lld step records written to %s\n", static_cast<long long>(exportId),

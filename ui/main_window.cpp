@@ -94,12 +94,19 @@ namespace {
 // What the user sets up in the window and expects back next time, by object name: the loss
 // chart's options, the splitters, the tab, the sweep's choices (window/ holds the geometry
 // and the docks). The profile's own fields are the profile's, not the view's.
+// The property that holds a widget's state, or nullptr (a splitter's is its saveState()).
+const char* stateProperty(const QWidget* w) {
+  if (qobject_cast<const QSlider*>(w) || qobject_cast<const QSpinBox*>(w)) return "value";
+  if (qobject_cast<const QCheckBox*>(w)) return "checked";
+  if (qobject_cast<const QLineEdit*>(w)) return "text";
+  if (qobject_cast<const QTabWidget*>(w)) return "currentIndex";
+  return nullptr;
+}
+
 bool keptInView(const QWidget* w) {
   static const QStringList names = {"smoothing", "logX", "logY", "tabs", "liveSplit", "bottomSplit"};
   const QString name = w->objectName();
-  return names.contains(name) ||
-         (name.startsWith("sweep.") && (qobject_cast<const QCheckBox*>(w) || qobject_cast<const QLineEdit*>(w) ||
-                                        qobject_cast<const QSpinBox*>(w)));
+  return names.contains(name) || (name.startsWith("sweep.") && stateProperty(w));
 }
 }  // namespace
 
@@ -107,12 +114,8 @@ void MainWindow::saveView(QSettings& settings) const {
   for (auto* w : findChildren<QWidget*>()) {
     if (!keptInView(w)) continue;
     const QString key = "view/" + w->objectName();
-    if (auto* x = qobject_cast<QSlider*>(w)) settings.setValue(key, x->value());
-    else if (auto* x = qobject_cast<QCheckBox*>(w)) settings.setValue(key, x->isChecked());
-    else if (auto* x = qobject_cast<QLineEdit*>(w)) settings.setValue(key, x->text());
-    else if (auto* x = qobject_cast<QSpinBox*>(w)) settings.setValue(key, x->value());
-    else if (auto* x = qobject_cast<QTabWidget*>(w)) settings.setValue(key, x->currentIndex());
-    else if (auto* x = qobject_cast<QSplitter*>(w)) settings.setValue(key, x->saveState());
+    if (auto* split = qobject_cast<QSplitter*>(w)) settings.setValue(key, split->saveState());
+    else settings.setValue(key, w->property(stateProperty(w)));
   }
 }
 
@@ -120,13 +123,8 @@ void MainWindow::restoreView(const QSettings& settings) {
   for (auto* w : findChildren<QWidget*>()) {
     const QString key = "view/" + w->objectName();
     if (!keptInView(w) || !settings.contains(key)) continue;
-    const QVariant v = settings.value(key);
-    if (auto* x = qobject_cast<QSlider*>(w)) x->setValue(v.toInt());
-    else if (auto* x = qobject_cast<QCheckBox*>(w)) x->setChecked(v.toBool());
-    else if (auto* x = qobject_cast<QLineEdit*>(w)) x->setText(v.toString());
-    else if (auto* x = qobject_cast<QSpinBox*>(w)) x->setValue(v.toInt());
-    else if (auto* x = qobject_cast<QTabWidget*>(w)) x->setCurrentIndex(v.toInt());
-    else if (auto* x = qobject_cast<QSplitter*>(w)) x->restoreState(v.toByteArray());
+    if (auto* split = qobject_cast<QSplitter*>(w)) split->restoreState(settings.value(key).toByteArray());
+    else w->setProperty(stateProperty(w), settings.value(key));
   }
 }
 
@@ -442,6 +440,10 @@ void MainWindow::addRecent(const QString& path) {
   recent.removeAll(abs);
   recent.prepend(abs);
   while (recent.size() > 10) recent.removeLast();
+  setRecentFiles(recent);
+}
+
+void MainWindow::setRecentFiles(const QStringList& recent) {
   QSettings().setValue("recentFiles", recent);
   updateRecentMenu();
 }
@@ -462,8 +464,7 @@ void MainWindow::updateRecentMenu() {
       if (!QFileInfo::exists(path)) {  // moved or deleted since: it leaves the list
         QStringList recent = recentFiles();
         recent.removeAll(path);
-        QSettings().setValue("recentFiles", recent);
-        updateRecentMenu();
+        setRecentFiles(recent);
         error += tr("\n\nIt is no longer listed under Open Recent.");
       }
       warn(tr("Cannot open profile"), error);

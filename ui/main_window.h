@@ -106,6 +106,7 @@ class MainWindow : public QMainWindow {
   void onFinished(const QString& status, const QString& message, int failedRank, const QStringList& lastLines);
   void markSaved(const QString& path);
   void addRecent(const QString& path);
+  void setRecentFiles(const QStringList& recent);
   void updateRecentMenu();
   void updateTitle();
 

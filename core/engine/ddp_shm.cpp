@@ -120,7 +120,7 @@ class DdpShm final : public Strategy {
     if (m_rank == 0) forEachParameter([&](torch::Tensor& p, std::size_t off) {
       std::memcpy(staging + off, p.data_ptr<float>(), static_cast<std::size_t>(p.numel()) * sizeof(float));
     });
-    m_segment->barrier(m_segment->lockstepAwake());
+    meet();
     m_segment->unlink();
     forEachParameter([&](torch::Tensor& p, std::size_t off) {
       if (m_sharded)
@@ -128,7 +128,7 @@ class DdpShm final : public Strategy {
       else if (m_rank != 0)
         std::memcpy(p.data_ptr<float>(), staging + off, static_cast<std::size_t>(p.numel()) * sizeof(float));
     });
-    m_segment->barrier(m_segment->lockstepAwake());
+    meet();
     // From here on the slot holds this rank's gradients (Note [Shared-memory all-reduce]).
     if (!m_oneBarrier) bindGradients(m_params, m_segment, slot(m_rank));
   }
@@ -141,7 +141,7 @@ class DdpShm final : public Strategy {
     if (!m_sharded) {
       auto [lo, hi] = share();
       averageIntoSlots(m_slots.data(), m_world, lo, hi);
-      m_segment->barrier(m_segment->lockstepAwake());
+      meet();
     }
     return stop;
   }
@@ -166,10 +166,13 @@ class DdpShm final : public Strategy {
                          first);
       }
     }
-    m_segment->barrier(m_segment->lockstepAwake());
+    meet();
   }
 
  private:
+  /// The ranks' barrier, awake as lock-step ranks are (Note [Lock-step waits]).
+  void meet() { m_segment->barrier(m_segment->lockstepAwake()); }
+
   static constexpr std::size_t kOneBarrierFloats = 4096;
 
   // Note [One-barrier step]: this step's set of slots, then the other set next step.
@@ -195,7 +198,7 @@ class DdpShm final : public Strategy {
   /// barrier, and returns whether any rank wished to stop.
   bool meet(const std::vector<float*>& set) {
     set[static_cast<std::size_t>(m_rank)][m_gradFloats] = m_localStop ? 1.f : 0.f;
-    m_segment->barrier(m_segment->lockstepAwake());
+    meet();
     bool stop = false;
     for (const float* s : set) stop = stop || s[m_gradFloats] > 0.5f;
     return stop;

@@ -49,7 +49,7 @@ class RecordWriter {
   void write(const core::Record& r) {
     std::lock_guard<std::mutex> lock(m_mutex);
     append(r);
-    if (r.kind == core::Record::Kind::Step) m_lastStep = r.step.step;
+    if (r.kind == core::Record::Kind::Step) passed(r.step.step);
     auto now = std::chrono::steady_clock::now();
     if (m_buffer.size() >= kFlushBytes || now - m_lastFlush > std::chrono::milliseconds(250)) flushLocked(now);
   }
@@ -58,7 +58,7 @@ class RecordWriter {
     core::Record h;
     h.kind = core::Record::Kind::Heartbeat;
     h.step.rank = rank;
-    h.step.step = m_lastStep;
+    h.step.step = m_lastStep.load(std::memory_order_relaxed);
     h.setState(state);
     append(h);
     flushLocked(std::chrono::steady_clock::now());
@@ -67,12 +67,9 @@ class RecordWriter {
     std::lock_guard<std::mutex> lock(m_mutex);
     flushLocked(std::chrono::steady_clock::now());
   }
-  /// A step that is not sent (run.metrics off): heartbeats still carry it, so the launcher
-  /// sees the run progress and does not take it for stalled.
-  void passed(std::int64_t step) {
-    std::lock_guard<std::mutex> lock(m_mutex);
-    m_lastStep = step;
-  }
+  /// The rank's latest step, sent or not (run.metrics off): heartbeats carry it, so the
+  /// launcher sees the run progress and does not take it for stalled. No lock on the step.
+  void passed(std::int64_t step) { m_lastStep.store(step, std::memory_order_relaxed); }
 
  private:
   void append(const core::Record& r) {
@@ -98,7 +95,7 @@ class RecordWriter {
   const bool m_binary;
   std::mutex m_mutex;
   std::string m_buffer;
-  std::int64_t m_lastStep = 0;
+  std::atomic<std::int64_t> m_lastStep{0};
   std::chrono::steady_clock::time_point m_lastFlush = std::chrono::steady_clock::now();
 };
 

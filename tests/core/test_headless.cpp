@@ -36,16 +36,22 @@ struct Result {
   QString out, err;
 };
 
-Result runPtw(const QStringList& args, const QTemporaryDir& runs, const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment()) {
+// `ptw args`, as given.
+Result runCommand(const QStringList& args, const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment()) {
   QProcess p;
   p.setProcessEnvironment(env);
-  p.start(test::binDir() + "/ptw", QStringList{"--headless", "--runs-dir", runs.path()} + args);
+  p.start(test::binDir() + "/ptw", args);
   if (!p.waitForFinished(120000)) {
     p.kill();
     p.waitForFinished();
   }
   return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
           QString::fromUtf8(p.readAllStandardError())};
+}
+
+// A headless run of `ptw args` with its runs in `runs`.
+Result runPtw(const QStringList& args, const QTemporaryDir& runs, const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment()) {
+  return runCommand(QStringList{"--headless", "--runs-dir", runs.path()} + args, env);
 }
 
 }  // namespace
@@ -264,48 +270,36 @@ class TestHeadless : public QObject {
   // headless run even where a Qt platform is set (CI machines often set offscreen).
   void theCommandLineSaysWhatItCannotUse() {
     QTemporaryDir runs;
-    auto ptw = [&](const QStringList& args, const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment()) {
-      QProcess p;
-      p.setProcessEnvironment(env);
-      p.start(test::binDir() + "/ptw", args);
-      if (!p.waitForFinished(60000)) {
-        p.kill();
-        p.waitForFinished();
-        return Result{-1, "timed out", ""};
-      }
-      return Result{p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()),
-                    QString::fromUtf8(p.readAllStandardError())};
-    };
-    Result before = ptw({"--set", "hyper.lr=-1", "sweep", "--runs-dir", runs.path()});
+    Result before = runCommand({"--set", "hyper.lr=-1", "sweep", "--runs-dir", runs.path()});
     QCOMPARE(before.code, 2);
     QVERIFY2(before.err.contains("--set is an option of a run, not of `ptw sweep`; give it after the subcommand"),
              qPrintable(before.err));
     QVERIFY(before.out.isEmpty());
 
-    Result typo = ptw({"runs", "--runs-dir", runs.filePath("typo")});
+    Result typo = runCommand({"runs", "--runs-dir", runs.filePath("typo")});
     QCOMPARE(typo.code, 2);
     QVERIFY2(typo.err.contains("runs directory " + runs.filePath("typo") + " holds no runs"), qPrintable(typo.err));
     QVERIFY(!QFileInfo::exists(runs.filePath("typo")));
 
-    Result csv = ptw({"sweep", "--runs-dir", runs.path(), "--csv", runs.path()});
+    Result csv = runCommand({"sweep", "--runs-dir", runs.path(), "--csv", runs.path()});
     QCOMPARE(csv.code, 2);
     QVERIFY2(csv.err.contains("--csv " + runs.path() + ": is a folder"), qPrintable(csv.err));
     QVERIFY2(csv.out.isEmpty(), qPrintable(csv.out));
 
     auto noWorker = QProcessEnvironment::systemEnvironment();
     noWorker.insert("PTW_WORKER", "/nonexistent/ptw-worker");
-    Result worker = ptw({"--headless", "--runs-dir", runs.path()}, noWorker);
+    Result worker = runCommand({"--headless", "--runs-dir", runs.path()}, noWorker);
     QCOMPARE(worker.code, 2);
     QVERIFY2(worker.err.contains("worker program /nonexistent/ptw-worker is not executable"), qPrintable(worker.err));
     QVERIFY(QDir(runs.path()).entryList(QDir::NoDotAndDotDot | QDir::AllEntries).isEmpty());
 
     auto offscreen = QProcessEnvironment::systemEnvironment();
     offscreen.insert("QT_QPA_PLATFORM", "offscreen");
-    Result judged = ptw({"--runs-dir", runs.path(), "--set", "hyper.max_steps=20", "--expect", "final.step == 20"},
+    Result judged = runCommand({"--runs-dir", runs.path(), "--set", "hyper.max_steps=20", "--expect", "final.step == 20"},
                         offscreen);
     QVERIFY2(judged.code == 0, qPrintable(judged.out + judged.err));
     QVERIFY2(judged.out.contains("expect final.step == 20: ok"), qPrintable(judged.out));
-    Result both = ptw({"--start", "--expect", "final.step == 20"}, offscreen);
+    Result both = runCommand({"--start", "--expect", "final.step == 20"}, offscreen);
     QCOMPARE(both.code, 2);
     QVERIFY2(both.err.contains("cannot be given with --start"), qPrintable(both.err));
   }

@@ -313,7 +313,9 @@ class TestSupervisor : public QObject {
     QFETCH(QString, backend);
     Profile p = test::endlessProfile(3);
     p.strategy.backend = backend.toStdString();
-    p.run.timeoutS = 3;
+    // The timeout also bounds the start (from launch to every rank's first step): three
+    // Gloo ranks took over 3 s to meet on a busy machine.
+    p.run.timeoutS = 8;
     StoredRun run(p);
     qputenv("PTW_FAULT", "hang-at-step:1:30");
     Supervisor launcher(run.options());
