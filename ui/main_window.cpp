@@ -598,11 +598,25 @@ void MainWindow::drainRun() {
         m_loss->append(m_valSeries, static_cast<double>(s.step), rec.valLoss);
         continue;
       }
-      if (rec.kind != core::Record::Kind::Step || s.rank < 0 || s.rank >= ranks) continue;
+      const bool group = rec.kind == core::Record::Kind::Group;
+      if ((rec.kind != core::Record::Kind::Step && !group) || s.rank < 0 || s.rank >= ranks) continue;
+      // A step record is a group of one (Note [Step groups]).
       const double x = static_cast<double>(s.step);
-      m_loss->append(s.rank, x, s.loss);
-      m_throughput->append(s.rank, x, s.samplesPerS);
-      m_split->add(s);
+      const std::int64_t count = group ? rec.group.count : 1;
+      const double lossSum = group ? rec.group.lossSum : s.loss;
+      const double rate = group && rec.group.stepMs > 0 ? rec.group.samples / (rec.group.stepMs / 1000.0) : s.samplesPerS;
+      if (group) {
+        const auto& g = rec.group;
+        const double x0 = static_cast<double>(g.first), n = static_cast<double>(g.count);
+        const auto points = static_cast<std::size_t>(g.count);
+        m_loss->appendGroup(s.rank, x0, x, g.lossSum / n, g.lossMin, g.lossMax, points);
+        m_throughput->appendGroup(s.rank, x0, x, rate, rate, rate, points);
+        m_split->add(s.rank, {g.dataMs / n, g.computeMs / n, g.commMs / n, g.optMs / n}, g.count);
+      } else {
+        m_loss->append(s.rank, x, s.loss);
+        m_throughput->append(s.rank, x, s.samplesPerS);
+        m_split->add(s);
+      }
       auto& latest = m_latest[static_cast<std::size_t>(s.rank)];
       if (latest.step < 0) {
         m_forceRedraw = true;  // a rank's first point is drawn at once
@@ -613,10 +627,13 @@ void MainWindow::drainRun() {
       }
       latest.samplesPerS = s.samplesPerS;
       if (s.step >= latest.step) latest.step = s.step, latest.loss = s.loss;
-      // The mean loss and the total throughput of a step, once every rank has reported it.
-      if (StepSums::Sum sum; m_meanSeries >= 0 && m_stepSums.add(s.step, s.loss, s.samplesPerS, sum)) {
-        m_loss->append(m_meanSeries, x, sum.loss / ranks);
-        if (m_totalSeries >= 0) m_throughput->append(m_totalSeries, x, sum.throughput);
+      // The mean loss and the total throughput of a window of steps, once every rank has reported all of it.
+      const std::int64_t first = group ? rec.group.first : s.step;
+      if (StepSums::Done d; m_meanSeries >= 0 && m_stepSums.add(first, lossSum, rate * static_cast<double>(count), count, d)) {
+        const double from = static_cast<double>(d.first), to = static_cast<double>(d.step);
+        const auto steps = static_cast<std::size_t>(d.step - d.first + 1);
+        m_loss->appendGroup(m_meanSeries, from, to, d.loss, d.loss, d.loss, steps);
+        if (m_totalSeries >= 0) m_throughput->appendGroup(m_totalSeries, from, to, d.throughput, d.throughput, d.throughput, steps);
       }
     }
   }

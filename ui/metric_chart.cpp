@@ -70,6 +70,13 @@ void MetricChart::append(int series, double x, double y) {
   m_dirty = true;
 }
 
+void MetricChart::appendGroup(int series, double x0, double x, double mean, double yMin, double yMax,
+                              std::size_t count) {
+  if (series < 0 || series >= seriesCount()) return;
+  m_series[static_cast<std::size_t>(series)]->data.addGroup(x0, x, mean, yMin, yMax, count);
+  m_dirty = true;
+}
+
 void MetricChart::truncateAfter(double x) {
   for (auto& s : m_series) s->data.truncateAfter(x);
   m_dirty = true;
@@ -177,10 +184,11 @@ void MetricChart::refresh() {
   for (int i = 0; i < seriesCount(); ++i) {
     auto& s = *m_series[static_cast<std::size_t>(i)];
     auto cols = s.data.render(range.lower, range.upper, columns);
-    // Zoomed into the part that is no longer held raw: read the real points back.
+    // Zoomed in where what is held is summaries (the part no longer held raw, or groups of
+    // steps): read the real points back.
     std::size_t inView = 0;
     for (const auto& c : cols) inView += c.count;
-    if (m_detail && range.lower < s.data.rawFrom() && inView > cols.size() && inView <= static_cast<std::size_t>(2 * columns)) {
+    if (m_detail && inView > cols.size() && inView <= static_cast<std::size_t>(2 * columns)) {
       auto real = m_detail(i, range.lower, range.upper);
       if (!real.empty()) {
         cols.clear();

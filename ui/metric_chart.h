@@ -30,6 +30,8 @@ class MetricChart : public QWidget {
   /// Adds a series; returns its id (0, 1, ... in order of addition).
   int addSeries(const QString& name, const QColor& color, bool dashed = false);
   void append(int series, double x, double y);
+  /// Appends a group of `count` points over steps [x0, x] (Note [Step groups]).
+  void appendGroup(int series, double x0, double x, double mean, double yMin, double yMax, std::size_t count);
   /// Drops every point past step `x` in every series (a restart replays from there).
   void truncateAfter(double x);
   /// Removes every series.

@@ -5,18 +5,18 @@
 
 namespace ptw::ui {
 
-void SeriesSummary::Bucket::add(double x, double y) {
+void SeriesSummary::Bucket::add(const Point& p) {
   if (count == 0) {
-    x0 = x;
-    yMin = yMax = y;
-    xAtMin = xAtMax = x;
+    x0 = p.x0;
+    yMin = p.yMin, yMax = p.yMax;
+    xAtMin = xAtMax = p.x;
   } else {
-    if (y < yMin) { yMin = y; xAtMin = x; }
-    if (y > yMax) { yMax = y; xAtMax = x; }
+    if (p.yMin < yMin) { yMin = p.yMin; xAtMin = p.x; }
+    if (p.yMax > yMax) { yMax = p.yMax; xAtMax = p.x; }
   }
-  x1 = x;
-  sum += y;
-  ++count;
+  x1 = p.x;
+  sum += p.y * static_cast<double>(p.count);
+  count += p.count;
 }
 
 void SeriesSummary::Bucket::merge(const Bucket& b) {
@@ -41,17 +41,18 @@ void SeriesSummary::clear() {
   m_count = 0;
 }
 
-void SeriesSummary::add(double x, double y) {
-  if (!std::isfinite(y)) return;  // a diverged loss is not drawn; the store keeps it
-  if (m_count == 0) m_xFirst = x;
-  m_xLast = x;
-  ++m_count;
+void SeriesSummary::add(const Point& p) {
+  // A diverged loss is not drawn; the store keeps it. (A group's extremes are taken as given.)
+  if (!std::isfinite(p.y) || p.count == 0) return;
+  if (m_count == 0) m_xFirst = p.x0;
+  m_xLast = p.x;
+  m_count += p.count;
   if (m_buckets.empty() || m_buckets.back().count >= m_width) {
     if (m_buckets.size() == m_capacity) compact();
     m_buckets.emplace_back();
   }
-  m_buckets.back().add(x, y);
-  m_tail.push({x, y});
+  m_buckets.back().add(p);
+  m_tail.push(p);
 }
 
 // Halves the bucket count: every pair becomes one bucket twice as wide.
@@ -77,7 +78,7 @@ void SeriesSummary::truncateAfter(double x) {
     if (!m_tail.empty() && m_tail.front().x <= b.x0) {
       Bucket rebuilt;
       for (const auto& p : m_tail)
-        if (p.x >= b.x0 && p.x <= x) rebuilt.add(p.x, p.y);
+        if (p.x >= b.x0 && p.x <= x) rebuilt.add(p);
       b = rebuilt;
       if (b.count == 0) m_buckets.pop_back();
     } else {
@@ -101,7 +102,7 @@ std::vector<SeriesSummary::Column> SeriesSummary::render(double x0, double x1, i
       // One point either side, so lines run to the edges.
       if (lo != m_tail.begin()) --lo;
       if (hi != m_tail.end()) ++hi;
-      for (auto it = lo; it != hi; ++it) out.push_back({it->x, it->y, it->y, it->x, it->x, it->y, 1});
+      for (auto it = lo; it != hi; ++it) out.push_back({it->x, it->yMin, it->yMax, it->x, it->x, it->y, it->count});
       return out;
     }
   }
@@ -121,7 +122,7 @@ std::vector<SeriesSummary::Column> SeriesSummary::render(double x0, double x1, i
                              [](const Point& p, double v) { return p.x < v; });
   for (auto it = lo; it != m_tail.end() && it->x <= x1; ++it) {
     Bucket one;
-    one.add(it->x, it->y);
+    one.add(*it);
     cols[column(it->x)].merge(one);
   }
   for (const auto& c : cols) {

@@ -18,11 +18,17 @@ class SeriesSummary {
   explicit SeriesSummary(std::size_t buckets = 2048, std::size_t rawTail = 4096);
 
   /// Appends a point; x must not decrease (steps).
-  void add(double x, double y);
+  void add(double x, double y) { add({x, y, y, y, x, 1}); }
+  /// Appends a group of `count` points over [x0, x] with these mean and extremes (Note [Step
+  /// groups] in common/record.h): drawn as a column from yMin to yMax, counted as `count`.
+  void addGroup(double x0, double x, double mean, double yMin, double yMax, std::size_t count) {
+    add({x, mean, yMin, yMax, x0, count});
+  }
   /// Drops every point with x > `x` (a restarted run replays from its checkpoint).
   void truncateAfter(double x);
   void clear();
 
+  /// Points added, a group's counted as its points.
   std::size_t count() const { return m_count; }
   bool empty() const { return m_count == 0; }
   double xFirst() const { return m_xFirst; }
@@ -46,8 +52,12 @@ class SeriesSummary {
 
  private:
   struct Point {
-    double x, y;
+    double x, y;        ///< y: the mean of a group
+    double yMin, yMax;  ///< y, but for a group
+    double x0;          ///< x, but for a group: its first
+    std::size_t count;  ///< 1, but for a group
   };
+  void add(const Point& p);
   /// The newest points, oldest first, in one contiguous run: points past the capacity are
   /// dropped from the front by moving an index, and erased in one move once a quarter of the
   /// capacity has been dropped (a deque allocated and freed a chunk every 32 points, for each
@@ -82,7 +92,7 @@ class SeriesSummary {
   struct Bucket {
     double x0 = 0, x1 = 0, yMin = 0, yMax = 0, xAtMin = 0, xAtMax = 0, sum = 0;
     std::size_t count = 0;
-    void add(double x, double y);
+    void add(const Point& p);
     void merge(const Bucket& b);
   };
   void compact();

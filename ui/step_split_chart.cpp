@@ -1,5 +1,7 @@
 #include "ui/step_split_chart.h"
 
+#include <cmath>
+
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
@@ -45,13 +47,17 @@ void StepSplitChart::reset(int ranks) {
   refresh();
 }
 
-void StepSplitChart::add(const core::StepRecord& r) {
-  if (r.rank < 0 || r.rank >= static_cast<int>(m_average.size())) return;
-  auto& a = m_average[static_cast<std::size_t>(r.rank)];
-  const double v[4] = {r.dataMs, r.computeMs, r.commMs, r.optMs};
-  const double alpha = m_seen[static_cast<std::size_t>(r.rank)] ? 0.02 : 1.0;  // ~50-step window
-  for (int i = 0; i < 4; ++i) a[static_cast<std::size_t>(i)] += alpha * (v[i] - a[static_cast<std::size_t>(i)]);
-  m_seen[static_cast<std::size_t>(r.rank)] = true;
+void StepSplitChart::add(const core::StepRecord& r) { add(r.rank, {r.dataMs, r.computeMs, r.commMs, r.optMs}, 1); }
+
+void StepSplitChart::add(int rank, const std::array<double, 4>& meanMs, std::int64_t steps) {
+  if (rank < 0 || rank >= static_cast<int>(m_average.size()) || steps <= 0) return;
+  auto& a = m_average[static_cast<std::size_t>(rank)];
+  // ~50-step window: each step moves the average 2% of the way; `steps` of them at their mean
+  // move it as far as those steps would at that mean.
+  const double alpha =
+      m_seen[static_cast<std::size_t>(rank)] ? 1.0 - std::pow(0.98, static_cast<double>(steps)) : 1.0;
+  for (std::size_t i = 0; i < 4; ++i) a[i] += alpha * (meanMs[i] - a[i]);
+  m_seen[static_cast<std::size_t>(rank)] = true;
   m_dirty = true;
 }
 

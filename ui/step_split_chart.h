@@ -22,6 +22,9 @@ class StepSplitChart : public QWidget {
 
   void reset(int ranks);
   void add(const core::StepRecord& r);
+  /// Adds `steps` steps of `rank` whose data, compute, communication and optimizer times
+  /// (ms) have these means (a group of steps, Note [Step groups]).
+  void add(int rank, const std::array<double, 4>& meanMs, std::int64_t steps);
   void refresh();
 
   /// Moving averages (ms) of data, compute, communication and optimizer time of `rank`.

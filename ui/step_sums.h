@@ -1,71 +1,66 @@
-// StepSums: the sum over ranks of a metric at each step, for the charts' mean loss and total
-// throughput. A rank's records come in step order, but the ranks' batches arrive in any
-// order (each rank sends its own every 250 ms), so a step's sum is complete only when every
-// rank has reported that step. Sums wait in a queue from the oldest incomplete step on;
-// when a step completes, older incomplete ones (of a rank that skipped them) are dropped.
+// StepSums: the charts' mean loss over ranks and total throughput, window by window of steps
+// (Note [Step groups] in common/record.h; a window is one step below step 2048). A rank's
+// records come in step order, but the ranks' batches arrive in any order (each rank sends
+// its own every 250 ms), so a window's sums are complete only when every rank has reported
+// every step of it, in one group or in several. Windows wait until then; when one completes,
+// older incomplete ones (of a rank that skipped steps) are dropped.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
+#include <iterator>
+#include <map>
+
+#include "common/record.h"
 
 namespace ptw::ui {
 
 class StepSums {
  public:
-  struct Sum {
-    double loss = 0;
-    double throughput = 0;
-    int ranks = 0;
+  struct Done {
+    std::int64_t first = 0;  ///< the window's first step
+    std::int64_t step = 0;  ///< the window's last step, where its point is drawn
+    double loss = 0;        ///< mean over the ranks and steps of the window
+    double throughput = 0;  ///< sum over the ranks of each one's mean over the window
   };
 
   void reset(int ranks) {
     m_ranks = ranks;
-    clear();
+    m_open.clear();
+    m_doneFrom = -1;
   }
 
-  /// Adds one rank's record of `step`; when that completes the step, returns true and sets
-  /// `done` to the step's sums.
-  bool add(std::int64_t step, double loss, double throughput, Sum& done) {
-    // A rank far ahead of another (more than many batches of records): start over from it
-    // rather than hold a queue that long.
-    if (m_head == m_sums.size() || step - m_from > kMaxSpan) {
-      clear();
-      m_from = step;
+  /// Adds `count` records of one rank from the window of `step`, with their summed loss and
+  /// summed samples per second; when that completes the window, returns true and sets `done`.
+  bool add(std::int64_t step, double lossSum, double throughputSum, std::int64_t count, Done& done) {
+    const std::int64_t span = core::stepGroupSpan(step), from = step - step % span;
+    if (from <= m_doneFrom || count <= 0) return false;  // drawn already, or passed over
+    Sums& s = m_open[from];
+    s.loss += lossSum;
+    s.throughput += throughputSum;
+    s.count += count;
+    if (s.count < m_ranks * span) {
+      // A rank far ahead of another (many batches of records): the oldest windows go rather
+      // than hold that many.
+      if (m_open.size() > kMaxOpen) m_open.erase(m_open.begin());
+      return false;
     }
-    if (step < m_from) return false;
-    const auto at = m_head + static_cast<std::size_t>(step - m_from);
-    if (at >= m_sums.size()) m_sums.resize(at + 1);
-    Sum& sum = m_sums[at];
-    sum.loss += loss;
-    sum.throughput += throughput;
-    if (++sum.ranks < m_ranks) return false;
-    done = sum;
-    m_head = at + 1;
-    m_from = step + 1;
-    // Completed sums are dropped from the front by moving an index, and erased in one move
-    // once they are the larger part.
-    if (m_head == m_sums.size()) {
-      clear();
-    } else if (m_head > m_sums.size() / 2) {
-      m_sums.erase(m_sums.begin(), m_sums.begin() + static_cast<std::ptrdiff_t>(m_head));
-      m_head = 0;
-    }
+    done = {from, from + span - 1, s.loss / static_cast<double>(s.count), s.throughput / static_cast<double>(span)};
+    m_doneFrom = from;
+    m_open.erase(m_open.begin(), std::next(m_open.find(from)));
     return true;
   }
 
-  static constexpr std::int64_t kMaxSpan = 1 << 20;
+  static constexpr std::size_t kMaxOpen = std::size_t(1) << 16;
 
  private:
-  void clear() {
-    m_sums.clear();
-    m_head = 0;
-  }
-
-  int m_ranks = 1;
-  std::vector<Sum> m_sums;  ///< from m_head on: steps m_from, m_from + 1, ...
-  std::size_t m_head = 0;
-  std::int64_t m_from = 0;
+  struct Sums {
+    double loss = 0, throughput = 0;
+    std::int64_t count = 0;
+  };
+  std::int64_t m_ranks = 1;
+  std::map<std::int64_t, Sums> m_open;  ///< by the window's first step
+  std::int64_t m_doneFrom = -1;         ///< the first step of the latest window completed
 };
 
 }  // namespace ptw::ui

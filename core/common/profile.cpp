@@ -535,6 +535,11 @@ int reportingRanks(const Profile& p) {
   return p.strategy.ranks;
 }
 
+std::int64_t warmupSteps(const Profile& profile) {
+  const std::int64_t steps = profile.hyper.maxSteps;
+  return steps > 0 ? std::min<std::int64_t>(steps / 10, 10) : 10;
+}
+
 Profile defaultProfile() {
   Profile p;
   p.name = "seed-ddp";

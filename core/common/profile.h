@@ -112,6 +112,10 @@ std::string collectiveBackend(const Profile& profile, bool haveNccl);
 /// process (rank 0 is the pool's coordinator).
 int reportingRanks(const Profile& profile);
 
+/// The step records of each rank, after each start, that throughput leaves out: a tenth of
+/// hyper.max_steps, at most 10 (Note [Warm-up steps] in launch/throughput.h).
+std::int64_t warmupSteps(const Profile& profile);
+
 /// The CUDA device index of rank/lane `index`: strategy.gpus[index], or `index` when the
 /// list is empty. Example: with gpus {2, 3}, cudaIndexFor(p, 1) == 3.
 std::int64_t cudaIndexFor(const Profile& profile, int index);

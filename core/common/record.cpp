@@ -51,6 +51,21 @@ void formatRecord(const Record& r, std::string& out) {
       appendInt(out, s.rank);
       appendInt(out, s.step);
       break;
+    case Record::Kind::Group: {
+      const StepGroup& g = r.group;
+      out += 'G';
+      appendInt(out, s.rank);
+      appendInt(out, g.first);
+      appendInt(out, s.step);
+      appendInt(out, g.count);
+      for (double v : {g.lossSum, g.lossMin, g.lossMax, g.samples, g.stepMs, g.dataMs, g.computeMs, g.commMs, g.optMs})
+        appendNumber(out, v);
+      appendInt(out, s.epoch);
+      for (double v : {s.loss, s.samplesPerS, s.stepMs, s.dataMs, s.computeMs, s.commMs, s.optMs, s.lr})
+        appendNumber(out, v);
+      appendInt(out, s.memBytes);
+      break;
+    }
   }
   out += '\n';
 }
@@ -65,6 +80,7 @@ char kindCode(Record::Kind k) {
     case Record::Kind::Validation: return 'V';
     case Record::Kind::Heartbeat: return 'H';
     case Record::Kind::Done: return 'D';
+    case Record::Kind::Group: return 'G';
   }
   return '?';
 }
@@ -81,6 +97,8 @@ T get(const char* frame, std::size_t at) {
 }
 
 constexpr std::size_t kKindAt = 4, kRankAt = 8, kStepAt = 16, kEpochAt = 24, kValuesAt = 32, kMemAt = 96;
+constexpr std::size_t kGroupAt = kRecordFrameBytes;  // G: first, count, then 9 sums
+static_assert(kGroupAt + 16 + 9 * 8 == kGroupFrameBytes);
 constexpr std::size_t kStateBytes = Record::kStateBytes;
 
 bool allZero(const char* p, std::size_t n) {
@@ -92,13 +110,22 @@ bool allZero(const char* p, std::size_t n) {
 }  // namespace
 
 void encodeRecord(const Record& r, std::string& out) {
-  char f[kRecordFrameBytes] = {};
+  char f[kGroupFrameBytes] = {};
   const StepRecord& s = r.step;
   put(f, 0, kMagic);
   f[kKindAt] = kindCode(r.kind);
   put<std::int32_t>(f, kRankAt, s.rank);
   put<std::int64_t>(f, kStepAt, s.step);
   switch (r.kind) {
+    case Record::Kind::Group: {
+      const StepGroup& g = r.group;
+      put<std::int64_t>(f, kGroupAt, g.first);
+      put<std::int64_t>(f, kGroupAt + 8, g.count);
+      const double sums[9] = {g.lossSum, g.lossMin, g.lossMax,   g.samples, g.stepMs,
+                              g.dataMs,  g.computeMs, g.commMs, g.optMs};
+      std::memcpy(f + kGroupAt + 16, sums, sizeof sums);
+    }
+      [[fallthrough]];  // then the last step's record, as a step frame holds it
     case Record::Kind::Step: {
       put<std::int64_t>(f, kEpochAt, s.epoch);
       const double v[8] = {s.loss, s.samplesPerS, s.stepMs, s.dataMs, s.computeMs, s.commMs, s.optMs, s.lr};
@@ -118,7 +145,7 @@ void encodeRecord(const Record& r, std::string& out) {
     case Record::Kind::Done:
       break;
   }
-  out.append(f, sizeof f);
+  out.append(f, r.kind == Record::Kind::Group ? kGroupFrameBytes : kRecordFrameBytes);
 }
 
 std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& malformed) {
@@ -127,8 +154,10 @@ std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& m
   // vectors reused, and doubling made them large enough that the reuser dropped some.
   const std::size_t need = out.size() + in.size() / kRecordFrameBytes;
   if (out.capacity() < need) out.reserve(need + need / 4);
-  for (; in.size() - at >= kRecordFrameBytes; at += kRecordFrameBytes) {
+  for (std::size_t size = kRecordFrameBytes; in.size() - at >= kRecordFrameBytes; at += size) {
     const char* f = in.data() + at;
+    size = f[kKindAt] == 'G' ? kGroupFrameBytes : kRecordFrameBytes;
+    if (in.size() - at < size) break;  // the rest of a group's frame comes with the next read
     const auto rank = get<std::int32_t>(f, kRankAt);
     const auto step = get<std::int64_t>(f, kStepAt);
     // Bytes a frame of this kind leaves zero must be zero: anything else is not ours.
@@ -147,8 +176,8 @@ std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& m
     r.step.step = step;
     const char kind = f[kKindAt];
     bool ok = true;
-    if (kind == 'S') {
-      r.kind = Record::Kind::Step;
+    if (kind == 'S' || kind == 'G') {
+      r.kind = kind == 'S' ? Record::Kind::Step : Record::Kind::Group;
       StepRecord& s = r.step;
       s.epoch = get<std::int64_t>(f, kEpochAt);
       double v[8];
@@ -156,6 +185,16 @@ std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& m
       s.loss = v[0], s.samplesPerS = v[1], s.stepMs = v[2], s.dataMs = v[3];
       s.computeMs = v[4], s.commMs = v[5], s.optMs = v[6], s.lr = v[7];
       s.memBytes = get<std::int64_t>(f, kMemAt);
+      if (kind == 'G') {
+        StepGroup& g = r.group;
+        g.first = get<std::int64_t>(f, kGroupAt);
+        g.count = get<std::int64_t>(f, kGroupAt + 8);
+        double sums[9];
+        std::memcpy(sums, f + kGroupAt + 16, sizeof sums);
+        g.lossSum = sums[0], g.lossMin = sums[1], g.lossMax = sums[2], g.samples = sums[3], g.stepMs = sums[4];
+        g.dataMs = sums[5], g.computeMs = sums[6], g.commMs = sums[7], g.optMs = sums[8];
+        ok = g.count >= 1 && g.first >= 0 && g.first <= step && g.count <= step - g.first + 1;
+      }
     } else if (kind == 'V') {
       r.kind = Record::Kind::Validation;
       r.valLoss = get<double>(f, kValuesAt);

@@ -8,13 +8,30 @@
 //
 //   S rank step epoch loss samples_per_s step_ms data_ms compute_ms comm_ms opt_ms lr mem_bytes
 //   V rank step val_loss val_accuracy          validation (accuracy is -1 for regression)
+//   G rank first step count loss_sum loss_min loss_max samples busy_ms data_ms compute_ms comm_ms opt_ms
+//     then the group's last step record's fields as in S from epoch on: a group of steps
 //   H rank step state                          heartbeat while alive; state: train|comm|done
 //   D rank steps                               finished cleanly
 //
 // Frame (kRecordFrameBytes, native byte order: both ends are the same build on one host):
 //   u32 magic "PTWR" | u8 kind 'S'/'V'/'H'/'D' | 3 zero bytes | i32 rank | 4 zero bytes |
 //   i64 step | i64 epoch | f64 x 8 (S: loss .. lr; V: val_loss, val_accuracy; H: the state,
-//   up to 16 letters) | i64 mem_bytes
+//   up to 16 letters) | i64 mem_bytes; G frames (kind 'G') then add kGroupFrameBytes - 104
+//   bytes: i64 first | i64 count | f64 loss_sum, loss_min, loss_max, samples, then the sums of
+//   step_ms, data_ms, compute_ms, comm_ms, opt_ms
+//
+// Note [Step groups]
+// A rank of a stored run writes its step records to the run's step file itself (Note [Ranks
+// write their steps]) and tells its launcher only a summary of them: one Group record for
+// the steps of a window, [w, w + span) where span = stepGroupSpan(w), a power of two that
+// grows with the step (1 below step 2048, then step / 1024 rounded down to a power of two,
+// at most 4096). The windows are the same on every rank, so the window's mean over ranks
+// adds up group by group; they tile the steps, so a window's span is the same for all its
+// steps. A group also ends where the rank's records leave (every 250 ms), at its warm-up
+// (Note [Warm-up steps]) and at its last step: a window may then come in several groups,
+// whose sums add up. So watching a run costs the launcher and the window a record per
+// window, not per step (a thousandth of them at step 10^6), what the run stores is every
+// record, and a chart keeps each group's extremes.
 #pragma once
 
 #include <cstddef>
@@ -50,12 +67,46 @@ struct StepRecord {
   friend bool operator!=(const StepRecord& a, const StepRecord& b) { return !(a == b); }
 };
 
+/// Consecutive step records of one rank, summed (Note [Step groups]).
+struct StepGroup {
+  std::int64_t first = 0;  ///< the first step; the last is the Record's step
+  std::int64_t count = 0;  ///< step records
+  double lossSum = 0, lossMin = 0, lossMax = 0;
+  double samples = 0;  ///< sum of samples_per_s x step_ms / 1000: the samples of the steps
+  double stepMs = 0, dataMs = 0, computeMs = 0, commMs = 0, optMs = 0;  ///< sums
+
+  /// Adds `s`, a later step of the same rank.
+  void add(const StepRecord& s) {
+    if (count == 0) first = s.step, lossMin = lossMax = s.loss;
+    ++count;
+    lossSum += s.loss;
+    lossMin = s.loss < lossMin ? s.loss : lossMin;
+    lossMax = s.loss > lossMax ? s.loss : lossMax;
+    samples += s.samplesPerS * (s.stepMs / 1000.0);
+    stepMs += s.stepMs, dataMs += s.dataMs, computeMs += s.computeMs, commMs += s.commMs, optMs += s.optMs;
+  }
+  friend bool operator==(const StepGroup& a, const StepGroup& b) {
+    return a.first == b.first && a.count == b.count && a.lossSum == b.lossSum && a.lossMin == b.lossMin &&
+           a.lossMax == b.lossMax && a.samples == b.samples && a.stepMs == b.stepMs && a.dataMs == b.dataMs &&
+           a.computeMs == b.computeMs && a.commMs == b.commMs && a.optMs == b.optMs;
+  }
+};
+
+/// The span of the window of steps that `step` falls in (Note [Step groups]); the window
+/// starts at step - step % span.
+inline std::int64_t stepGroupSpan(std::int64_t step) {
+  std::int64_t span = 1;
+  while (span < 4096 && step / 1024 >= 2 * span) span *= 2;
+  return span;
+}
+
 /// Plain data (copied by value at every stage between a rank and the store).
 struct Record {
   static constexpr std::size_t kStateBytes = 16;
-  enum class Kind { Step, Validation, Heartbeat, Done };
+  enum class Kind { Step, Validation, Heartbeat, Done, Group };
   Kind kind = Kind::Step;
-  StepRecord step;          ///< Step: all fields; others: rank and step
+  StepRecord step;          ///< Step: all fields; Group: the group's last step; others: rank and step
+  StepGroup group;          ///< Group
   double valLoss = 0;       ///< Validation
   double valAccuracy = -1;  ///< Validation
   char state[kStateBytes + 1] = {};  ///< Heartbeat: a lower-case word of at most 16 letters, NUL-terminated
@@ -71,6 +122,7 @@ struct Record {
 static_assert(std::is_trivially_copyable_v<Record>);
 
 inline constexpr std::size_t kRecordFrameBytes = 104;
+inline constexpr std::size_t kGroupFrameBytes = 192;
 
 /// Appends the frame for `r` to `out`.
 void encodeRecord(const Record& r, std::string& out);
@@ -87,5 +139,10 @@ void formatRecord(const Record& r, std::string& out);
 /// kill on the rank): it stopped gracefully, with the others, but the run did not end by
 /// ptw's own stop, and the launcher says so.
 inline constexpr int kWorkerStoppedFromOutside = 5;
+
+/// A worker's exit code when it could not write the run's step records (a full disk; Note
+/// [Ranks write their steps]): its last error line says why. A restart would meet the same
+/// disk, so the run ends failed with that reason.
+inline constexpr int kWorkerCannotStoreMetrics = 6;
 
 }  // namespace ptw::core

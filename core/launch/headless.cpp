@@ -49,11 +49,12 @@ class ProgressPrinter : public LaunchObserver {
         m_valAccuracy = r.valAccuracy;
         continue;
       }
-      if (r.kind != Record::Kind::Step || r.step.rank >= static_cast<int>(m_ranks.size())) continue;
+      const bool step = r.kind == Record::Kind::Step, group = r.kind == Record::Kind::Group;
+      if ((!step && !group) || r.step.rank >= static_cast<int>(m_ranks.size())) continue;
       auto& slot = m_ranks[static_cast<std::size_t>(r.step.rank)];
       slot.last = r.step;
       slot.seen = true;
-      ++m_records;
+      m_records += group ? r.group.count : 1;
     }
     print(false);
   }

@@ -124,6 +124,8 @@ std::string RankExit::describe() const {
     return "signal " + std::to_string(signal) + " (" + (name ? name : "unknown") + ")";
   }
   if (exitCode == kWorkerStoppedFromOutside) return "exit code " + std::to_string(exitCode) + " (stopped from outside ptw)";
+  if (exitCode == kWorkerCannotStoreMetrics)
+    return "exit code " + std::to_string(exitCode) + " (could not write the run's metrics)";
   return "exit code " + std::to_string(exitCode);
 }
 
@@ -289,6 +291,14 @@ RunReport Launcher::run(LaunchObserver& observer) {
       a.push_back("--store");
       a.push_back(storeFile);
     }
+    if (!o.stepFile.empty()) {
+      a.push_back("--steps");
+      a.push_back(o.stepFile);
+      if (o.stepFileLimit > 0) {
+        a.push_back("--steps-limit");
+        a.push_back(std::to_string(o.stepFileLimit));
+      }
+    }
     a.insert(a.end(), o.extraWorkerArgs.begin(), o.extraWorkerArgs.end());
     argStrings.push_back(std::move(a));
   }
@@ -435,7 +445,8 @@ RunReport Launcher::run(LaunchObserver& observer) {
       Record& rec = batch[i];
       // A worker speaks only for itself; a run of one process (DataParallel) reports one
       // series per replica, which it numbers itself.
-      if (o.worldSize > 1 || rec.kind != Record::Kind::Step) rec.step.rank = rk.rank;
+      if (o.worldSize > 1 || (rec.kind != Record::Kind::Step && rec.kind != Record::Kind::Group))
+        rec.step.rank = rk.rank;
       rk.lastStep = std::max(rk.lastStep, rec.step.step);
     }
     if (batch.size() > first) {
@@ -472,6 +483,14 @@ RunReport Launcher::run(LaunchObserver& observer) {
         *fd = -1;
       }
     }
+  };
+  // Why a rank failed; one that could not write the run's metrics said why in its last error line.
+  auto failureOf = [](const Rank& rk) {
+    if (rk.exit.signal == 0 && rk.exit.exitCode == kWorkerCannotStoreMetrics)
+      for (auto line = rk.tail.rbegin(); line != rk.tail.rend(); ++line)
+        if (const auto at = line->find("run store "); line->rfind("error:", 0) == 0 && at != std::string::npos)
+          return "could not write the run's metrics: " + line->substr(at);
+    return "failed with " + rk.exit.describe();
   };
   auto beginTeardown = [&](double graceS) {
     if (tearingDown) return;
@@ -521,9 +540,13 @@ RunReport Launcher::run(LaunchObserver& observer) {
       batch.clear();
     }
 
-    // Reap. Among ranks that fail in the same pass, one killed by a signal is the cause
-    // and the others (whose collectives broke) are the effect.
+    // Reap. Among ranks that fail in the same pass, one that could not write the run's
+    // metrics, else one killed by a signal, is the cause, and the others (whose collectives
+    // broke) are the effect.
     Rank* firstFailed = nullptr;
+    auto causeRank = [](const RankExit& e) {
+      return e.signal == 0 && e.exitCode == kWorkerCannotStoreMetrics ? 2 : e.signal != 0 ? 1 : 0;
+    };
     for (auto& rk : ranks) {
       if (rk.exited) continue;
       int status = 0;
@@ -551,11 +574,10 @@ RunReport Launcher::run(LaunchObserver& observer) {
         beginTeardown(o.stopGraceS);
         continue;
       }
-      if (rk.exit.failed() && !tearingDown &&
-          (!firstFailed || (rk.exit.signal != 0 && firstFailed->exit.signal == 0)))
+      if (rk.exit.failed() && !tearingDown && (!firstFailed || causeRank(rk.exit) > causeRank(firstFailed->exit)))
         firstFailed = &rk;
     }
-    if (firstFailed) fail(*firstFailed, "failed with " + firstFailed->exit.describe(), false);
+    if (firstFailed) fail(*firstFailed, failureOf(*firstFailed), false);
     // A rank that exits 0 before the others finish is fine (it may have fewer batches);
     // the others end their run on their own.
 
@@ -628,6 +650,15 @@ RunReport Launcher::run(LaunchObserver& observer) {
   }
 
   for (auto& rk : ranks) report.exits.push_back(rk.exit);
+  // A rank that could not write the run's metrics is the cause, even where a rank whose
+  // collective it broke by leaving was reaped first.
+  if (report.status == RunReport::Status::Failed && !report.stalled && report.failedRank >= 0)
+    for (auto& rk : ranks)
+      if (rk.exit.signal == 0 && rk.exit.exitCode == kWorkerCannotStoreMetrics && rk.rank != report.failedRank) {
+        report.failedRank = rk.rank;
+        report.message = "rank " + std::to_string(rk.rank) + " " + failureOf(rk);
+        break;
+      }
   if (report.failedRank >= 0) {
     Rank& rk = ranks[static_cast<std::size_t>(report.failedRank)];
     report.failedExit = rk.exit;

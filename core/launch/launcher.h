@@ -33,7 +33,10 @@ struct LaunchOptions {
   double failGraceS = 2.0;       ///< after a failure, peers get this long before SIGKILL
   std::size_t logTail = 50;      ///< log lines kept per rank for the failure report
   std::vector<std::string> extraWorkerArgs = {};
+  std::string stepFile = "";     ///< where ranks append their step records (Note [Ranks write their steps]); "": they send them
+  long long stepFileLimit = 0;   ///< bytes the step file may reach (a full disk past them); 0: no limit
 
+  LaunchOptions& setStepFile(std::string path, long long limit) { stepFile = std::move(path), stepFileLimit = limit; return *this; }
   LaunchOptions& setOutDir(std::string v) { outDir = std::move(v); return *this; }
   LaunchOptions& setPort(int v) { port = v; return *this; }
   LaunchOptions& setStallTimeoutS(double v) { stallTimeoutS = v; return *this; }

@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "common/error.h"
+#include "common/step_block.h"
 
 namespace ptw::core {
 namespace {
@@ -85,66 +86,9 @@ CREATE TABLE IF NOT EXISTS validation (
 );
 )sql";
 
-// A step record in a block: step, epoch (i64), loss, samples_per_s, step_ms, data_ms,
-// compute_ms, comm_ms, opt_ms, lr (f64), mem_bytes (i64); little-endian, no padding.
-constexpr std::size_t kBlockRecordBytes = 88;
-// Records per block at most: a rank stepping every 30 µs fills ~8,000 in 250 ms.
-constexpr std::int64_t kBlockRecords = 8192;
-
 constexpr const char* kFullAdvice =
     "; the disk (or the store's size limit) is full: free space and resume the run from its last checkpoint "
     "(run.resume_from)";
-
-constexpr bool kLittleEndian = __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__;
-
-// Little-endian stores and loads of 4- and 8-byte values.
-template <class T>
-using WordOf = std::conditional_t<sizeof(T) == 8, std::uint64_t, std::uint32_t>;
-template <class U>
-U fromNative(U u) {
-  if constexpr (kLittleEndian) return u;
-  else if constexpr (sizeof(U) == 8) return __builtin_bswap64(u);
-  else return __builtin_bswap32(u);
-}
-template <class T>
-void putLe(char* at, T v) {
-  static_assert(sizeof(T) == 8 || sizeof(T) == 4);
-  WordOf<T> u;
-  std::memcpy(&u, &v, sizeof u);
-  u = fromNative(u);
-  std::memcpy(at, &u, sizeof u);
-}
-template <class T>
-T getLe(const unsigned char* at) {
-  static_assert(sizeof(T) == 8 || sizeof(T) == 4);
-  WordOf<T> u;
-  std::memcpy(&u, at, sizeof u);
-  u = fromNative(u);
-  T v;
-  std::memcpy(&v, &u, sizeof v);
-  return v;
-}
-
-void packStep(const StepRecord& r, std::string& out) {
-  char f[kBlockRecordBytes];
-  putLe<std::int64_t>(f, r.step);
-  putLe<std::int64_t>(f + 8, r.epoch);
-  const double v[8] = {r.loss, r.samplesPerS, r.stepMs, r.dataMs, r.computeMs, r.commMs, r.optMs, r.lr};
-  for (int i = 0; i < 8; ++i) putLe(f + 16 + 8 * i, v[i]);
-  putLe<std::int64_t>(f + 80, r.memBytes);
-  out.append(f, sizeof f);
-}
-
-StepRecord unpackStep(const unsigned char* f, int rank) {
-  StepRecord r;
-  r.rank = rank;
-  r.step = getLe<std::int64_t>(f);
-  r.epoch = getLe<std::int64_t>(f + 8);
-  double* v[8] = {&r.loss, &r.samplesPerS, &r.stepMs, &r.dataMs, &r.computeMs, &r.commMs, &r.optMs, &r.lr};
-  for (int i = 0; i < 8; ++i) *v[i] = getLe<double>(f + 16 + 8 * i);
-  r.memBytes = getLe<std::int64_t>(f + 80);
-  return r;
-}
 
 // The records of a block: `count` of them, or as many as its bytes hold if fewer.
 template <class F>
@@ -153,32 +97,7 @@ void forEachPacked(const unsigned char* bytes, std::size_t size, std::int64_t co
   for (std::int64_t i = 0; i < n; ++i) f(unpackStep(bytes + static_cast<std::size_t>(i) * kBlockRecordBytes, rank));
 }
 
-// A block of a step file (Note [Step blocks]): a header of kBlockHeaderBytes, then `count`
-// records of kBlockRecordBytes. The header, little-endian: u32 magic "PTWB", u32 count,
-// i32 rank, i32 attempt, i64 first_step, i64 last_step, u64 checksum of the records.
-constexpr std::uint32_t kBlockMagic = 0x42575450;  // "PTWB"
-constexpr std::size_t kBlockHeaderBytes = 40;
-
-// Tells a whole block from one that a crash cut short or left as zeros: the records' 8-byte
-// words, added with a rotation so that their order counts, in four independent lanes (one
-// chain of rotations and additions took ~3% of the window's CPU at the shared-memory rate).
-std::uint64_t checksum(const unsigned char* p, std::size_t n) {
-  auto mix = [](std::uint64_t sum, std::uint64_t word) { return ((sum << 7) | (sum >> 57)) + word; };
-  std::uint64_t lane[4] = {n, 1, 2, 3};
-  std::size_t i = 0;
-  for (; i + 32 <= n; i += 32)
-    for (int k = 0; k < 4; ++k) lane[k] = mix(lane[k], getLe<std::uint64_t>(p + i + 8 * k));
-  for (; i + 8 <= n; i += 8) lane[0] = mix(lane[0], getLe<std::uint64_t>(p + i));
-  return mix(mix(mix(lane[0], lane[1]), lane[2]), lane[3]);
-}
-
-struct FileBlock {
-  int attempt = 0, rank = 0;
-  std::int64_t firstStep = 0, lastStep = 0, count = 0;
-  std::uint64_t sum = 0;
-  long long records = 0;  ///< where its records start in the file
-  long long end() const { return records + count * static_cast<long long>(kBlockRecordBytes); }
-};
+using FileBlock = BlockHeader;
 
 bool preadAll(int fd, void* into, std::size_t n, long long at) {
   auto* p = static_cast<char*>(into);
@@ -191,30 +110,58 @@ bool preadAll(int fd, void* into, std::size_t n, long long at) {
   return true;
 }
 
+// The header of the block at `at`, if one starts there and its header is whole.
+bool blockAt(int fd, long long at, long long size, FileBlock& b) {
+  unsigned char h[kBlockHeaderBytes];
+  return at + static_cast<long long>(kBlockHeaderBytes) <= size && preadAll(fd, h, sizeof h, at) &&
+         parseBlockHeader(h, at, b);
+}
+
+// The first block whose header starts in [from, size), or false.
+bool nextBlockAfter(int fd, long long from, long long size, FileBlock& b) {
+  static const char magic[4] = {'P', 'T', 'W', 'B'};  // kBlockMagic, little-endian
+  std::vector<char> chunk(64 * 1024);
+  for (long long at = from; at + static_cast<long long>(kBlockHeaderBytes) <= size;) {
+    const auto n = static_cast<std::size_t>(std::min<long long>(static_cast<long long>(chunk.size()), size - at));
+    if (!preadAll(fd, chunk.data(), n, at)) return false;
+    for (std::size_t i = 0; i + sizeof magic <= n; ++i) {
+      const void* hit = std::memchr(chunk.data() + i, magic[0], n - sizeof magic + 1 - i);
+      if (!hit) break;
+      i = static_cast<std::size_t>(static_cast<const char*>(hit) - chunk.data());
+      if (std::memcmp(chunk.data() + i, magic, sizeof magic) == 0 && blockAt(fd, at + static_cast<long long>(i), size, b))
+        return true;
+    }
+    if (n < chunk.size()) return false;
+    at += static_cast<long long>(n - sizeof magic + 1);  // a magic across the chunks' border is seen in the next
+  }
+  return false;
+}
+
 // Calls `each(block)` for the blocks of a step file from byte `from` on, while it returns
-// true, up to the first block that is not whole: a header that does not parse, or records
-// past the end of the file (a write cut short, or one going on). Readers then check each
-// block's records against its checksum (readFileBlock) and pass over those that differ.
+// true. Every block is one write: the store's own, or a rank's (Note [Ranks write their
+// steps]), several ranks appending to one file. A write cut short (its rank killed in the
+// middle, or a crash) leaves a block shorter than its header says, and a later write starts
+// right after its last byte. So a block whose end is not the file's end nor the start of
+// another block is followed by a search for the next header from its records on; a block
+// whose records pass the end of the file is one being written, or cut short and then passed
+// over when a header follows it. Readers check each block's records against its checksum
+// (readFileBlock) and pass over those that differ.
 template <class F>
 void forEachFileBlock(int fd, long long from, F&& each) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return;
   const long long size = st.st_size;
-  unsigned char h[kBlockHeaderBytes];
-  for (long long at = from; at + static_cast<long long>(kBlockHeaderBytes) <= size;) {
-    if (!preadAll(fd, h, sizeof h, at)) return;
-    FileBlock b;
-    b.count = getLe<std::uint32_t>(h + 4);
-    b.rank = getLe<std::int32_t>(h + 8);
-    b.attempt = getLe<std::int32_t>(h + 12);
-    b.firstStep = getLe<std::int64_t>(h + 16);
-    b.lastStep = getLe<std::int64_t>(h + 24);
-    b.sum = getLe<std::uint64_t>(h + 32);
-    b.records = at + static_cast<long long>(kBlockHeaderBytes);
-    if (getLe<std::uint32_t>(h) != kBlockMagic || b.count < 1 || b.count > kBlockRecords || b.rank < 0 ||
-        b.attempt < 0 || b.firstStep > b.lastStep || b.end() > size || !each(b))
-      return;
-    at = b.end();
+  FileBlock b, next;
+  if (!blockAt(fd, from, size, b) && !nextBlockAfter(fd, from, size, b)) return;
+  for (;;) {
+    if (b.end() > size) {  // being written, or cut short
+      if (!nextBlockAfter(fd, b.records, size, b)) return;
+      continue;
+    }
+    if (!each(b)) return;
+    if (b.end() == size) return;
+    if (blockAt(fd, b.end(), size, next)) b = next;
+    else if (!nextBlockAfter(fd, b.records, size, b)) return;
   }
 }
 
@@ -224,7 +171,7 @@ bool readFileBlock(int fd, const FileBlock& b, std::vector<unsigned char>& out) 
   out.resize(static_cast<std::size_t>(b.count) * kBlockRecordBytes);
   PTW_CHECK(preadAll(fd, out.data(), out.size(), b.records), "run store: cannot read a step file (",
             std::strerror(errno), ")");
-  return checksum(out.data(), out.size()) == b.sum;
+  return blockChecksum(out.data(), out.size()) == b.sum;
 }
 
 struct Fd {
@@ -456,6 +403,19 @@ void RunStore::append(std::int64_t runId, int attempt, const std::vector<Record>
 
 void RunStore::flush() { commitBuffer(); }
 
+std::string RunStore::stepFileForRanks(std::int64_t runId) {
+  const std::string file = stepFilePath(runId);
+  std::error_code ec;
+  std::filesystem::create_directories(m_blocksDir, ec);
+  struct stat st {};
+  const bool fresh = ::stat(file.c_str(), &st) != 0 || st.st_size == 0;
+  // The run's row in step_files before anything is in its file, as writeBlocks() does.
+  const std::string sql = std::string(fresh ? "INSERT OR REPLACE" : "INSERT OR IGNORE") +
+                          " INTO step_files VALUES (" + std::to_string(runId) + ", 0)";
+  if (ec || sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) return "";
+  return file;
+}
+
 void RunStore::commitBuffer() {
   m_lastCommit = std::chrono::steady_clock::now();
   if ((m_blocks.empty() && m_validation.empty()) || !m_error.empty()) return;
@@ -533,15 +493,7 @@ bool RunStore::writeBlocks() {
     long long total = 0;
     for (auto& b : m_blocks) {
       if (b.runId != runId) continue;
-      char* h = b.bytes.data();
-      const auto* records = reinterpret_cast<const unsigned char*>(b.bytes.data()) + kBlockHeaderBytes;
-      putLe(h, kBlockMagic);
-      putLe(h + 4, static_cast<std::uint32_t>(b.count));
-      putLe(h + 8, static_cast<std::int32_t>(b.rank));
-      putLe(h + 12, static_cast<std::int32_t>(b.attempt));
-      putLe(h + 16, b.firstStep);
-      putLe(h + 24, b.lastStep);
-      putLe(h + 32, checksum(records, b.bytes.size() - kBlockHeaderBytes));
+      finishBlock(b.bytes, b.count, b.rank, b.attempt, b.firstStep, b.lastStep);
       parts.push_back({b.bytes.data(), b.bytes.size()});
       total += static_cast<long long>(b.bytes.size());
     }

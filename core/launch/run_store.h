@@ -11,8 +11,9 @@
 // row: on a machine whose cores all train, one row per record would take a tenth of a
 // core from the ranks. While a run is going, its step records are therefore packed in
 // blocks, one per rank per commit holding that rank's records (kBlockRecordBytes each,
-// little-endian, layout in run_store.cpp and the README), and appended to the run's step
-// file, <runs dir>/runs.blocks/<run id>, in one write a commit. Blocks used to be rows of
+// little-endian, layout in common/step_block.h and the README), and appended to the run's
+// step file, <runs dir>/runs.blocks/<run id>, in one write a commit; in a supervised run by
+// the ranks themselves (Note [Ranks write their steps] in engine/worker.cpp). Blocks used to be rows of
 // `step_blocks` in the database; in WAL mode every byte of them was then written twice
 // (to the WAL, then copied back into the database) besides SQLite's own work, about a
 // third of the window's CPU per record at the shared-memory rate. An old database's
@@ -23,7 +24,8 @@
 // reads the file only past what is rows, and an unpacking cut short resumes where it
 // stopped; the file is removed once all of it is rows. Every reader here reads all forms,
 // so a record is visible as soon as it is written, in whichever form it is at the time. A
-// block that is not whole (a write cut short by a crash) ends what is read of the file.
+// block that is not whole (a write cut short: its rank killed, a crash) is passed over, and
+// reading goes on at the next block's header.
 #pragma once
 
 #include <chrono>
@@ -75,6 +77,13 @@ class RunStore {
   void append(std::int64_t runId, int attempt, const std::vector<Record>& batch);
   /// Commits what is buffered.
   void flush();
+  /// The step file the ranks of `runId` append their step records to themselves (Note [Ranks
+  /// write their steps] in engine/worker.cpp), made ready for them and its readers; "" when
+  /// it cannot be (the ranks then send their records, and append() stores them).
+  std::string stepFileForRanks(std::int64_t runId);
+  /// The bytes a step file may reach before writes to it fail as on a full disk (the
+  /// disk-full tests' PTW_STORE_MAX_KIB); 0: no limit.
+  long long stepFileLimit() const { return m_maxStepFileBytes; }
   /// Called as step records become rows: `done` of `total`, from 0 (before the first block)
   /// to `total`, once a block (at most 8,192 records, ~20 ms).
   using UnpackProgress = std::function<void(std::int64_t done, std::int64_t total)>;

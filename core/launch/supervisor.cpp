@@ -83,6 +83,9 @@ RunReport Supervisor::run(LaunchObserver& observer) {
     LaunchOptions lo(o.workerPath, profilePath, processCount(o.profile));
     lo.setOutDir(o.runDir).setPort(o.profile.run.port).setStallTimeoutS(o.profile.run.timeoutS);
     lo.extraWorkerArgs = {"--attempt", std::to_string(attempt)};
+    if (o.store)  // Note [Ranks write their steps]
+      if (std::string file = o.store->stepFileForRanks(o.runId); !file.empty())
+        lo.setStepFile(std::move(file), o.store->stepFileLimit());
     Launcher launcher(lo);
     m_current.set(&launcher);
     if (m_stopRequested.load()) launcher.requestStop();
@@ -105,7 +108,11 @@ RunReport Supervisor::run(LaunchObserver& observer) {
         break;
       }
     }
-    if (report.status != RunReport::Status::Failed || attempt >= maxRestarts || m_stopRequested.load()) break;
+    // A rank that could not write the run's metrics would meet the same full disk again.
+    const bool unrecorded =
+        report.failedExit.signal == 0 && report.failedExit.exitCode == kWorkerCannotStoreMetrics;
+    if (report.status != RunReport::Status::Failed || attempt >= maxRestarts || m_stopRequested.load() || unrecorded)
+      break;
   }
   return report;
 }

@@ -6,30 +6,31 @@
 
 namespace ptw::core {
 
-std::int64_t warmupSteps(const Profile& profile) {
-  const std::int64_t steps = profile.hyper.maxSteps;
-  return steps > 0 ? std::min<std::int64_t>(steps / 10, 10) : 10;
-}
-
 ThroughputMeter::ThroughputMeter(const Profile& profile)
     : ThroughputMeter(warmupSteps(profile), profile.strategy.kind == "pool") {}
 
 void ThroughputMeter::add(const StepRecord& step) {
-  if (step.rank < 0) return;
-  const auto rank = static_cast<std::size_t>(step.rank);
+  StepGroup one;
+  one.add(step);
+  add(step.rank, one);
+}
+
+// A group never holds both warm-up steps and steps after them (Note [Step groups]).
+void ThroughputMeter::add(int rankOf, const StepGroup& g) {
+  if (rankOf < 0 || g.count <= 0) return;
+  const auto rank = static_cast<std::size_t>(rankOf);
   if (rank >= m_all.size()) {
     m_all.resize(rank + 1);
     m_steady.resize(rank + 1);
     m_sinceStart.resize(rank + 1, 0);
   }
-  const double busyS = step.stepMs / 1000.0;
-  const double samples = step.samplesPerS * busyS;
-  const bool warm = m_sinceStart[rank]++ >= m_warmup;
+  const bool warm = m_sinceStart[rank] >= m_warmup;
+  m_sinceStart[rank] += g.count;
   auto count = [&](Sums& sums) {
-    ++sums.steps;
-    sums.samples += samples;
-    sums.busyS += busyS;
-    sums.ms += StepSplit::of(step);
+    sums.steps += g.count;
+    sums.samples += g.samples;
+    sums.busyS += g.stepMs / 1000.0;
+    sums.ms += StepSplit{g.stepMs, g.dataMs, g.computeMs, g.commMs, g.optMs};
   };
   count(m_all[rank]);
   if (warm) count(m_steady[rank]);
@@ -38,6 +39,7 @@ void ThroughputMeter::add(const StepRecord& step) {
 void ThroughputMeter::add(const std::vector<Record>& batch) {
   for (const auto& r : batch)
     if (r.kind == Record::Kind::Step) add(r.step);
+    else if (r.kind == Record::Kind::Group) add(r.step.rank, r.group);
 }
 
 void ThroughputMeter::restart() { std::fill(m_sinceStart.begin(), m_sinceStart.end(), 0); }

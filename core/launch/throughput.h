@@ -5,11 +5,10 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/profile.h"
 #include "common/record.h"
 
 namespace ptw::core {
-
-struct Profile;
 
 // Note [Warm-up steps]
 // A rank's first steps pay for lazy initialisation. On a GPU the first step took ~245 ms and
@@ -18,10 +17,8 @@ struct Profile;
 // sweep's short runs measure mostly start-up. So throughput leaves out each rank's first
 // warmupSteps() step records after every start, restarts included: a tenth of hyper.max_steps,
 // at most 10 (10 for a run set by epochs). A rank that did no more steps than that is counted
-// whole.
-
-/// The step records of each rank that throughput leaves out (Note [Warm-up steps]).
-std::int64_t warmupSteps(const Profile& profile);
+// whole. (warmupSteps() is in common/profile.h: a rank that groups its steps, Note [Step
+// groups], ends a group there.)
 
 /// A rank's mean step time (ms) and how it splits: loading the batch, forward and backward,
 /// waiting for and reducing gradients, the optimizer (common/record.h).
@@ -59,6 +56,8 @@ class ThroughputMeter {
       : m_warmup(warmup), m_coordinatorOnly(coordinatorOnly) {}
 
   void add(const StepRecord& step);
+  /// Adds the step records of `rank` that `group` sums (Note [Step groups]).
+  void add(int rank, const StepGroup& group);
   /// Adds the step records of a launcher batch.
   void add(const std::vector<Record>& batch);
   /// The ranks were started again (a restart): each warms up again.

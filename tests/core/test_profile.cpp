@@ -2,6 +2,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <cstring>
+
 #include <fstream>
 
 #include "common/error.h"
@@ -262,6 +264,56 @@ class TestProfile : public QObject {
     std::string line;
     formatRecord(step, line);
     QCOMPARE(QString::fromStdString(line), QString("S 3 42 2 0.25 1234.5 1.5 0.1 0.9 0.4 0.1 0.01 123456789\n"));
+  }
+
+  // A group of steps (Note [Step groups]) travels in a longer frame: every field comes back,
+  // a frame cut anywhere waits for the rest, and a group of no steps, of more steps than its
+  // first to its last, or one that starts after its last step, is not ours.
+  void groupFramesRoundTrip() {
+    Record g;
+    g.kind = Record::Kind::Group;
+    g.step = {1, 4100, 7, 0.25, 1234.5, 1.5, 0.1, 0.9, 0.4, 0.1, 0.01, 123456789};
+    g.group = {4096, 5, 1.75, 0.125, 0.5, 6.5, 7.25, 0.5, 4.5, 2.0, 0.625};
+    Record done;
+    done.kind = Record::Kind::Done;
+    done.step.rank = 1;
+    done.step.step = 4100;
+    std::string stream;
+    encodeRecord(g, stream);
+    encodeRecord(done, stream);
+    QCOMPARE(stream.size(), kGroupFrameBytes + kRecordFrameBytes);
+    for (std::size_t cut : {std::size_t(0), std::size_t(1), kRecordFrameBytes, kGroupFrameBytes - 1}) {
+      std::vector<Record> out;
+      bool malformed = false;
+      QCOMPARE(decodeRecords(std::string_view(stream).substr(0, cut), out, malformed), std::size_t(0));
+      QVERIFY(!malformed && out.empty());
+    }
+    std::vector<Record> out;
+    bool malformed = false;
+    QCOMPARE(decodeRecords(stream, out, malformed), stream.size());
+    QVERIFY(!malformed);
+    QCOMPARE(out.size(), std::size_t(2));
+    QVERIFY(out[0].kind == Record::Kind::Group);
+    QVERIFY(out[0].step == g.step);
+    QVERIFY(out[0].group == g.group);
+    QVERIFY(out[1].kind == Record::Kind::Done);
+    auto corrupt = [&](std::size_t at, std::int64_t value) {
+      std::string s = stream;
+      std::memcpy(&s[at], &value, sizeof value);
+      std::vector<Record> got;
+      bool bad = false;
+      return decodeRecords(s, got, bad) == 0 && bad && got.empty();
+    };
+    QVERIFY(corrupt(kRecordFrameBytes + 8, 0));     // no steps
+    QVERIFY(corrupt(kRecordFrameBytes, 4101));      // first after last
+    QVERIFY(corrupt(kRecordFrameBytes, -1));        // a negative first step
+    QVERIFY(corrupt(kRecordFrameBytes, 4097));      // 5 steps from 4097 to 4100
+    QVERIFY(!corrupt(kRecordFrameBytes, 4090));     // 5 of the steps from 4090 to 4100
+    std::string line;
+    formatRecord(g, line);
+    QCOMPARE(QString::fromStdString(line),
+             QString("G 1 4096 4100 5 1.75 0.125 0.5 6.5 7.25 0.5 4.5 2 0.625 7 0.25 1234.5 1.5 0.1 0.9 0.4 0.1 0.01 "
+                     "123456789\n"));
   }
 };
 

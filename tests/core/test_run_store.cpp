@@ -243,6 +243,53 @@ class TestRunStore : public QObject {
     }
   }
 
+  // Ranks append their own blocks to one file (Note [Ranks write their steps]): a rank killed
+  // in the middle of its write leaves a block cut short, right behind which another rank's
+  // next block starts. That block is passed over, and every block after it is read, counted
+  // and unpacked; so is one whose header itself was cut. A block still being written at the
+  // end is not read until it is whole.
+  void aBlockCutShortAmongOthersIsPassedOver() {
+    for (const std::size_t keep : {std::size_t(40 + 30 * 88 + 17), std::size_t(20)}) {
+      QTemporaryDir dir;
+      RunStore store(dir.path().toStdString());
+      const auto id = store.beginRun(dir.path().toStdString(), defaultProfile());
+      const std::pair<int, std::int64_t> blocks[] = {{0, 1}, {1, 1}, {0, 101}, {1, 101}};  // rank, first step
+      for (const auto& [rank, first] : blocks) {
+        std::vector<Record> batch;
+        for (std::int64_t s = first; s < first + 100; ++s) batch.push_back(stepRecord(rank, s));
+        store.append(id, 0, batch);
+        store.flush();
+      }
+      const std::string path = stepFile(dir, id);
+      const auto bytes = fileBytes(path);
+      const std::size_t block = 40 + 100 * 88;
+      QCOMPARE(bytes.size(), 4 * block);
+      // Rank 1's first block cut to `keep` bytes, the others whole behind it; then rank 0's
+      // next block half written.
+      std::string damaged(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(block + keep));
+      damaged.append(bytes.begin() + static_cast<std::ptrdiff_t>(2 * block), bytes.end());
+      const std::string partial(bytes.begin() + static_cast<std::ptrdiff_t>(2 * block),
+                                bytes.begin() + static_cast<std::ptrdiff_t>(2 * block + block / 2));
+      std::vector<StepRecord> expected;
+      for (std::int64_t s = 1; s <= 200; ++s) expected.push_back(stepRecord(0, s).step);
+      for (std::int64_t s = 101; s <= 200; ++s) expected.push_back(stepRecord(1, s).step);
+      for (const bool writing : {true, false}) {
+        std::ofstream(path, std::ios::binary | std::ios::trunc) << damaged << (writing ? partial : "");
+        RunStore reader(dir.path().toStdString());
+        QCOMPARE(reader.stepCount(id), std::int64_t(300));
+        const auto read = reader.steps(id);
+        QCOMPARE(read.size(), expected.size());
+        for (std::size_t i = 0; i < read.size(); ++i) QVERIFY2(read[i] == expected[i], qPrintable(QString::number(i)));
+        QCOMPARE(reader.series(id, 1, "loss", 0, 1e9).size(), std::size_t(100));
+      }
+      store.endRun(id, "finished", "", 0.5, 1.0, 1);
+      Sql sql(store.path());
+      QCOMPARE(sql.count("SELECT count(*) FROM steps"), std::int64_t(300));
+      QCOMPARE(sql.count("SELECT count(*) FROM steps WHERE rank = 1 AND step <= 100"), std::int64_t(0));
+      QVERIFY(!std::filesystem::exists(path));
+    }
+  }
+
   // Unpacking that stops part way (a crash, a full disk) resumes where it stopped: a
   // reader at any point sees every record once, and the rows end up each record once.
   void unpackingCutShortResumesWithoutDuplicates() {

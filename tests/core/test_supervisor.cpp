@@ -32,7 +32,7 @@ using namespace ptw::core;
 
 namespace {
 
-// Calls `onStep(rank, step, pids)` for every step record; collects everything.
+// Calls `onStep(rank, step)` for every step record (a group's last step); collects everything.
 class Watcher : public LaunchObserver {
  public:
   std::function<void(int, std::int64_t)> onStep;
@@ -51,15 +51,20 @@ class Watcher : public LaunchObserver {
     restarts.emplace_back(attempt, step);
     attempts.emplace_back();
   }
+  // A stored run's ranks send groups of steps (Note [Step groups]); below step 2048 each is
+  // one step, its record whole.
   void onRecords(std::vector<Record>& batch) override {
     for (const auto& r : batch) {
-      if (r.kind != Record::Kind::Step) continue;
-      ++stepRecords;
-      attempts.back().push_back(r.step);
+      if (r.kind == Record::Kind::Group) groups.push_back(r);
+      if (r.kind != Record::Kind::Step && r.kind != Record::Kind::Group) continue;
+      const std::int64_t count = r.kind == Record::Kind::Group ? r.group.count : 1;
+      stepRecords += count;
+      if (count == 1) attempts.back().push_back(r.step);
       lastStep[static_cast<std::size_t>(r.step.rank)] = r.step.step;
       if (onStep) onStep(r.step.rank, r.step.step);
     }
   }
+  std::vector<Record> groups;
   void onLog(int, const std::string& line) override { logs.push_back(line); }
 };
 
@@ -463,6 +468,56 @@ class TestSupervisor : public QObject {
     QVERIFY(std::abs(throughputOf({asOne}, 3) - counted) > 1e-9 * counted);
   }
 
+  // In a stored run the ranks write their own step records to the run's step file and send
+  // groups of them (Note [Ranks write their steps], [Step groups]): the store holds every
+  // step of every rank once, and the groups tile each rank's steps window by window, each
+  // one the exact sums, extremes and last record of the stored steps it covers. Throughput
+  // from the groups is what the stored records give.
+  void ranksWriteTheirStepsAndSendGroupsOfThem() {
+    Profile p = defaultProfile();  // 2 DDP ranks over shared memory
+    p.hyper.maxSteps = 20000;      // windows of up to 16 steps
+    StoredRun run(p);
+    Supervisor supervisor(run.options());
+    Watcher w;
+    RunReport r = supervisor.run(w);
+    QVERIFY2(r.status == RunReport::Status::Finished, r.message.c_str());
+    QCOMPARE(run0Steps(run), (std::vector<std::int64_t>{20000, 20000}));
+    std::map<std::pair<int, std::int64_t>, StepRecord> stored;
+    std::vector<std::vector<StepRecord>> byRank(2);
+    for (const auto& s : run.store.steps(run.id)) {
+      stored[{s.rank, s.step}] = s;
+      byRank[static_cast<std::size_t>(s.rank)].push_back(s);
+    }
+    QVERIFY(w.attempts[0].size() < 2 * 2048 + 100);  // past step 2048 nothing comes one step at a time
+    std::vector<std::int64_t> next = {1, 1};
+    std::int64_t largest = 0;
+    for (const Record& g : w.groups) {
+      const int rank = g.step.rank;
+      QVERIFY(rank == 0 || rank == 1);
+      auto& expectFirst = next[static_cast<std::size_t>(rank)];
+      QCOMPARE(g.group.first, expectFirst);  // no gap, no overlap
+      const std::int64_t span = stepGroupSpan(g.group.first);
+      QVERIFY(g.step.step < g.group.first - g.group.first % span + span);  // within one window
+      QCOMPARE(g.group.count, g.step.step - g.group.first + 1);
+      StepGroup sums;
+      for (std::int64_t s = g.group.first; s <= g.step.step; ++s) sums.add(stored.at({rank, s}));
+      QVERIFY(g.group == sums);
+      QVERIFY(g.step == stored.at({rank, g.step.step}));
+      expectFirst = g.step.step + 1;
+      largest = std::max(largest, g.group.count);
+    }
+    QCOMPARE(next, (std::vector<std::int64_t>{20001, 20001}));
+    QVERIFY2(largest >= 8, qPrintable(QString::number(largest)));
+    QCOMPARE(w.stepRecords, std::int64_t(40000));
+    ThroughputMeter fromRecords(p);
+    for (const auto& rank : byRank)
+      for (const auto& s : rank) fromRecords.add(s);
+    const double total = fromRecords.total();
+    QVERIFY2(std::abs(supervisor.throughput().total() - total) <= 1e-9 * total,
+             qPrintable(QString("%1 vs %2").arg(supervisor.throughput().total()).arg(total)));
+    for (int k = 0; k < 2; ++k) QCOMPARE(supervisor.throughput().split(k).stepMs, fromRecords.split(k).stepMs);
+  }
+
   // A metrics store that fills up stops the run with the reason, instead of losing records.
   void fullStoreStopsTheRunWithTheReason() {
     QTemporaryDir runs;
@@ -473,6 +528,7 @@ class TestSupervisor : public QObject {
     // Gloo's ~1,000 steps/s: the store fills over several commits (over shared memory one
     // commit's records can be more than fits, and then nothing is kept to check).
     p.strategy.backend = "gloo";
+    p.run.maxRestarts = 2;  // a full disk is not restarted into
     std::string dir = createRunDirectory(runs.path().toStdString(), p);
     auto id = store.beginRun(dir, p);
     Supervisor supervisor(SupervisorOptions(p, dir, test::workerPath()).setStore(&store, id));
@@ -481,7 +537,15 @@ class TestSupervisor : public QObject {
     t.start();
     RunReport r = supervisor.run(w);
     QCOMPARE(r.status, RunReport::Status::Failed);
-    QVERIFY2(QString::fromStdString(r.message).contains("is full"), r.message.c_str());
+    QCOMPARE(supervisor.attempts(), 1);
+    // The ranks write their steps (Note [Ranks write their steps]): the one that found the
+    // disk full is named, with the file and the advice, not a rank whose collective broke.
+    const QString message = QString::fromStdString(r.message);
+    QVERIFY2(message.contains(QRegularExpression("^rank [01] could not write the run's metrics: run store .*runs.blocks/" +
+                                                 QString::number(id) + ": writing metrics failed \\(No space left on device\\)")),
+             r.message.c_str());
+    QVERIFY2(message.contains("is full") && message.contains("free space"), r.message.c_str());
+    QCOMPARE(r.failedExit.exitCode, kWorkerCannotStoreMetrics);
     QVERIFY(t.elapsed() < 60000);
     QVERIFY(!test::anyAlive(w.pids));
     QVERIFY(store.stepCount(id) > 0);  // what fitted is kept

@@ -78,11 +78,11 @@ class TestMainWindow : public QObject {
     sums.reset(2);
     std::vector<std::tuple<std::int64_t, double, double>> done;
     auto add = [&](int rank, std::int64_t step) {
-      ui::StepSums::Sum sum;
+      ui::StepSums::Done d;
       // rank r at step s: loss r + s / 1000, throughput 1000 * (r + 1) + s
-      if (sums.add(step, rank + step / 1000.0, 1000.0 * (rank + 1) + static_cast<double>(step), sum)) {
-        QCOMPARE(sum.ranks, 2);
-        done.emplace_back(step, sum.loss, sum.throughput);
+      if (sums.add(step, rank + step / 1000.0, 1000.0 * (rank + 1) + static_cast<double>(step), 1, d)) {
+        QCOMPARE(d.first, d.step);
+        done.emplace_back(d.step, d.loss, d.throughput);
       }
     };
     for (std::int64_t s = 1; s <= 300; ++s) add(0, s);  // rank 0's batch first
@@ -95,7 +95,7 @@ class TestMainWindow : public QObject {
     for (std::size_t i = 0; i < done.size(); ++i) {
       const auto step = static_cast<std::int64_t>(i) + 1;
       QCOMPARE(std::get<0>(done[i]), step);
-      QCOMPARE(std::get<1>(done[i]), 0 + step / 1000.0 + 1 + step / 1000.0);
+      QCOMPARE(std::get<1>(done[i]), (0 + step / 1000.0 + 1 + step / 1000.0) / 2);
       QCOMPARE(std::get<2>(done[i]), 1000.0 + 2000.0 + 2.0 * static_cast<double>(step));
     }
     // A step older than the last complete one is not drawn again; a rank that skipped a step
@@ -105,6 +105,38 @@ class TestMainWindow : public QObject {
     add(1, 402);
     QCOMPARE(done.size(), std::size_t(401));
     QCOMPARE(std::get<0>(done.back()), std::int64_t(402));
+  }
+
+  // Past step 2048 the ranks send groups of steps (Note [Step groups]): a window is drawn once
+  // every rank's groups cover all of it, however each rank's records were cut into groups,
+  // from the same sums as its steps one by one would give.
+  void stepSumsCompleteAWindowFromGroupsCutAnywhere() {
+    const std::int64_t from = 8192, span = core::stepGroupSpan(from);
+    QCOMPARE(span, std::int64_t(8));
+    QCOMPARE(core::stepGroupSpan(from + span - 1), span);  // a window's steps share its span
+    QCOMPARE(core::stepGroupSpan(2047), std::int64_t(1));
+    QCOMPARE(core::stepGroupSpan(std::int64_t(1) << 40), std::int64_t(4096));
+    ui::StepSums sums;
+    sums.reset(2);
+    auto loss = [](int rank, std::int64_t step) { return rank + static_cast<double>(step % 7) / 8; };
+    auto group = [&](int rank, std::int64_t first, std::int64_t last, ui::StepSums::Done& d) {
+      double sum = 0;
+      for (std::int64_t s = first; s <= last; ++s) sum += loss(rank, s);
+      return sums.add(first, sum, 100.0 * (rank + 1) * static_cast<double>(last - first + 1), last - first + 1, d);
+    };
+    ui::StepSums::Done d;
+    QVERIFY(!group(0, from, from + 2, d));  // rank 0 in two groups (its records left between)
+    QVERIFY(!group(1, from, from + span - 1, d));
+    QVERIFY(!group(0, from + 3, from + span - 2, d));
+    QVERIFY(group(0, from + span - 1, from + span - 1, d));
+    QCOMPARE(d.first, from);
+    QCOMPARE(d.step, from + span - 1);
+    double expected = 0;
+    for (int r = 0; r < 2; ++r)
+      for (std::int64_t s = from; s < from + span; ++s) expected += loss(r, s);
+    QCOMPARE(d.loss, expected / static_cast<double>(2 * span));
+    QCOMPARE(d.throughput, 100.0 + 200.0);
+    QVERIFY(!group(1, from, from, d));  // that window is drawn
   }
 
   void editingFieldsChangesTheProfileAndMarksInvalidOnes() {
