@@ -554,9 +554,9 @@ void MainWindow::startRun() {
   appendLog(-1, tr("run %1 in %2").arg(m_controller->runId()).arg(m_controller->runDirectory()));
   revalidate();
   m_status->setText(tr("Starting %1 process(es)…").arg(core::processCount(p)));
-  // Note [Redraw budget]: a run with a training thread on every core leaves drawing 0.5%.
+  // Note [Redraw budget]: a run with a training thread on every core leaves drawing 0.25%.
   const int training = p.strategy.kind == "dataparallel" ? p.strategy.ranks : core::processCount(p);
-  m_redrawShare = training >= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) ? 0.005 : 0.02;
+  m_redrawShare = training >= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) ? 0.0025 : 0.02;
   m_runStarted = std::chrono::steady_clock::now();
   m_drainTimer->start(kFirstPointMs);
   m_history->reload();
@@ -629,12 +629,8 @@ void MainWindow::drainRun() {
       if (s.step >= latest.step) latest.step = s.step, latest.loss = s.loss;
       // The mean loss and the total throughput of a window of steps, once every rank has reported all of it.
       const std::int64_t first = group ? rec.group.first : s.step;
-      if (StepSums::Done d; m_meanSeries >= 0 && m_stepSums.add(first, lossSum, rate * static_cast<double>(count), count, d)) {
-        const double from = static_cast<double>(d.first), to = static_cast<double>(d.step);
-        const auto steps = static_cast<std::size_t>(d.step - d.first + 1);
-        m_loss->appendGroup(m_meanSeries, from, to, d.loss, d.loss, d.loss, steps);
-        if (m_totalSeries >= 0) m_throughput->appendGroup(m_totalSeries, from, to, d.throughput, d.throughput, d.throughput, steps);
-      }
+      if (StepSums::Done d; m_meanSeries >= 0 && m_stepSums.add(first, lossSum, rate * static_cast<double>(count), count, d))
+        appendMean(d);
     }
   }
   restartsAt(index);  // a restart after the last record
@@ -645,10 +641,12 @@ void MainWindow::drainRun() {
   // window took (bench_monitoring measured a 2% drawing share costing ~6% of a fast shm
   // run's throughput). The charts are redrawn (drawn at once, so the time measured is the
   // drawing) only when the last redraw is at most m_redrawShare of the time since: 2%, or
-  // 0.5% when the run has a training thread on every core. That is 20 frames/s when
+  // 0.25% when the run has a training thread on every core. That is 20 frames/s when
   // drawing is cheap, fewer on a slow machine, with large charts or with no core to spare,
-  // never below 2, or 1 when the ranks own every core (three charts and the rank table
-  // take ~4-5 ms to draw here, so 2 frames/s would be ~1% of a core). Records are taken as
+  // never below 2, or one every 2 s when the ranks own every core (three charts and the rank
+  // table take ~4-5 ms to draw here: once a second was 0.5% of a core, which ranks in
+  // lock-step paid about twice over, half of what watching a run cost once the ranks wrote
+  // their own steps, Note [Ranks write their steps]). Records are taken as
   // often as the charts are redrawn: in between they would only wait, and each wake-up of
   // the window's thread also takes a core from a rank.
   // Until every rank has drawn its first point (for 10 s at most) they are taken every
@@ -656,7 +654,7 @@ void MainWindow::drainRun() {
   const auto now = std::chrono::steady_clock::now();
   const double sinceMs = std::chrono::duration<double, std::milli>(now - m_lastRedraw).count();
   auto period = [this] {
-    return std::min(m_redrawShare < 0.02 ? 1000.0 : 500.0, std::max(50.0, m_redrawMs / m_redrawShare));
+    return std::min(m_redrawShare < 0.02 ? 2000.0 : 500.0, std::max(50.0, m_redrawMs / m_redrawShare));
   };
   // A timer that fires a little early still redraws, or the rate would halve.
   if (sinceMs >= 0.9 * period() || m_forceRedraw) {
@@ -684,6 +682,13 @@ void MainWindow::drainRun() {
   if (m_drainTimer->interval() != interval) m_drainTimer->setInterval(interval);
 }
 
+void MainWindow::appendMean(const StepSums::Done& d) {
+  const double from = static_cast<double>(d.first), to = static_cast<double>(d.step);
+  const auto steps = static_cast<std::size_t>(d.step - d.first + 1);
+  m_loss->appendGroup(m_meanSeries, from, to, d.loss, d.loss, d.loss, steps);
+  if (m_totalSeries >= 0) m_throughput->appendGroup(m_totalSeries, from, to, d.throughput, d.throughput, d.throughput, steps);
+}
+
 void MainWindow::appendLog(int rank, const QString& line) {
   m_logLines.push_back({rank, line});
   if (m_logLines.size() > kMaxLogLines) m_logLines.pop_front();
@@ -708,6 +713,11 @@ void MainWindow::refilterLog() {
 
 void MainWindow::onFinished(const QString& status, const QString& message, int failedRank,
                             const QStringList& lastLines) {
+  drainRun();  // what is left
+  // The last window of steps, cut short by the end, is drawn with the steps it has (Note
+  // [Step groups]); then everything once more.
+  if (m_meanSeries >= 0)
+    for (const auto& d : m_stepSums.finish()) appendMean(d);
   m_forceRedraw = true;
   drainRun();
   m_drainTimer->stop();

@@ -102,6 +102,8 @@ class MainWindow : public QMainWindow {
   void resetLive(int ranks);
   void setRankCell(int rank, int column, const QString& text);
   void appendLog(int rank, const QString& line);
+  /// Draws a completed window of the mean over ranks and their total throughput.
+  void appendMean(const StepSums::Done& done);
   void refilterLog();
   void onFinished(const QString& status, const QString& message, int failedRank, const QStringList& lastLines);
   void markSaved(const QString& path);

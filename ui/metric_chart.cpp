@@ -147,6 +147,10 @@ std::size_t MetricChart::pointCount(int series) const {
   return series >= 0 && series < seriesCount() ? m_series[static_cast<std::size_t>(series)]->data.count() : 0;
 }
 
+const SeriesSummary* MetricChart::summary(int series) const {
+  return series >= 0 && series < seriesCount() ? &m_series[static_cast<std::size_t>(series)]->data : nullptr;
+}
+
 int MetricChart::drawnPoints(int series) const {
   return series >= 0 && series < seriesCount() ? m_series[static_cast<std::size_t>(series)]->raw->dataCount() : 0;
 }

@@ -53,6 +53,8 @@ class MetricChart : public QWidget {
 
   int seriesCount() const { return static_cast<int>(m_series.size()); }
   std::size_t pointCount(int series) const;
+  /// What the chart keeps of `series`; null for no such series.
+  const SeriesSummary* summary(int series) const;
   /// Points drawn for `series` at the last refresh (at most ~2 per pixel column).
   int drawnPoints(int series) const;
   std::size_t memoryBytes() const;

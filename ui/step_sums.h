@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <iterator>
 #include <map>
+#include <vector>
 
 #include "common/record.h"
 
@@ -49,6 +50,19 @@ class StepSums {
     m_doneFrom = from;
     m_open.erase(m_open.begin(), std::next(m_open.find(from)));
     return true;
+  }
+
+  /// The run has ended: a window every rank reported the same number of steps of (the last,
+  /// cut short by the end) completes with those steps; the others are dropped.
+  std::vector<Done> finish() {
+    std::vector<Done> out;
+    for (const auto& [from, s] : m_open) {
+      if (s.count % m_ranks != 0) continue;
+      const std::int64_t steps = s.count / m_ranks;
+      out.push_back({from, from + steps - 1, s.loss / static_cast<double>(s.count), s.throughput / static_cast<double>(steps)});
+    }
+    m_open.clear();
+    return out;
   }
 
   static constexpr std::size_t kMaxOpen = std::size_t(1) << 16;

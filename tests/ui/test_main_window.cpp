@@ -30,6 +30,7 @@
 #include <tuple>
 #include <vector>
 
+#include "launch/run_store.h"
 #include "test_support.h"
 #include "ui/device_picker.h"
 #include "ui/main_window.h"
@@ -342,6 +343,28 @@ class TestMainWindow : public QObject {
     w.editor()->runPreflight();
     QVERIFY(spy.wait(30000));
     QVERIFY2(spy.at(3).at(0).toBool(), qPrintable(spy.at(3).at(1).toString()));
+  }
+
+  // Past step 2048 the ranks send groups of steps (Note [Step groups]): the charts still
+  // count every step, the mean over ranks covers every step up to the last, the window cut
+  // short by the end included, and its last point is the mean of the stored losses there.
+  void aLongRunIsDrawnFromGroupsOfSteps() {
+    QTemporaryDir runs;
+    ui::MainWindow w;
+    showQuietly(w, runs, "6001");  // windows of 4 steps from step 4096: the last holds 6000-6001
+    QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 60000);
+    for (int series : {0, 1, 2}) QCOMPARE(w.lossChart()->pointCount(series), std::size_t(6001));
+    for (int series : {0, 1, 2}) QCOMPARE(w.throughputChart()->pointCount(series), std::size_t(6001));
+    double stored = 0;
+    for (const auto& s : core::RunStore(runs.path().toStdString()).steps(1))
+      if (s.step >= 6000) stored += s.loss;
+    const auto columns = w.lossChart()->summary(2)->render(5999.5, 6001.5, 100);
+    QVERIFY(!columns.empty());
+    QCOMPARE(columns.back().x, 6001.0);
+    QCOMPARE(columns.back().mean, stored / 4);
+    QCOMPARE(columns.back().count, std::size_t(2));
+    QCOMPARE(cell(w.rankTable(), 0, 2), QString("6001"));
   }
 
   // A 2-rank run from the window: both series fill, the table reaches finished, the run
