@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -43,6 +44,7 @@ struct ShmSegment::Header {
   std::atomic<std::uint32_t> ready;
   std::uint32_t world;
   std::uint64_t payloadBytes;
+  std::int32_t creator;  ///< rank 0's pid
   alignas(64) std::atomic<std::uint32_t> arrived;
   alignas(64) std::atomic<std::uint32_t> generation;
   std::atomic<std::uint32_t> sleepers;
@@ -89,33 +91,52 @@ ShmSegment::ShmSegment(std::string name, int rank, int world, std::size_t payloa
                " MiB this model's shared segment needs (", std::strerror(err),
                "); enlarge /dev/shm (docker run --shm-size), or for ddp set strategy.backend to \"gloo\"");
     }
+    m_base = ::mmap(nullptr, m_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    PTW_CHECK(m_base != MAP_FAILED, "shm: cannot map ", m_name, ": ", std::strerror(errno));
   } else {
-    while ((fd = ::shm_open(m_name.c_str(), O_RDWR, 0600)) < 0) {
-      PTW_CHECK(std::chrono::steady_clock::now() < deadline, "shm: rank 0 did not create ", m_name, " within ",
-                m_timeout.count() / 1000.0, " s");
-      ::usleep(1000);
-    }
-    struct stat st {};
-    while (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) < m_bytes) {
-      PTW_CHECK(std::chrono::steady_clock::now() < deadline, "shm: segment ", m_name, " never reached its size");
+    // A segment by this name whose rank 0 is gone was left by a run killed before its ranks
+    // had all mapped it (a run on the same port, run.port): it is passed over until this
+    // run's rank 0 replaces it, rather than met in and waited on until the timeout.
+    std::string waiting = "rank 0 did not create " + m_name;
+    for (;;) {
+      PTW_CHECK(std::chrono::steady_clock::now() < deadline, "shm: ", waiting, " within ", m_timeout.count() / 1000.0,
+                " s");
+      if ((fd = ::shm_open(m_name.c_str(), O_RDWR, 0600)) >= 0) {
+        struct stat st {};
+        if (::fstat(fd, &st) == 0 && static_cast<std::size_t>(st.st_size) >= m_bytes) {
+          void* base = ::mmap(nullptr, m_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+          if (base != MAP_FAILED) {
+            const auto* h = static_cast<const Header*>(base);
+            const bool ready = h->ready.load(std::memory_order_acquire) == kReady;
+            const bool gone = ready && ::kill(h->creator, 0) != 0 && errno == ESRCH;
+            if (ready && !gone) {
+              m_base = base;
+              ::close(fd);
+              break;
+            }
+            waiting = gone ? m_name + " is left by a run that ended (its rank 0, pid " + std::to_string(h->creator) +
+                                 ", is gone), and this run's rank 0 did not replace it"
+                           : "rank 0 never initialised " + m_name;
+            ::munmap(base, m_bytes);
+          }
+        } else {
+          waiting = "segment " + m_name + " never reached its size";
+        }
+        ::close(fd);
+      }
       ::usleep(1000);
     }
   }
-  m_base = ::mmap(nullptr, m_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  ::close(fd);
-  PTW_CHECK(m_base != MAP_FAILED, "shm: cannot map ", m_name, ": ", std::strerror(errno));
   m_header = static_cast<Header*>(m_base);
   m_payload = static_cast<char*>(m_base) + headerBytes;
   if (m_rank == 0) {
     new (m_header) Header();
     m_header->world = static_cast<std::uint32_t>(m_world);
     m_header->payloadBytes = payloadBytes;
+    m_header->creator = static_cast<std::int32_t>(::getpid());
     m_header->ready.store(kReady, std::memory_order_release);
   } else {
-    while (m_header->ready.load(std::memory_order_acquire) != kReady) {
-      PTW_CHECK(std::chrono::steady_clock::now() < deadline, "shm: rank 0 never initialised ", m_name);
-      ::usleep(100);
-    }
     PTW_CHECK(m_header->world == static_cast<std::uint32_t>(m_world) && m_header->payloadBytes == payloadBytes,
               "shm: ranks disagree on the model: rank 0 shares ", m_header->payloadBytes, " bytes, rank ", m_rank,
               " expected ", payloadBytes);

@@ -3,13 +3,16 @@
 // identical parameters. Plus accumulation, hogwild convergence, and exact resume.
 #include <algorithm>
 #include <limits>
+#include <thread>
 
+#include <QElapsedTimer>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QtTest>
 
 #include <sys/statvfs.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <torch/torch.h>
@@ -386,6 +389,52 @@ class TestDdp : public QObject {
       QVERIFY2(QString(e.what()).contains("strategy.backend"), e.what());
     }
     QVERIFY2(::access(("/dev/shm" + name).c_str(), F_OK) != 0, "the failed segment was left behind");
+  }
+
+  // A segment left by a run killed before all its ranks had mapped it (a later run on the
+  // same run.port): the next run's rank 1 finds it first, passes it over because its rank 0
+  // is gone, and meets rank 0 in the segment that one makes, instead of waiting in the dead
+  // one until the timeout.
+  void aSegmentLeftByAKilledRunIsPassedOver() {
+    const std::string name = "/ptw-test-left-" + std::to_string(::getpid());
+    const std::size_t bytes = 4096;
+    const pid_t killed = ::fork();
+    if (killed == 0) {  // rank 0 of the killed run: made the segment, never removed it
+      try {
+        engine::ShmSegment left(name, 0, 2, bytes, std::chrono::milliseconds(2000));
+        ::_exit(0);  // no destructor, as after a SIGKILL
+      } catch (...) {
+        ::_exit(1);
+      }
+    }
+    int status = 0;
+    QCOMPARE(::waitpid(killed, &status, 0), killed);
+    QVERIFY(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    QVERIFY(::access(("/dev/shm" + name).c_str(), F_OK) == 0);
+    std::string failure;
+    std::thread rank1([&] {
+      try {
+        engine::ShmSegment segment(name, 1, 2, bytes, std::chrono::milliseconds(5000));
+        segment.barrier();
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));  // rank 1 finds the old one first
+    QElapsedTimer met;
+    met.start();
+    std::string failure0;
+    try {
+      engine::ShmSegment rank0(name, 0, 2, bytes, std::chrono::milliseconds(5000));
+      rank0.barrier();
+    } catch (const std::exception& e) {
+      failure0 = e.what();
+    }
+    rank1.join();
+    QVERIFY2(failure0.empty(), failure0.c_str());
+    QVERIFY2(failure.empty(), failure.c_str());
+    QVERIFY2(met.elapsed() < 2000, qPrintable(QString::number(met.elapsed())));
+    QVERIFY(::access(("/dev/shm" + name).c_str(), F_OK) != 0);
   }
 
   // Single with 4 micro-batches of 8 per step equals Single with batches of 32.

@@ -1,5 +1,6 @@
 // `ptw --headless` as CI sees it: exit codes, messages, and no orphan when ptw itself is killed.
 #include <QDir>
+#include <QElapsedTimer>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -15,6 +16,7 @@
 #include <sys/wait.h>
 
 #include <initializer_list>
+#include <map>
 
 #include "common/error.h"
 #include "launch/expectation.h"
@@ -195,6 +197,67 @@ class TestHeadless : public QObject {
     sf.close();
     QVERIFY(sf.open(QIODevice::ReadOnly));
     QCOMPARE(QJsonDocument::fromJson(sf.readAll()).object()["status"].toString(), QStringLiteral("expectation_failed"));
+  }
+
+  // The summary's and --expect's metrics end to end, from a run whose ranks send groups of
+  // steps past step 2048 (Note [Step groups]): throughput per rank and in all, steps per
+  // second and each rank's step time are what its stored records give, leaving out its first
+  // 10 (Note [Warm-up steps]); the final loss is the ranks' mean at the last step; wall_s is
+  // within the command's own time; the expectations judge those same values.
+  void theSummaryIsWhatTheStoredRecordsGive() {
+    QTemporaryDir runs, out;
+    const QString summary = out.filePath("s.json");
+    QElapsedTimer clock;
+    clock.start();
+    Result r = runPtw({"--set", "hyper.max_steps=6000", "--summary", summary, "--expect",
+                       "throughput.samples_per_s > 0", "--expect", "throughput.steps_per_s > 0", "--expect", "wall_s > 0"},
+                      runs);
+    const double elapsedS = static_cast<double>(clock.elapsed()) / 1000.0;
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    QFile sf(summary);
+    QVERIFY(sf.open(QIODevice::ReadOnly));
+    const QJsonObject s = QJsonDocument::fromJson(sf.readAll()).object();
+    RunStore store(runs.path().toStdString());
+    const auto steps = store.steps(s["run_id"].toInt());
+    QCOMPARE(steps.size(), std::size_t(12000));
+    struct Sums {
+      double samples = 0, busyS = 0, lastLoss = 0;
+      std::int64_t seen = 0, counted = 0;
+    };
+    std::map<int, Sums> sums;
+    for (const auto& st : steps) {  // by rank, then step
+      Sums& k = sums[st.rank];
+      k.lastLoss = st.loss;
+      if (k.seen++ < 10) continue;
+      k.samples += st.samplesPerS * (st.stepMs / 1000.0);
+      k.busyS += st.stepMs / 1000.0;
+      ++k.counted;
+    }
+    auto near = [](double a, double b) { return std::abs(a - b) <= 1e-9 * std::abs(b); };
+    double total = 0, stepsPerS = 1e300;
+    const QJsonArray ranks = s["ranks"].toArray();
+    QCOMPARE(ranks.size(), 2);
+    for (int k = 0; k < 2; ++k) {
+      const Sums& x = sums[k];
+      const QJsonObject rank = ranks[k].toObject();
+      QVERIFY2(near(rank["samples_per_s"].toDouble(), x.samples / x.busyS), qPrintable(QString::number(k)));
+      QVERIFY(near(rank["step_ms"].toObject()["total"].toDouble(), 1000.0 * x.busyS / static_cast<double>(x.counted)));
+      QCOMPARE(rank["final_loss"].toDouble(), x.lastLoss);
+      total += x.samples / x.busyS;
+      stepsPerS = std::min(stepsPerS, static_cast<double>(x.counted) / x.busyS);
+    }
+    const QJsonObject throughput = s["throughput"].toObject();
+    QVERIFY(near(throughput["samples_per_s"].toDouble(), total));
+    QVERIFY(near(throughput["steps_per_s"].toDouble(), stepsPerS));
+    QCOMPARE(s["final"].toObject()["loss"].toDouble(), (sums[0].lastLoss + sums[1].lastLoss) / 2);
+    QCOMPARE(s["final"].toObject()["step"].toDouble(), 6000.0);
+    const double wall = s["wall_s"].toDouble();
+    QVERIFY2(wall > 0 && wall <= elapsedS, qPrintable(QString("%1 of %2 s").arg(wall).arg(elapsedS)));
+    const QJsonArray judged = s["expectations"].toArray();
+    QCOMPARE(judged.size(), 3);
+    QCOMPARE(judged[0].toObject()["value"].toDouble(), throughput["samples_per_s"].toDouble());
+    QCOMPARE(judged[1].toObject()["value"].toDouble(), throughput["steps_per_s"].toDouble());
+    QCOMPARE(judged[2].toObject()["value"].toDouble(), wall);
   }
 
   // Every operator, at its boundary and either side of it; written with or without spaces

@@ -242,10 +242,12 @@ class TestSupervisor : public QObject {
     QVERIFY(QString::fromStdString(r.lastLines.front()).contains("[rank 1]"));
     QVERIFY(!test::anyAlive(w.pids));
     QVERIFY(test::livePtwWorkers(::getpid()).empty());
-    // Per-rank logs are on disk, and every record the ranks sent is in the store.
+    // Per-rank logs are on disk, and every record the ranks told of is in the store (a rank
+    // killed between writing its steps and telling of them leaves more there).
     QVERIFY(QFile::exists(run.file("rank0.log")));
     QVERIFY(QFile::exists(run.file("rank1.log")));
-    QCOMPARE(run.store.stepCount(run.id), w.stepRecords);
+    QVERIFY(w.stepRecords > 0);
+    QVERIFY(run.store.stepCount(run.id) >= w.stepRecords);
     QCOMPARE(launcher.attempts(), 1);  // max_restarts 0: no restart
   }
 
@@ -285,7 +287,7 @@ class TestSupervisor : public QObject {
 
   void sigstopOneRankIsReportedStalled() {
     Profile p = test::endlessProfile(2);
-    p.run.timeoutS = 3;
+    p.run.timeoutS = 5;  // also bounds the start: two ranks took ~1.6 s to meet here
     StoredRun run(p);
     Supervisor launcher(run.options());
     Watcher w;
@@ -304,9 +306,10 @@ class TestSupervisor : public QObject {
     QCOMPARE(r.failedRank, 0);
     QVERIFY(r.stalled);
     QVERIFY2(QString::fromStdString(r.message).contains("rank 0 stalled"), r.message.c_str());
-    QVERIFY2(t.elapsed() < 20000, "stall must be detected near the 3 s timeout");
+    QVERIFY2(t.elapsed() < 20000, "stall must be detected near the 5 s timeout");
     QVERIFY(!test::anyAlive(w.pids));
-    QCOMPARE(run.store.stepCount(run.id), w.stepRecords);
+    QVERIFY(w.stepRecords > 0);
+    QVERIFY(run.store.stepCount(run.id) >= w.stepRecords);  // as after a SIGKILL
   }
 
   // Rank 1 stops in its own work after step 30, alive and heartbeating (PTW_FAULT
