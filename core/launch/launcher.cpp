@@ -540,13 +540,10 @@ RunReport Launcher::run(LaunchObserver& observer) {
       batch.clear();
     }
 
-    // Reap. Among ranks that fail in the same pass, one that could not write the run's
-    // metrics, else one killed by a signal, is the cause, and the others (whose collectives
-    // broke) are the effect.
+    // Reap. Among ranks that fail in the same pass, one killed by a signal is the cause
+    // and the others (whose collectives broke) are the effect (one that could not write the
+    // run's metrics is named after the run, below).
     Rank* firstFailed = nullptr;
-    auto causeRank = [](const RankExit& e) {
-      return e.signal == 0 && e.exitCode == kWorkerCannotStoreMetrics ? 2 : e.signal != 0 ? 1 : 0;
-    };
     for (auto& rk : ranks) {
       if (rk.exited) continue;
       int status = 0;
@@ -574,7 +571,8 @@ RunReport Launcher::run(LaunchObserver& observer) {
         beginTeardown(o.stopGraceS);
         continue;
       }
-      if (rk.exit.failed() && !tearingDown && (!firstFailed || causeRank(rk.exit) > causeRank(firstFailed->exit)))
+      if (rk.exit.failed() && !tearingDown &&
+          (!firstFailed || (rk.exit.signal != 0 && firstFailed->exit.signal == 0)))
         firstFailed = &rk;
     }
     if (firstFailed) fail(*firstFailed, failureOf(*firstFailed), false);
