@@ -10,6 +10,8 @@
 #include <limits>
 #include <map>
 #include <sstream>
+#include <tuple>
+#include <vector>
 #include <QtTest>
 
 #include <torch/torch.h>
@@ -213,6 +215,49 @@ class TestWorkload : public QObject {
     QVERIFY2(accuracy >= 0.9, qPrintable(QStringLiteral("val accuracy %1 (before %2), loss %3")
                                              .arg(accuracy).arg(accuracyBefore).arg(loss)));
     QVERIFY(accuracyBefore < 0.5);
+  }
+
+  // Validation is the model's loss (and, classifying, its accuracy) at that step over the
+  // last data.val_fraction of the data: each Validation record equals the same computed here,
+  // from the full data and the parameters the model has when the record is made, at steps
+  // 10, 20 and 30 (the last also the run's end, not validated twice).
+  void validationRecordsAreTheHeldOutRowsAtTheirStep() {
+    for (const bool classification : {false, true}) {
+      Profile p = classification ? test::mlpProfile(10, {16}, 3, 200) : defaultProfile();
+      p.strategy.kind = "single";
+      p.strategy.ranks = 1;
+      p.data.samples = 200;
+      p.data.valFraction = 0.25;
+      p.run.evalEvery = 10;
+      p.hyper.maxSteps = 30;
+      Profile whole = p;
+      whole.data.valFraction = 0;
+      const engine::Dataset all = engine::makeDataset(whole.data, whole.model);
+      const auto x = all.x.narrow(0, 150, 50), y = all.y.narrow(0, 150, 50);
+      std::vector<std::tuple<std::int64_t, double, double, double, double>> seen;  // step, ours, theirs (loss, accuracy)
+      engine::Trainer* trainer = nullptr;
+      engine::SyncContext ctx{p, 0, 1, 0};
+      engine::Trainer t(engine::TrainerOptions(p, 0, 1), engine::makeStrategy(ctx), [&](const Record& r) {
+        if (r.kind != Record::Kind::Validation) return;
+        torch::NoGradGuard noGrad;
+        const auto out = trainer->model().forward(x);
+        const double loss = classification ? torch::nn::functional::cross_entropy(out, y).item<double>()
+                                           : torch::mse_loss(out, y).item<double>();
+        const double accuracy = classification ? out.argmax(1).eq(y).to(torch::kDouble).mean().item<double>() : -1;
+        seen.emplace_back(r.step.step, r.valLoss, loss, r.valAccuracy, accuracy);
+      });
+      trainer = &t;
+      std::atomic<bool> stop{false};
+      t.run(stop);
+      QCOMPARE(seen.size(), std::size_t(3));
+      for (std::size_t k = 0; k < seen.size(); ++k) {
+        const auto& [step, valLoss, loss, valAccuracy, accuracy] = seen[k];
+        QCOMPARE(step, std::int64_t(10 * (k + 1)));
+        QVERIFY2(std::abs(valLoss - loss) <= 1e-6 * std::abs(loss), qPrintable(QString("%1 vs %2").arg(valLoss).arg(loss)));
+        QCOMPARE(valAccuracy, accuracy);
+      }
+      QVERIFY(std::get<2>(seen.back()) < std::get<2>(seen.front()));  // it learned, seen on rows it never trained on
+    }
   }
 
   void csvColumnsArePickedByName() {
