@@ -1,5 +1,7 @@
 #include "common/step_block.h"
 
+#include <cerrno>
+
 namespace ptw::core {
 
 void packStep(const StepRecord& r, std::string& out) {
@@ -46,6 +48,11 @@ bool parseBlockHeader(const unsigned char* h, long long at, BlockHeader& b) {
   b.records = at + static_cast<long long>(kBlockHeaderBytes);
   return getLe<std::uint32_t>(h) == kBlockMagic && b.count >= 1 && b.count <= kBlockRecords && b.rank >= 0 &&
          b.attempt >= 0 && b.firstStep <= b.lastStep;
+}
+
+std::string metricsWriteError(const std::string& path, const std::string& why, int err) {
+  const bool full = err == ENOSPC || err == EFBIG || err == EDQUOT;
+  return "run store " + path + ": writing metrics failed (" + why + ")" + (full ? kStoreFullAdvice : "");
 }
 
 void finishBlock(std::string& bytes, std::int64_t count, int rank, int attempt, std::int64_t firstStep,

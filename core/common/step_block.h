@@ -79,6 +79,15 @@ struct BlockHeader {
 /// is not one (wrong magic, or fields no writer writes).
 bool parseBlockHeader(const unsigned char* h, long long at, BlockHeader& out);
 
+/// What to do when the disk, or the store's size limit (PTW_STORE_MAX_KIB), is full.
+inline constexpr const char* kStoreFullAdvice =
+    "; the disk (or the store's size limit) is full: free space and resume the run from its last checkpoint "
+    "(run.resume_from)";
+
+/// The error a failed write of a run's metrics to `path` (its step file, or the store's
+/// database) reports: `why`, and for a full disk (`err` ENOSPC, EFBIG or EDQUOT) what to do.
+std::string metricsWriteError(const std::string& path, const std::string& why, int err);
+
 /// Fills in the header at the front of `bytes`: kBlockHeaderBytes reserved, then `count`
 /// packed records.
 void finishBlock(std::string& bytes, std::int64_t count, int rank, int attempt, std::int64_t firstStep,

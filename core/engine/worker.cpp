@@ -127,11 +127,7 @@ class StepFile {
     b.bytes.clear();
   }
   void fail(int err) {
-    if (!m_error.empty()) return;
-    m_error = "run store " + m_path + ": writing metrics failed (" + std::strerror(err) + ")";
-    if (err == ENOSPC || err == EFBIG || err == EDQUOT)
-      m_error += "; the disk (or the store's size limit) is full: free space and resume the run from its last "
-                 "checkpoint (run.resume_from)";
+    if (m_error.empty()) m_error = core::metricsWriteError(m_path, std::strerror(err), err);
   }
 
   const std::string m_path;

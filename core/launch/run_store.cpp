@@ -86,10 +86,6 @@ CREATE TABLE IF NOT EXISTS validation (
 );
 )sql";
 
-constexpr const char* kFullAdvice =
-    "; the disk (or the store's size limit) is full: free space and resume the run from its last checkpoint "
-    "(run.resume_from)";
-
 // The records of a block: `count` of them, or as many as its bytes hold if fewer.
 template <class F>
 void forEachPacked(const unsigned char* bytes, std::size_t size, std::int64_t count, int rank, F&& f) {
@@ -404,16 +400,29 @@ void RunStore::append(std::int64_t runId, int attempt, const std::vector<Record>
 void RunStore::flush() { commitBuffer(); }
 
 std::string RunStore::stepFileForRanks(std::int64_t runId) {
-  const std::string file = stepFilePath(runId);
+  std::string why;  // unused: the ranks then send their records, and append() stores them
+  return registerStepFile(runId, why) ? stepFilePath(runId) : "";
+}
+
+// The run's row in step_files before anything is in its file: a reader reads a file only
+// while its run has one, from the unpacked length it holds (0 for a new file).
+bool RunStore::registerStepFile(std::int64_t runId, std::string& why) {
   std::error_code ec;
   std::filesystem::create_directories(m_blocksDir, ec);
+  if (ec) {
+    why = metricsWriteError(stepFilePath(runId), ec.message(), ec.value());
+    return false;
+  }
   struct stat st {};
+  const std::string file = stepFilePath(runId);
   const bool fresh = ::stat(file.c_str(), &st) != 0 || st.st_size == 0;
-  // The run's row in step_files before anything is in its file, as writeBlocks() does.
   const std::string sql = std::string(fresh ? "INSERT OR REPLACE" : "INSERT OR IGNORE") +
                           " INTO step_files VALUES (" + std::to_string(runId) + ", 0)";
-  if (ec || sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) return "";
-  return file;
+  if (sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
+    why = metricsWriteError(m_path, sqlite3_errmsg(m_db), sqlite3_errcode(m_db) == SQLITE_FULL ? ENOSPC : 0);
+    return false;
+  }
+  return true;
 }
 
 void RunStore::commitBuffer() {
@@ -424,7 +433,7 @@ void RunStore::commitBuffer() {
     auto fail = [&](const char* what) {
       const int code = sqlite3_errcode(m_db);
       m_error = std::string("run store ") + m_path + ": " + what + " failed (" + sqlite3_errmsg(m_db) + ")" +
-                (code == SQLITE_FULL ? kFullAdvice : "");
+                (code == SQLITE_FULL ? kStoreFullAdvice : "");
       sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
     };
     if (sqlite3_exec(m_db, "BEGIN", nullptr, nullptr, nullptr) != SQLITE_OK) return fail("BEGIN");
@@ -453,7 +462,7 @@ void RunStore::commitBuffer() {
 bool RunStore::writeBlocks() {
   std::string file;
   auto fail = [&](const std::string& why, int err) {
-    m_error = "run store " + file + ": writing metrics failed (" + why + ")" + (err == ENOSPC ? kFullAdvice : "");
+    m_error = metricsWriteError(file, why, err);
     return false;
   };
   std::vector<std::int64_t> runIds;
@@ -469,17 +478,9 @@ bool RunStore::writeBlocks() {
       closeStepFile();
     if (m_stepFile.runId != runId || m_stepFile.fd < 0) {
       closeStepFile();
-      std::error_code ec;
-      std::filesystem::create_directories(m_blocksDir, ec);
-      if (ec) return fail(ec.message(), ec.value());
-      // The run's row in step_files before its file: a reader reads a file only while its
-      // run has one, from the unpacked length it holds (0 for a new file).
-      const bool fresh = ::stat(file.c_str(), &st) != 0 || st.st_size == 0;
-      const std::string sql = std::string(fresh ? "INSERT OR REPLACE" : "INSERT OR IGNORE") +
-                              " INTO step_files VALUES (" + std::to_string(runId) + ", 0)";
-      if (sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
-        file = m_path;
-        return fail(sqlite3_errmsg(m_db), sqlite3_errcode(m_db) == SQLITE_FULL ? ENOSPC : 0);
+      if (std::string why; !registerStepFile(runId, why)) {
+        m_error = why;
+        return false;
       }
       const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
       if (fd < 0 || ::fstat(fd, &st) != 0) {

@@ -120,6 +120,8 @@ class RunStore {
  private:
   std::vector<RunRow> selectRuns(const char* where, std::int64_t id);
   std::string stepFilePath(std::int64_t runId) const;
+  /// Makes the step file's folder and gives the run its step_files row; false (with `why`) when it cannot.
+  bool registerStepFile(std::int64_t runId, std::string& why);
   /// Appends the buffered blocks to their run's step file; false (with m_error set) when it cannot.
   bool writeBlocks();
   void closeStepFile();

@@ -29,7 +29,6 @@ struct StepSplit {
   double commMs = 0;
   double optMs = 0;
 
-  static StepSplit of(const StepRecord& s) { return {s.stepMs, s.dataMs, s.computeMs, s.commMs, s.optMs}; }
   StepSplit& operator+=(const StepSplit& o) {
     stepMs += o.stepMs, dataMs += o.dataMs, computeMs += o.computeMs, commMs += o.commMs, optMs += o.optMs;
     return *this;
