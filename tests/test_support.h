@@ -35,7 +35,8 @@ inline bool processAlive(int pid) {
 }
 
 /// Live `ptw-worker` processes, optionally only children of `parent`.
-inline std::vector<int> livePtwWorkers(int parent = -1) {
+/// Live ptw-worker processes whose command line has `arg` (a child of `parent` if > 0).
+inline std::vector<int> liveWorkersWith(const QByteArray& arg, int parent = -1) {
   std::vector<int> out;
   for (const QString& entry : QDir(QStringLiteral("/proc")).entryList(QDir::Dirs)) {
     bool ok = false;
@@ -43,8 +44,8 @@ inline std::vector<int> livePtwWorkers(int parent = -1) {
     if (!ok) continue;
     QFile comm(QStringLiteral("/proc/%1/comm").arg(pid));
     if (!comm.open(QIODevice::ReadOnly) || comm.readAll().trimmed() != "ptw-worker") continue;
-    QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));  // ranks only, not --devices/--preflight probes
-    if (!cmdline.open(QIODevice::ReadOnly) || !cmdline.readAll().contains(QByteArray("--rank\0", 7))) continue;
+    QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));
+    if (!cmdline.open(QIODevice::ReadOnly) || !cmdline.readAll().split('\0').contains(arg)) continue;
     if (!processAlive(pid)) continue;
     if (parent > 0) {
       QFile status(QStringLiteral("/proc/%1/status").arg(pid));
@@ -57,6 +58,9 @@ inline std::vector<int> livePtwWorkers(int parent = -1) {
   }
   return out;
 }
+
+/// Live ranks (ptw-worker --rank ...; not the --devices or --preflight probes).
+inline std::vector<int> livePtwWorkers(int parent = -1) { return liveWorkersWith("--rank", parent); }
 
 inline bool anyAlive(const std::vector<int>& pids) {
   for (int p : pids)

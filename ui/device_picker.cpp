@@ -7,6 +7,7 @@
 #include <QLabel>
 #include <QProcess>
 #include <QSpinBox>
+#include <QTimer>
 #include <QVBoxLayout>
 
 #include <algorithm>
@@ -31,9 +32,34 @@ DevicePicker::DevicePicker(QWidget* parent) : QWidget(parent), m_rows(new QVBoxL
   cpu.name = "CPU";
   cpu.cores = static_cast<int>(std::thread::hardware_concurrency());
   setDevices({cpu});
+  QTimer::singleShot(0, this, [this] {
+    if (!m_probeHeld && !m_probe && !m_listed) startProbe();
+  });
+}
+
+// Note [Device probe waits for runs]
+// `ptw-worker --devices` loads LibTorch to list the devices: about a second of CPU. A window
+// opened with --start, or Start pressed at once, used to run it beside the new run's ranks,
+// and ranks that own every core lost that second: 5% of a 3-second run's throughput in
+// tests/bench/monitoring_pairs.sh, more than everything watching the run costs. So the
+// window holds the probe while a run or a sweep trains: it starts when they end, and one
+// already running when they start is stopped and asked again then. Until it answers the
+// picker lists the CPU as Qt sees it, which is all a CPU run needs.
+void DevicePicker::setProbeHeld(bool held) {
+  m_probeHeld = held;
+  if (held && m_probe) {
+    stopChildProcess(m_probe, this);
+    m_probe->deleteLater();
+    m_probe = nullptr;
+  }
+  if (!held && !m_listed && !m_probe) startProbe();
+}
+
+void DevicePicker::startProbe() {
   auto* probe = m_probe = new QProcess(this);
   connect(probe, &QProcess::finished, this, [this, probe](int code, QProcess::ExitStatus) {
     m_probe = nullptr;
+    m_listed = true;
     if (code == 0) {
       auto found = parseDevices(probe->readAllStandardOutput());
       if (!found.empty()) setDevices(found);
@@ -43,6 +69,7 @@ DevicePicker::DevicePicker(QWidget* parent) : QWidget(parent), m_rows(new QVBoxL
   connect(probe, &QProcess::errorOccurred, this, [this, probe](QProcess::ProcessError error) {
     if (error != QProcess::FailedToStart) return;  // else finished() follows
     m_probe = nullptr;  // no worker to ask: the CPU as Qt sees it stays
+    m_listed = true;
     probe->deleteLater();
   });
   probe->start(QString::fromStdString(core::Launcher::defaultWorkerPath()), {"--devices"});

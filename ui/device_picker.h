@@ -48,8 +48,12 @@ class DevicePicker : public QWidget {
   /// The ticked GPUs' indices in ascending order, as strategy.gpus: empty when they are
   /// cuda:0 to cuda:n-1. (A profile may list them in another order; ticking reorders them.)
   std::vector<std::int64_t> gpus() const;
-  /// True until `ptw-worker --devices` has answered (or failed).
-  bool probing() const { return m_probe != nullptr; }
+  /// True until `ptw-worker --devices` has answered (or failed): while it runs, and while it
+  /// waits for a run to end.
+  bool probing() const { return !m_listed; }
+  /// While held, the probe waits (one in flight is stopped and asked again later). Note
+  /// [Device probe waits for runs].
+  void setProbeHeld(bool held);
   /// "world size 4 · global batch 64"
   void setSummary(const QString& text);
 
@@ -74,7 +78,10 @@ class DevicePicker : public QWidget {
   };
   Selection m_selected;  ///< the last select(), shown again once the worker has listed the GPUs
   QLabel* m_summary;
+  void startProbe();
   QProcess* m_probe = nullptr;
+  bool m_listed = false;  ///< the worker has answered, or cannot
+  bool m_probeHeld = false;
   bool m_updating = false;
 };
 

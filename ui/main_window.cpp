@@ -36,6 +36,7 @@
 #include "common/error.h"
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
+#include "ui/device_picker.h"
 #include "ui/metric_chart.h"
 #include "ui/palette.h"
 #include "ui/profile_editor.h"
@@ -269,8 +270,12 @@ void MainWindow::buildUi() {
   // A run and a sweep would share the cores and skew each other's figures: one at a time.
   m_sweep->setBusyReason(
       [this] { return m_controller->isRunning() ? tr("A run is in progress; stop it before sweeping.") : QString(); });
-  connect(m_sweep, &SweepPanel::started, this, &MainWindow::revalidate);
+  connect(m_sweep, &SweepPanel::started, this, [this] {
+    m_editor->devicePicker()->setProbeHeld(true);  // Note [Device probe waits for runs]
+    revalidate();
+  });
   connect(m_sweep, &SweepPanel::finished, this, [this] {
+    m_editor->devicePicker()->setProbeHeld(m_controller->isRunning());
     m_history->reload();
     revalidate();
     if (m_closeAfterRun) QTimer::singleShot(0, this, &QWidget::close);
@@ -550,6 +555,7 @@ void MainWindow::startRun() {
     return;
   }
   m_lastStatus = QStringLiteral("running");
+  m_editor->devicePicker()->setProbeHeld(true);  // Note [Device probe waits for runs]
   resetLive(core::reportingRanks(p));
   appendLog(-1, tr("run %1 in %2").arg(m_controller->runId()).arg(m_controller->runDirectory()));
   revalidate();
@@ -721,6 +727,7 @@ void MainWindow::onFinished(const QString& status, const QString& message, int f
   m_forceRedraw = true;
   drainRun();
   m_drainTimer->stop();
+  m_editor->devicePicker()->setProbeHeld(m_sweep->isRunning());
   m_lastStatus = status;
   revalidate();
   m_status->setText(tr("Run %1: %2").arg(status, message));

@@ -283,6 +283,33 @@ class TestMainWindow : public QObject {
     if (line) QCOMPARE(line->text(), "OpenBLAS " + kernels + " kernels");
   }
 
+  // Note [Device probe waits for runs]: a run started as the window opens (as --start does)
+  // trains without `ptw-worker --devices` beside it, and the list comes after the run; a
+  // probe already running when Start is pressed is stopped and asked again after the run.
+  void theDeviceProbeWaitsForTheRun() {
+    const int me = static_cast<int>(::getpid());
+    for (bool probeFirst : {false, true}) {
+      QTemporaryDir runs;
+      ui::MainWindow w;
+      showQuietly(w, runs, "100000000");
+      auto* picker = w.editor()->devicePicker();
+      if (probeFirst) QTRY_VERIFY_WITH_TIMEOUT(!test::liveWorkersWith("--devices", me).empty(), 10000);
+      w.startRun();
+      QTRY_VERIFY_WITH_TIMEOUT(w.lossChart()->pointCount(0) >= 10 && w.lossChart()->pointCount(1) >= 10, 20000);
+      for (int i = 0; i < 20; ++i) {  // two seconds of training: longer than a probe takes
+        QVERIFY2(test::liveWorkersWith("--devices", me).empty(), probeFirst ? "probe first" : "run first");
+        QVERIFY(picker->probing());
+        QTest::qWait(100);
+      }
+      QCOMPARE(picker->devices().size(), std::size_t(1));
+      QCOMPARE(picker->devices().front().memoryBytes, qint64(0));  // the CPU as Qt sees it, so far
+      w.stopRun();
+      QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("stopped"), 15000);
+      QTRY_VERIFY_WITH_TIMEOUT(!picker->probing(), 30000);
+      QVERIFY(picker->devices().front().memoryBytes > 0);  // the worker's list
+    }
+  }
+
   void openSaveRecentAndUnsavedMarker() {
     QTemporaryDir dir;
     ui::MainWindow w;
