@@ -1,61 +1,124 @@
 #!/bin/bash
-# What watching a run costs its ranks, in many short pairs rather than a few long rounds: on a
-# shared machine the training rate drifts over minutes, so each pair runs the two ways back to
-# back (the order alternating) and the median of the pairs' ratios is printed.
+# What watching a run costs its ranks' throughput, in many short runs rather than a few long
+# ones: on a shared machine the training rate drifts over minutes, so each round runs every way
+# back to back, in an order that turns round by round, and each way is set against the two
+# metrics-off runs of its own round.
 #
-#   tests/bench/monitoring_pairs.sh [pairs=20] [steps=100000]
+#   tests/bench/monitoring_pairs.sh [rounds=20] [steps=100000]
 #
-# Each pair is the default profile (seed workload, 2 DDP ranks over shared memory) with
-# run.metrics false, headless, against one of:
-#   stored  a headless run, every record stored (ranks write their steps, Note [Ranks write their steps])
-#   window  the window, offscreen (`ptw --start`), every record stored and the charts live
-# The rate is rank 0's "finished after N steps in X s" (training time, start-up left out).
+# A round runs the default profile (seed workload, 2 DDP ranks over shared memory), `steps`
+# steps each, five ways:
+#   off, off'  headless with run.metrics false, twice
+#   stored     a headless run, every record stored (ranks write their steps, Note [Ranks write
+#              their steps] in core/engine/worker.cpp)
+#   window     the window, offscreen (`ptw --start`), every record stored and the charts live
+#   burn       metrics off beside a program that only burns CPU, 5 ms every 50 ms (about 10% of
+#              one core; its CPU time over the run is measured): what taking a known share of a
+#              core costs these ranks, large enough to resolve, to set against monitoring's
+#              share of the machine (monitoring_cpu.sh)
+# The rate is rank 0's "finished after N steps in X s" (training time, start-up left out). It
+# prints, for stored, window and burn, the median over rounds of rate ÷ mean of the round's two
+# off rates, and for off ÷ off' the same: two runs that differ in nothing, whose spread is what
+# the machine's noise alone gives (the resolution of the others). Each median comes with a 95%
+# bootstrap interval over rounds. All rates go to tests/bench/monitoring-samples.json (or
+# $PTW_BENCH_SAMPLES).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 ptw=${PTW:-$here/../../build/bin/ptw}
-pairs=${1:-20}
+rounds=${1:-20}
 steps=${2:-100000}
+samples=${PTW_BENCH_SAMPLES:-$here/monitoring-samples.json}
 [ -x "$ptw" ] || { echo "monitoring_pairs: build ptw first (README)" >&2; exit 2; }
+[[ $rounds =~ ^[0-9]+$ ]] && [ "$rounds" -ge 2 ] || { echo "monitoring_pairs: rounds must be a whole number >= 2, not '$rounds'" >&2; exit 2; }
+[[ $steps =~ ^[0-9]+$ ]] && [ "$steps" -ge 1000 ] || { echo "monitoring_pairs: steps must be a whole number >= 1000, not '$steps'" >&2; exit 2; }
 out=$(mktemp -d)
 trap 'pkill -P $$ 2>/dev/null || true; rm -rf "$out"' EXIT
 common=(--set "hyper.max_steps=$steps" --set data.samples=4096)
 
+burner() {  # a process that spins 5 ms and sleeps 45 ms, forever
+  exec /usr/bin/python3 -c 'import time
+while True:
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.005: pass
+    time.sleep(0.045)'
+}
+cpu_ns() { awk '{print $1}' "/proc/$1/schedstat"; }
 rate() { grep -ho "after [0-9]* steps in [0-9.]* s" "$1"/*/rank0.log | awk '{print $2 / $5}'; }
 run() {  # run WAY DIR
   case $1 in
-    off) "$ptw" --headless --runs-dir "$2" "${common[@]}" --set run.metrics=false > /dev/null 2>&1 ;;
+    off | off2) "$ptw" --headless --runs-dir "$2" "${common[@]}" --set run.metrics=false > /dev/null 2>&1 ;;
+    burn)
+      burner & local bp=$!
+      sleep 0.3
+      local c0 t0 c1 t1
+      c0=$(cpu_ns "$bp"); t0=$(date +%s%N)
+      "$ptw" --headless --runs-dir "$2" "${common[@]}" --set run.metrics=false > /dev/null 2>&1
+      c1=$(cpu_ns "$bp"); t1=$(date +%s%N)
+      kill "$bp"; wait "$bp" 2>/dev/null || true
+      echo $(((c1 - c0) * 10000 / (t1 - t0))) > "$2.burn" ;;  # its share of one core, in 1/10000
     stored) "$ptw" --headless --runs-dir "$2" "${common[@]}" > /dev/null 2>&1 ;;
     window)
       QT_QPA_PLATFORM=offscreen "$ptw" --start --runs-dir "$2" "${common[@]}" > /dev/null 2>&1 &
-      local pid=$!
-      until grep -qs "after [0-9]* steps" "$2"/*/rank0.log; do
+      local pid=$! fd f lines
+      # Waits for rank 0's last line with builtins only: a grep and a sleep started five times a
+      # second took 1-1.5% of the machine (perf), more than the window itself. `read -t` on a
+      # pipe nobody writes sleeps without starting a process.
+      exec {fd}<> <(:)
+      while :; do
+        for f in "$2"/*/rank0.log; do
+          [ -f "$f" ] && mapfile -t lines < "$f" && [[ "${lines[*]}" == *" steps in "* ]] && break 2
+        done
         kill -0 "$pid" 2>/dev/null || { echo "monitoring_pairs: the window ended before its run" >&2; exit 3; }
-        sleep 0.2
+        read -r -t 0.5 -u "$fd" || true
       done
+      exec {fd}>&-
       kill "$pid"; wait "$pid" 2>/dev/null || true ;;
   esac
 }
 
-for way in stored window; do
-  : > "$out/$way.txt"
-  for i in $(seq 1 "$pairs"); do
-    order="$way off"; [ $((i % 2)) = 0 ] && order="off $way"
-    declare -A r=()
-    for w in $order; do
-      rm -rf "$out/runs"
-      run "$w" "$out/runs"
-      r[$w]=$(rate "$out/runs")
-    done
-    echo "${r[$way]} ${r[off]}" >> "$out/$way.txt"
-    unset r
+ways=(off stored off2 window burn)
+: > "$out/rates.txt"
+for i in $(seq 0 $((rounds - 1))); do
+  line="$i"
+  for k in 0 1 2 3 4; do
+    w=${ways[$(((i + k) % 5))]}
+    rm -rf "$out/runs"
+    run "$w" "$out/runs"
+    r=$(rate "$out/runs")
+    [ -n "$r" ] || { echo "monitoring_pairs: the $w run of round $i reported no rate" >&2; exit 3; }
+    line="$line $w=$r"
+    [ "$w" = burn ] && line="$line burn_core=$(awk '{print $1 / 10000}' "$out/runs.burn")"
   done
-  /usr/bin/python3 - "$way" "$out/$way.txt" <<'EOF'
-import statistics, sys
-way, path = sys.argv[1], sys.argv[2]
-pairs = [tuple(map(float, l.split())) for l in open(path) if l.strip()]
-ratios = sorted(a / b for a, b in pairs)
-print(f"{way} / metrics off: median {statistics.median(ratios):.3f} over {len(ratios)} pairs "
-      f"(quartiles {ratios[len(ratios) // 4]:.3f}-{ratios[(3 * len(ratios)) // 4]:.3f}); "
-      f"metrics off {statistics.median(b for _, b in pairs):.0f} steps/s (median)")
-EOF
+  echo "$line" >> "$out/rates.txt"
+  echo "round $((i + 1))/$rounds: ${line#* }" >&2
 done
+
+/usr/bin/python3 - "$out/rates.txt" "$samples" "$steps" "$(git -C "$here" rev-parse --short HEAD 2>/dev/null || echo unknown)" <<'EOF'
+import json, random, statistics, sys
+path, samples, steps, commit = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+rounds = []
+for line in open(path):
+    fields = line.split()[1:]
+    rounds.append({k: float(v) for k, v in (f.split("=") for f in fields)})
+json.dump({"commit": commit, "steps": steps, "unit": "steps/s of rank 0", "rounds": rounds},
+          open(samples, "w"), indent=1)
+rng = random.Random(1)
+def summary(name, ratios):
+    boot = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(4000))
+    lo, hi = boot[int(0.025 * len(boot))], boot[int(0.975 * len(boot)) - 1]
+    q = sorted(ratios)
+    print(f"{name:28} median {statistics.median(ratios):.3f}  95% interval {lo:.3f}-{hi:.3f}  "
+          f"quartiles {q[len(q) // 4]:.3f}-{q[(3 * len(q)) // 4]:.3f}")
+print(f"monitoring cost, seed workload, DDP shm, 2 ranks, {steps} steps a run, {len(rounds)} rounds "
+      f"(commit {commit}); metrics off {statistics.median(r['off'] for r in rounds):,.0f} steps/s (median)")
+off = [(r["off"] + r["off2"]) / 2 for r in rounds]
+summary("off / off' (noise alone)", [r["off"] / r["off2"] for r in rounds])
+summary("stored / metrics off", [r["stored"] / o for r, o in zip(rounds, off)])
+summary("window / metrics off", [r["window"] / o for r, o in zip(rounds, off)])
+burn = statistics.median(r["burn_core"] for r in rounds)
+summary(f"burner {100 * burn:.1f}% of a core / off", [r["burn"] / o for r, o in zip(rounds, off)])
+cost = 1 - statistics.median(r["burn"] / o for r, o in zip(rounds, off))
+print(f"the burner's cost per % of one core it takes: {cost / burn:.2f}% "
+      f"(multiply monitoring_cpu.sh's share of one core by it)")
+print(f"samples: {samples}")
+EOF
