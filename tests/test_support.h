@@ -34,8 +34,7 @@ inline bool processAlive(int pid) {
   return close > 0 && close + 2 < s.size() && s.at(close + 2) != 'Z';
 }
 
-/// Live `ptw-worker` processes, optionally only children of `parent`.
-/// Live ptw-worker processes whose command line has `arg` (a child of `parent` if > 0).
+/// Live `ptw-worker` processes whose command line has `arg`, optionally only children of `parent`.
 inline std::vector<int> liveWorkersWith(const QByteArray& arg, int parent = -1) {
   std::vector<int> out;
   for (const QString& entry : QDir(QStringLiteral("/proc")).entryList(QDir::Dirs)) {

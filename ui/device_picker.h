@@ -62,6 +62,7 @@ class DevicePicker : public QWidget {
 
  private:
   void rebuild();
+  void startProbe();
   std::vector<Device> m_devices;
   QVBoxLayout* m_rows;
   QCheckBox* m_cpu = nullptr;
@@ -78,7 +79,6 @@ class DevicePicker : public QWidget {
   };
   Selection m_selected;  ///< the last select(), shown again once the worker has listed the GPUs
   QLabel* m_summary;
-  void startProbe();
   QProcess* m_probe = nullptr;
   bool m_listed = false;  ///< the worker has answered, or cannot
   bool m_probeHeld = false;
