@@ -407,14 +407,14 @@ std::string RunStore::stepFileForRanks(std::int64_t runId) {
 // The run's row in step_files before anything is in its file: a reader reads a file only
 // while its run has one, from the unpacked length it holds (0 for a new file).
 bool RunStore::registerStepFile(std::int64_t runId, std::string& why) {
+  const std::string file = stepFilePath(runId);
   std::error_code ec;
   std::filesystem::create_directories(m_blocksDir, ec);
   if (ec) {
-    why = metricsWriteError(stepFilePath(runId), ec.message(), ec.value());
+    why = metricsWriteError(file, ec.message(), ec.value());
     return false;
   }
   struct stat st {};
-  const std::string file = stepFilePath(runId);
   const bool fresh = ::stat(file.c_str(), &st) != 0 || st.st_size == 0;
   const std::string sql = std::string(fresh ? "INSERT OR REPLACE" : "INSERT OR IGNORE") +
                           " INTO step_files VALUES (" + std::to_string(runId) + ", 0)";

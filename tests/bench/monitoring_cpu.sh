@@ -17,10 +17,12 @@
 #   other                    everything else on the machine (perf itself included)
 #   idle                     no sample: a CPU with nothing to run
 # The ranks own every core, so whatever else runs takes its time from a rank, and a rank that
-# is held up holds up its peer at the next step: monitoring's cost to throughput is about the
-# CPU it takes, in cores (its share of the machine times the number of CPUs). Unlike an on/off
-# throughput ratio this is a share within one stretch of one run, so the machine's drift from
-# minute to minute (±5-25% here) does not enter it. Needs perf (Debian: linux-perf) and
+# is held up holds up its peer at the next step: what monitoring's CPU alone costs throughput
+# is about that CPU in cores (its share of the machine times the number of CPUs; a burner's
+# cost per core-% in monitoring_pairs.sh is 0.86-1.27 here). Timed pairs found the window
+# costing more than that (BENCHMARKS.md, "Monitoring, counted and paired"): this counts the
+# CPU, not every cost. Unlike an on/off throughput ratio it is a share within one stretch of
+# one run, so the machine's drift from minute to minute (±5-25% here) does not enter it. Needs perf (Debian: linux-perf) and
 # permission to sample every CPU (root, or kernel.perf_event_paranoid <= 0).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -107,5 +109,6 @@ own = "ptw's process"
 watch = on["ranks: writing metrics"] + on[own] + max(0.0, on["kernel threads"] - off["kernel threads"])
 print(f"monitoring ({way}): {watch:.2f}% of the machine, {watch * cpus:.2f}% of one core; "
       f"ptw's process with metrics off: {off[own]:.2f}% of the machine")
-print(f"estimated cost to the ranks' throughput: {watch * cpus:.1f}% (each ms taken from a rank holds up both)")
+print(f"what that CPU alone costs the ranks' throughput: about {watch * cpus:.1f}% (each ms taken from a rank "
+      f"holds up both); other costs are not counted here")
 EOF
