@@ -345,6 +345,13 @@ void MainWindow::buildMenus() {
     m_loss->fit();
     m_throughput->fit();
   });
+  m_pauseAction = view->addAction(tr("&Pause Live Charts"));
+  m_pauseAction->setCheckable(true);
+  m_pauseAction->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_P));
+  m_pauseAction->setEnabled(false);
+  m_pauseAction->setToolTip(tr("Freeze the charts, the rank table and the log while the run goes on; every record is "
+                               "still stored (Ctrl+Shift+P)"));
+  connect(m_pauseAction, &QAction::toggled, this, &MainWindow::setChartsPaused);
 }
 
 core::Profile MainWindow::profile() const { return m_editor->profile(); }
@@ -421,6 +428,7 @@ void MainWindow::revalidate() {
   m_stop->setEnabled(running);
   if (m_startAction) m_startAction->setEnabled(m_start->isEnabled());
   if (m_stopAction) m_stopAction->setEnabled(running);
+  if (m_pauseAction) m_pauseAction->setEnabled(running);
   if (!running && !m_closeAfterRun) m_status->setText(sweeping ? m_start->toolTip() : m_blockingReason);
 }
 
@@ -566,6 +574,25 @@ void MainWindow::startRun() {
   m_runStarted = std::chrono::steady_clock::now();
   m_drainTimer->start(kFirstPointMs);
   m_history->reload();
+}
+
+void MainWindow::setChartsPaused(bool paused) {
+  if (!m_controller->isRunning()) paused = false;
+  if (m_pauseAction->isChecked() != paused) m_pauseAction->setChecked(paused);  // comes back here
+  if (paused == m_chartsPaused) return;
+  m_forceRedraw = true;
+  drainRun();  // pausing shows what has come; resuming, what came meanwhile
+  m_chartsPaused = paused;
+  if (paused) {
+    m_drainTimer->stop();
+    const auto latest = std::min_element(m_latest.begin(), m_latest.end(),
+                                         [](const RankLatest& a, const RankLatest& b) { return a.step < b.step; });
+    m_status->setText(tr("Charts paused at step %1; the run goes on and every record is stored (Ctrl+Shift+P resumes)")
+                          .arg(latest == m_latest.end() || latest->step < 0 ? 0 : latest->step));
+  } else {
+    m_drainTimer->start();
+    m_status->setText(tr("Running %1 series…").arg(m_reportingRanks));
+  }
 }
 
 void MainWindow::stopRun() {
@@ -719,6 +746,8 @@ void MainWindow::refilterLog() {
 
 void MainWindow::onFinished(const QString& status, const QString& message, int failedRank,
                             const QStringList& lastLines) {
+  m_chartsPaused = false;  // the run is over: everything is drawn
+  m_pauseAction->setChecked(false);
   drainRun();  // what is left
   // The last window of steps, cut short by the end, is drawn with the steps it has (Note
   // [Step groups]); then everything once more.

@@ -74,6 +74,12 @@ class MainWindow : public QMainWindow {
   RunHistory* history() const { return m_history; }
   SweepPanel* sweep() const { return m_sweep; }
   QString lastStatus() const { return m_lastStatus; }
+  /// Live charts paused (View > Pause Live Charts, Ctrl+Shift+P): the run goes on and every
+  /// record is stored, but the charts, the rank table and the log take nothing new until
+  /// they resume (or the run ends), and the window's process stays asleep meanwhile. Pausing
+  /// first draws what has come; resuming draws what came since. Only while a run trains.
+  void setChartsPaused(bool paused);
+  bool chartsPaused() const { return m_chartsPaused; }
   QStringList recentFiles() const;
 
  public slots:
@@ -122,6 +128,8 @@ class MainWindow : public QMainWindow {
   bool m_closeAfterRun = false;  ///< the user closed the window while a run or sweep went on
   QAction* m_startAction = nullptr;
   QAction* m_stopAction = nullptr;
+  QAction* m_pauseAction = nullptr;
+  bool m_chartsPaused = false;
 
   ProfileEditor* m_editor = nullptr;
   QPushButton* m_start = nullptr;

@@ -10,12 +10,28 @@
 // appending to the run store alone costs a record, in CPU and in wall time.
 //
 //   QT_QPA_PLATFORM=offscreen build/bin/bench_monitoring [rounds=3] [steps=100000] [backend=shm]
+//
+// and, within runs: what the live window costs a stored run beyond what storing costs.
+//
+//   QT_QPA_PLATFORM=offscreen build/bin/bench_monitoring alternate [runs=4] [steps=2000000] [phase_ms=4000]
+//
+// Each run, in the window, alternates phases of `phase_ms` with the charts live and paused
+// (View > Pause Live Charts: the run goes on, every record stored, the window asleep). Paused,
+// the window's process does what a headless stored run's does; live, it also takes, draws
+// and tabulates. Each live phase's rate is set against the mean of the paused phases on
+// either side, a second or two away: the machine's drift over minutes and its changes of
+// speed between runs (±10-25% here) cancel, which paired whole runs cannot do. The rate of a
+// phase is steps ÷ the mean over both ranks of their step times (run store, every step),
+// past the first 300 ms of the phase: a phase boundary is known from the steps the window
+// has seen, which the ranks send every 250 ms.
 #include <QApplication>
 #include <QElapsedTimer>
+#include <QEventLoop>
 #include <QFile>
 #include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QTest>
+#include <QTimer>
 
 #include <signal.h>
 #include <sys/prctl.h>
@@ -29,6 +45,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "launch/launcher.h"
@@ -87,11 +105,116 @@ core::Profile seedProfile(long steps, const char* backend) {
   return p;
 }
 
+// Runs the event loop for `ms` with nothing else awake (QTest::qWait wakes every 10 ms).
+void idleFor(int ms) {
+  QEventLoop loop;
+  QTimer::singleShot(ms, &loop, &QEventLoop::quit);
+  loop.exec();
+}
+
+int alternate(int runs, long steps, int phaseMs) {
+  struct Phase {
+    bool live;
+    std::int64_t from, to;  ///< rank 0's steps seen by the window at its start and end
+    double cpuS;            ///< the window's process
+    double wallS;
+  };
+  std::vector<double> ratios;  // live phase ÷ mean of its paused neighbours
+  std::vector<double> liveShare, pausedShare;
+  for (int r = 0; r < runs; ++r) {
+    QTemporaryDir dir;
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    w.setRunsDirectory(dir.path());
+    w.show();
+    w.setProfile(seedProfile(steps, "shm"));
+    w.startRun();
+    while (w.controller()->isRunning() && w.lossChart()->pointCount(0) == 0) idleFor(50);
+    idleFor(1000);  // past the warm-up
+    std::vector<Phase> phases;
+    bool live = r % 2 == 0;  // runs start live and paused in turn
+    w.setChartsPaused(!live);
+    auto at = static_cast<std::int64_t>(w.lossChart()->pointCount(0));
+    Cpu cpu = Cpu::now();
+    QElapsedTimer clock;
+    clock.start();
+    while (w.controller()->isRunning()) {
+      idleFor(phaseMs);
+      if (!w.controller()->isRunning()) break;
+      w.setChartsPaused(live);  // draws what has come: the boundary, as the ranks last sent it
+      const auto now = static_cast<std::int64_t>(w.lossChart()->pointCount(0));
+      const Cpu c = Cpu::now();
+      phases.push_back({live, at, now, c.self - cpu.self, clock.restart() / 1000.0});
+      live = !live, at = now, cpu = c;
+    }
+    while (w.controller()->isRunning()) idleFor(100);
+    core::RunStore store(dir.path().toStdString());
+    const auto runId = w.controller()->runId();
+    std::vector<double> rate(phases.size(), 0);
+    for (std::size_t i = 0; i < phases.size(); ++i) {
+      const Phase& p = phases[i];
+      const std::int64_t from = p.from + (p.to - p.from) * 300 / phaseMs;
+      double ms = 0;
+      std::size_t n = 0;
+      for (int rank : {0, 1})
+        for (const auto& [step, stepMs] : store.series(runId, rank, "step_ms", static_cast<double>(from + 1),
+                                                        static_cast<double>(p.to)))
+          ms += stepMs, ++n;
+      rate[i] = n > 0 ? 1000.0 * static_cast<double>(n) / ms : 0;  // steps a second, by both ranks' mean step
+      (p.live ? liveShare : pausedShare).push_back(p.cpuS / p.wallS);
+    }
+    std::printf("run %d/%d:", r + 1, runs);
+    for (std::size_t i = 0; i < phases.size(); ++i) {
+      std::printf(" %s %.0f", phases[i].live ? "live" : "paused", rate[i]);
+      if (!phases[i].live) continue;
+      double sum = 0;
+      int k = 0;
+      for (std::size_t j : {i - 1, i + 1})  // i - 1 wraps for i == 0 and is then out of range
+        if (j < phases.size() && rate[j] > 0) sum += rate[j], ++k;
+      if (k > 0 && rate[i] > 0) ratios.push_back(rate[i] / (sum / k));
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  if (ratios.empty()) {
+    std::fprintf(stderr, "bench_monitoring: no live phase had a paused one beside it; give more steps\n");
+    return 1;
+  }
+  std::mt19937 rng(1);
+  std::vector<double> boot;
+  for (int b = 0; b < 4000; ++b) {
+    std::vector<double> s(ratios.size());
+    for (double& x : s) x = ratios[std::uniform_int_distribution<std::size_t>(0, ratios.size() - 1)(rng)];
+    boot.push_back(median(s));
+  }
+  std::sort(boot.begin(), boot.end());
+  double mean = 0;
+  for (double x : ratios) mean += x / static_cast<double>(ratios.size());
+  std::printf("the live window within stored runs, seed workload, DDP shm, 2 ranks, %d runs of %ld steps, phases of "
+              "%d ms:\n",
+              runs, steps, phaseMs);
+  std::printf("  live ÷ paused: median %.3f (95%% interval %.3f-%.3f), mean %.3f, over %zu live phases\n",
+              median(ratios), boot[100], boot[3899], mean, ratios.size());
+  std::printf("  the window's process: %.2f%% of one core live, %.2f%% paused (medians over phases)\n",
+              100 * median(liveShare), 100 * median(pausedShare));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (!qEnvironmentVariableIsSet("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
   QApplication app(argc, argv);
+  if (argc > 1 && std::string(argv[1]) == "alternate") {
+    const int runs = argc > 2 ? std::atoi(argv[2]) : 4;
+    const long steps = argc > 3 ? std::atol(argv[3]) : 2000000;
+    const int phaseMs = argc > 4 ? std::atoi(argv[4]) : 4000;
+    if (runs < 1 || steps < 100000 || phaseMs < 1000) {
+      std::fprintf(stderr, "bench_monitoring alternate: runs >= 1, steps >= 100000 and phase_ms >= 1000 expected\n");
+      return 2;
+    }
+    return alternate(runs, steps, phaseMs);
+  }
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 3;
   const long steps = argc > 2 ? std::atol(argv[2]) : 100000;
   const char* backend = argc > 3 ? argv[3] : "shm";

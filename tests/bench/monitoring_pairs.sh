@@ -16,6 +16,12 @@
 #              one core; its CPU time over the run is measured): what taking a known share of a
 #              core costs these ranks, large enough to resolve, to set against monitoring's
 #              share of the machine (monitoring_cpu.sh)
+# and two more when PTW_WAYS names them (PTW_WAYS="off stored off2 window burn idle pulse"):
+#   idle       metrics off beside an idle window (offscreen, left open after a run of one step,
+#              its device list already listed): what the window's mere presence costs
+#   pulse      metrics off beside a program that wakes like the window's process while it
+#              watches (13 times a second, and 5 ms of CPU every 2 s, as one redraw takes):
+#              what any program with that pattern costs, window or not
 # The rate is rank 0's "finished after N steps in X s" (training time, start-up left out). It
 # prints, for stored, window and burn, the median over rounds of rate ÷ mean of the round's two
 # off rates, and for off ÷ off' the same: two runs that differ in nothing, whose spread is what
@@ -42,20 +48,38 @@ while True:
     while time.perf_counter() - t < 0.005: pass
     time.sleep(0.045)'
 }
+pulser() {  # a process that wakes 13 times a second and spins 5 ms every 2 s, forever
+  exec /usr/bin/python3 -c 'import time
+n = 0
+while True:
+    n += 1
+    if n % 26 == 0:
+        t = time.perf_counter()
+        while time.perf_counter() - t < 0.005: pass
+    time.sleep(1 / 13)'
+}
 cpu_ns() { awk '{print $1}' "/proc/$1/schedstat"; }
 rate() { grep -ho "after [0-9]* steps in [0-9.]* s" "$1"/*/rank0.log | awk '{print $2 / $5}'; }
 run() {  # run WAY DIR
   case $1 in
     off | off2) "$ptw" --headless --runs-dir "$2" "${common[@]}" --set run.metrics=false > /dev/null 2>&1 ;;
-    burn)
-      burner & local bp=$!
+    burn | pulse)
+      if [ "$1" = burn ]; then burner & else pulser & fi
+      local bp=$!
       sleep 0.3
       local c0 t0 c1 t1
       c0=$(cpu_ns "$bp"); t0=$(date +%s%N)
       "$ptw" --headless --runs-dir "$2" "${common[@]}" --set run.metrics=false > /dev/null 2>&1
       c1=$(cpu_ns "$bp"); t1=$(date +%s%N)
       kill "$bp"; wait "$bp" 2>/dev/null || true
-      echo $(((c1 - c0) * 10000 / (t1 - t0))) > "$2.burn" ;;  # its share of one core, in 1/10000
+      echo $(((c1 - c0) * 10000 / (t1 - t0))) > "$2.$1" ;;  # its share of one core, in 1/10000
+    idle)
+      mkdir -p "$2"
+      QT_QPA_PLATFORM=offscreen "$ptw" --start --runs-dir "$2/idle" --set hyper.max_steps=1 > /dev/null 2>&1 &
+      local wp=$!
+      sleep 5  # its run and then its device list are done within ~3 s; then it only waits
+      "$ptw" --headless --runs-dir "$2" "${common[@]}" --set run.metrics=false > /dev/null 2>&1
+      kill "$wp"; wait "$wp" 2>/dev/null || true ;;
     stored) "$ptw" --headless --runs-dir "$2" "${common[@]}" > /dev/null 2>&1 ;;
     window)
       QT_QPA_PLATFORM=offscreen "$ptw" --start --runs-dir "$2" "${common[@]}" > /dev/null 2>&1 &
@@ -76,18 +100,22 @@ run() {  # run WAY DIR
   esac
 }
 
-ways=(off stored off2 window burn)
+read -r -a ways <<< "${PTW_WAYS:-off stored off2 window burn}"
+for w in off off2; do [[ " ${ways[*]} " == *" $w "* ]] || { echo "monitoring_pairs: PTW_WAYS must name off and off2" >&2; exit 2; }; done
+for w in "${ways[@]}"; do
+  [[ $w =~ ^(off|off2|stored|window|burn|idle|pulse)$ ]] || { echo "monitoring_pairs: PTW_WAYS: no way '$w' (off off2 stored window burn idle pulse)" >&2; exit 2; }
+done
 : > "$out/rates.txt"
 for i in $(seq 0 $((rounds - 1))); do
   line="$i"
-  for k in 0 1 2 3 4; do
-    w=${ways[$(((i + k) % 5))]}
+  for k in "${!ways[@]}"; do
+    w=${ways[$(((i + k) % ${#ways[@]}))]}
     rm -rf "$out/runs"
     run "$w" "$out/runs"
     r=$(rate "$out/runs")
     [ -n "$r" ] || { echo "monitoring_pairs: the $w run of round $i reported no rate" >&2; exit 3; }
     line="$line $w=$r"
-    [ "$w" = burn ] && line="$line burn_core=$(awk '{print $1 / 10000}' "$out/runs.burn")"
+    [[ $w == burn || $w == pulse ]] && line="$line ${w}_core=$(awk '{print $1 / 10000}' "$out/runs.$w")"
   done
   echo "$line" >> "$out/rates.txt"
   echo "round $((i + 1))/$rounds: ${line#* }" >&2
@@ -113,12 +141,19 @@ print(f"monitoring cost, seed workload, DDP shm, 2 ranks, {steps} steps a run, {
       f"(commit {commit}); metrics off {statistics.median(r['off'] for r in rounds):,.0f} steps/s (median)")
 off = [(r["off"] + r["off2"]) / 2 for r in rounds]
 summary("off / off' (noise alone)", [r["off"] / r["off2"] for r in rounds])
-summary("stored / metrics off", [r["stored"] / o for r, o in zip(rounds, off)])
-summary("window / metrics off", [r["window"] / o for r, o in zip(rounds, off)])
-burn = statistics.median(r["burn_core"] for r in rounds)
-summary(f"burner {100 * burn:.1f}% of a core / off", [r["burn"] / o for r, o in zip(rounds, off)])
-cost = 1 - statistics.median(r["burn"] / o for r, o in zip(rounds, off))
-print(f"the burner's cost per % of one core it takes: {cost / burn:.2f}% "
-      f"(multiply monitoring_cpu.sh's share of one core by it)")
+names = {"stored": "stored / metrics off", "window": "window / metrics off",
+         "idle": "idle window beside off / off"}
+for way, name in names.items():
+    if way in rounds[0]:
+        summary(name, [r[way] / o for r, o in zip(rounds, off)])
+for way, what in (("pulse", "pulser"), ("burn", "burner")):
+    if way in rounds[0]:
+        core = statistics.median(r[way + "_core"] for r in rounds)
+        summary(f"{what} {100 * core:.1f}% of a core / off", [r[way] / o for r, o in zip(rounds, off)])
+if "burn" in rounds[0]:
+    burn = statistics.median(r["burn_core"] for r in rounds)
+    cost = 1 - statistics.median(r["burn"] / o for r, o in zip(rounds, off))
+    print(f"the burner's cost per % of one core it takes: {cost / burn:.2f}% "
+          f"(multiply monitoring_cpu.sh's share of one core by it)")
 print(f"samples: {samples}")
 EOF

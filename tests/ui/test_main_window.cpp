@@ -635,6 +635,49 @@ class TestMainWindow : public QObject {
     QVERIFY(!test::anyAlive(workers));
   }
 
+  // Ctrl+Shift+P pauses the live charts: nothing new is drawn while the run goes on, resuming
+  // draws what came meanwhile, and a run that ends paused is drawn to its last step, every
+  // step the store holds.
+  void pausedChartsTakeNothingAndLoseNothing() {
+    QTemporaryDir runs;
+    ui::MainWindow w;
+    showQuietly(w, runs, "100000000");
+    QAction* pause = nullptr;
+    for (auto* a : w.findChildren<QAction*>())
+      if (a->text() == "&Pause Live Charts") pause = a;
+    QVERIFY(pause && !pause->isEnabled());
+    QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+    QTRY_VERIFY_WITH_TIMEOUT(w.lossChart()->pointCount(0) >= 10 && w.lossChart()->pointCount(1) >= 10, 20000);
+    QVERIFY(pause->isEnabled() && !pause->isChecked());
+    QTest::keyClick(&w, Qt::Key_P, Qt::ControlModifier | Qt::ShiftModifier);
+    QVERIFY(w.chartsPaused() && pause->isChecked());
+    const std::size_t frozen = w.lossChart()->pointCount(0), frozenSteps = w.throughputChart()->pointCount(1);
+    const QString tableStep = cell(w.rankTable(), 0, 2);
+    auto* status = w.findChild<QLabel*>("status");
+    const auto slowest = std::min(tableStep.toLongLong(), cell(w.rankTable(), 1, 2).toLongLong());
+    QVERIFY2(status->text().contains(QString("Charts paused at step %1;").arg(slowest)), qPrintable(status->text()));
+    QTest::qWait(1200);  // the ranks send their steps every 250 ms
+    QCOMPARE(w.lossChart()->pointCount(0), frozen);
+    QCOMPARE(w.throughputChart()->pointCount(1), frozenSteps);
+    QCOMPARE(cell(w.rankTable(), 0, 2), tableStep);
+    QTest::keyClick(&w, Qt::Key_P, Qt::ControlModifier | Qt::ShiftModifier);
+    QVERIFY(!w.chartsPaused() && !pause->isChecked());
+    QVERIFY2(w.lossChart()->pointCount(0) > frozen, "resuming draws what came while paused");
+    QVERIFY(cell(w.rankTable(), 0, 2).toLongLong() > tableStep.toLongLong());
+    w.setChartsPaused(true);
+    QVERIFY(pause->isChecked());
+    QTest::mouseClick(w.findChild<QPushButton*>("stop"), Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("stopped"), 15000);
+    QVERIFY(!w.chartsPaused() && !pause->isChecked() && !pause->isEnabled());
+    std::size_t stored[2] = {0, 0};
+    for (const auto& s : core::RunStore(runs.path().toStdString()).steps(1)) ++stored[s.rank];
+    QVERIFY(stored[0] > frozen);
+    QCOMPARE(w.lossChart()->pointCount(0), stored[0]);
+    QCOMPARE(w.lossChart()->pointCount(1), stored[1]);
+    w.setChartsPaused(true);  // no run: nothing to pause
+    QVERIFY(!w.chartsPaused() && !pause->isChecked());
+  }
+
   // The scaling sweep from the window: a line per strategy, the fastest opened as the profile.
   void sweepDrawsLinesAndOpensTheFastest() {
     QTemporaryDir runs;
