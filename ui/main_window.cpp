@@ -349,8 +349,6 @@ void MainWindow::buildMenus() {
   m_pauseAction->setCheckable(true);
   m_pauseAction->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_P));
   m_pauseAction->setEnabled(false);
-  m_pauseAction->setToolTip(tr("Freeze the charts, the rank table and the log while the run goes on; every record is "
-                               "still stored (Ctrl+Shift+P)"));
   connect(m_pauseAction, &QAction::toggled, this, &MainWindow::setChartsPaused);
 }
 

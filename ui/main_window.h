@@ -76,8 +76,8 @@ class MainWindow : public QMainWindow {
   QString lastStatus() const { return m_lastStatus; }
   /// Live charts paused (View > Pause Live Charts, Ctrl+Shift+P): the run goes on and every
   /// record is stored, but the charts, the rank table and the log take nothing new until
-  /// they resume (or the run ends), and the window's process stays asleep meanwhile. Pausing
-  /// first draws what has come; resuming draws what came since. Only while a run trains.
+  /// they resume (or the run ends), and the window's thread sleeps meanwhile. Pausing first
+  /// draws what has come; resuming draws what came since. Only while a run trains.
   void setChartsPaused(bool paused);
   bool chartsPaused() const { return m_chartsPaused; }
   QStringList recentFiles() const;

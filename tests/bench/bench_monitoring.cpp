@@ -16,10 +16,10 @@
 //   QT_QPA_PLATFORM=offscreen build/bin/bench_monitoring alternate [runs=4] [steps=2000000] [phase_ms=4500]
 //
 // Each run, in the window, alternates phases of `phase_ms` with the charts live and paused
-// (View > Pause Live Charts: the run goes on, every record stored, the window asleep). Paused,
-// the window's process does what a headless stored run's does; live, it also takes, draws
-// and tabulates. Each live phase's rate is set against the mean of the paused phases on
-// either side, a second or two away: the machine's drift over minutes and its changes of
+// (View > Pause Live Charts: the run goes on, every record stored, the window's thread
+// asleep). Paused, the window's process does what a headless stored run's does; live, it
+// also takes, draws and tabulates. Each live phase's rate is set against the mean of the
+// paused phases on either side, seconds away: the machine's drift over minutes and its changes of
 // speed between runs (±10-25% here) cancel, which paired whole runs cannot do. The rate of a
 // phase is steps ÷ the mean over both ranks of their step times (run store, every step),
 // past the first 300 ms of the phase: a phase boundary is known from the steps the window
@@ -318,7 +318,7 @@ int main(int argc, char** argv) {
         const auto points = static_cast<double>(w.lossChart()->pointCount(0));
         if (fromMs < 0 && points >= 0.1 * static_cast<double>(steps)) steadyFrom = Cpu::now(), fromMs = clock.elapsed();
         if (toMs < 0 && points >= 0.8 * static_cast<double>(steps)) steadyTo = Cpu::now(), toMs = clock.elapsed();
-        QTest::qWait(100);  // the window's own thread: polling it more often would cost the run
+        idleFor(100);  // the window's own thread: polling more often (as QTest::qWait does) would cost the run
       }
       if (fromMs >= 0 && toMs > fromMs)
         share = (steadyTo.self - steadyFrom.self) / (static_cast<double>(toMs - fromMs) / 1000.0);
