@@ -53,6 +53,15 @@ void DevicePicker::setProbeHeld(bool held) {
     m_probe = nullptr;
   }
   if (!held && !m_listed && !m_probe) startProbe();
+  updateNoGpuNote();
+}
+
+void DevicePicker::updateNoGpuNote() {
+  if (!m_noGpu) return;
+  m_noGpu->setText(m_listed       ? tr("No CUDA device visible to LibTorch.")
+                   : m_probeHeld ? tr("CUDA devices are listed when the run ends (listing them would take a core "
+                                      "from its ranks).")
+                                 : tr("Looking for CUDA devices…"));
 }
 
 void DevicePicker::startProbe() {
@@ -64,15 +73,18 @@ void DevicePicker::startProbe() {
       auto found = parseDevices(probe->readAllStandardOutput());
       if (!found.empty()) setDevices(found);
     }
+    updateNoGpuNote();
     probe->deleteLater();
   });
   connect(probe, &QProcess::errorOccurred, this, [this, probe](QProcess::ProcessError error) {
     if (error != QProcess::FailedToStart) return;  // else finished() follows
     m_probe = nullptr;  // no worker to ask: the CPU as Qt sees it stays
     m_listed = true;
+    updateNoGpuNote();
     probe->deleteLater();
   });
   probe->start(QString::fromStdString(core::Launcher::defaultWorkerPath()), {"--devices"});
+  updateNoGpuNote();
 }
 
 DevicePicker::~DevicePicker() { stopChildProcess(m_probe, this); }
@@ -114,10 +126,14 @@ void DevicePicker::rebuild() {
   }
   m_gpus.clear();
   m_cpu = nullptr;
+  m_noGpu = nullptr;
   for (const auto& d : m_devices) {
     if (d.kind == "cpu") {
       auto* row = new QHBoxLayout;
-      m_cpu = new QCheckBox(tr("CPU: %1 cores, %2").arg(d.cores).arg(gib(d.memoryBytes)), this);
+      // Memory comes with the worker's list; Qt's own knows the cores only.
+      m_cpu = new QCheckBox(d.memoryBytes > 0 ? tr("CPU: %1 cores, %2").arg(d.cores).arg(gib(d.memoryBytes))
+                                              : tr("CPU: %1 cores").arg(d.cores),
+                            this);
       m_cpu->setObjectName("device.cpu");
       m_cpuRanks = new QSpinBox(this);
       m_cpuRanks->setObjectName("device.cpu.ranks");
@@ -161,9 +177,12 @@ void DevicePicker::rebuild() {
     }
   }
   if (m_gpus.empty()) {
-    auto* none = new QLabel(tr("No CUDA device visible to LibTorch."), this);
-    none->setEnabled(false);
-    m_rows->addWidget(none);
+    m_noGpu = new QLabel(this);
+    m_noGpu->setObjectName("device.noGpu");
+    m_noGpu->setEnabled(false);
+    m_noGpu->setWordWrap(true);
+    m_rows->addWidget(m_noGpu);
+    updateNoGpuNote();
   }
 }
 

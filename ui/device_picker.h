@@ -63,6 +63,8 @@ class DevicePicker : public QWidget {
  private:
   void rebuild();
   void startProbe();
+  /// The line under the devices when no GPU is listed: none found, or not yet asked.
+  void updateNoGpuNote();
   std::vector<Device> m_devices;
   QVBoxLayout* m_rows;
   QCheckBox* m_cpu = nullptr;
@@ -79,6 +81,7 @@ class DevicePicker : public QWidget {
   };
   Selection m_selected;  ///< the last select(), shown again once the worker has listed the GPUs
   QLabel* m_summary;
+  QLabel* m_noGpu = nullptr;  ///< shown while no GPU is listed
   QProcess* m_probe = nullptr;
   bool m_listed = false;  ///< the worker has answered, or cannot
   bool m_probeHeld = false;

@@ -26,6 +26,7 @@
 #include <QTabWidget>
 #include <QTableWidget>
 #include <QTimer>
+#include <QToolButton>
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
@@ -185,6 +186,9 @@ void MainWindow::buildUi() {
   m_logY->setObjectName("logY");
   controls->addWidget(m_logX);
   controls->addWidget(m_logY);
+  m_pauseButton = new QToolButton(lossBox);  // its action comes with the menus
+  m_pauseButton->setObjectName("pauseCharts");
+  controls->addWidget(m_pauseButton);
   lossLayout->addLayout(controls);
   m_loss = new MetricChart(tr("loss"), lossBox);
   m_loss->setObjectName("lossChart");
@@ -349,7 +353,11 @@ void MainWindow::buildMenus() {
   m_pauseAction->setCheckable(true);
   m_pauseAction->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_P));
   m_pauseAction->setEnabled(false);
+  m_pauseAction->setIconText(tr("Pause charts"));
+  m_pauseAction->setToolTip(tr("Freeze the charts, the rank table and the log while the run goes on; every record is "
+                               "still stored (Ctrl+Shift+P)"));
   connect(m_pauseAction, &QAction::toggled, this, &MainWindow::setChartsPaused);
+  m_pauseButton->setDefaultAction(m_pauseAction);
 }
 
 core::Profile MainWindow::profile() const { return m_editor->profile(); }

@@ -27,6 +27,7 @@ class QPushButton;
 class QSlider;
 class QTableWidget;
 class QTimer;
+class QToolButton;
 
 namespace ptw::core {
 class RunStore;
@@ -141,6 +142,7 @@ class MainWindow : public QMainWindow {
   QSlider* m_smoothing = nullptr;
   QCheckBox* m_logX = nullptr;
   QCheckBox* m_logY = nullptr;
+  QToolButton* m_pauseButton = nullptr;  ///< Pause Live Charts beside the chart options
   QTableWidget* m_ranks = nullptr;
   QPlainTextEdit* m_log = nullptr;
   QComboBox* m_logRank = nullptr;

@@ -19,6 +19,7 @@
 #include <QStandardPaths>
 #include <QTabWidget>
 #include <QTableWidget>
+#include <QToolButton>
 #include <QtTest>
 
 #include <signal.h>
@@ -303,10 +304,19 @@ class TestMainWindow : public QObject {
       }
       QCOMPARE(picker->devices().size(), std::size_t(1));
       QCOMPARE(picker->devices().front().memoryBytes, qint64(0));  // the CPU as Qt sees it, so far
+      // which says no more than it knows: no memory, and no verdict on GPUs yet
+      auto* cpuRow = picker->findChild<QCheckBox*>("device.cpu");
+      QVERIFY2(cpuRow && !cpuRow->text().contains("GiB"), qPrintable(cpuRow ? cpuRow->text() : QString()));
+      auto* note = picker->findChild<QLabel*>("device.noGpu");
+      QVERIFY2(note && note->text().contains("listed when the run ends"), qPrintable(note ? note->text() : QString()));
       w.stopRun();
       QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("stopped"), 15000);
       QTRY_VERIFY_WITH_TIMEOUT(!picker->probing(), 30000);
       QVERIFY(picker->devices().front().memoryBytes > 0);  // the worker's list
+      QTRY_VERIFY(picker->findChild<QCheckBox*>("device.cpu")->text().contains("GiB"));
+      note = picker->findChild<QLabel*>("device.noGpu");  // on this machine, which has none
+      QVERIFY(note);
+      QCOMPARE(note->text(), QStringLiteral("No CUDA device visible to LibTorch."));
     }
   }
 
@@ -635,8 +645,8 @@ class TestMainWindow : public QObject {
     QVERIFY(!test::anyAlive(workers));
   }
 
-  // Ctrl+Shift+P pauses the live charts: nothing new is drawn while the run goes on, resuming
-  // draws what came meanwhile, and a run that ends paused is drawn to its last step, every
+  // Ctrl+Shift+P pauses the live charts (and the button beside their options resumes them):
+  // nothing new is drawn while the run goes on, resuming draws what came meanwhile, and a run that ends paused is drawn to its last step, every
   // step the store holds.
   void pausedChartsTakeNothingAndLoseNothing() {
     QTemporaryDir runs;
@@ -646,6 +656,8 @@ class TestMainWindow : public QObject {
     for (auto* a : w.findChildren<QAction*>())
       if (a->text() == "&Pause Live Charts") pause = a;
     QVERIFY(pause && !pause->isEnabled());
+    auto* button = w.findChild<QToolButton*>("pauseCharts");  // the same action beside the chart options
+    QVERIFY(button && button->defaultAction() == pause && !button->isEnabled());
     QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
     QTRY_VERIFY_WITH_TIMEOUT(w.lossChart()->pointCount(0) >= 10 && w.lossChart()->pointCount(1) >= 10, 20000);
     QVERIFY(pause->isEnabled() && !pause->isChecked());
@@ -660,7 +672,8 @@ class TestMainWindow : public QObject {
     QCOMPARE(w.lossChart()->pointCount(0), frozen);
     QCOMPARE(w.throughputChart()->pointCount(1), frozenSteps);
     QCOMPARE(cell(w.rankTable(), 0, 2), tableStep);
-    QTest::keyClick(&w, Qt::Key_P, Qt::ControlModifier | Qt::ShiftModifier);
+    QVERIFY(button->isChecked());
+    QTest::mouseClick(button, Qt::LeftButton);
     QVERIFY(!w.chartsPaused() && !pause->isChecked());
     QVERIFY2(w.lossChart()->pointCount(0) > frozen, "resuming draws what came while paused");
     QVERIFY(cell(w.rankTable(), 0, 2).toLongLong() > tableStep.toLongLong());
