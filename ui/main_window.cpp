@@ -106,7 +106,7 @@ const char* stateProperty(const QWidget* w) {
 }
 
 bool keptInView(const QWidget* w) {
-  static const QStringList names = {"smoothing", "logX", "logY", "tabs", "liveSplit", "bottomSplit"};
+  static const QStringList names = {"smoothing", "logX", "logY", "outliers", "tabs", "liveSplit", "bottomSplit"};
   const QString name = w->objectName();
   return names.contains(name) || (name.startsWith("sweep.") && stateProperty(w));
 }
@@ -184,8 +184,14 @@ void MainWindow::buildUi() {
   m_logX->setObjectName("logX");
   m_logY = new QCheckBox(tr("log y"), lossBox);
   m_logY->setObjectName("logY");
+  auto* outliers = new QCheckBox(tr("ignore outliers"), lossBox);
+  outliers->setObjectName("outliers");
+  outliers->setChecked(true);
+  outliers->setToolTip(tr("Fit the y axes to the 5th-95th percentile of what is shown, so that a few early or "
+                          "stray values do not flatten the rest; they run off the chart"));
   controls->addWidget(m_logX);
   controls->addWidget(m_logY);
+  controls->addWidget(outliers);
   m_pauseButton = new QToolButton(lossBox);  // its action comes with the menus
   m_pauseButton->setObjectName("pauseCharts");
   controls->addWidget(m_pauseButton);
@@ -208,6 +214,10 @@ void MainWindow::buildUi() {
   });
   connect(m_logX, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogX(on); });
   connect(m_logY, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogY(on); });
+  connect(outliers, &QCheckBox::toggled, this, [this](bool on) {
+    m_loss->setIgnoreOutliers(on);
+    m_throughput->setIgnoreOutliers(on);
+  });
 
   auto* bottom = new QSplitter(Qt::Horizontal, live);
   bottom->setObjectName("bottomSplit");

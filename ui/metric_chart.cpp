@@ -109,6 +109,11 @@ void MetricChart::setLogY(bool on) {
   fit();
 }
 
+void MetricChart::setIgnoreOutliers(bool on) {
+  m_ignoreOutliers = on;
+  fit();
+}
+
 void MetricChart::setHighlighted(int series) {
   m_highlighted = series;
   applyPens();
@@ -185,6 +190,7 @@ void MetricChart::refresh() {
   const int columns = std::max(16, m_plot->axisRect()->width());
   double yMin = std::numeric_limits<double>::max(), yMax = std::numeric_limits<double>::lowest();
   const bool logY = m_plot->yAxis->scaleType() == QCPAxis::stLogarithmic;
+  m_ys.clear();
   for (int i = 0; i < seriesCount(); ++i) {
     auto& s = *m_series[static_cast<std::size_t>(i)];
     auto cols = s.data.render(range.lower, range.upper, columns);
@@ -211,8 +217,9 @@ void MetricChart::refresh() {
         raw.push_back({c.xAtMax, c.yMax});
         raw.push_back({c.xAtMin, c.yMin});
       }
-      if (!logY || c.yMin > 0) yMin = std::min(yMin, c.yMin);
+      if (!logY || c.yMin > 0) yMin = std::min(yMin, c.yMin), m_ys.push_back(c.yMin);
       yMax = std::max(yMax, c.yMax);
+      if (c.yMax != c.yMin && (!logY || c.yMax > 0)) m_ys.push_back(c.yMax);
     }
     s.raw->data()->set(raw, true);
     if (m_smoothing > 0) {
@@ -223,6 +230,17 @@ void MetricChart::refresh() {
     } else {
       s.smooth->data()->clear();
     }
+  }
+  // With a few points every one counts; past them, the 5th-95th percentile of the columns'
+  // extremes, as TensorBoard fits its charts.
+  if (m_ignoreOutliers && m_ys.size() >= 40) {
+    const auto at = [this](double q) {
+      auto nth = m_ys.begin() + static_cast<std::ptrdiff_t>(q * static_cast<double>(m_ys.size() - 1));
+      std::nth_element(m_ys.begin(), nth, m_ys.end());
+      return *nth;
+    };
+    yMin = at(0.05);
+    yMax = at(0.95);
   }
   if (m_follow && yMin <= yMax) {
     const double pad = (yMax - yMin) * 0.05 + (yMax == yMin ? std::abs(yMax) * 0.1 + 1e-9 : 0);

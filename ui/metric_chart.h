@@ -2,7 +2,8 @@
 // QCustomPlot. Data goes into per-series SeriesSummary objects as it arrives; refresh()
 // draws what is visible at the plot's width, at a rate the caller bounds. Follows the
 // newest data until the user zooms or pans; a double-click fits the data and follows
-// again. Optional EMA smoothing (the raw series faint behind it) and log axes.
+// again. Optional EMA smoothing (the raw series faint behind it), log axes, and a y axis
+// fitted to all the data or to all but its outliers.
 #pragma once
 
 #include <QColor>
@@ -41,6 +42,11 @@ class MetricChart : public QWidget {
   double smoothing() const { return m_smoothing; }
   void setLogX(bool on);
   void setLogY(bool on);
+  /// Fits the y axis to the 5th-95th percentile of what is shown (TensorBoard's "ignore
+  /// outliers in chart scaling"): a loss that starts at 30 and trains to 0.01 is not drawn
+  /// as a flat line. Points beyond run off the chart. On by default.
+  void setIgnoreOutliers(bool on);
+  bool ignoresOutliers() const { return m_ignoreOutliers; }
   void setHighlighted(int series);  ///< -1: none
   /// Real points of `series` in [x0, x1], for zooming into the part no longer held raw.
   using DetailProvider = std::function<std::vector<std::pair<double, double>>(int series, double x0, double x1)>;
@@ -83,6 +89,8 @@ class MetricChart : public QWidget {
   int m_highlighted = -1;
   bool m_dirty = false;
   bool m_follow = true;
+  bool m_ignoreOutliers = true;
+  std::vector<double> m_ys;  ///< scratch for the y percentiles, kept between redraws
   DetailProvider m_detail;
 };
 

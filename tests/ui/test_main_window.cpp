@@ -560,6 +560,9 @@ class TestMainWindow : public QObject {
       w.show();
       w.findChild<QSlider*>("smoothing")->setValue(40);
       w.findChild<QCheckBox*>("logY")->setChecked(true);
+      QVERIFY(w.findChild<QCheckBox*>("outliers")->isChecked() && w.lossChart()->ignoresOutliers());
+      w.findChild<QCheckBox*>("outliers")->setChecked(false);
+      QVERIFY(!w.lossChart()->ignoresOutliers() && !w.throughputChart()->ignoresOutliers());
       w.findChild<QTabWidget*>("tabs")->setCurrentIndex(2);
       w.findChild<QLineEdit*>("sweep.workers")->setText("1, 2, 4");
       w.findChild<QSpinBox*>("sweep.steps")->setValue(77);
@@ -572,6 +575,7 @@ class TestMainWindow : public QObject {
       ui::MainWindow w;
       QCOMPARE(w.findChild<QSlider*>("smoothing")->value(), 40);
       QVERIFY(w.findChild<QCheckBox*>("logY")->isChecked());
+      QVERIFY(!w.findChild<QCheckBox*>("outliers")->isChecked() && !w.lossChart()->ignoresOutliers());
       QVERIFY(!w.findChild<QCheckBox*>("logX")->isChecked());
       QCOMPARE(w.findChild<QTabWidget*>("tabs")->currentIndex(), 2);
       QCOMPARE(w.findChild<QLineEdit*>("sweep.workers")->text(), QString("1, 2, 4"));
@@ -762,6 +766,33 @@ class TestMainWindow : public QObject {
     for (const auto& c : raw) QCOMPARE(c.count, std::size_t(1));
     s.truncateAfter(500'000);
     QCOMPARE(s.xLast(), 500'000.0);
+  }
+
+  // A loss that starts high and trains low is not drawn flat: the y axis fits all but the
+  // outliers (on by default, as in TensorBoard), or everything when asked.
+  void outliersDoNotFlattenTheChart() {
+    ui::MetricChart chart("loss");
+    chart.resize(600, 400);
+    chart.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&chart));
+    const int s = chart.addSeries("rank 0", Qt::blue);
+    for (int x = 1; x <= 2000; ++x) chart.append(s, x, x <= 20 ? 30.0 : 0.5 + 0.1 * std::sin(x));
+    QVERIFY(chart.ignoresOutliers());
+    chart.refresh();
+    auto y = chart.plot()->yAxis->range();
+    QVERIFY2(y.upper < 1.0 && y.lower > 0.3, qPrintable(QString("%1..%2").arg(y.lower).arg(y.upper)));
+    chart.setIgnoreOutliers(false);
+    chart.refresh();
+    y = chart.plot()->yAxis->range();
+    QVERIFY2(y.upper >= 30.0 && y.lower <= 0.4, qPrintable(QString("%1..%2").arg(y.lower).arg(y.upper)));
+    ui::MetricChart few("loss");  // a handful of points: each one counts
+    few.resize(600, 400);
+    few.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&few));
+    const int f = few.addSeries("rank 0", Qt::blue);
+    for (int x = 1; x <= 10; ++x) few.append(f, x, x == 1 ? 30.0 : 1.0);
+    few.refresh();
+    QVERIFY(few.plot()->yAxis->range().upper >= 30.0);
   }
 
   void smoothingIsBiasCorrected() {
