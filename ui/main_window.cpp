@@ -200,6 +200,7 @@ void MainWindow::buildUi() {
   m_loss->setObjectName("lossChart");
   lossLayout->addWidget(m_loss, 1);
   m_throughput = new MetricChart(tr("samples/s"), charts);
+  for (auto* chart : {m_loss, m_throughput}) chart->setIgnoreOutliers(outliers->isChecked());
   m_throughput->setObjectName("throughputChart");
   m_split = new StepSplitChart(charts);
   m_split->setObjectName("splitChart");

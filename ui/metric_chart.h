@@ -44,7 +44,8 @@ class MetricChart : public QWidget {
   void setLogY(bool on);
   /// Fits the y axis to the 5th-95th percentile of what is shown (TensorBoard's "ignore
   /// outliers in chart scaling"): a loss that starts at 30 and trains to 0.01 is not drawn
-  /// as a flat line. Points beyond run off the chart. On by default.
+  /// as a flat line. Points beyond run off the chart. Off by default (a fit shows every
+  /// point); the window's live charts turn it on.
   void setIgnoreOutliers(bool on);
   bool ignoresOutliers() const { return m_ignoreOutliers; }
   void setHighlighted(int series);  ///< -1: none
@@ -89,7 +90,7 @@ class MetricChart : public QWidget {
   int m_highlighted = -1;
   bool m_dirty = false;
   bool m_follow = true;
-  bool m_ignoreOutliers = true;
+  bool m_ignoreOutliers = false;
   std::vector<double> m_ys;  ///< scratch for the y percentiles, kept between redraws
   DetailProvider m_detail;
 };
