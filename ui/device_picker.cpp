@@ -32,9 +32,7 @@ DevicePicker::DevicePicker(QWidget* parent) : QWidget(parent), m_rows(new QVBoxL
   cpu.name = "CPU";
   cpu.cores = static_cast<int>(std::thread::hardware_concurrency());
   setDevices({cpu});
-  QTimer::singleShot(0, this, [this] {
-    if (!m_probeHeld && !m_probe && !m_listed) startProbe();
-  });
+  QTimer::singleShot(0, this, [this] { setProbeHeld(m_probeHeld); });  // unless a run holds it by then
 }
 
 // Note [Device probe waits for runs]
@@ -84,7 +82,6 @@ void DevicePicker::startProbe() {
     probe->deleteLater();
   });
   probe->start(QString::fromStdString(core::Launcher::defaultWorkerPath()), {"--devices"});
-  updateNoGpuNote();
 }
 
 DevicePicker::~DevicePicker() { stopChildProcess(m_probe, this); }

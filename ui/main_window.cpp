@@ -186,7 +186,6 @@ void MainWindow::buildUi() {
   m_logY->setObjectName("logY");
   auto* outliers = new QCheckBox(tr("ignore outliers"), lossBox);
   outliers->setObjectName("outliers");
-  outliers->setChecked(true);
   outliers->setToolTip(tr("Fit the y axes to the 5th-95th percentile of what is shown, so that a few early or "
                           "stray values do not flatten the rest; they run off the chart"));
   controls->addWidget(m_logX);
@@ -200,7 +199,6 @@ void MainWindow::buildUi() {
   m_loss->setObjectName("lossChart");
   lossLayout->addWidget(m_loss, 1);
   m_throughput = new MetricChart(tr("samples/s"), charts);
-  for (auto* chart : {m_loss, m_throughput}) chart->setIgnoreOutliers(outliers->isChecked());
   m_throughput->setObjectName("throughputChart");
   m_split = new StepSplitChart(charts);
   m_split->setObjectName("splitChart");
@@ -216,9 +214,9 @@ void MainWindow::buildUi() {
   connect(m_logX, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogX(on); });
   connect(m_logY, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogY(on); });
   connect(outliers, &QCheckBox::toggled, this, [this](bool on) {
-    m_loss->setIgnoreOutliers(on);
-    m_throughput->setIgnoreOutliers(on);
+    for (auto* chart : {m_loss, m_throughput}) chart->setIgnoreOutliers(on);
   });
+  outliers->setChecked(true);  // the live charts' default
 
   auto* bottom = new QSplitter(Qt::Horizontal, live);
   bottom->setObjectName("bottomSplit");

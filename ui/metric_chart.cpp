@@ -190,6 +190,7 @@ void MetricChart::refresh() {
   const int columns = std::max(16, m_plot->axisRect()->width());
   double yMin = std::numeric_limits<double>::max(), yMax = std::numeric_limits<double>::lowest();
   const bool logY = m_plot->yAxis->scaleType() == QCPAxis::stLogarithmic;
+  const bool percentiles = m_follow && m_ignoreOutliers;  // only a fitted axis uses them
   m_ys.clear();
   for (int i = 0; i < seriesCount(); ++i) {
     auto& s = *m_series[static_cast<std::size_t>(i)];
@@ -217,9 +218,12 @@ void MetricChart::refresh() {
         raw.push_back({c.xAtMax, c.yMax});
         raw.push_back({c.xAtMin, c.yMin});
       }
-      if (!logY || c.yMin > 0) yMin = std::min(yMin, c.yMin), m_ys.push_back(c.yMin);
+      if (!logY || c.yMin > 0) yMin = std::min(yMin, c.yMin);
       yMax = std::max(yMax, c.yMax);
-      if (c.yMax != c.yMin && (!logY || c.yMax > 0)) m_ys.push_back(c.yMax);
+      if (percentiles) {
+        if (!logY || c.yMin > 0) m_ys.push_back(c.yMin);
+        if (c.yMax != c.yMin && (!logY || c.yMax > 0)) m_ys.push_back(c.yMax);
+      }
     }
     s.raw->data()->set(raw, true);
     if (m_smoothing > 0) {
@@ -233,7 +237,7 @@ void MetricChart::refresh() {
   }
   // With a few points every one counts; past them, the 5th-95th percentile of the columns'
   // extremes, as TensorBoard fits its charts.
-  if (m_ignoreOutliers && m_ys.size() >= 40) {
+  if (percentiles && m_ys.size() >= 40) {
     const auto at = [this](double q) {
       auto nth = m_ys.begin() + static_cast<std::ptrdiff_t>(q * static_cast<double>(m_ys.size() - 1));
       std::nth_element(m_ys.begin(), nth, m_ys.end());

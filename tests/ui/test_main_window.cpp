@@ -651,8 +651,8 @@ class TestMainWindow : public QObject {
   }
 
   // Ctrl+Shift+P pauses the live charts (and the button beside their options resumes them):
-  // nothing new is drawn while the run goes on, resuming draws what came meanwhile, and a run that ends paused is drawn to its last step, every
-  // step the store holds.
+  // nothing new is drawn while the run goes on, resuming draws what came meanwhile, and a
+  // run that ends paused is drawn to its last step, every step the store holds.
   void pausedChartsTakeNothingAndLoseNothing() {
     QTemporaryDir runs;
     ui::MainWindow w;
