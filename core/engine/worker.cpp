@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -10,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <memory>
@@ -17,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/error.h"
 #include "common/profile.h"
@@ -253,6 +256,81 @@ class RecordWriter {
   std::chrono::steady_clock::time_point m_lastFlush = std::chrono::steady_clock::now();
 };
 
+// Note [Metrics in phases]
+// What monitoring costs, measured within one run (bench_monitoring phases): with
+// PTW_METRICS_PHASES=MS:FILE, a rank of a run whose metrics are on sends its step records
+// in the even phases of MS milliseconds of the monotonic clock (the same phases for every
+// rank of the machine) and passes them over in the odd ones, as run.metrics false does;
+// the supervisor, the store and the window then have nothing to take either, but are
+// there. The run's own changes of speed (±10-25% between runs here, which paired whole
+// runs cannot cancel) are then the same on both sides of a phase boundary. Every 16th step
+// in both kinds of phase reads the clock. A rank sends what it holds as a phase of sending
+// ends, so that the others take it at once, not seconds into the next phase. At a phase's
+// start, and 300 ms into it (past that hand-over), the rank notes its step and the time,
+// and writes the notes to FILE.rankR when it ends: "start|settled PHASE STEP SECONDS"
+// lines. Not for users: the records of the odd phases are never stored.
+class MetricsPhases {
+ public:
+  /// Null unless PTW_METRICS_PHASES is set; throws when it is malformed.
+  static std::unique_ptr<MetricsPhases> fromEnvironment(int rank) {
+    const char* v = std::getenv("PTW_METRICS_PHASES");
+    if (!v || !*v) return nullptr;
+    const std::string s = v;
+    const auto colon = s.find(':');
+    char* end = nullptr;
+    const long ms = colon == std::string::npos ? 0 : std::strtol(s.c_str(), &end, 10);
+    PTW_CHECK(ms >= 1000 && end == s.c_str() + colon && colon + 1 < s.size(),
+              "PTW_METRICS_PHASES: expected MS:FILE with MS >= 1000, got \"", s, "\"");
+    return std::make_unique<MetricsPhases>(ms, s.substr(colon + 1) + ".rank" + std::to_string(rank));
+  }
+  MetricsPhases(long ms, std::string path) : m_phaseNs(ms * 1000000LL), m_path(std::move(path)) {}
+  ~MetricsPhases() {
+    if (std::FILE* f = std::fopen(m_path.c_str(), "w")) {
+      for (const auto& n : m_notes)
+        std::fprintf(f, "%s %lld %lld %.6f\n", n.settled ? "settled" : "start", n.phase, static_cast<long long>(n.step),
+                     static_cast<double>(n.ns) / 1e9);
+      std::fclose(f);
+    }
+  }
+  /// Sends step record `r` to `writer` in a phase of sending, else passes it over.
+  void offer(const core::Record& r, RecordWriter& writer) {
+    const bool was = m_on;
+    if ((++m_calls & 15) == 1) check(r.step.step);
+    if (m_on) return writer.write(r);
+    if (was) writer.flush();
+    writer.passed(r.step.step);
+  }
+
+ private:
+  struct Note {
+    bool settled;
+    long long phase;
+    std::int64_t step;
+    long long ns;
+  };
+  void check(std::int64_t step) {
+    timespec t{};
+    ::clock_gettime(CLOCK_MONOTONIC, &t);
+    const long long ns = static_cast<long long>(t.tv_sec) * 1000000000LL + t.tv_nsec;
+    const long long phase = ns / m_phaseNs;
+    if (phase != m_phase) {
+      const bool whole = m_phase >= 0;  // the first phase a rank sees began before it
+      if (whole) m_notes.push_back({false, phase, step, ns});
+      m_phase = phase, m_started = ns, m_settled = !whole, m_on = phase % 2 == 0;
+    }
+    if (!m_settled && ns - m_started >= 300000000LL) {
+      m_notes.push_back({true, phase, step, ns});
+      m_settled = true;
+    }
+  }
+  const long long m_phaseNs;
+  const std::string m_path;
+  std::uint64_t m_calls = 0;
+  long long m_phase = -1, m_started = 0;
+  bool m_on = true, m_settled = true;
+  std::vector<Note> m_notes;
+};
+
 struct Args {
   std::string profile, out, store, steps;
   long long stepsLimit = 0;
@@ -434,6 +512,13 @@ int workerMain(int argc, char** argv) {
     return core::kWorkerCannotStoreMetrics;
   }
   RecordWriter writer(args.records, std::move(stepFile), core::warmupSteps(profile));
+  std::unique_ptr<MetricsPhases> phases;  // Note [Metrics in phases]
+  try {
+    phases = MetricsPhases::fromEnvironment(rank);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what());
+    return 2;
+  }
   std::atomic<bool> finished{false};
   std::mutex hbMutex;
   std::condition_variable hbWake;
@@ -458,8 +543,10 @@ int workerMain(int argc, char** argv) {
     SyncContext ctx{profile, rank, args.world, args.port, args.store};
     Trainer trainer(TrainerOptions(profile, rank, args.world).setOutDir(args.out), makeStrategy(ctx),
                     [&](const core::Record& r) {
-                      if (profile.run.metrics || r.kind == core::Record::Kind::Done) writer.write(r);
-                      else if (r.kind == core::Record::Kind::Step) writer.passed(r.step.step);
+                      const bool step = r.kind == core::Record::Kind::Step;
+                      if (profile.run.metrics && step && phases) phases->offer(r, writer);
+                      else if (profile.run.metrics || r.kind == core::Record::Kind::Done) writer.write(r);
+                      else if (step) writer.passed(r.step.step);
                       if (r.kind == core::Record::Kind::Step && r.step.step == killAtStep) {
                         writer.flush();
                         ::raise(SIGKILL);

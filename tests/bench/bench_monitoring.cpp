@@ -27,6 +27,20 @@
 // boundary, which those 300 ms leave out; a live phase then redraws every 2 s from its start
 // (Note [Redraw budget]), so the default 4.5 s holds two redraws in its ~4.2 s measured, as
 // many as live charts draw in that time (4 s would hold one: the pause comes first).
+//
+// and, within runs, everything watching costs: the ranks' records, the store, the window.
+//
+//   QT_QPA_PLATFORM=offscreen build/bin/bench_monitoring phases [runs=8] [steps=3000000] [phase_ms=2000]
+//
+// The ranks send their step records in every other phase of `phase_ms` and pass them over
+// (as run.metrics false does) in the others (PTW_METRICS_PHASES, Note [Metrics in phases] in
+// engine/worker.cpp), in a live window and in headless stored runs, in turn. A phase's rate
+// is the ranks' own count of steps from 300 ms into it to the next phase's start, and each
+// phase with records is set against the phases without on either side. The run's drift is
+// slow: adjacent 1 s phases differed half as much as adjacent 4.5 s ones (±6% against ±11%,
+// standard deviations), so short phases resolve more in the same time. What the window
+// does with a phase's records partly falls in the next phase (it draws every 2 s), so the
+// window's own part is `alternate`'s to measure.
 #include <QApplication>
 #include <QElapsedTimer>
 #include <QEventLoop>
@@ -48,6 +62,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -115,6 +130,114 @@ void idleFor(int ms) {
   loop.exec();
 }
 
+// Prints the median of `ratios` with a 95% bootstrap interval, and their mean.
+void printRatios(const char* what, const std::vector<double>& ratios, const char* over) {
+  std::mt19937 rng(1);
+  std::vector<double> boot;
+  for (int b = 0; b < 4000; ++b) {
+    std::vector<double> s(ratios.size());
+    for (double& x : s) x = ratios[std::uniform_int_distribution<std::size_t>(0, ratios.size() - 1)(rng)];
+    boot.push_back(median(s));
+  }
+  std::sort(boot.begin(), boot.end());
+  double mean = 0;
+  for (double x : ratios) mean += x / static_cast<double>(ratios.size());
+  std::printf("  %s: median %.3f (95%% interval %.3f-%.3f), mean %.3f, over %zu %s\n", what, median(ratios), boot[100],
+              boot[3899], mean, ratios.size(), over);
+}
+
+// Each phase's ratio to the mean of its neighbours of the other kind, for the phases of one
+// kind (`live` true) of a run; phases whose rate is 0 are unknown.
+void neighbourRatios(const std::vector<bool>& live, const std::vector<double>& rate, std::vector<double>& out) {
+  for (std::size_t i = 0; i < rate.size(); ++i) {
+    if (!live[i] || rate[i] <= 0) continue;
+    double sum = 0;
+    int k = 0;
+    for (std::size_t j : {i - 1, i + 1})  // i - 1 wraps for i == 0 and is then out of range
+      if (j < rate.size() && !live[j] && rate[j] > 0) sum += rate[j], ++k;
+    if (k > 0) out.push_back(rate[i] / (sum / k));
+  }
+}
+
+// Steps a second of each whole phase a rank noted (Note [Metrics in phases] in
+// engine/worker.cpp), from 300 ms into it to the next phase's start; by phase.
+std::map<long long, double> phaseRates(const QString& notes) {
+  QFile f(notes);
+  std::map<long long, std::pair<double, double>> settled;  // phase -> (step, seconds)
+  std::map<long long, double> rates;
+  if (!f.open(QIODevice::ReadOnly)) return rates;
+  for (const QByteArray& line : f.readAll().split('\n')) {
+    const auto w = line.split(' ');
+    if (w.size() != 4) continue;
+    const long long phase = w[1].toLongLong();
+    const double step = w[2].toDouble(), at = w[3].toDouble();
+    if (w[0] == "settled") {
+      settled[phase] = {step, at};
+    } else if (auto before = settled.find(phase - 1); before != settled.end() && at > before->second.second) {
+      rates[phase - 1] = (step - before->second.first) / (at - before->second.second);
+    }
+  }
+  return rates;
+}
+
+// Within runs: ranks that send their step records in every other phase (PTW_METRICS_PHASES),
+// in a live window and in headless stored runs, in turn.
+int metricsInPhases(int runs, long steps, int phaseMs) {
+  std::vector<double> windowRatios, storedRatios;
+  for (int r = 0; r < runs; ++r) {
+    const bool inWindow = r % 2 == 0;
+    QTemporaryDir dir;
+    const QString notes = dir.path() + "/phases";
+    qputenv("PTW_METRICS_PHASES", QByteArray::number(phaseMs) + ":" + notes.toUtf8());
+    QString runDir;
+    if (inWindow) {
+      ui::MainWindow w;
+      w.setConfirmations(false);
+      w.setRunsDirectory(dir.path());
+      w.show();
+      w.setProfile(seedProfile(steps, "shm"));
+      w.startRun();
+      while (w.controller()->isRunning()) idleFor(500);
+      runDir = w.controller()->runDirectory();
+    } else {
+      core::RunStore store(dir.path().toStdString());
+      core::Profile stored = seedProfile(steps, "shm");
+      const std::string d = core::createRunDirectory(dir.path().toStdString(), stored);
+      const auto id = store.beginRun(d, stored);
+      core::LaunchObserver none;
+      core::Supervisor(core::SupervisorOptions(stored, d, core::Launcher::defaultWorkerPath()).setStore(&store, id))
+          .run(none);
+      runDir = QString::fromStdString(d);
+    }
+    qunsetenv("PTW_METRICS_PHASES");
+    // Both ranks' rates, where both have the phase (in lock-step they agree to the step).
+    const auto r0 = phaseRates(notes + ".rank0"), r1 = phaseRates(notes + ".rank1");
+    std::vector<bool> on;
+    std::vector<double> rate;
+    for (long long phase = r0.empty() ? 0 : r0.begin()->first; !r0.empty() && phase <= r0.rbegin()->first; ++phase) {
+      const auto a = r0.find(phase), b = r1.find(phase);
+      on.push_back(phase % 2 == 0);
+      rate.push_back(a != r0.end() && b != r1.end() ? (a->second + b->second) / 2 : 0);  // 0: unknown
+    }
+    std::printf("run %d/%d (%s, %.0f steps/s overall):", r + 1, runs, inWindow ? "window" : "headless",
+                trainingRate(runDir));
+    for (std::size_t i = 0; i < rate.size(); ++i) std::printf(" %s %.0f", on[i] ? "on" : "off", rate[i]);
+    std::printf("\n");
+    std::fflush(stdout);
+    neighbourRatios(on, rate, inWindow ? windowRatios : storedRatios);
+  }
+  std::printf("metrics on ÷ off within runs (the ranks send their records in every other phase), seed workload, DDP "
+              "shm, 2 ranks, %d runs of %ld steps, phases of %d ms:\n",
+              runs, steps, phaseMs);
+  if (!windowRatios.empty()) printRatios("stored and in a live window", windowRatios, "on phases");
+  if (!storedRatios.empty()) printRatios("stored, headless", storedRatios, "on phases");
+  if (windowRatios.empty() && storedRatios.empty()) {
+    std::fprintf(stderr, "bench_monitoring: no phase had a neighbour of the other kind; give more steps\n");
+    return 1;
+  }
+  return 0;
+}
+
 int alternate(int runs, long steps, int phaseMs) {
   struct Phase {
     bool live;
@@ -168,15 +291,12 @@ int alternate(int runs, long steps, int phaseMs) {
       (p.live ? liveShare : pausedShare).push_back(p.cpuS / p.wallS);
     }
     std::printf("run %d/%d:", r + 1, runs);
+    std::vector<bool> isLive;
     for (std::size_t i = 0; i < phases.size(); ++i) {
       std::printf(" %s %.0f", phases[i].live ? "live" : "paused", rate[i]);
-      if (!phases[i].live) continue;
-      double sum = 0;
-      int k = 0;
-      for (std::size_t j : {i - 1, i + 1})  // i - 1 wraps for i == 0 and is then out of range
-        if (j < phases.size() && rate[j] > 0) sum += rate[j], ++k;
-      if (k > 0 && rate[i] > 0) ratios.push_back(rate[i] / (sum / k));
+      isLive.push_back(phases[i].live);
     }
+    neighbourRatios(isLive, rate, ratios);
     std::printf("\n");
     std::fflush(stdout);
   }
@@ -184,21 +304,10 @@ int alternate(int runs, long steps, int phaseMs) {
     std::fprintf(stderr, "bench_monitoring: no live phase had a paused one beside it; give more steps\n");
     return 1;
   }
-  std::mt19937 rng(1);
-  std::vector<double> boot;
-  for (int b = 0; b < 4000; ++b) {
-    std::vector<double> s(ratios.size());
-    for (double& x : s) x = ratios[std::uniform_int_distribution<std::size_t>(0, ratios.size() - 1)(rng)];
-    boot.push_back(median(s));
-  }
-  std::sort(boot.begin(), boot.end());
-  double mean = 0;
-  for (double x : ratios) mean += x / static_cast<double>(ratios.size());
   std::printf("the live window within stored runs, seed workload, DDP shm, 2 ranks, %d runs of %ld steps, phases of "
               "%d ms:\n",
               runs, steps, phaseMs);
-  std::printf("  live ÷ paused: median %.3f (95%% interval %.3f-%.3f), mean %.3f, over %zu live phases\n",
-              median(ratios), boot[100], boot[3899], mean, ratios.size());
+  printRatios("live ÷ paused", ratios, "live phases");
   std::printf("  the window's process: %.2f%% of one core live, %.2f%% paused (medians over phases)\n",
               100 * median(liveShare), 100 * median(pausedShare));
   return 0;
@@ -209,6 +318,16 @@ int alternate(int runs, long steps, int phaseMs) {
 int main(int argc, char** argv) {
   if (!qEnvironmentVariableIsSet("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
   QApplication app(argc, argv);
+  if (argc > 1 && std::string(argv[1]) == "phases") {
+    const int runs = argc > 2 ? std::atoi(argv[2]) : 8;
+    const long steps = argc > 3 ? std::atol(argv[3]) : 3000000;
+    const int phaseMs = argc > 4 ? std::atoi(argv[4]) : 2000;
+    if (runs < 1 || steps < 100000 || phaseMs < 1000) {
+      std::fprintf(stderr, "bench_monitoring phases: runs >= 1, steps >= 100000 and phase_ms >= 1000 expected\n");
+      return 2;
+    }
+    return metricsInPhases(runs, steps, phaseMs);
+  }
   if (argc > 1 && std::string(argv[1]) == "alternate") {
     const int runs = argc > 2 ? std::atoi(argv[2]) : 4;
     const long steps = argc > 3 ? std::atol(argv[3]) : 2000000;

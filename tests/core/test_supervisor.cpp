@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -519,6 +520,84 @@ class TestSupervisor : public QObject {
     QVERIFY2(std::abs(supervisor.throughput().total() - total) <= 1e-9 * total,
              qPrintable(QString("%1 vs %2").arg(supervisor.throughput().total()).arg(total)));
     for (int k = 0; k < 2; ++k) QCOMPARE(supervisor.throughput().split(k).stepMs, fromRecords.split(k).stepMs);
+  }
+
+  // bench_monitoring's within-run measure (Note [Metrics in phases]): with
+  // PTW_METRICS_PHASES each rank stores the steps of the even phases of the clock and none
+  // of the odd ones, and notes where each phase began, 300 ms in, on its own steps. A value
+  // that is not MS:FILE stops the ranks at start, naming the variable.
+  void metricsInPhasesStoreEveryOtherPhase() {
+    StoredRun run(test::endlessProfile(2));
+    const QString notes = run.runs.filePath("phases");
+    qputenv("PTW_METRICS_PHASES", "1000:" + notes.toUtf8());
+    Supervisor launcher(run.options());
+    Watcher w;
+    std::thread stopper;
+    w.onStart = [&](int) {
+      stopper = std::thread([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(4500));
+        launcher.requestStop();
+      });
+    };
+    RunReport r = launcher.run(w);
+    qunsetenv("PTW_METRICS_PHASES");
+    if (stopper.joinable()) stopper.join();
+    QVERIFY2(r.status == RunReport::Status::Stopped, r.message.c_str());
+    std::vector<std::set<std::int64_t>> stored(2);
+    for (const auto& s : run.store.steps(run.id)) stored[static_cast<std::size_t>(s.rank)].insert(s.step);
+    for (int rank : {0, 1}) {
+      QFile f(notes + ".rank" + QString::number(rank));
+      QVERIFY2(f.open(QIODevice::ReadOnly), qPrintable(f.fileName()));
+      struct Start {
+        long long phase;
+        std::int64_t step;
+        double at;
+      };
+      std::vector<Start> starts;
+      std::map<long long, std::pair<std::int64_t, double>> settled;
+      for (const QByteArray& line : f.readAll().split('\n')) {
+        const auto words = line.split(' ');
+        if (line.isEmpty()) continue;
+        QCOMPARE(words.size(), qsizetype(4));
+        const Start n{words[1].toLongLong(), words[2].toLongLong(), words[3].toDouble()};
+        if (words[0] == "start") starts.push_back(n);
+        else if (words[0] == "settled") settled[n.phase] = {n.step, n.at};
+        else QFAIL(line.constData());
+      }
+      QVERIFY2(starts.size() >= 2, qPrintable(QString::number(starts.size())));  // a whole phase at least
+      const auto& steps = stored[static_cast<std::size_t>(rank)];
+      const std::int64_t last = *steps.rbegin();
+      for (std::size_t i = 0; i < starts.size(); ++i) {
+        const Start& a = starts[i];
+        QVERIFY2(a.at >= static_cast<double>(a.phase) && a.at < static_cast<double>(a.phase) + 0.1,
+                 qPrintable(QString("phase %1 noted at %2 s").arg(a.phase).arg(a.at, 0, 'f', 6)));
+        if (i > 0) QCOMPARE(a.phase, starts[i - 1].phase + 1);
+        if (i + 1 < starts.size()) QVERIFY2(settled.count(a.phase), qPrintable(QString::number(a.phase)));
+        if (auto n = settled.find(a.phase); n != settled.end()) {
+          QVERIFY(n->second.first >= a.step && n->second.second >= a.at + 0.3);
+          if (i + 1 < starts.size()) QVERIFY(n->second.first <= starts[i + 1].step);
+        }
+        // Steps [a.step, the next phase's first): all stored in an even phase, none in an odd one.
+        const std::int64_t end = i + 1 < starts.size() ? starts[i + 1].step : last + 1;
+        const auto inPhase = static_cast<std::int64_t>(std::distance(steps.lower_bound(a.step), steps.lower_bound(end)));
+        QCOMPARE(inPhase, a.phase % 2 == 0 ? end - a.step : 0);
+      }
+      // Before the first whole phase, the one the rank started in.
+      const auto before = static_cast<std::int64_t>(std::distance(steps.begin(), steps.lower_bound(starts[0].step)));
+      QCOMPARE(before, (starts[0].phase - 1) % 2 == 0 ? starts[0].step - 1 : 0);
+    }
+    QCOMPARE(run.store.stepCount(run.id), w.stepRecords);
+
+    StoredRun bad(test::endlessProfile(2));
+    qputenv("PTW_METRICS_PHASES", "50");
+    Supervisor refused(bad.options());
+    Watcher w2;
+    r = refused.run(w2);
+    qunsetenv("PTW_METRICS_PHASES");
+    QCOMPARE(r.status, RunReport::Status::Failed);
+    QVERIFY(!r.lastLines.empty());
+    QVERIFY2(QString::fromStdString(r.lastLines.back()).contains("PTW_METRICS_PHASES: expected MS:FILE with MS >= 1000"),
+             r.lastLines.back().c_str());
   }
 
   // A metrics store that fills up stops the run with the reason, instead of losing records.
