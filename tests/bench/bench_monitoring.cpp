@@ -36,11 +36,12 @@
 // (as run.metrics false does) in the others (PTW_METRICS_PHASES, Note [Metrics in phases] in
 // engine/worker.cpp), in a live window and in headless stored runs, in turn. A phase's rate
 // is the ranks' own count of steps from 300 ms into it to the next phase's start, and each
-// phase with records is set against the phases without on either side. The run's drift is
-// slow: adjacent 1 s phases differed half as much as adjacent 4.5 s ones (±6% against ±11%,
-// standard deviations), so short phases resolve more in the same time. What the window
-// does with a phase's records partly falls in the next phase (it draws every 2 s), so the
-// window's own part is `alternate`'s to measure.
+// phase with records is set against the phases without on either side. Adjacent phases of
+// 2 s differed about as much as adjacent phases of 4.5 s here (standard deviation of the
+// ratio 0.12 and 0.11), so shorter phases give more pairs in the same time; what the
+// ranks last buffered is handed over at the end of a phase, within the 300 ms left out.
+// What the window does with a phase's records partly falls in the next phase (it draws
+// every 2 s), so the window's own part is `alternate`'s to measure.
 #include <QApplication>
 #include <QElapsedTimer>
 #include <QEventLoop>
