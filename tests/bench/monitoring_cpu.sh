@@ -4,9 +4,13 @@
 #
 #   tests/bench/monitoring_cpu.sh [seconds=15] [way=window]
 #
-# way is `window` (the window offscreen, `ptw --start`: every record stored, the charts live)
-# or `stored` (a headless run storing every record). Each way runs the default profile (seed
-# workload, 2 DDP ranks over shared memory) once as asked and once with run.metrics false; while
+# way is `window` (the window offscreen, `ptw --start`: every record stored, the charts live),
+# `stored` (a headless run storing every record), or `phases`: one headless stored run whose
+# ranks send their records in every other 2 s phase (PTW_METRICS_PHASES, Note [Metrics in
+# phases] in core/engine/worker.cpp), its samples split by phase, leaving out each phase's
+# first 300 ms, so that both sides are the same stretch of the same run. The other ways run
+# the default profile (seed workload, 2 DDP ranks over shared memory) once as asked and once
+# with run.metrics false; while
 # the ranks train, `perf record -a` samples every CPU for `seconds` and each sample is put in
 # one of:
 #   ranks: training          the ranks' own work, their waits for each other included
@@ -30,7 +34,7 @@ ptw=${PTW:-$here/../../build/bin/ptw}
 secs=${1:-15}
 way=${2:-window}
 [ -x "$ptw" ] || { echo "monitoring_cpu: build ptw first (README)" >&2; exit 2; }
-case $way in window | stored) ;; *) echo "monitoring_cpu: way must be window or stored, not '$way'" >&2; exit 2 ;; esac
+case $way in window | stored | phases) ;; *) echo "monitoring_cpu: way must be window, stored or phases, not '$way'" >&2; exit 2 ;; esac
 [[ $secs =~ ^[0-9]+$ ]] && [ "$secs" -ge 1 ] || { echo "monitoring_cpu: seconds must be a whole number >= 1, not '$secs'" >&2; exit 2; }
 command -v perf > /dev/null || { echo "monitoring_cpu: needs perf (apt-get install linux-perf)" >&2; exit 2; }
 out=$(mktemp -d)
@@ -47,6 +51,7 @@ sample() {  # sample WAY: starts a run that way, samples it, stops it; writes $o
     window) QT_QPA_PLATFORM=offscreen "$ptw" --start --runs-dir "$runs" "${common[@]}" > "$out/$w.log" 2>&1 & ;;
     stored) "$ptw" --headless --runs-dir "$runs" "${common[@]}" > "$out/$w.log" 2>&1 & ;;
     off) "$ptw" --headless --runs-dir "$runs" "${common[@]}" --set run.metrics=false > "$out/$w.log" 2>&1 & ;;
+    phases) PTW_METRICS_PHASES="2000:$out/notes" "$ptw" --headless --runs-dir "$runs" "${common[@]}" > "$out/$w.log" 2>&1 & ;;
   esac
   pid=$!
   for _ in $(seq 1 300); do
@@ -55,16 +60,16 @@ sample() {  # sample WAY: starts a run that way, samples it, stops it; writes $o
     sleep 0.1
   done
   sleep 4  # past rendezvous, warm-up and the first point
-  perf record -a -g -e cpu-clock -F "$hz" -o "$out/$w.data" -- sleep "$secs" > /dev/null 2>&1
+  perf record -a -g -k CLOCK_MONOTONIC -e cpu-clock -F "$hz" -o "$out/$w.data" -- sleep "$secs" > /dev/null 2>&1
   kill -INT "$pid" 2> /dev/null || true
   [ "$w" = window ] && kill "$pid" 2> /dev/null || true
   wait "$pid" 2> /dev/null || true
-  perf script -i "$out/$w.data" -F comm,pid,ip,sym 2> /dev/null > "$out/$w.txt"
+  perf script -i "$out/$w.data" -F comm,pid,time,ip,sym 2> /dev/null > "$out/$w.txt"
   echo "$pid" > "$out/$w.pid"
 }
 
 sample "$way"
-sample off
+[ "$way" = phases ] || sample off
 if pgrep -x ptw-worker > /dev/null; then echo "monitoring_cpu: ranks left running after the runs stopped" >&2; exit 4; fi
 
 /usr/bin/python3 - "$out" "$way" "$secs" "$hz" "$(nproc)" <<'EOF'
@@ -75,7 +80,8 @@ kwrite = re.compile(r"^(ksys_write|vfs_write|__x64_sys_write)$")
 kthread = re.compile(r"^(kworker|jbd2|ksoftirqd|kswapd|kcompactd|rcu_|migration|flush-|irq/)")
 rows = ["ranks: training", "ranks: writing metrics", "ptw's process", "kernel threads", "other", "idle"]
 
-def shares(name):
+def shares(name, keep=None):
+    """Shares of the machine's time; with `keep`, of the samples whose time keep() accepts."""
     watcher = open(f"{out}/{name}.pid").read().strip()
     counts = dict.fromkeys(rows, 0)
     for block in open(f"{out}/{name}.txt", errors="replace").read().split("\n\n"):
@@ -83,7 +89,9 @@ def shares(name):
         if not lines:
             continue
         head = lines[0].split()
-        comm, pid = " ".join(head[:-1]), head[-1].split("/")[0]
+        comm, pid, at = " ".join(head[:-2]), head[-2].split("/")[0], float(head[-1].rstrip(":"))
+        if keep and not keep(at):
+            continue
         syms = [l.split(None, 1)[1] if len(l.split(None, 1)) > 1 else "" for l in lines[1:]]
         if pid == watcher:
             counts["ptw's process"] += 1
@@ -94,10 +102,28 @@ def shares(name):
             counts["kernel threads"] += 1
         else:
             counts["other"] += 1
+    if keep:  # the ranks own every core: the samples are the machine's time
+        total = max(1, sum(counts.values()))
+        return {k: 100.0 * v / total for k, v in counts.items()}
     expected = secs * hz * cpus
     counts["idle"] = max(0, expected - sum(counts.values()))
     total = max(expected, sum(counts.values()))
     return {k: 100.0 * v / total for k, v in counts.items()}
+
+if way == "phases":
+    sending = lambda t: t % 2.0 >= 0.3 and int(t // 2.0) % 2 == 0
+    passing = lambda t: t % 2.0 >= 0.3 and int(t // 2.0) % 2 == 1
+    on, off = shares(way, sending), shares(way, passing)
+    rows.remove("idle")
+    print(f"CPU samples of the machine ({cpus} CPUs) while 2 DDP shm ranks train the seed workload in a headless "
+          f"stored run, {secs} s sampled by perf at {hz} Hz, split by phase (2 s, the first 300 ms left out)")
+    print(f"{'':26}{'records sent':>14}{'passed over':>14}")
+    for r in rows:
+        print(f"{r:26}{on[r]:13.2f}%{off[r]:13.2f}%")
+    extra = sum(max(0.0, on[r] - off[r]) for r in ("ranks: writing metrics", "ptw's process", "kernel threads"))
+    print(f"monitoring: {extra:.2f}% of the samples more where records are sent (the ranks' writer, ptw's process, "
+          f"kernel threads)")
+    sys.exit(0)
 
 on, off = shares(way), shares("off")
 print(f"CPU time of the machine ({cpus} CPUs) while 2 DDP shm ranks train the seed workload, "
