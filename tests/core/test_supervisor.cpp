@@ -556,8 +556,8 @@ class TestSupervisor : public QObject {
       std::vector<Start> starts;
       std::map<long long, std::pair<std::int64_t, double>> settled;
       for (const QByteArray& line : f.readAll().split('\n')) {
-        const auto words = line.split(' ');
         if (line.isEmpty()) continue;
+        const auto words = line.split(' ');
         QCOMPARE(words.size(), qsizetype(4));
         const Start n{words[1].toLongLong(), words[2].toLongLong(), words[3].toDouble()};
         if (words[0] == "start") starts.push_back(n);
@@ -566,6 +566,7 @@ class TestSupervisor : public QObject {
       }
       QVERIFY2(starts.size() >= 2, qPrintable(QString::number(starts.size())));  // a whole phase at least
       const auto& steps = stored[static_cast<std::size_t>(rank)];
+      QVERIFY(!steps.empty());  // a whole phase and the next: one of them sends
       const std::int64_t last = *steps.rbegin();
       for (std::size_t i = 0; i < starts.size(); ++i) {
         const Start& a = starts[i];
