@@ -319,25 +319,25 @@ int alternate(int runs, long steps, int phaseMs) {
 int main(int argc, char** argv) {
   if (!qEnvironmentVariableIsSet("QT_QPA_PLATFORM")) qputenv("QT_QPA_PLATFORM", "offscreen");
   QApplication app(argc, argv);
-  if (argc > 1 && std::string(argv[1]) == "phases") {
-    const int runs = argc > 2 ? std::atoi(argv[2]) : 8;
-    const long steps = argc > 3 ? std::atol(argv[3]) : 3000000;
-    const int phaseMs = argc > 4 ? std::atoi(argv[4]) : 2000;
+  // Within runs: NAME [runs] [steps] [phase_ms].
+  struct WithinRuns {
+    const char* name;
+    int runs;
+    long steps;
+    int phaseMs;
+    int (*measure)(int, long, int);
+  };
+  for (const WithinRuns& m : {WithinRuns{"phases", 8, 3000000, 2000, metricsInPhases},
+                              WithinRuns{"alternate", 4, 2000000, 4500, alternate}}) {
+    if (argc < 2 || std::string(argv[1]) != m.name) continue;
+    const int runs = argc > 2 ? std::atoi(argv[2]) : m.runs;
+    const long steps = argc > 3 ? std::atol(argv[3]) : m.steps;
+    const int phaseMs = argc > 4 ? std::atoi(argv[4]) : m.phaseMs;
     if (runs < 1 || steps < 100000 || phaseMs < 1000) {
-      std::fprintf(stderr, "bench_monitoring phases: runs >= 1, steps >= 100000 and phase_ms >= 1000 expected\n");
+      std::fprintf(stderr, "bench_monitoring %s: runs >= 1, steps >= 100000 and phase_ms >= 1000 expected\n", m.name);
       return 2;
     }
-    return metricsInPhases(runs, steps, phaseMs);
-  }
-  if (argc > 1 && std::string(argv[1]) == "alternate") {
-    const int runs = argc > 2 ? std::atoi(argv[2]) : 4;
-    const long steps = argc > 3 ? std::atol(argv[3]) : 2000000;
-    const int phaseMs = argc > 4 ? std::atoi(argv[4]) : 4500;
-    if (runs < 1 || steps < 100000 || phaseMs < 1000) {
-      std::fprintf(stderr, "bench_monitoring alternate: runs >= 1, steps >= 100000 and phase_ms >= 1000 expected\n");
-      return 2;
-    }
-    return alternate(runs, steps, phaseMs);
+    return m.measure(runs, steps, phaseMs);
   }
   const int rounds = argc > 1 ? std::atoi(argv[1]) : 3;
   const long steps = argc > 2 ? std::atol(argv[2]) : 100000;
