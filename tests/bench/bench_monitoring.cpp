@@ -131,6 +131,25 @@ void idleFor(int ms) {
   loop.exec();
 }
 
+// Opens `w` on `runsDir` and starts the seed workload there for `steps` (DDP shm, 2 ranks).
+void startSeedRun(ui::MainWindow& w, const QString& runsDir, long steps) {
+  w.setConfirmations(false);
+  w.setRunsDirectory(runsDir);
+  w.show();
+  w.setProfile(seedProfile(steps, "shm"));
+  w.startRun();
+}
+
+// Runs `p` headless in `runsDir`, every record stored as `ptw --headless` stores it; its folder.
+std::string runStored(const QString& runsDir, const core::Profile& p) {
+  core::RunStore store(runsDir.toStdString());
+  const std::string dir = core::createRunDirectory(runsDir.toStdString(), p);
+  const auto id = store.beginRun(dir, p);
+  core::LaunchObserver none;
+  core::Supervisor(core::SupervisorOptions(p, dir, core::Launcher::defaultWorkerPath()).setStore(&store, id)).run(none);
+  return dir;
+}
+
 // Prints the median of `ratios` with a 95% bootstrap interval, and their mean.
 void printRatios(const char* what, const std::vector<double>& ratios, const char* over) {
   std::mt19937 rng(1);
@@ -193,22 +212,11 @@ int metricsInPhases(int runs, long steps, int phaseMs) {
     QString runDir;
     if (inWindow) {
       ui::MainWindow w;
-      w.setConfirmations(false);
-      w.setRunsDirectory(dir.path());
-      w.show();
-      w.setProfile(seedProfile(steps, "shm"));
-      w.startRun();
+      startSeedRun(w, dir.path(), steps);
       while (w.controller()->isRunning()) idleFor(500);
       runDir = w.controller()->runDirectory();
     } else {
-      core::RunStore store(dir.path().toStdString());
-      core::Profile stored = seedProfile(steps, "shm");
-      const std::string d = core::createRunDirectory(dir.path().toStdString(), stored);
-      const auto id = store.beginRun(d, stored);
-      core::LaunchObserver none;
-      core::Supervisor(core::SupervisorOptions(stored, d, core::Launcher::defaultWorkerPath()).setStore(&store, id))
-          .run(none);
-      runDir = QString::fromStdString(d);
+      runDir = QString::fromStdString(runStored(dir.path(), seedProfile(steps, "shm")));
     }
     qunsetenv("PTW_METRICS_PHASES");
     // Both ranks' rates, where both have the phase (in lock-step they agree to the step).
@@ -251,11 +259,7 @@ int alternate(int runs, long steps, int phaseMs) {
   for (int r = 0; r < runs; ++r) {
     QTemporaryDir dir;
     ui::MainWindow w;
-    w.setConfirmations(false);
-    w.setRunsDirectory(dir.path());
-    w.show();
-    w.setProfile(seedProfile(steps, "shm"));
-    w.startRun();
+    startSeedRun(w, dir.path(), steps);
     while (w.controller()->isRunning() && w.lossChart()->pointCount(0) == 0) idleFor(50);
     idleFor(1000);  // past the warm-up
     std::vector<Phase> phases;
@@ -391,13 +395,7 @@ int main(int argc, char** argv) {
     };
     // Records stored as a headless run stores them, no window.
     auto storedNoWindow = [&] {
-      core::RunStore store(runs.path().toStdString());
-      core::Profile stored = seedProfile(steps, backend);
-      const std::string dir = core::createRunDirectory(runs.path().toStdString(), stored);
-      const auto id = store.beginRun(dir, stored);
-      core::Supervisor(core::SupervisorOptions(stored, dir, core::Launcher::defaultWorkerPath()).setStore(&store, id))
-          .run(none);
-      storedRate = trainingRate(QString::fromStdString(dir));
+      storedRate = trainingRate(QString::fromStdString(runStored(runs.path(), seedProfile(steps, backend))));
     };
     // Metrics off, beside a process that only takes CPU: 1.2 ms every 50 ms, 2.4% of one core,
     // about the window's share, in pieces about as long as the window's. What lock-step ranks
