@@ -23,7 +23,8 @@
 // it (set at attach, which is also the broadcast of rank 0's values), and its momentum
 // buffer in the optimizer's state is one too. After the first barrier each rank averages
 // its share of the gradients and applies SGD's update (sgdUpdate, Note [Fused SGD]) to
-// its share of the parameters and buffers at once; the second barrier ends the step.
+// its share of the parameters and buffers at once (SharedSgd, which the pool's workers
+// use too); the second barrier ends the step.
 // Each rank so does 1/world of the optimizer's work, and the averaged gradients are never
 // written anywhere: after backward a rank reads its share from every slot (one pass over
 // the gradients in all) and reads and writes its share of parameters and buffers (4/world
@@ -50,8 +51,8 @@
 // the model fits in a few KiB.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <sstream>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "common/error.h"
@@ -59,6 +60,7 @@
 #include "engine/model.h"
 #include "engine/peer_wait.h"
 #include "engine/kernels.h"
+#include "engine/shared_sgd.h"
 #include "engine/shm_segment.h"
 #include "engine/strategy.h"
 #include "engine/workload.h"
@@ -92,10 +94,7 @@ class DdpShm final : public Strategy {
     const std::string refusal = shmRefusal(m_params);
     PTW_CHECK(refusal.empty(), m_chosen, " ", refusal, ": set strategy.backend to gloo");
     std::size_t total = 0;
-    for (const auto& p : m_params) {
-      m_offset.emplace(p.unsafeGetTensorImpl(), total);
-      total += static_cast<std::size_t>(p.numel());
-    }
+    for (const auto& p : m_params) total += static_cast<std::size_t>(p.numel());
     m_gradFloats = total;
     m_oneBarrier = total <= kOneBarrierFloats;
     if (m_oneBarrier) m_sharded = false;
@@ -110,13 +109,14 @@ class DdpShm final : public Strategy {
     for (int r = 0; r < m_world; ++r) m_slots.push_back(slot(r));
     if (m_oneBarrier)
       for (int r = 0; r < m_world; ++r) m_otherSlots.push_back(slot(m_world + r));
+    float* sharedParams = nullptr;
     if (m_sharded) {
-      m_sharedParams = slot(m_world);
-      if (m_momentum) m_buffers = m_sharedParams + regionFloats;
+      sharedParams = slot(m_world);
+      m_sgd.emplace(m_segment, m_params, sharedParams, m_momentum ? sharedParams + regionFloats : nullptr);
     }
     // Broadcast rank 0's parameters: through the shared parameters when sharded, else its slot.
     torch::NoGradGuard noGrad;
-    float* staging = m_sharded ? m_sharedParams : slot(0);
+    float* staging = m_sharded ? sharedParams : slot(0);
     if (m_rank == 0) forEachParameter([&](torch::Tensor& p, std::size_t off) {
       std::memcpy(staging + off, p.data_ptr<float>(), static_cast<std::size_t>(p.numel()) * sizeof(float));
     });
@@ -124,7 +124,7 @@ class DdpShm final : public Strategy {
     m_segment->unlink();
     forEachParameter([&](torch::Tensor& p, std::size_t off) {
       if (m_sharded)
-        p.set_data(segmentView(m_segment, m_sharedParams + off, p.sizes()));
+        p.set_data(segmentView(m_segment, sharedParams + off, p.sizes()));
       else if (m_rank != 0)
         std::memcpy(p.data_ptr<float>(), staging + off, static_cast<std::size_t>(p.numel()) * sizeof(float));
     });
@@ -152,20 +152,8 @@ class DdpShm final : public Strategy {
     if (!m_sharded) return Strategy::optimizerStep(optimizer, clipNorm);  // every rank its own
     PTW_CHECK(dynamic_cast<torch::optim::SGD*>(&optimizer) && clipNorm <= 0,
               "internal: the sharded step needs SGD without clipping");
-    auto [lo, hi] = share();
-    for (auto& group : optimizer.param_groups()) {
-      const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
-      const SgdScalars scalars = sgdScalars(o);
-      for (auto& p : group.params()) {
-        const std::size_t off = m_offset.at(p.unsafeGetTensorImpl()), n = static_cast<std::size_t>(p.numel());
-        const std::size_t a = std::max(off, lo), b = std::min(off + n, hi);
-        bool first = false;
-        float* buf = o.momentum() != 0 ? bindMomentumBuffer(optimizer, p, off, a, b, first) : nullptr;
-        if (a < b)
-          averageThenSgd(m_sharedParams + a, buf ? buf + (a - off) : nullptr, m_slots.data(), m_world, a, b, scalars,
-                         first);
-      }
-    }
+    const auto [lo, hi] = share();
+    m_sgd->step(optimizer, m_slots.data(), m_world, lo, hi);
     meet();
   }
 
@@ -219,24 +207,6 @@ class DdpShm final : public Strategy {
     }
   }
 
-  /// The shared momentum buffer of `p` (at `off`), put into the optimizer's state the first
-  /// time. `first`: SGD has no buffer for it yet. A buffer SGD already had (a resumed
-  /// checkpoint) is copied in for this rank's elements [a, b).
-  float* bindMomentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& p, std::size_t off,
-                            std::size_t a, std::size_t b, bool& first) {
-    PTW_CHECK(m_buffers, "internal: SGD has momentum but the profile said none");
-    float* shared = m_buffers + off;
-    torch::Tensor* old = findMomentumBuffer(optimizer, p);
-    first = old == nullptr;
-    if (first) {
-      addMomentumBuffer(optimizer, p, segmentView(m_segment, shared, p.sizes()));
-    } else if (old->data_ptr() != static_cast<void*>(shared)) {
-      if (b > a) std::memcpy(shared + (a - off), old->data_ptr<float>() + (a - off), (b - a) * sizeof(float));
-      *old = segmentView(m_segment, shared, p.sizes());
-    }
-    return shared;
-  }
-
   int m_rank;
   int m_world;
   std::chrono::milliseconds m_timeout;
@@ -246,13 +216,11 @@ class DdpShm final : public Strategy {
   bool m_momentum;
   std::shared_ptr<ShmSegment> m_segment;
   std::vector<torch::Tensor> m_params;
-  std::unordered_map<const void*, std::size_t> m_offset;  ///< parameter -> first element in a slot
   std::vector<float*> m_slots;
   std::vector<float*> m_otherSlots;  ///< the second set of the one-barrier step
   bool m_oneBarrier = false;         ///< Note [One-barrier step]
   bool m_parity = false;             ///< the one-barrier step's set for the next step: m_otherSlots when true
-  float* m_sharedParams = nullptr;  ///< the shared parameters (sharded)
-  float* m_buffers = nullptr;  ///< the shared momentum buffers (sharded, momentum > 0)
+  std::optional<SharedSgd> m_sgd;  ///< the step over the shared parameters (sharded)
   std::size_t m_gradFloats = 0;
   std::size_t m_slotFloats = 0;
 };

@@ -5,32 +5,51 @@
 // Note [Pool modes]
 // sync: every step each worker computes the gradient of its DistributedSampler shard
 //   (worker r trains shard r-1 of N) into its slot, then all meet at a barrier; the
-//   coordinator averages the slots into its gradients and steps the one optimizer, which
-//   writes the shared parameters in place; a second barrier releases the workers onto the
-//   new parameters. With SGD and no clipping the coordinator does both in one pass
-//   (averageThenSgd, as DDP's sharded step does with its share), so the averaged gradient
-//   is never written. Mathematically the same as Single on the full batch: the fix for the
-//   `Pool().map(model, data)` idea, where gradients never flowed back from the workers.
+//   parameters then take one optimizer step on the average of the slots, and a second
+//   barrier releases the workers onto the new parameters. Mathematically the same as
+//   Single on the full batch: the fix for the `Pool().map(model, data)` idea, where
+//   gradients never flowed back from the workers. With SGD and no clipping the workers step
+//   the shared parameters themselves, each its share (Note [Workers step the pool]); with
+//   Adam or clipping the coordinator averages the slots into its gradients and steps its
+//   optimizer, which writes the shared parameters in place, while the workers wait.
 // hogwild: each worker steps its own optimizer on the shared parameters without locks
 //   (as PyTorch's mnist_hogwild example does); the coordinator follows the slowest
 //   worker's progress, reports the mean loss, validates and checkpoints the shared
 //   parameters. Hogwild resumes the parameters; worker optimizer state (momentum) restarts.
 //
-// Slot layout (floats): gradients of every parameter, then loss, samples, stop wish.
-#include <sched.h>
-#include <unistd.h>
-
+// Note [Workers step the pool]
+// With SGD and no clipping a sync pool steps as DDP over shared memory does (Note [Sharded
+// SGD step] in ddp_shm.cpp): the momentum buffers live in the segment beside the
+// parameters, and after the first barrier each worker averages its share of the elements
+// over every slot and applies SGD's update to its share of the parameters and buffers at
+// once (SharedSgd); the workers then meet at a second barrier of their own, which the
+// coordinator takes no part in. The coordinator computes nothing: it arrives at the first
+// barrier without waiting there, sleeps until the workers' barrier has passed, and reads
+// the step's losses and stop wishes; its optimizer's momentum buffers are views of the
+// shared ones, so its checkpoints hold them. The coordinator used to average and step
+// alone while the workers waited (0.8-1.4 ms a step on mlp, split with a helper thread),
+// and to stay awake for 1 ms of every step at the first barrier: on a machine with a core
+// per worker it took from the workers' cores at both ends of each step. Now it wakes once
+// a step, to record it. The workers may be computing the next step while it reads, so
+// each slot keeps a step's loss, samples and stop wish in one of two sets, by the step's
+// parity: a worker writes a set again two steps on, after a first barrier that the
+// coordinator reaches only once it has read the set. The parameters change only between
+// the first barrier and the workers' second, so between its wake-up and its next arrival
+// the coordinator reads them whole (validation, checkpoints).
+//
+// Slot layout (floats): gradients of every parameter, then two sets of loss, samples, stop wish.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "common/error.h"
 #include "common/shm_names.h"
 #include "engine/kernels.h"
-#include "engine/lane_pool.h"  // lanesFor
 #include "engine/model.h"
 #include "engine/peer_wait.h"
+#include "engine/shared_sgd.h"
 #include "engine/shm_segment.h"
 #include "engine/strategy.h"
 #include "engine/workload.h"
@@ -38,17 +57,7 @@
 namespace ptw::engine {
 namespace {
 
-// Spins, then yields, until `done()`: the coordinator and its helpers waiting for each other
-// within one step (Note [Coordinator helpers]), a wait of microseconds. False if `quit()`
-// became true first.
-template <typename Done, typename Quit>
-bool spinUntil(const Done& done, const Quit& quit) {
-  for (std::uint64_t spins = 0; !done(); ++spins) {
-    if (quit()) return false;
-    if (spins > 2000) std::this_thread::yield();
-  }
-  return true;
-}
+using Among = ShmSegment::Among;
 
 class ProcessPool final : public Strategy {
  public:
@@ -58,6 +67,7 @@ class ProcessPool final : public Strategy {
         m_workers(ctx.world - 1),
         m_hogwild(ctx.profile.strategy.poolMode == "hogwild"),
         m_sgdWithoutClipping(ctx.profile.hyper.optimizer == "sgd" && ctx.profile.hyper.clipNorm <= 0),
+        m_momentum(ctx.profile.hyper.momentum != 0),
         m_timeout(peerTimeout(ctx.profile)),
         m_name(core::sharedSegmentName(ctx.port, "pool")) {
     PTW_CHECK(m_workers >= 1, "pool: expected a coordinator and at least one worker, got ", ctx.world, " process(es)");
@@ -69,21 +79,31 @@ class ProcessPool final : public Strategy {
   }
 
   bool computesGradients() const override { return m_rank != 0; }
-  bool stepsOptimizer() const override { return m_hogwild ? m_rank != 0 : m_rank == 0; }
-  /// A sync worker whose coordinator steps in one pass finds its slot zeroed by that pass.
-  bool zeroesGradients() const override { return m_rank != 0 && fusedSync(); }
+  /// Hogwild: every worker its own optimizer. Sync: the workers step the shared parameters
+  /// (the coordinator's optimizer only takes up the shared momentum buffers), or, with Adam or
+  /// clipping, the coordinator steps them alone.
+  bool stepsOptimizer() const override {
+    if (m_hogwild) return m_rank != 0;
+    return workersStep() || m_rank == 0;
+  }
+  /// The workers' step zeroes what it read of every slot.
+  bool zeroesGradients() const override { return m_rank != 0 && workersStep(); }
 
   void attach(Model& model) override {
     m_params = model.parameters();
     m_numel = 0;
     for (const auto& p : m_params) m_numel += static_cast<std::size_t>(p.numel());
-    m_slotFloats = cacheLineFloats(m_numel + 3);
+    m_slotFloats = cacheLineFloats(m_numel + 2 * kStats);
     const std::size_t paramFloats = cacheLineFloats(m_numel);
+    const std::size_t bufferFloats = workersStep() && m_momentum ? paramFloats : 0;
+    // The workers wait for each other awake; a sync coordinator sleeps through the step
+    // (Note [Lock-step waits] in shm_segment.cpp).
     m_segment = std::make_shared<ShmSegment>(
-        m_name, m_rank, m_world, sizeof(float) * (paramFloats + m_slotFloats * static_cast<std::size_t>(m_workers)),
-        m_timeout);
+        m_name, m_rank, m_world,
+        sizeof(float) * (paramFloats + bufferFloats + m_slotFloats * static_cast<std::size_t>(m_workers)), m_timeout,
+        m_hogwild ? 0 : m_workers);
     m_shared = static_cast<float*>(m_segment->payload());
-    m_slots = m_shared + paramFloats;
+    m_slots = m_shared + paramFloats + bufferFloats;
     torch::NoGradGuard noGrad;
     if (m_rank == 0) {  // the coordinator's (seeded or resumed) parameters are the shared ones
       std::size_t off = 0;
@@ -95,7 +115,7 @@ class ProcessPool final : public Strategy {
     m_segment->barrier();
     m_segment->unlink();
     // From here every process's parameters are views of the segment, and a sync worker's
-    // gradients are views of its slot: backward writes them where the coordinator reads.
+    // gradients are views of its slot: backward writes them where they are averaged.
     std::size_t off = 0;
     for (auto& p : m_params) {
       p.set_data(segmentView(m_segment, m_shared + off, p.sizes()));
@@ -103,44 +123,34 @@ class ProcessPool final : public Strategy {
     }
     if (!m_hogwild && m_rank != 0) bindGradients(m_params, m_segment, slot(m_rank));
     for (int w = 1; w <= m_workers; ++w) m_slotPtrs.push_back(slot(w));
+    if (workersStep()) m_sgd.emplace(m_segment, m_params, m_shared, bufferFloats ? m_shared + paramFloats : nullptr);
+    m_workersMet = m_segment->generation(Among::AllButRankZero);
     m_segment->barrier();
-    if (fusedStep()) {  // Note [Coordinator helpers]
-      const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      m_lanes = lanesFor(m_numel, std::min(m_workers, cores));
-      const std::uint32_t attached = m_segment->generation();
-      for (int lane = 1; lane < m_lanes; ++lane) m_helpers.emplace_back([this, lane, attached] { help(lane, attached); });
-    }
   }
 
   bool reduce(Model&, StepState& state) override {
+    ++m_steps;
     if (m_hogwild) return m_rank == 0 ? followWorkers(state) : publishProgress(state);
-    return m_rank == 0 ? averageSlots(state) : offerGradients(state);
+    if (m_rank != 0) return offerGradients(state);
+    return workersStep() ? followStep(state) : averageSlots(state);
   }
 
   void optimizerStep(torch::optim::Optimizer& optimizer, double clipNorm) override {
-    if (!fusedStep()) return Strategy::optimizerStep(optimizer, clipNorm);
-    auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
-    PTW_CHECK(sgd && clipNorm <= 0, "internal: the pool's fused step needs SGD without clipping");
-    auto next = m_params.begin();
-    m_pieces = sgdPieces(*sgd, [&](torch::Tensor& p) {
-      PTW_CHECK(next != m_params.end() && next->is_same(p), "internal: the optimizer's parameters are not the pool's");
-      ++next;
-      return true;
-    });
-    ++m_steps;
-    m_posted.store(m_steps, std::memory_order_release);  // the helpers, awake since the barrier, take their shares
-    stepShare(0);
-    const auto helpers = m_helpers.size();
-    spinUntil([&] { return m_finished.load(std::memory_order_acquire) == m_steps * helpers; }, [] { return false; });
+    if (!workersStep()) return Strategy::optimizerStep(optimizer, clipNorm);
+    PTW_CHECK(dynamic_cast<torch::optim::SGD*>(&optimizer) && clipNorm <= 0,
+              "internal: the pool's workers step SGD without clipping only");
+    if (m_rank == 0) {  // no share: the first step only takes up the shared momentum buffers
+      if (m_steps == 1) m_sgd->step(optimizer, m_slotPtrs.data(), m_workers, 0, 0);
+      return;
+    }
+    const auto [lo, hi] = shareOf(m_numel, m_workers, m_rank - 1);
+    m_sgd->step(optimizer, m_slotPtrs.data(), m_workers, lo, hi);
+    m_segment->barrier(m_segment->lockstepAwake(), Among::AllButRankZero);  // stepped: the next step may start
   }
 
   void afterOptimizerStep(Model&) override {
-    if (!m_hogwild && m_rank == 0) m_segment->barrier();  // parameters updated: release the workers
-  }
-
-  ~ProcessPool() override {
-    m_quit.store(true, std::memory_order_release);
-    for (auto& t : m_helpers) t.join();
+    // Adam or clipping: the coordinator has stepped; release the workers.
+    if (!m_hogwild && !workersStep() && m_rank == 0) m_segment->barrier();
   }
 
   void finish() override {
@@ -148,106 +158,98 @@ class ProcessPool final : public Strategy {
   }
 
  private:
-  /// A sync pool whose coordinator steps SGD (without clipping) in one pass with the average.
-  bool fusedSync() const { return !m_hogwild && m_sgdWithoutClipping; }
-  /// This process is that coordinator.
-  bool fusedStep() const { return m_rank == 0 && fusedSync(); }
+  static constexpr std::size_t kStats = 3;  ///< loss, samples, stop wish
 
-  /// Lane `lane`'s share of the fused step.
-  void stepShare(int lane) {
-    const auto [lo, hi] = shareOf(m_numel, m_lanes, lane);
-    forEachInShare(m_pieces, lo, hi, [&](std::size_t i, std::size_t a, std::size_t b) {
-      const auto& piece = m_pieces[i];
-      averageThenSgd(piece.w + a, piece.buf ? piece.buf + a : nullptr, m_slotPtrs.data(), m_workers, piece.at + a,
-                     piece.at + b, piece.scalars, piece.first);
-    });
-  }
-
-  // Note [Coordinator helpers]
-  // While the coordinator steps, every worker waits at the second barrier, so the cores they
-  // compute on are idle: the coordinator splits its fused step with up to workers - 1 helper
-  // threads (no more than the machine's cores, and none for a model under kLaneSplitFloats a
-  // lane). Measured on mlp (2 workers): the coordinator's step took 0.8-1.4 ms alone, where
-  // DDP's sharded step takes ~0.5. A helper must not spin while the workers compute (it would
-  // take a core from them), and one woken by the coordinator started ~0.3 ms late on this
-  // machine; so a helper sleeps on the segment's barrier word itself, and the last worker to
-  // offer its gradients wakes it together with the coordinator. It then waits for the step's
-  // pieces (the learning rate may change every step) and takes its share. Each step passes
-  // two barriers: gradients offered, coordinator stepped.
-  void help(int lane, std::uint32_t attached) {
-    for (std::uint64_t step = 1;; ++step) {
-      // Step s's first barrier is the (2s - 1)th after attach: the generation then is attached + 2s - 1.
-      const auto offered = attached + static_cast<std::uint32_t>(2 * step - 1);
-      if (!m_segment->awaitGeneration(offered, m_quit)) return;
-      if (!spinUntil([&] { return m_posted.load(std::memory_order_acquire) == step; },
-                     [&] { return m_quit.load(std::memory_order_acquire); }))
-        return;
-      stepShare(lane);
-      m_finished.fetch_add(1, std::memory_order_acq_rel);
-    }
-  }
+  /// A sync pool with SGD and no clipping (Note [Workers step the pool]).
+  bool workersStep() const { return !m_hogwild && m_sgdWithoutClipping; }
 
   // Note [Workers awake through the step]
-  // A sync worker waits at the second barrier while the coordinator averages and steps: on
-  // mlp 0.8-1.2 ms, around the 1 ms after which a barrier sleeps, so a worker often slept and
-  // came back a futex wake-up late, both workers in turn. Only that wait, whose length is the
-  // coordinator's step and not another worker's compute, stays awake (yielding) longer; the
-  // coordinator, whose wait at the first barrier is the workers' compute, still sleeps after 1 ms.
+  // With Adam or clipping a sync worker waits at the second barrier while the coordinator
+  // averages and steps: on mlp 0.8-1.2 ms, around the 1 ms after which a barrier sleeps, so a
+  // worker often slept and came back a futex wake-up late, both workers in turn. Only that
+  // wait, whose length is the coordinator's step and not another worker's compute, stays
+  // awake (yielding) longer; the coordinator, whose wait at the first barrier is the workers'
+  // compute, still sleeps after 1 ms.
   static constexpr std::chrono::microseconds kStepAwake{5000};
 
   float* slot(int worker) const { return m_slots + static_cast<std::size_t>(worker - 1) * m_slotFloats; }
+  /// Worker `worker`'s loss, samples and stop wish of this step, in the set of its parity
+  /// (Note [Workers step the pool]); hogwild's coordinator reads the latest, in set 0.
+  float* stats(int worker) const { return slot(worker) + m_numel + (m_hogwild ? 0 : m_steps % 2) * kStats; }
 
-  // sync, worker: gradients, loss and stop wish into the slot; wait for the new parameters.
+  // sync, worker: gradients, loss and stop wish into the slot; wait for the others (and,
+  // with Adam or clipping, for the coordinator's step).
   bool offerGradients(StepState& state) {
-    float* s = slot(m_rank);
-    bindGradients(m_params, m_segment, s);  // normally already there: nothing to copy
-    s[m_numel] = static_cast<float>(state.loss);
-    s[m_numel + 1] = static_cast<float>(state.samples);
-    s[m_numel + 2] = m_localStop ? 1.f : 0.f;
-    m_segment->barrier();  // gradients offered
-    m_segment->barrier(kStepAwake);  // coordinator stepped (afterOptimizerStep on rank 0)
-    return m_segment->stopFlag().load(std::memory_order_acquire) != 0;
+    bindGradients(m_params, m_segment, slot(m_rank));  // normally already there: nothing to copy
+    float* s = stats(m_rank);
+    s[0] = static_cast<float>(state.loss);
+    s[1] = static_cast<float>(state.samples);
+    s[2] = m_localStop ? 1.f : 0.f;
+    if (!workersStep()) {
+      m_segment->barrier();                // gradients offered
+      m_segment->barrier(kStepAwake);      // coordinator stepped (afterOptimizerStep on rank 0)
+      return m_segment->stopFlag().load(std::memory_order_acquire) != 0;
+    }
+    m_segment->barrier(m_segment->lockstepAwake());  // gradients offered: step (optimizerStep)
+    return m_segment->stopFlag().load(std::memory_order_acquire) != 0 || anyWorkerStops();
   }
 
-  // sync, coordinator: the average of the workers' gradients, in worker order.
+  // sync with SGD, coordinator: a stop wish, then asleep until the workers have stepped.
+  bool followStep(StepState& state) {
+    m_segment->stopFlag().store(m_localStop ? 1 : 0, std::memory_order_release);
+    m_segment->arrive();
+    m_segment->await(Among::AllButRankZero, m_workersMet + static_cast<std::uint32_t>(m_steps));
+    addUpLoss(state);
+    return m_localStop || anyWorkerStops();
+  }
+
+  // sync with Adam or clipping, coordinator: the average of the workers' gradients, in
+  // worker order, for its own optimizer.
   bool averageSlots(StepState& state) {
     m_segment->barrier();
     torch::NoGradGuard noGrad;
-    bool stop = m_localStop;
-    double lossSum = 0, samples = 0;
-    if (!fusedStep()) {  // else optimizerStep averages as it steps
-      std::size_t off = 0;
-      for (auto& p : m_params) {
-        if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-        const auto n = static_cast<std::size_t>(p.numel());
-        averageInto(p.mutable_grad().data_ptr<float>(), m_slotPtrs.data(), m_workers, off, n);
-        off += n;
-      }
+    std::size_t off = 0;
+    for (auto& p : m_params) {
+      if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+      const auto n = static_cast<std::size_t>(p.numel());
+      averageInto(p.mutable_grad().data_ptr<float>(), m_slotPtrs.data(), m_workers, off, n);
+      off += n;
     }
-    for (int w = 1; w <= m_workers; ++w) {
-      const float* s = slot(w);
-      lossSum += static_cast<double>(s[m_numel]) * s[m_numel + 1];
-      samples += s[m_numel + 1];
-      stop = stop || s[m_numel + 2] > 0.5f;
-    }
-    state.loss = samples > 0 ? lossSum / samples : 0;
-    state.samples = static_cast<std::int64_t>(samples);
+    addUpLoss(state);
+    const bool stop = m_localStop || anyWorkerStops();
     m_segment->stopFlag().store(stop ? 1 : 0, std::memory_order_release);
     return stop;
   }
 
+  bool anyWorkerStops() const {
+    for (int w = 1; w <= m_workers; ++w)
+      if (stats(w)[2] > 0.5f) return true;
+    return false;
+  }
+
+  /// The workers' mean loss, weighted by their samples, and their samples, into `state`.
+  void addUpLoss(StepState& state) const {
+    double lossSum = 0, samples = 0;
+    for (int w = 1; w <= m_workers; ++w) {
+      const float* s = stats(w);
+      lossSum += static_cast<double>(s[0]) * s[1];
+      samples += s[1];
+    }
+    state.loss = samples > 0 ? lossSum / samples : 0;
+    state.samples = static_cast<std::int64_t>(samples);
+  }
+
   // hogwild, worker: publish loss and progress; stop when the coordinator says so.
   bool publishProgress(StepState& state) {
-    float* s = slot(m_rank);
-    s[m_numel] = static_cast<float>(state.loss);
-    s[m_numel + 1] = static_cast<float>(state.samples);
+    float* s = stats(m_rank);
+    s[0] = static_cast<float>(state.loss);
+    s[1] = static_cast<float>(state.samples);
     m_segment->progress(m_rank).fetch_add(1, std::memory_order_release);
     return m_localStop || m_segment->stopFlag().load(std::memory_order_acquire) != 0;
   }
 
   // hogwild, coordinator: a step is done when every worker has done it (or finished).
   bool followWorkers(StepState& state) {
-    ++m_followed;
     if (m_localStop) m_segment->stopFlag().store(1, std::memory_order_release);
     const auto start = std::chrono::steady_clock::now();
     PeerWait waiting;
@@ -255,26 +257,18 @@ class ProcessPool final : public Strategy {
       bool behind = false, endedEarly = false;
       for (int w = 1; w <= m_workers; ++w) {
         const bool done = m_segment->doneFlag(w).load(std::memory_order_acquire) != 0;
-        const bool lagging = m_segment->progress(w).load(std::memory_order_acquire) < m_followed;
+        const bool lagging = m_segment->progress(w).load(std::memory_order_acquire) < static_cast<std::int64_t>(m_steps);
         if (lagging && done) endedEarly = true;  // a worker stopped before this step: stop too
         if (lagging && !done) behind = true;
       }
-      if (!behind) return finishWith(state, m_localStop || endedEarly);
+      if (!behind) {
+        addUpLoss(state);
+        return m_localStop || endedEarly;
+      }
       PTW_CHECK(std::chrono::steady_clock::now() - start < m_timeout, "pool: no hogwild worker progress for ",
                 m_timeout.count() / 1000.0, " s (run.timeout_s and 5 s)");
       std::this_thread::sleep_for(std::chrono::milliseconds(1));  // leave the cores to the workers
     }
-  }
-
-  bool finishWith(StepState& state, bool stop) {
-    double lossSum = 0, samples = 0;
-    for (int w = 1; w <= m_workers; ++w) {
-      lossSum += static_cast<double>(slot(w)[m_numel]) * slot(w)[m_numel + 1];
-      samples += slot(w)[m_numel + 1];
-    }
-    state.loss = samples > 0 ? lossSum / samples : 0;
-    state.samples = static_cast<std::int64_t>(samples);
-    return stop;
   }
 
   int m_rank;
@@ -282,24 +276,19 @@ class ProcessPool final : public Strategy {
   int m_workers;
   bool m_hogwild;
   bool m_sgdWithoutClipping;
+  bool m_momentum;
   std::chrono::milliseconds m_timeout;
   std::string m_name;
   std::shared_ptr<ShmSegment> m_segment;
-  // The coordinator's fused step (Note [Coordinator helpers]).
-  int m_lanes = 1;  ///< the coordinator and its helpers
-  std::vector<SgdPiece> m_pieces;  ///< this step's, written before m_posted
-  std::vector<std::thread> m_helpers;
-  std::uint64_t m_steps = 0;
-  std::atomic<std::uint64_t> m_posted{0};    ///< steps whose pieces are ready
-  std::atomic<std::uint64_t> m_finished{0};  ///< shares the helpers have done, over all steps
-  std::atomic<bool> m_quit{false};
+  std::optional<SharedSgd> m_sgd;  ///< the workers' step (Note [Workers step the pool])
+  std::uint32_t m_workersMet = 0;  ///< the workers' barrier's generation at attach
+  std::uint64_t m_steps = 0;       ///< steps begun (reduce), the same on every process
   std::vector<float*> m_slotPtrs;  ///< slot(1) .. slot(N)
   std::vector<torch::Tensor> m_params;
   std::size_t m_numel = 0;
   std::size_t m_slotFloats = 0;
   float* m_shared = nullptr;
   float* m_slots = nullptr;
-  std::int64_t m_followed = 0;
 };
 
 }  // namespace

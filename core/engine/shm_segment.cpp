@@ -40,27 +40,32 @@ inline void cpuRelax() {
 }
 }
 
+struct ShmSegment::Barrier {
+  alignas(64) std::atomic<std::uint32_t> arrived;
+  alignas(64) std::atomic<std::uint32_t> generation;
+  std::atomic<std::uint32_t> sleepers;
+  alignas(64) std::atomic<std::uint64_t> arrivedMask[kMaxRanks / 64];
+};
+
 struct ShmSegment::Header {
   std::atomic<std::uint32_t> ready;
   std::uint32_t world;
   std::uint64_t payloadBytes;
   std::int32_t creator;  ///< rank 0's pid
-  alignas(64) std::atomic<std::uint32_t> arrived;
-  alignas(64) std::atomic<std::uint32_t> generation;
-  std::atomic<std::uint32_t> sleepers;
-  alignas(64) std::atomic<std::uint64_t> arrivedMask[kMaxRanks / 64];
+  Barrier all;
+  Barrier allButRankZero;
   alignas(64) std::atomic<std::uint32_t> stop;
   alignas(64) std::atomic<std::int64_t> progress[kMaxRanks];
   alignas(64) std::atomic<std::uint32_t> done[kMaxRanks];
 };
 
 ShmSegment::ShmSegment(std::string name, int rank, int world, std::size_t payloadBytes,
-                       std::chrono::milliseconds timeout)
+                       std::chrono::milliseconds timeout, int lockstep)
     : m_name(std::move(name)), m_rank(rank), m_world(world), m_timeout(timeout) {
   cpu_set_t cpus;
   CPU_ZERO(&cpus);
   const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  if (world <= cores) {
+  if ((lockstep > 0 ? lockstep : world) <= cores) {
     m_spinFor = std::chrono::microseconds(50);     // Note [Barrier waits]
     m_lockstepAwake = std::chrono::milliseconds(20);  // Note [Lock-step waits]
   }
@@ -153,18 +158,12 @@ void ShmSegment::unlink() {
   m_unlinked = true;
 }
 
-std::uint32_t ShmSegment::generation() const { return m_header->generation.load(std::memory_order_acquire); }
+ShmSegment::Barrier& ShmSegment::words(Among among) const {
+  return among == Among::All ? m_header->all : m_header->allButRankZero;
+}
 
-bool ShmSegment::awaitGeneration(std::uint32_t target, const std::atomic<bool>& quit) {
-  Header& h = *m_header;
-  for (;;) {
-    const std::uint32_t now = h.generation.load(std::memory_order_acquire);
-    if (static_cast<std::int32_t>(now - target) >= 0) return true;
-    if (quit.load(std::memory_order_acquire)) return false;
-    h.sleepers.fetch_add(1, std::memory_order_seq_cst);  // as a sleeping rank does (Note [Barrier waits])
-    if (h.generation.load(std::memory_order_seq_cst) == now) futexWait(&h.generation, now, 10'000'000);
-    h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-  }
+std::uint32_t ShmSegment::generation(Among among) const {
+  return words(among).generation.load(std::memory_order_acquire);
 }
 
 std::atomic<std::uint32_t>& ShmSegment::stopFlag() { return m_header->stop; }
@@ -187,8 +186,8 @@ std::atomic<std::uint32_t>& ShmSegment::doneFlag(int rank) { return m_header->do
 // or the sleeper sees the new generation.
 //
 // Note [Lock-step waits]
-// Ranks in lock-step (DDP over shared memory) that each own a core stay awake at a barrier
-// for 20 ms (lockstepAwake()), not 1 ms. What another program takes from one of them, the
+// Ranks in lock-step (DDP over shared memory, the sync pool's workers) that each own a core
+// stay awake at a barrier for 20 ms (lockstepAwake()), not 1 ms. What another program takes from one of them, the
 // window's process or anything else, stops them all; and on a virtual machine a partner
 // that went to sleep on the futex after 1 ms came back late (its virtual CPU halted and
 // had to be woken), so the stall cost more than the time taken. Measured on the seed
@@ -206,42 +205,62 @@ std::atomic<std::uint32_t>& ShmSegment::doneFlag(int rank) { return m_header->do
 // compute times differ by a few µs from step to step, went from ~900k to ~1,040k samples/s
 // (six alternated runs of each). When ranks outnumber cores they yield after the first
 // spins, as before, so that a partner queued on this core runs.
-void ShmSegment::barrier(std::chrono::microseconds awake) {
-  Header& h = *m_header;
-  const std::uint32_t gen = h.generation.load(std::memory_order_acquire);
-  h.arrivedMask[m_rank / 64].fetch_or(1ull << (m_rank % 64), std::memory_order_relaxed);
-  if (h.arrived.fetch_add(1, std::memory_order_acq_rel) == static_cast<std::uint32_t>(m_world) - 1) {
-    h.arrived.store(0, std::memory_order_relaxed);
-    for (auto& m : h.arrivedMask) m.store(0, std::memory_order_relaxed);
-    h.generation.fetch_add(1, std::memory_order_seq_cst);
-    if (h.sleepers.load(std::memory_order_seq_cst) > 0) futexWakeAll(&h.generation);
-    return;
-  }
+void ShmSegment::barrier(std::chrono::microseconds awake, Among among) {
+  Barrier& b = words(among);
+  const int first = among == Among::All ? 0 : 1;
+  PTW_CHECK(m_rank >= first, "internal: rank ", m_rank, " at a barrier it is not part of");
+  const std::uint32_t gen = b.generation.load(std::memory_order_acquire);
+  if (arriveAt(b, m_world - first)) return;
   PeerWait waiting;
   std::uint64_t spins = 0;
-  bool up = true, yielding = false;
-  auto start = std::chrono::steady_clock::now();
-  while (h.generation.load(std::memory_order_acquire) == gen) {
-    if (up) {
-      if (++spins < 2000) continue;
-      if (spins % 16 == 0) {
-        const auto waited = std::chrono::steady_clock::now() - start;
-        yielding = waited >= m_spinFor;
-        up = waited < awake;
-      }
-      if (up) {
-        if (yielding) ::sched_yield();
-        else cpuRelax();
-        continue;
-      }
+  bool yielding = false;
+  const auto start = std::chrono::steady_clock::now();
+  while (b.generation.load(std::memory_order_acquire) == gen) {
+    if (++spins < 2000) continue;
+    if (spins % 16 == 0) {
+      const auto waited = std::chrono::steady_clock::now() - start;
+      yielding = waited >= m_spinFor;
+      if (waited >= awake) break;
     }
-    h.sleepers.fetch_add(1, std::memory_order_seq_cst);
-    if (h.generation.load(std::memory_order_seq_cst) == gen) futexWait(&h.generation, gen, 10'000'000);
-    h.sleepers.fetch_sub(1, std::memory_order_seq_cst);
-    if (std::chrono::steady_clock::now() - start > m_timeout && h.generation.load() == gen) {
+    if (yielding) ::sched_yield();
+    else cpuRelax();
+  }
+  sleepPast(b, gen, first, start);
+}
+
+void ShmSegment::arrive() { arriveAt(m_header->all, m_world); }
+
+void ShmSegment::await(Among among, std::uint32_t target) {
+  Barrier& b = words(among);
+  const int first = among == Among::All ? 0 : 1;
+  const auto start = std::chrono::steady_clock::now();
+  PeerWait waiting;
+  for (;;) {
+    const std::uint32_t gen = b.generation.load(std::memory_order_acquire);
+    if (static_cast<std::int32_t>(gen - target) >= 0) return;
+    sleepPast(b, gen, first, start);
+  }
+}
+
+bool ShmSegment::arriveAt(Barrier& b, int count) {
+  b.arrivedMask[m_rank / 64].fetch_or(1ull << (m_rank % 64), std::memory_order_relaxed);
+  if (b.arrived.fetch_add(1, std::memory_order_acq_rel) != static_cast<std::uint32_t>(count) - 1) return false;
+  b.arrived.store(0, std::memory_order_relaxed);
+  for (auto& m : b.arrivedMask) m.store(0, std::memory_order_relaxed);
+  b.generation.fetch_add(1, std::memory_order_seq_cst);
+  if (b.sleepers.load(std::memory_order_seq_cst) > 0) futexWakeAll(&b.generation);
+  return true;
+}
+
+void ShmSegment::sleepPast(Barrier& b, std::uint32_t gen, int first, std::chrono::steady_clock::time_point start) {
+  while (b.generation.load(std::memory_order_acquire) == gen) {
+    b.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (b.generation.load(std::memory_order_seq_cst) == gen) futexWait(&b.generation, gen, 10'000'000);
+    b.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (std::chrono::steady_clock::now() - start > m_timeout && b.generation.load() == gen) {
       std::string missing;
-      for (int r = 0; r < m_world; ++r)
-        if (!(h.arrivedMask[r / 64].load() & (1ull << (r % 64))))
+      for (int r = first; r < m_world; ++r)
+        if (!(b.arrivedMask[r / 64].load() & (1ull << (r % 64))))
           missing += (missing.empty() ? "" : ", ") + std::to_string(r);
       PTW_FAIL("shared-memory barrier timed out after ", m_timeout.count() / 1000.0, " s waiting for rank(s) ",
                missing, " (run.timeout_s and 5 s)");

@@ -20,19 +20,33 @@ class ShmSegment {
   static constexpr int kMaxRanks = 256;
 
   /// Rank 0 creates `name` with `payloadBytes` after the header; the others wait for it
-  /// (up to `timeout`) and check that they agree on its size.
-  ShmSegment(std::string name, int rank, int world, std::size_t payloadBytes, std::chrono::milliseconds timeout);
+  /// (up to `timeout`) and check that they agree on its size. `lockstep` ranks wait for
+  /// each other awake (Note [Lock-step waits]); all of them unless some sleep through the
+  /// step (the pool's coordinator).
+  ShmSegment(std::string name, int rank, int world, std::size_t payloadBytes, std::chrono::milliseconds timeout,
+             int lockstep = 0);
   ~ShmSegment();
   ShmSegment(const ShmSegment&) = delete;
   ShmSegment& operator=(const ShmSegment&) = delete;
 
   void* payload() const { return m_payload; }
 
-  /// Waits until all `world` ranks arrive. Spins briefly, then yields, then, `awake` after it
+  /// Which ranks a barrier waits for. The pool's workers meet without their coordinator to
+  /// end a step they step themselves (Note [Workers step the pool]).
+  enum class Among { All, AllButRankZero };
+
+  /// Waits until all `world` ranks (or all but rank 0) arrive. Spins briefly, then yields, then, `awake` after it
   /// arrived, sleeps, so an oversubscribed machine still progresses (Note [Barrier waits]);
   /// throws after the timeout naming the ranks that never arrived, so a dead peer never hangs
   /// a rank.
-  void barrier(std::chrono::microseconds awake = kAwake);
+  void barrier(std::chrono::microseconds awake = kAwake, Among among = Among::All);
+  /// Arrives at the barrier among all ranks and returns at once: for a rank that waits for
+  /// something later instead (the pool's coordinator, in `await`).
+  void arrive();
+  /// Sleeps until the barrier among `among`, which this rank does not take part in, has
+  /// passed `target` (its generation, modulo 2^32); throws after the timeout naming the ranks
+  /// that never arrived, as barrier() does.
+  void await(Among among, std::uint32_t target);
   /// How long barrier() stays awake by default.
   static constexpr std::chrono::microseconds kAwake{1000};
   /// How long ranks in lock-step stay awake: 20 ms while each has a core of its own, else
@@ -43,12 +57,8 @@ class ShmSegment {
   /// so nothing leaks in /dev/shm even if the run is killed afterwards.
   void unlink();
 
-  /// Advances each time every rank has arrived at the barrier.
-  std::uint32_t generation() const;
-  /// For a thread of this process that is not the rank (the pool coordinator's helpers):
-  /// sleeps until the generation has reached `target` (modulo 2^32), woken with the ranks by
-  /// the last one to arrive. False if `quit` became true first (looked at every 10 ms).
-  bool awaitGeneration(std::uint32_t target, const std::atomic<bool>& quit);
+  /// Advances each time every rank of `among` has arrived at its barrier.
+  std::uint32_t generation(Among among = Among::All) const;
 
   std::atomic<std::uint32_t>& stopFlag();
   /// Per-rank counters (the pool's hogwild progress).
@@ -57,6 +67,13 @@ class ShmSegment {
 
  private:
   struct Header;
+  struct Barrier;
+  Barrier& words(Among among) const;
+  /// Arrives at `b`; true if this rank was the last, which ends it.
+  bool arriveAt(Barrier& b, int count);
+  /// Sleeps until `b`'s generation has passed `gen`, registered as a sleeper; throws after
+  /// the timeout (from `start`) naming the ranks of [first, world) that have not arrived.
+  void sleepPast(Barrier& b, std::uint32_t gen, int first, std::chrono::steady_clock::time_point start);
   std::string m_name;
   int m_rank;
   int m_world;

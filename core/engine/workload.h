@@ -56,8 +56,8 @@ float* momentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& p
 SgdScalars sgdScalars(const torch::optim::SGDOptions& options);
 
 /// A parameter as a fused SGD step over shares of the parameters sees it (DataParallel's
-/// lane-split step, the pool coordinator's step): where its elements and momentum buffer are,
-/// where it starts among the parameters laid end to end, and SGD's arithmetic for it.
+/// lane-split step): where its elements and momentum buffer are, where it starts among the
+/// parameters laid end to end, and SGD's arithmetic for it.
 struct SgdPiece {
   float* w = nullptr;
   float* buf = nullptr;  ///< momentum buffer, or null without momentum

@@ -225,9 +225,10 @@ class TestDdp : public QObject {
     QTest::newRow("dataparallel, mlp, 2 lanes, SGD with clipping (summed, then SGD)") << dpClipped;
     QTest::newRow("pool sync, mlp, 2 workers, SGD momentum") << with(mlp, "pool", 2);
     QTest::newRow("pool sync, mlp, 2 workers, Adam") << with(adam, "pool", 2);
-    // The coordinator steps SGD in one pass with the average, split with a helper thread once
-    // the model is large enough (Note [Coordinator helpers]).
-    QTest::newRow("pool sync, wider mlp, 2 workers, SGD momentum (split step)") << with(wide, "pool", 2);
+    // With SGD the workers step the shared parameters and momentum buffers, each its share,
+    // with the average of every slot (Note [Workers step the pool]); with Adam or clipping
+    // the coordinator steps alone.
+    QTest::newRow("pool sync, wider mlp, 2 workers, SGD momentum (workers step shares)") << with(wide, "pool", 2);
     Profile poolNesterov = with(nesterov, "pool", 3);
     poolNesterov.model.hidden = {128, 128};
     QTest::newRow("pool sync, wider mlp, 3 workers, SGD Nesterov and weight decay") << poolNesterov;
@@ -511,10 +512,11 @@ class TestDdp : public QObject {
     // and the resumed run must start from them.
     QTest::newRow("ddp shm, SGD momentum, one barrier") << "ddp" << "shm" << "sgd" << 16;
     QTest::newRow("ddp shm, SGD momentum, sharded") << "ddp" << "shm" << "sgd" << 64;
-    // Steps split over lanes or helper threads (a model of 18,051 floats), on momentum buffers
-    // the resumed optimizer brings back.
+    // Steps split over lanes or pool workers (a model of 18,051 floats), on momentum buffers
+    // the resumed optimizer brings back: the pool's live in its segment, and its coordinator's
+    // checkpoint must hold them though it steps no share.
     QTest::newRow("dataparallel, SGD momentum, lane-split step") << "dataparallel" << "auto" << "sgd" << 128;
-    QTest::newRow("pool sync, SGD momentum, coordinator with a helper") << "pool" << "auto" << "sgd" << 128;
+    QTest::newRow("pool sync, SGD momentum, workers step shares") << "pool" << "auto" << "sgd" << 128;
   }
   void resumeContinuesExactly() {
     QFETCH(QString, kind);

@@ -210,15 +210,21 @@ class TestSupervisor : public QObject {
       QVERIFY2(!QFileInfo::exists(QStringLiteral("/proc/%1").arg(pid)), "a rank is left running or unreaped");
   }
 
-  // Both ways ranks talk: the default (shared memory on CPU ranks) and Gloo.
+  // Every way ranks talk: DDP over shared memory (the default on CPU ranks) and over Gloo,
+  // and the sync pool, whose coordinator sleeps through its workers' step (Note [Workers
+  // step the pool]): 2 workers and the coordinator.
   void sigkillOneRankStopsTheOthers_data() {
+    QTest::addColumn<QString>("kind");
     QTest::addColumn<QString>("backend");
-    QTest::newRow("auto (shared memory)") << "auto";
-    QTest::newRow("gloo") << "gloo";
+    QTest::newRow("ddp, auto (shared memory)") << "ddp" << "auto";
+    QTest::newRow("ddp, gloo") << "ddp" << "gloo";
+    QTest::newRow("pool sync") << "pool" << "auto";
   }
   void sigkillOneRankStopsTheOthers() {
+    QFETCH(QString, kind);
     QFETCH(QString, backend);
     Profile p = test::endlessProfile(2);
+    p.strategy.kind = kind.toStdString();
     p.strategy.backend = backend.toStdString();
     StoredRun run(p);
     Supervisor launcher(run.options());
@@ -405,8 +411,10 @@ class TestSupervisor : public QObject {
 
   void userStopIsGracefulAndAgreed_data() { sigkillOneRankStopsTheOthers_data(); }
   void userStopIsGracefulAndAgreed() {
+    QFETCH(QString, kind);
     QFETCH(QString, backend);
     Profile p = test::endlessProfile(2);
+    p.strategy.kind = kind.toStdString();
     p.strategy.backend = backend.toStdString();
     p.run.maxRestarts = 3;  // a user stop is not a failure: never restarted
     StoredRun run(p);
@@ -419,7 +427,9 @@ class TestSupervisor : public QObject {
     QCOMPARE(r.status, RunReport::Status::Stopped);
     for (const auto& e : r.exits) QCOMPARE(e.exitCode, 0);  // both left cleanly, no SIGKILL
     QVERIFY(w.lastStep[0] >= 40);
-    QCOMPARE(w.lastStep[0], w.lastStep[1]);  // the stop wish travels with the gradients
+    QCOMPARE(w.pids.size(), std::size_t(kind == "pool" ? 3 : 2));
+    for (std::size_t rank = 1; rank < w.pids.size(); ++rank)
+      QCOMPARE(w.lastStep[rank], w.lastStep[0]);  // the stop wish travels with the gradients
     QVERIFY(QFile::exists(run.file("rank0.final.pt")));
     QVERIFY(QFile::exists(run.file("checkpoint.pt")));  // the stopped run can be resumed
     QCOMPARE(checkpointStep(run.dir), w.lastStep[0]);
