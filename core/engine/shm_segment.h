@@ -35,13 +35,14 @@ class ShmSegment {
   /// end a step they step themselves (Note [Workers step the pool]).
   enum class Among { All, AllButRankZero };
 
-  /// Waits until all `world` ranks (or all but rank 0) arrive. Spins briefly, then yields, then, `awake` after it
-  /// arrived, sleeps, so an oversubscribed machine still progresses (Note [Barrier waits]);
-  /// throws after the timeout naming the ranks that never arrived, so a dead peer never hangs
-  /// a rank.
+  /// Waits until all `world` ranks (or all but rank 0) arrive. Spins briefly, then yields,
+  /// then, `awake` after it arrived, sleeps, so an oversubscribed machine still progresses
+  /// (Note [Barrier waits]); throws after the timeout naming the ranks that never arrived, so
+  /// a dead peer never hangs a rank.
   void barrier(std::chrono::microseconds awake = kAwake, Among among = Among::All);
   /// Arrives at the barrier among all ranks and returns at once: for a rank that waits for
-  /// something later instead (the pool's coordinator, in `await`).
+  /// something later instead (the pool's coordinator, in `await`). It arrives again only
+  /// once that barrier has ended.
   void arrive();
   /// Sleeps until the barrier among `among`, which this rank does not take part in, has
   /// passed `target` (its generation, modulo 2^32); throws after the timeout naming the ranks
