@@ -14,8 +14,11 @@
 //   optimizer, which writes the shared parameters in place, while the workers wait.
 // hogwild: each worker steps its own optimizer on the shared parameters without locks
 //   (as PyTorch's mnist_hogwild example does); the coordinator follows the slowest
-//   worker's progress, reports the mean loss, validates and checkpoints the shared
-//   parameters. Hogwild resumes the parameters; worker optimizer state (momentum) restarts.
+//   worker's progress (a worker's step counts once its update is in), reports the mean
+//   loss, validates and checkpoints the shared parameters, which by then hold every
+//   worker's updates up to that step (and perhaps some of the next: nothing waits for the
+//   coordinator). Hogwild resumes the parameters and the step; worker optimizer state
+//   (momentum) restarts.
 //
 // Note [Workers step the pool]
 // With SGD and no clipping a sync pool steps as DDP over shared memory does (Note [Sharded
@@ -148,6 +151,9 @@ class ProcessPool final : public Strategy {
   }
 
   void afterOptimizerStep(Model&) override {
+    // Hogwild: a worker's step counts once its update is in the shared parameters, so that
+    // what the coordinator validates and checkpoints after step s holds every worker's s.
+    if (m_hogwild && m_rank != 0) m_segment->progress(m_rank).fetch_add(1, std::memory_order_release);
     // Adam or clipping: the coordinator has stepped; release the workers.
     if (!m_hogwild && !workersStep() && m_rank == 0) m_segment->barrier();
   }
@@ -238,12 +244,12 @@ class ProcessPool final : public Strategy {
     state.samples = static_cast<std::int64_t>(samples);
   }
 
-  // hogwild, worker: publish loss and progress; stop when the coordinator says so.
+  // hogwild, worker: publish the loss (the step's progress follows its update, in
+  // afterOptimizerStep); stop when the coordinator says so.
   bool publishProgress(StepState& state) {
     float* s = stats(m_rank);
     s[0] = static_cast<float>(state.loss);
     s[1] = static_cast<float>(state.samples);
-    m_segment->progress(m_rank).fetch_add(1, std::memory_order_release);
     return m_localStop || m_segment->stopFlag().load(std::memory_order_acquire) != 0;
   }
 

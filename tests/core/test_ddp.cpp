@@ -499,6 +499,50 @@ class TestDdp : public QObject {
     QVERIFY2(singleLoss < 0.9, qPrintable(QStringLiteral("single val loss %1").arg(singleLoss)));
   }
 
+  // Hogwild resumes the parameters and the step (its workers' momentum restarts: Note [Pool
+  // modes]). Resumed at a learning rate of 1e-30, far below a float's resolution at these
+  // parameters, a run takes steps 21-30 and ends with the checkpoint's parameters; the same
+  // run from scratch ends with the initial ones.
+  void hogwildResumesParametersAndStep() {
+    Profile p = mlpProfile();
+    p.strategy.kind = "pool";
+    p.strategy.poolMode = "hogwild";
+    p.strategy.ranks = 2;
+    p.run.checkpointEvery = 5;
+    p.hyper.maxSteps = 20;
+    struct Steps : LaunchObserver {
+      std::int64_t first = -1, last = -1;
+      void onRecords(std::vector<Record>& batch) override {
+        for (const auto& r : batch) {
+          if (r.kind != Record::Kind::Step || r.step.rank != 0) continue;
+          if (first < 0) first = r.step.step;
+          last = r.step.step;
+        }
+      }
+    };
+    QTemporaryDir trained, resumed, scratch;
+    Steps quiet;
+    QVERIFY(launch(trained, p, quiet).status == RunReport::Status::Finished);
+
+    Profile still = p;
+    still.hyper.lr = 1e-30;
+    still.hyper.maxSteps = 30;
+    Profile resume = still;
+    resume.run.resumeFrom = trained.filePath("checkpoint.pt").toStdString();
+    Steps steps;
+    RunReport report = launch(resumed, resume, steps);
+    QVERIFY2(report.status == RunReport::Status::Finished, report.message.c_str());
+    QCOMPARE(steps.first, std::int64_t(21));
+    QCOMPARE(steps.last, std::int64_t(30));
+    const double kept = maxAbsDiff(loadParameters(resumed, 0), loadParameters(trained, 0));
+    QVERIFY2(kept < 1e-12, qPrintable(QStringLiteral("max |resumed - checkpoint| = %1").arg(kept)));
+
+    Steps fresh;
+    QVERIFY(launch(scratch, still, fresh).status == RunReport::Status::Finished);
+    QCOMPARE(fresh.first, std::int64_t(1));
+    QVERIFY(maxAbsDiff(loadParameters(scratch, 0), loadParameters(trained, 0)) > 1e-3);
+  }
+
   // 40 steps straight equals 20 steps, a stop, and a resume from the checkpoint for 20
   // more: parameters, optimizer state, step (LR schedule) and the position in the epoch.
   void resumeContinuesExactly_data() {
