@@ -44,7 +44,7 @@ struct StrategySpec {
   /// cuda: the GPU of each rank/lane, one per rank, e.g. {2, 3}; empty = cuda:0 .. cuda:ranks-1.
   std::vector<std::int64_t> gpus = {};
   double bucketMb = 25.0;        ///< ddp: gradient bucket size
-  std::string poolMode = "sync";  ///< pool: sync (coordinator averages and steps) | hogwild (lock-free)
+  std::string poolMode = "sync";  ///< pool: sync (gradients averaged every step) | hogwild (lock-free)
 };
 
 /// Example: HyperSpec{}.lr = 0.05;
