@@ -29,16 +29,19 @@
 // coordinator takes no part in. The coordinator computes nothing: it arrives at the first
 // barrier without waiting there, sleeps until the workers' barrier has passed, and reads
 // the step's losses and stop wishes; its optimizer's momentum buffers are views of the
-// shared ones, so its checkpoints hold them. The coordinator used to average and step
-// alone while the workers waited (0.8-1.4 ms a step on mlp, split with a helper thread),
-// and to stay awake for 1 ms of every step at the first barrier: on a machine with a core
-// per worker it took from the workers' cores at both ends of each step. Now it wakes once
-// a step, to record it. The workers may be computing the next step while it reads, so
-// each slot keeps a step's loss, samples and stop wish in one of two sets, by the step's
-// parity: a worker writes a set again two steps on, after a first barrier that the
-// coordinator reaches only once it has read the set. The parameters change only between
-// the first barrier and the workers' second, so between its wake-up and its next arrival
-// the coordinator reads them whole (validation, checkpoints).
+// shared ones, so its checkpoints hold them. The coordinator used to average and step alone
+// while the workers waited (0.8-1.4 ms a step on mlp, split with a helper thread), and to
+// stay awake for 1 ms of every step at the first barrier: on a machine with a core per
+// worker it took from the workers' cores at both ends of each step. Now it wakes once a
+// step, to record it (BENCHMARKS.md: pool sync ÷ DDP shm on mlp 0.96-1.08 in two runs, 0.89
+// in the run before; a coordinator that yields for 100 µs before it sleeps took the seed
+// workload's pool from 0.78 to 0.31 of DDP shm, each cycle awake one a worker lost). The
+// workers may be computing the next step while it reads, so each slot keeps a step's loss,
+// samples and stop wish in one of two sets, by the step's parity: a worker writes a set
+// again two steps on, after a first barrier that the coordinator reaches only once it has
+// read the set. The parameters change only between the first barrier and the workers'
+// second, so between its wake-up and its next arrival the coordinator reads them whole
+// (validation, checkpoints).
 //
 // Slot layout (floats): gradients of every parameter, then two sets of loss, samples, stop wish.
 #include <algorithm>
