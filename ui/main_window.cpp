@@ -70,13 +70,6 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new 
                           .arg(total)
                           .arg(total > 0 ? 100 * done / total : 100));
   });
-  connect(m_controller, &RunController::rankExited, this, [this](int rank, const QString& how, bool failed) {
-    setRankCell(rank, kExit, how);
-    if (rank >= 0 && rank < static_cast<int>(m_rankStatus.size())) {
-      m_rankStatus[static_cast<std::size_t>(rank)] = failed ? tr("failed") : tr("exited");
-      setRankCell(rank, kStatus, m_rankStatus[static_cast<std::size_t>(rank)]);
-    }
-  });
   connect(m_controller, &RunController::finished, this, &MainWindow::onFinished);
   connect(m_editor, &ProfileEditor::edited, this, [this] {
     revalidate();
@@ -619,11 +612,21 @@ void MainWindow::stopRun() {
 void MainWindow::drainRun() {
   m_controller->take(m_batch);
   const auto& batch = m_batch;
-  std::size_t nextRestart = 0, index = 0;
+  std::size_t nextEvent = 0, index = 0;
   const int ranks = m_reportingRanks;
-  auto restartsAt = [&](std::size_t i) {
-    while (nextRestart < batch.restarts.size() && batch.restarts[nextRestart].first == i) {
-      const double step = static_cast<double>(batch.restarts[nextRestart].second);
+  // Restarts and exits at their place among the records (RunController::Event).
+  auto eventsAt = [&](std::size_t i) {
+    for (; nextEvent < batch.events.size() && batch.events[nextEvent].index == i; ++nextEvent) {
+      const auto& e = batch.events[nextEvent];
+      if (!e.restart) {
+        setRankCell(e.rank, kExit, e.how);
+        if (e.rank >= 0 && e.rank < static_cast<int>(m_rankStatus.size())) {
+          m_rankStatus[static_cast<std::size_t>(e.rank)] = e.failed ? tr("failed") : tr("exited");
+          setRankCell(e.rank, kStatus, m_rankStatus[static_cast<std::size_t>(e.rank)]);
+        }
+        continue;
+      }
+      const double step = static_cast<double>(e.step);
       m_loss->truncateAfter(step);
       m_throughput->truncateAfter(step);
       m_stepSums.reset(ranks);
@@ -635,12 +638,11 @@ void MainWindow::drainRun() {
         setRankCell(r, kStatus, tr("restarting"));
         setRankCell(r, kExit, QString());
       }
-      ++nextRestart;
     }
   };
   for (const auto& chunk : batch.chunks) {
     for (const core::Record& rec : chunk) {
-      restartsAt(index++);
+      eventsAt(index++);
       const auto& s = rec.step;
       if (rec.kind == core::Record::Kind::Validation) {
         m_loss->append(m_valSeries, static_cast<double>(s.step), rec.valLoss);
@@ -681,7 +683,7 @@ void MainWindow::drainRun() {
         appendMean(d);
     }
   }
-  restartsAt(index);  // a restart after the last record
+  eventsAt(index);  // what came after the last record
   for (const auto& [rank, line] : batch.logs) appendLog(rank, QString::fromStdString(line));
   // Note [Redraw budget]
   // Training ranks often own every core, so each millisecond spent drawing is taken

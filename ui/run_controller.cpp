@@ -43,18 +43,27 @@ class RunController::Observer : public core::LaunchObserver {
     m_c->m_pending.logs.emplace_back(rank, line);
   }
   void onRestart(int, std::int64_t step) override {
-    std::lock_guard<std::mutex> lock(m_c->m_mutex);
-    m_c->m_pending.restarts.emplace_back(m_c->m_pending.records, step);
+    Event restart;
+    restart.restart = true;
+    restart.step = step;
+    add(std::move(restart));
   }
   void onRankExit(const core::RankExit& e) override {
-    QString how = QString::fromStdString(e.describe());
-    bool failed = e.failed();
-    int rank = e.rank;
-    QMetaObject::invokeMethod(m_c, [c = m_c, rank, how, failed] { emit c->rankExited(rank, how, failed); },
-                              Qt::QueuedConnection);
+    Event exit;
+    exit.rank = e.rank;
+    exit.how = QString::fromStdString(e.describe());
+    exit.failed = e.failed();
+    add(std::move(exit));
   }
 
  private:
+  using Event = RunController::Event;
+  void add(Event e) {
+    std::lock_guard<std::mutex> lock(m_c->m_mutex);
+    e.index = m_c->m_pending.records;
+    m_c->m_pending.events.push_back(std::move(e));
+  }
+
   RunController* m_c;
 };
 
@@ -138,7 +147,7 @@ void RunController::stop() {
 void RunController::take(Batch& batch) {
   for (auto& chunk : batch.chunks) chunk.clear();
   batch.records = 0;
-  batch.restarts.clear();
+  batch.events.clear();
   batch.logs.clear();
   std::lock_guard<std::mutex> lock(m_mutex);
   // The launcher hands over a chunk every pass over the pipes that read records (each

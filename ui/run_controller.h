@@ -38,15 +38,26 @@ class RunController : public QObject {
   QString runDirectory() const { return m_runDir; }
   qint64 runId() const { return m_runId; }
 
+  /// A restart or a rank's exit, at its place among the records: it comes before the record
+  /// of index `index`, counting across the chunks. A restart means: drop what was drawn past
+  /// `step`, then apply the records that follow.
+  struct Event {
+    std::size_t index = 0;
+    bool restart = false;
+    std::int64_t step = 0;  ///< a restart's checkpoint step
+    int rank = -1;          ///< an exit's rank, how it ended, and whether that is a failure
+    QString how;
+    bool failed = false;
+  };
   /// What arrived since the last call, in arrival order: the records are the launcher's
-  /// batches as they came (handed over without a copy). A restart at index i means: drop
-  /// what was drawn past `step`, then apply the records from the i-th on, counting across
-  /// the chunks.
+  /// batches as they came (handed over without a copy); restarts and exits keep their order
+  /// with them, so that a rank's exit from an attempt before a restart never overwrites
+  /// what the next attempt shows, however the window's takes fall.
   struct Batch {
     std::vector<std::vector<core::Record>> chunks;
-    std::size_t records = 0;                                      ///< in all chunks
-    std::vector<std::pair<std::size_t, std::int64_t>> restarts;  ///< (index of a record, step)
-    std::vector<std::pair<int, std::string>> logs;                ///< (rank, line); rank -1: ptw itself
+    std::size_t records = 0;                        ///< in all chunks
+    std::vector<Event> events;                      ///< in arrival order
+    std::vector<std::pair<int, std::string>> logs;  ///< (rank, line); rank -1: ptw itself
   };
   /// Swaps what arrived since the last call into `batch`. Its previous chunks go back to the
   /// supervisor's thread, emptied, to carry later records: fresh vectors would cost a page
@@ -56,7 +67,6 @@ class RunController : public QObject {
 
  signals:
   void started(int port);
-  void rankExited(int rank, const QString& how, bool failed);
   /// Every process has ended and the run's step records are being unpacked into rows
   /// (Note [Step blocks], ~2 µs a record): `done` of `total`, from 0, at most every 100 ms
   /// and at the end.

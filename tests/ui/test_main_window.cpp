@@ -477,8 +477,17 @@ class TestMainWindow : public QObject {
 
   // Rank 1 is killed after step 12 of the first attempt; the run restarts from the
   // checkpoint at step 10. What the charts drew past step 10 is dropped and the replayed
-  // steps drawn in its place: each rank's series ends with steps 1..30 once each.
+  // steps drawn in its place: each rank's series ends with steps 1..30 once each. The rank
+  // table shows the second attempt, however the window's takes fall: with the charts paused
+  // through the run, the first attempt's exits, the restart and the second attempt's exits
+  // all come in one take at the end, in their order.
+  void aRestartRedrawsFromTheCheckpoint_data() {
+    QTest::addColumn<bool>("paused");
+    QTest::newRow("charts live") << false;
+    QTest::newRow("charts paused through the run") << true;
+  }
   void aRestartRedrawsFromTheCheckpoint() {
+    QFETCH(bool, paused);
     QTemporaryDir runs;
     ui::MainWindow w;
     showQuietly(w, runs, "30");
@@ -489,6 +498,7 @@ class TestMainWindow : public QObject {
       ~Fault() { qunsetenv("PTW_FAULT"); }
     } fault;
     QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+    if (paused) w.setChartsPaused(true);
     QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 60000);
     QVERIFY(w.findChild<QPlainTextEdit*>("log")->toPlainText().contains("restarting (attempt 2 of 2)"));
     for (int rank = 0; rank < 2; ++rank) {
