@@ -51,8 +51,8 @@ class RunController : public QObject {
   };
   /// What arrived since the last call, in arrival order: the records are the launcher's
   /// batches as they came (handed over without a copy); restarts and exits keep their order
-  /// with them, so that a rank's exit from an attempt before a restart never overwrites
-  /// what the next attempt shows, however the window's takes fall.
+  /// among them, so that a restart never blanks the exits of the attempt after it, however
+  /// the window's takes fall.
   struct Batch {
     std::vector<std::vector<core::Record>> chunks;
     std::size_t records = 0;                        ///< in all chunks
