@@ -33,13 +33,13 @@
 // while the workers waited (0.8-1.4 ms a step on mlp, split with a helper thread), and to
 // stay awake for 1 ms of every step at the first barrier: on a machine with a core per
 // worker it took from the workers' cores at both ends of each step. Now it wakes once a
-// step, to record it (BENCHMARKS.md: pool sync ÷ DDP shm on mlp 0.96-1.08 in two runs, 0.89
-// in the run before; a coordinator that yields for 100 µs before it sleeps took the seed
-// workload's pool from 0.78 to 0.31 of DDP shm, each cycle awake one a worker lost). The
-// workers may be computing the next step while it reads, so each slot keeps a step's loss,
-// samples and stop wish in one of two sets, by the step's parity: a worker writes a set
-// again two steps on, after a first barrier that the coordinator reaches only once it has
-// read the set. The parameters change only between the first barrier and the workers'
+// step, to record it (BENCHMARKS.md: pool sync ÷ DDP shm on mlp 0.93-1.08 in three runs,
+// 0.89 in the run before; a coordinator that yields for 100 µs before it sleeps took the
+// seed workload's pool from 0.78 to 0.31 of DDP shm, each cycle awake one a worker lost).
+// The workers may be computing the next step while it reads, so each slot keeps a step's
+// loss, samples and stop wish in one of two sets, by the step's parity: a worker writes a
+// set again two steps on, after a first barrier that the coordinator reaches only once it
+// has read the set. The parameters change only between the first barrier and the workers'
 // second, so between its wake-up and its next arrival the coordinator reads them whole
 // (validation, checkpoints).
 //
