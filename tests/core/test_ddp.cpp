@@ -2,7 +2,9 @@
 // parameters that one process reaches on the same global batches; every rank holds
 // identical parameters. Plus accumulation, hogwild convergence, and exact resume.
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <map>
 #include <thread>
 
 #include <QElapsedTimer>
@@ -247,11 +249,13 @@ class TestDdp : public QObject {
     struct Rates : LaunchObserver {
       const HyperSpec* hyper = nullptr;
       int records = 0, wrong = 0;
+      std::map<std::pair<int, std::int64_t>, StepRecord> steps;  ///< (rank, step) -> its record
       void onRecords(std::vector<Record>& batch) override {
         for (const auto& r : batch) {
           if (r.kind != Record::Kind::Step) continue;
           ++records;
           if (r.step.lr != engine::learningRate(*hyper, r.step.step - 1)) ++wrong;
+          steps[{r.step.rank, r.step.step}] = r.step;
         }
       }
     } rates;
@@ -260,6 +264,27 @@ class TestDdp : public QObject {
     QVERIFY2(report.status == RunReport::Status::Finished, report.message.c_str());
     QCOMPARE(rates.records, reportingRanks(profile) * 20);
     QCOMPARE(rates.wrong, 0);
+    // The pool's coordinator reports each step's loss as the mean of its workers' losses of
+    // that step, weighted by their samples (the coordinator reads them while the workers may
+    // already be on the next step: Note [Workers step the pool]).
+    if (profile.strategy.kind == "pool") {
+      for (std::int64_t step = 1; step <= 20; ++step) {
+        double lossSum = 0, samples = 0;
+        for (int w = 1; w <= profile.strategy.ranks; ++w) {
+          const auto it = rates.steps.find({w, step});
+          QVERIFY2(it != rates.steps.end(), qPrintable(QStringLiteral("no step %1 of worker %2").arg(step).arg(w)));
+          const double n = std::round(it->second.samplesPerS * it->second.stepMs / 1000);
+          lossSum += it->second.loss * n;
+          samples += n;
+        }
+        const auto coordinator = rates.steps.find({0, step});
+        QVERIFY(coordinator != rates.steps.end() && samples > 0);
+        const double mean = lossSum / samples;
+        QVERIFY2(std::abs(coordinator->second.loss - mean) <= 1e-6 * std::max(1.0, std::abs(mean)),
+                 qPrintable(QStringLiteral("step %1: the coordinator reports %2, its workers' mean is %3")
+                                .arg(step).arg(coordinator->second.loss, 0, 'g', 9).arg(mean, 0, 'g', 9)));
+      }
+    }
 
     const int processes = processCount(profile);
     auto first = loadParameters(dir, 0);
