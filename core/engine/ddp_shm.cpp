@@ -63,7 +63,6 @@
 #include "engine/shared_sgd.h"
 #include "engine/shm_segment.h"
 #include "engine/strategy.h"
-#include "engine/workload.h"
 
 namespace ptw::engine {
 
