@@ -240,437 +240,505 @@ void Launcher::checkWorker(const std::string& path) {
             "); build ptw-worker or set PTW_WORKER");
 }
 
-RunReport Launcher::run(LaunchObserver& observer) {
-  const LaunchOptions& o = m_options;
-  PTW_CHECK(o.worldSize >= 1, "world size must be >= 1, got ", o.worldSize);
-  checkWorker(o.workerPath);
-  PTW_CHECK(::access(o.profilePath.c_str(), R_OK) == 0, "profile ", o.profilePath, " is not readable");
+// One run of the ranks: spawning, the supervision loop and the report, in named parts.
+// Whatever way run() leaves (its return or an exception: a pipe or fork failing midway, an
+// observer throwing), the destructor leaves no rank running or unreaped and removes the
+// rendezvous file and shared-memory names.
+class Launcher::Impl {
+ public:
+  Impl(const LaunchOptions& options, LaunchObserver& observer, int wakeFd, const std::atomic<bool>& stopRequested)
+      : o(options), m_observer(observer), m_wakeFd(wakeFd), m_stopRequested(stopRequested),
+        m_ranks(static_cast<std::size_t>(options.worldSize)) {}
+  ~Impl();
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
 
-  // Note [Local rendezvous]
-  // With no port from the user the ranks meet through a c10d FileStore in the run folder
-  // (or /tmp), so nothing listens on a network interface: LibTorch 1.13's TCPStore has
-  // no bind address and would listen on all of them, and Gloo's own sockets are bound to
-  // 127.0.0.1 (compat.h). The port picked here then only names the run's shared-memory
-  // segments. A port given by the user selects a TCPStore on it, as torchrun would.
-  // A picked port stays bound (nothing listens on it) until the run's shared-memory names
-  // are removed at its end, so that no concurrent run is handed the same port, and names.
-  int port = o.port;
-  std::string storeFile;
-  int heldPort = -1;
-  struct CloseAtEnd {
-    int& fd;
-    ~CloseAtEnd() {
-      if (fd >= 0) ::close(fd);
-    }
-  } closePort{heldPort};
-  if (port == 0) {
-    port = pickFreePort(&heldPort);
-    storeFile = (o.outDir.empty() ? std::string("/tmp") : o.outDir) + "/ptw-store-" + std::to_string(port);
-    ::unlink(storeFile.c_str());  // a FileStore must start empty (a restarted run reuses its folder)
-  } else {
-    checkPortFree(port);
+  RunReport run();
+
+ private:
+  // Spawning.
+  void openRendezvous();
+  std::vector<std::string> workerArgs(int rank) const;
+  void spawnAll();
+  void spawnRank(Rank& rk, std::vector<std::string> args);
+  void killAll(int sig);
+
+  // The supervision loop.
+  void waitForActivity();
+  void handleStopRequest();
+  void pump(Rank& rk, bool final, Clock::time_point now);
+  void takeRecords(Rank& rk);
+  void keepLog(Rank& rk, std::string_view line);
+  void flushBatch();
+  void reap();
+  void onExited(Rank& rk, int status, Rank*& firstFailed);
+  void detectStalls(Clock::time_point now);
+  void blameNoProgress(std::int64_t minStep);
+  void enforceKillDeadline();
+
+  // Failure blame and the report.
+  void beginTeardown(double graceS);
+  void fail(Rank& rk, const std::string& why, bool stalled);
+  static std::string failureOf(const Rank& rk);
+  RunReport finishReport();
+
+  const LaunchOptions& o;
+  LaunchObserver& m_observer;
+  const int m_wakeFd;
+  const std::atomic<bool>& m_stopRequested;
+
+  int m_port = 0;
+  std::string m_storeFile;
+  int m_heldPort = -1;
+  int m_devNull = -1;
+  pid_t m_pgid = 0;
+  std::vector<Rank> m_ranks;
+  std::size_t m_alive = 0;
+  RunReport m_report;
+  Clock::time_point m_started = Clock::now();
+
+  std::vector<Record> m_batch;
+  Clock::time_point m_killAt = Clock::time_point::max();
+  bool m_tearingDown = false;
+  bool m_stopHandled = false;
+  std::optional<std::string> m_stoppedFromOutside;  ///< why, when a rank was stopped by someone else
+  std::int64_t m_progressStep = -1;
+  Clock::time_point m_progressAt = Clock::now();
+};
+
+Launcher::Impl::~Impl() {
+  if (m_devNull >= 0) ::close(m_devNull);
+  // Only while a rank is left: the group's id could name another process group once all are reaped.
+  if (std::any_of(m_ranks.begin(), m_ranks.end(), [](const Rank& rk) { return rk.pid > 0 && !rk.exited; }))
+    killAll(SIGKILL);
+  // A rank that does not die within 5 s of SIGKILL, stuck in the kernel, is not waited for.
+  const auto giveUp = Clock::now() + std::chrono::seconds(5);
+  for (auto& rk : m_ranks)
+    while (rk.pid > 0 && !rk.exited && ::waitpid(rk.pid, nullptr, WNOHANG) == 0 && Clock::now() < giveUp)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  if (!m_storeFile.empty()) ::unlink(m_storeFile.c_str());
+  // Rank 0 removes a segment's name once every rank has mapped it; a rank killed before that
+  // leaves the name in /dev/shm.
+  for (const char* use : kSharedSegmentUses) ::shm_unlink(sharedSegmentName(m_port, use).c_str());
+  if (m_heldPort >= 0) ::close(m_heldPort);
+}
+
+RunReport Launcher::Impl::run() {
+  openRendezvous();
+  m_started = Clock::now();
+  m_report.port = m_port;
+  spawnAll();
+  m_alive = m_ranks.size();
+  while (m_alive > 0) {
+    waitForActivity();
+    handleStopRequest();
+    const auto now = Clock::now();
+    for (auto& rk : m_ranks) pump(rk, false, now);
+    flushBatch();
+    reap();
+    if (!m_tearingDown && o.stallTimeoutS > 0) detectStalls(now);
+    enforceKillDeadline();
   }
+  return finishReport();
+}
 
-  auto started = Clock::now();
-  RunReport report;
-  report.port = port;
-  std::vector<Rank> ranks(static_cast<std::size_t>(o.worldSize));
-
-  // Everything the children need is built before fork(): after it, only
-  // async-signal-safe calls happen in the child.
-  std::vector<std::vector<std::string>> argStrings;
-  for (int r = 0; r < o.worldSize; ++r) {
-    std::vector<std::string> a = {o.workerPath, "--profile", o.profilePath,          "--rank",
-                                  std::to_string(r), "--world",   std::to_string(o.worldSize), "--port",
-                                  std::to_string(port), "--records", std::to_string(kRecordFd)};
-    if (!o.outDir.empty()) {
-      a.push_back("--out");
-      a.push_back(o.outDir);
-    }
-    if (!storeFile.empty()) {
-      a.push_back("--store");
-      a.push_back(storeFile);
-    }
-    if (!o.stepFile.empty()) {
-      a.push_back("--steps");
-      a.push_back(o.stepFile);
-      if (o.stepFileLimit > 0) {
-        a.push_back("--steps-limit");
-        a.push_back(std::to_string(o.stepFileLimit));
-      }
-    }
-    a.insert(a.end(), o.extraWorkerArgs.begin(), o.extraWorkerArgs.end());
-    argStrings.push_back(std::move(a));
+// Note [Local rendezvous]
+// With no port from the user the ranks meet through a c10d FileStore in the run folder
+// (or /tmp), so nothing listens on a network interface: LibTorch 1.13's TCPStore has
+// no bind address and would listen on all of them, and Gloo's own sockets are bound to
+// 127.0.0.1 (compat.h). The port picked here then only names the run's shared-memory
+// segments. A port given by the user selects a TCPStore on it, as torchrun would.
+// A picked port stays bound (nothing listens on it) until the run's shared-memory names
+// are removed at its end, so that no concurrent run is handed the same port, and names.
+void Launcher::Impl::openRendezvous() {
+  m_port = o.port;
+  if (m_port != 0) {
+    checkPortFree(m_port);
+    return;
   }
-  int devNull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  PTW_CHECK(devNull >= 0, "cannot open /dev/null: ", std::strerror(errno));
+  m_port = pickFreePort(&m_heldPort);
+  m_storeFile = (o.outDir.empty() ? std::string("/tmp") : o.outDir) + "/ptw-store-" + std::to_string(m_port);
+  ::unlink(m_storeFile.c_str());  // a FileStore must start empty (a restarted run reuses its folder)
+}
 
-  pid_t parent = ::getpid();
-  pid_t pgid = 0;
+std::vector<std::string> Launcher::Impl::workerArgs(int rank) const {
+  std::vector<std::string> a = {o.workerPath, "--profile", o.profilePath, "--rank", std::to_string(rank),
+                                "--world", std::to_string(o.worldSize), "--port", std::to_string(m_port),
+                                "--records", std::to_string(kRecordFd)};
+  if (!o.outDir.empty()) a.insert(a.end(), {"--out", o.outDir});
+  if (!m_storeFile.empty()) a.insert(a.end(), {"--store", m_storeFile});
+  if (!o.stepFile.empty()) {
+    a.insert(a.end(), {"--steps", o.stepFile});
+    if (o.stepFileLimit > 0) a.insert(a.end(), {"--steps-limit", std::to_string(o.stepFileLimit)});
+  }
+  a.insert(a.end(), o.extraWorkerArgs.begin(), o.extraWorkerArgs.end());
+  return a;
+}
+
+void Launcher::Impl::killAll(int sig) {
+  if (m_pgid > 0) ::kill(-m_pgid, sig);
+  for (auto& rk : m_ranks)
+    if (rk.pid > 0 && !rk.exited) ::kill(rk.pid, sig);
+}
+
+void Launcher::Impl::spawnAll() {
+  m_devNull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  PTW_CHECK(m_devNull >= 0, "cannot open /dev/null: ", std::strerror(errno));
   std::vector<int> pids;
-  auto killAll = [&](int sig) {
-    if (pgid > 0) ::kill(-pgid, sig);
-    for (auto& rk : ranks)
-      if (rk.pid > 0 && !rk.exited) ::kill(rk.pid, sig);
-  };
-  // However run() ends, by its return or by an exception (a pipe or fork failing midway,
-  // an observer throwing), no rank is left running or unreaped (a rank that does not die
-  // within 5 s of SIGKILL, stuck in the kernel, is no longer waited for), and the rendezvous file
-  // and shared-memory names go. Rank 0 removes a segment's name once every rank has mapped
-  // it; a rank killed before that leaves the name in /dev/shm.
-  struct AtEnd {
-    std::function<void()> f;
-    ~AtEnd() { f(); }
-  } atEnd{[&] {
-    if (devNull >= 0) ::close(devNull);
-    // Only while a rank is left: the group's id could name another process group once all are reaped.
-    if (std::any_of(ranks.begin(), ranks.end(), [](const Rank& rk) { return rk.pid > 0 && !rk.exited; }))
-      killAll(SIGKILL);
-    const auto giveUp = Clock::now() + std::chrono::seconds(5);
-    for (auto& rk : ranks)
-      while (rk.pid > 0 && !rk.exited && ::waitpid(rk.pid, nullptr, WNOHANG) == 0 && Clock::now() < giveUp)
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    if (!storeFile.empty()) ::unlink(storeFile.c_str());
-    for (const char* use : kSharedSegmentUses) ::shm_unlink(sharedSegmentName(port, use).c_str());
-  }};
-
   for (int r = 0; r < o.worldSize; ++r) {
-    Rank& rk = ranks[static_cast<std::size_t>(r)];
+    Rank& rk = m_ranks[static_cast<std::size_t>(r)];
     rk.rank = r;
-    int outPipe[2] = {-1, -1}, errPipe[2] = {-1, -1}, recPipe[2] = {-1, -1};
-    bool piped = ::pipe2(outPipe, O_CLOEXEC) == 0 && ::pipe2(errPipe, O_CLOEXEC) == 0 && ::pipe2(recPipe, O_CLOEXEC) == 0;
-    int pipeErr = errno;
-    if (piped) {
-      // The record pipe's write end moves above kRecordFd, so the child's dup2s cannot clobber it.
-      const int moved = ::fcntl(recPipe[1], F_DUPFD_CLOEXEC, kRecordFd + 1);
-      pipeErr = errno;
-      ::close(recPipe[1]);
-      recPipe[1] = moved;
-      piped = moved >= 0;
-    }
-    if (!piped) {
-      for (int fd : {outPipe[0], outPipe[1], errPipe[0], errPipe[1], recPipe[0], recPipe[1]})
-        if (fd >= 0) ::close(fd);
-      killAll(SIGKILL);
-      PTW_FAIL("cannot create pipes for rank ", r, ": ", std::strerror(pipeErr));
-    }
-    std::vector<char*> argv;
-    for (auto& s : argStrings[static_cast<std::size_t>(r)]) argv.push_back(s.data());
-    argv.push_back(nullptr);
+    spawnRank(rk, workerArgs(r));
+    pids.push_back(rk.pid);
+  }
+  ::close(m_devNull);
+  m_devNull = -1;
+  m_observer.onStarted(m_port, pids);
+}
 
-    pid_t pid = ::fork();
-    if (pid == 0) {
-      // Child: join the run's process group, die with the launcher (Note [Worker lifetime]).
-      ::setpgid(0, pgid);
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
-      ::dup2(devNull, 0);
-      ::dup2(outPipe[1], 1);
-      ::dup2(errPipe[1], 2);
-      ::dup2(recPipe[1], kRecordFd);  // dup2 clears close-on-exec on the copy
-      // Nothing else of the launcher's reaches the worker: the logs of ranks started before
-      // this one, the store's database, a window's descriptors.
-      static_assert(kRecordFd == 3, "the descriptors above the record pipe are closed");
-      bool closed = false;
+namespace {
+
+// The child's side of fork(): join the run's process group, die with the launcher (Note
+// [Worker lifetime]), take the pipes as its standard descriptors and exec the worker. Only
+// async-signal-safe calls: everything it needs was built before fork().
+[[noreturn]] void execWorker(char** argv, pid_t parent, pid_t pgid, int devNull, int outFd, int errFd, int recFd) {
+  ::setpgid(0, pgid);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(127);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
+  ::dup2(devNull, 0);
+  ::dup2(outFd, 1);
+  ::dup2(errFd, 2);
+  ::dup2(recFd, kRecordFd);  // dup2 clears close-on-exec on the copy
+  // Nothing else of the launcher's reaches the worker: the logs of ranks started before
+  // this one, the store's database, a window's descriptors.
+  static_assert(kRecordFd == 3, "the descriptors above the record pipe are closed");
+  bool closed = false;
 #ifdef SYS_close_range  // Linux 5.9; the system call itself, for C libraries older than glibc 2.34
-      closed = ::syscall(SYS_close_range, kRecordFd + 1, ~0U, 0) == 0;
+  closed = ::syscall(SYS_close_range, kRecordFd + 1, ~0U, 0) == 0;
 #endif
-      if (!closed)
-        for (int fd = kRecordFd + 1; fd < 65536; ++fd) ::close(fd);
-      ::execv(argv[0], argv.data());
-      const char msg[] = "ptw-worker: exec failed\n";
-      [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);
-      ::_exit(127);
-    }
-    int forkErr = errno;
-    ::close(outPipe[1]);
-    ::close(errPipe[1]);
+  if (!closed)
+    for (int fd = kRecordFd + 1; fd < 65536; ++fd) ::close(fd);
+  ::execv(argv[0], argv);
+  const char msg[] = "ptw-worker: exec failed\n";
+  [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);
+  ::_exit(127);
+}
+
+}  // namespace
+
+void Launcher::Impl::spawnRank(Rank& rk, std::vector<std::string> args) {
+  int outPipe[2] = {-1, -1}, errPipe[2] = {-1, -1}, recPipe[2] = {-1, -1};
+  bool piped = ::pipe2(outPipe, O_CLOEXEC) == 0 && ::pipe2(errPipe, O_CLOEXEC) == 0 && ::pipe2(recPipe, O_CLOEXEC) == 0;
+  int pipeErr = errno;
+  if (piped) {
+    // The record pipe's write end moves above kRecordFd, so the child's dup2s cannot clobber it.
+    const int moved = ::fcntl(recPipe[1], F_DUPFD_CLOEXEC, kRecordFd + 1);
+    pipeErr = errno;
     ::close(recPipe[1]);
-    if (pid < 0) {
-      ::close(outPipe[0]);
-      ::close(errPipe[0]);
-      ::close(recPipe[0]);
-      killAll(SIGKILL);
-      PTW_FAIL("cannot start rank ", r, ": fork failed: ", std::strerror(forkErr));
-    }
-    if (pgid == 0) pgid = pid;
-    ::setpgid(pid, pgid);  // also in the parent, so kill(-pgid) works at once
-    rk.pid = pid;
-    rk.outFd = outPipe[0];
-    rk.errFd = errPipe[0];
-    rk.recFd = recPipe[0];
-    setNonBlocking(rk.outFd);
-    setNonBlocking(rk.errFd);
-    setNonBlocking(rk.recFd);
-    ::fcntl(rk.recFd, F_SETPIPE_SZ, 1 << 20);  // a worker's full batch (worker.cpp) in one write; best effort
-    if (!o.outDir.empty())
-      rk.logFile = std::make_unique<std::ofstream>(o.outDir + "/rank" + std::to_string(r) + ".log", std::ios::app);
-    pids.push_back(pid);
+    recPipe[1] = moved;
+    piped = moved >= 0;
   }
-  ::close(devNull);
-  devNull = -1;
-  observer.onStarted(port, pids);
+  if (!piped) {
+    for (int fd : {outPipe[0], outPipe[1], errPipe[0], errPipe[1], recPipe[0], recPipe[1]})
+      if (fd >= 0) ::close(fd);
+    killAll(SIGKILL);
+    PTW_FAIL("cannot create pipes for rank ", rk.rank, ": ", std::strerror(pipeErr));
+  }
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
 
-  // Supervision loop.
-  std::vector<Record> batch;
-  Clock::time_point killAt = Clock::time_point::max();
-  bool tearingDown = false;
-  bool stopHandled = false;
-  std::optional<std::string> stoppedFromOutside;  ///< why, when a rank was stopped by someone else
-  std::int64_t progressStep = -1;
-  Clock::time_point progressAt = Clock::now();
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) execWorker(argv.data(), parent, m_pgid, m_devNull, outPipe[1], errPipe[1], recPipe[1]);
+  const int forkErr = errno;
+  for (int fd : {outPipe[1], errPipe[1], recPipe[1]}) ::close(fd);
+  if (pid < 0) {
+    for (int fd : {outPipe[0], errPipe[0], recPipe[0]}) ::close(fd);
+    killAll(SIGKILL);
+    PTW_FAIL("cannot start rank ", rk.rank, ": fork failed: ", std::strerror(forkErr));
+  }
+  if (m_pgid == 0) m_pgid = pid;
+  ::setpgid(pid, m_pgid);  // also in the parent, so kill(-pgid) works at once
+  rk.pid = pid;
+  rk.outFd = outPipe[0];
+  rk.errFd = errPipe[0];
+  rk.recFd = recPipe[0];
+  setNonBlocking(rk.outFd);
+  setNonBlocking(rk.errFd);
+  setNonBlocking(rk.recFd);
+  ::fcntl(rk.recFd, F_SETPIPE_SZ, 1 << 20);  // a worker's full batch (worker.cpp) in one write; best effort
+  if (!o.outDir.empty())
+    rk.logFile = std::make_unique<std::ofstream>(o.outDir + "/rank" + std::to_string(rk.rank) + ".log", std::ios::app);
+}
 
-  auto keepLog = [&](Rank& rk, std::string_view line) {
-    std::string s(line);
-    if (rk.logFile) *rk.logFile << s << '\n';
-    rk.tail.push_back(s);
-    while (rk.tail.size() > o.logTail) rk.tail.pop_front();
-    observer.onLog(rk.rank, s);
-  };
-  auto takeRecords = [&](Rank& rk) {
-    if (rk.recMalformed) {
-      rk.recBuf.clear();
-      return;
-    }
-    const std::size_t first = batch.size();
-    bool malformed = false;
-    rk.recBuf.consume(decodeRecords(rk.recBuf.view(), batch, malformed));
-    for (std::size_t i = first; i < batch.size(); ++i) {
-      Record& rec = batch[i];
-      // A worker speaks only for itself; a run of one process (DataParallel) reports one
-      // series per replica, which it numbers itself.
-      if (o.worldSize > 1 || (rec.kind != Record::Kind::Step && rec.kind != Record::Kind::Group))
-        rec.step.rank = rk.rank;
-      rk.lastStep = std::max(rk.lastStep, rec.step.step);
-    }
-    if (batch.size() > first) {
-      const Record& last = batch.back();
-      if (last.kind == Record::Kind::Heartbeat) rk.state = last.state;
-      else if (last.kind == Record::Kind::Done) rk.state = "done";
-      else rk.state = "train";
-    }
-    if (malformed) {
-      rk.recMalformed = true;
-      rk.recBuf.clear();
-      keepLog(rk, "ptw: malformed data on this rank's record pipe; its further records are ignored");
-    }
-  };
-  // Reads what a rank has written; at end of file (or when `final`) closes its pipes.
-  auto pump = [&](Rank& rk, bool final, Clock::time_point now) {
-    for (int* fd : {&rk.outFd, &rk.errFd, &rk.recFd}) {
-      if (*fd < 0) continue;
-      bool open;
-      if (fd == &rk.recFd) {
-        const std::size_t before = rk.recBuf.size();
-        open = rk.recBuf.readFrom(*fd) && !final;
-        if (rk.recBuf.size() != before) rk.lastSeen = now;
-        takeRecords(rk);
-      } else {
-        std::string& buf = fd == &rk.outFd ? rk.outBuf : rk.errBuf;
-        const std::size_t before = buf.size();
-        open = drain(*fd, buf) && !final;
-        if (buf.size() != before) rk.lastSeen = now;
-        forEachLine(buf, !open, [&](std::string_view l) { keepLog(rk, l); });
-      }
-      if (!open) {
-        ::close(*fd);
-        *fd = -1;
-      }
-    }
-  };
-  // Why a rank failed; one that could not write the run's metrics said why in its last error line.
-  auto failureOf = [](const Rank& rk) {
-    if (rk.exit.signal == 0 && rk.exit.exitCode == kWorkerCannotStoreMetrics)
-      for (auto line = rk.tail.rbegin(); line != rk.tail.rend(); ++line)
-        if (const auto at = line->find("run store "); line->rfind("error:", 0) == 0 && at != std::string::npos)
-          return "could not write the run's metrics: " + line->substr(at);
-    return "failed with " + rk.exit.describe();
-  };
-  auto beginTeardown = [&](double graceS) {
-    if (tearingDown) return;
-    tearingDown = true;
-    killAll(SIGTERM);
-    killAt = Clock::now() + std::chrono::milliseconds(static_cast<long>(graceS * 1000));
-  };
-  auto fail = [&](Rank& rk, const std::string& why, bool stalled) {
-    if (report.failedRank >= 0) return;
-    report.status = RunReport::Status::Failed;
-    report.failedRank = rk.rank;
-    report.stalled = stalled;
-    report.message = "rank " + std::to_string(rk.rank) + " " + why;
-    if (stalled) {
-      // A stalled process never exits by itself: it must be killed now.
-      tearingDown = true;
-      killAll(SIGKILL);
-      killAt = Clock::now();
+void Launcher::Impl::waitForActivity() {
+  std::vector<pollfd> fds;
+  fds.push_back({m_wakeFd, POLLIN, 0});
+  for (auto& rk : m_ranks)
+    for (int fd : {rk.outFd, rk.errFd, rk.recFd})
+      if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+  ::poll(fds.data(), fds.size(), 100);
+  char sink[64];
+  while (::read(m_wakeFd, sink, sizeof sink) > 0) {}
+}
+
+void Launcher::Impl::handleStopRequest() {
+  if (!m_stopRequested.load() || m_stopHandled) return;
+  m_stopHandled = true;
+  if (m_report.failedRank < 0) m_report.status = RunReport::Status::Stopped;
+  beginTeardown(o.stopGraceS);
+}
+
+void Launcher::Impl::keepLog(Rank& rk, std::string_view line) {
+  std::string s(line);
+  if (rk.logFile) *rk.logFile << s << '\n';
+  rk.tail.push_back(s);
+  while (rk.tail.size() > o.logTail) rk.tail.pop_front();
+  m_observer.onLog(rk.rank, s);
+}
+
+void Launcher::Impl::takeRecords(Rank& rk) {
+  if (rk.recMalformed) {
+    rk.recBuf.clear();
+    return;
+  }
+  const std::size_t first = m_batch.size();
+  bool malformed = false;
+  rk.recBuf.consume(decodeRecords(rk.recBuf.view(), m_batch, malformed));
+  for (std::size_t i = first; i < m_batch.size(); ++i) {
+    Record& rec = m_batch[i];
+    // A worker speaks only for itself; a run of one process (DataParallel) reports one
+    // series per replica, which it numbers itself.
+    if (o.worldSize > 1 || (rec.kind != Record::Kind::Step && rec.kind != Record::Kind::Group))
+      rec.step.rank = rk.rank;
+    rk.lastStep = std::max(rk.lastStep, rec.step.step);
+  }
+  if (m_batch.size() > first) {
+    const Record& last = m_batch.back();
+    if (last.kind == Record::Kind::Heartbeat) rk.state = last.state;
+    else if (last.kind == Record::Kind::Done) rk.state = "done";
+    else rk.state = "train";
+  }
+  if (malformed) {
+    rk.recMalformed = true;
+    rk.recBuf.clear();
+    keepLog(rk, "ptw: malformed data on this rank's record pipe; its further records are ignored");
+  }
+}
+
+// Reads what a rank has written; at end of file (or when `final`) closes its pipes.
+void Launcher::Impl::pump(Rank& rk, bool final, Clock::time_point now) {
+  for (int* fd : {&rk.outFd, &rk.errFd, &rk.recFd}) {
+    if (*fd < 0) continue;
+    bool open;
+    if (fd == &rk.recFd) {
+      const std::size_t before = rk.recBuf.size();
+      open = rk.recBuf.readFrom(*fd) && !final;
+      if (rk.recBuf.size() != before) rk.lastSeen = now;
+      takeRecords(rk);
     } else {
-      beginTeardown(o.failGraceS);
+      std::string& buf = fd == &rk.outFd ? rk.outBuf : rk.errBuf;
+      const std::size_t before = buf.size();
+      open = drain(*fd, buf) && !final;
+      if (buf.size() != before) rk.lastSeen = now;
+      forEachLine(buf, !open, [&](std::string_view l) { keepLog(rk, l); });
     }
-  };
-
-  std::size_t alive = ranks.size();
-  while (alive > 0) {
-    std::vector<pollfd> fds;
-    fds.push_back({m_wakePipe[0], POLLIN, 0});
-    for (auto& rk : ranks) {
-      if (rk.outFd >= 0) fds.push_back({rk.outFd, POLLIN, 0});
-      if (rk.errFd >= 0) fds.push_back({rk.errFd, POLLIN, 0});
-      if (rk.recFd >= 0) fds.push_back({rk.recFd, POLLIN, 0});
-    }
-    ::poll(fds.data(), fds.size(), 100);
-
-    char sink[64];
-    while (::read(m_wakePipe[0], sink, sizeof sink) > 0) {}
-    if (m_stopRequested.load() && !stopHandled) {
-      stopHandled = true;
-      if (report.failedRank < 0) report.status = RunReport::Status::Stopped;
-      beginTeardown(o.stopGraceS);
-    }
-
-    auto now = Clock::now();
-    for (auto& rk : ranks) pump(rk, false, now);
-    if (!batch.empty()) {
-      observer.onRecords(batch);
-      batch.clear();
-    }
-
-    // Reap. Among ranks that fail in the same pass, one killed by a signal is the cause
-    // and the others (whose collectives broke) are the effect (one that could not write the
-    // run's metrics is named after the run, below).
-    Rank* firstFailed = nullptr;
-    for (auto& rk : ranks) {
-      if (rk.exited) continue;
-      int status = 0;
-      pid_t got = ::waitpid(rk.pid, &status, WNOHANG);
-      if (got != rk.pid) continue;
-      pump(rk, true, Clock::now());  // what is left in its pipes, before judging it
-      if (!batch.empty()) {
-        observer.onRecords(batch);
-        batch.clear();
-      }
-      rk.exited = true;
-      --alive;
-      rk.exit.rank = rk.rank;
-      rk.exit.pid = rk.pid;
-      if (WIFSIGNALED(status)) rk.exit.signal = WTERMSIG(status);
-      else rk.exit.exitCode = WEXITSTATUS(status);
-      observer.onRankExit(rk.exit);
-      // Stopped by a signal someone sent to the rank, not to ptw: the ranks agreed on a step
-      // and stopped there, which is a stop, not a failure (no restart), said as such.
-      if (rk.exit.signal == 0 && rk.exit.exitCode == kWorkerStoppedFromOutside && report.failedRank < 0) {
-        if (!stoppedFromOutside)
-          stoppedFromOutside = "rank " + std::to_string(rk.rank) +
-                               " was sent a stop signal from outside ptw; the ranks stopped together at their next step";
-        report.status = RunReport::Status::Stopped;
-        beginTeardown(o.stopGraceS);
-        continue;
-      }
-      if (rk.exit.failed() && !tearingDown &&
-          (!firstFailed || (rk.exit.signal != 0 && firstFailed->exit.signal == 0)))
-        firstFailed = &rk;
-    }
-    if (firstFailed) fail(*firstFailed, failureOf(*firstFailed), false);
-    // A rank that exits 0 before the others finish is fine (it may have fewer batches);
-    // the others end their run on their own.
-
-    // Stalls: a rank silent for the timeout (stopped, hung), or no rank making progress.
-    if (!tearingDown && o.stallTimeoutS > 0) {
-      std::int64_t minStep = INT64_MAX;
-      for (auto& rk : ranks)
-        if (!rk.exited && rk.state != "done") minStep = std::min(minStep, rk.lastStep);
-      if (minStep != progressStep) {
-        progressStep = minStep;
-        progressAt = now;
-      }
-      for (auto& rk : ranks) {
-        if (rk.exited || tearingDown) continue;
-        double silent = std::chrono::duration<double>(now - rk.lastSeen).count();
-        if (silent > o.stallTimeoutS)
-          fail(rk, "stalled: no output for " + std::to_string(static_cast<int>(silent)) +
-                       " s (stopped or hung) after step " + std::to_string(rk.lastStep), true);
-      }
-      // Note [Who stalled]
-      // No rank past minStep for the timeout: the rank to blame is one at minStep that is
-      // not waiting for the others. Each heartbeat says whether its rank is inside a
-      // barrier or collective ("comm") or working on its own ("train"); ranks stuck in a
-      // collective are the effect of the one that never arrived. The ranks' own wait limit is
-      // 5 s longer (engine::peerTimeout), so this fires first and names the cause.
-      if (!tearingDown && minStep != INT64_MAX &&
-          std::chrono::duration<double>(now - progressAt).count() > o.stallTimeoutS) {
-        Rank* stuck = nullptr;
-        std::string waiting;
-        for (auto& rk : ranks) {
-          if (rk.exited || rk.lastStep != minStep) continue;
-          if (rk.state == "comm") waiting += (waiting.empty() ? "" : ", ") + std::to_string(rk.rank);
-          else if (!stuck) stuck = &rk;
-        }
-        const std::string seconds = std::to_string(static_cast<int>(o.stallTimeoutS)) + " s";
-        if (stuck && minStep <= 0)
-          fail(*stuck, "did not finish its first step within " + seconds +
-                           " of the start (loading, or meeting the other ranks; run.timeout_s)",
-               true);
-        else if (stuck)
-          fail(*stuck, "stopped making progress: stuck in its own work after step " + std::to_string(minStep) +
-                           " for " + seconds + (waiting.empty() ? "" : "; rank(s) " + waiting + " waited for it"),
-               true);
-        else
-          for (auto& rk : ranks)
-            if (!rk.exited && rk.lastStep == minStep) {
-              fail(rk, "stopped making progress: every rank waits for the others after step " +
-                           std::to_string(minStep) + " for " + seconds + " (a collective that never completes)",
-                   true);
-              break;
-            }
-      }
-    }
-
-    if (tearingDown && Clock::now() >= killAt) killAll(SIGKILL);
-    // A rank SIGKILL does not end within 5 s is stuck in the kernel (a driver, a network
-    // file system): said, and not waited for, rather than the run never ending.
-    if (tearingDown && Clock::now() >= killAt + std::chrono::seconds(5)) {
-      for (auto& rk : ranks) {
-        if (rk.exited) continue;
-        observer.onLog(-1, "ptw: rank " + std::to_string(rk.rank) + " (pid " + std::to_string(rk.pid) +
-                               ") did not end 5 s after SIGKILL (stuck in the kernel); no longer waiting for it");
-        rk.exited = true;
-        rk.exit.rank = rk.rank;
-        rk.exit.pid = rk.pid;
-        rk.exit.signal = SIGKILL;
-        --alive;
-      }
+    if (!open) {
+      ::close(*fd);
+      *fd = -1;
     }
   }
+}
 
-  for (auto& rk : ranks) report.exits.push_back(rk.exit);
+void Launcher::Impl::flushBatch() {
+  if (m_batch.empty()) return;
+  m_observer.onRecords(m_batch);
+  m_batch.clear();
+}
+
+// Among ranks that fail in the same pass, one killed by a signal is the cause and the others
+// (whose collectives broke) are the effect (one that could not write the run's metrics is
+// named after the run, in finishReport). A rank that exits 0 before the others finish is fine
+// (it may have fewer batches); the others end their run on their own.
+void Launcher::Impl::reap() {
+  Rank* firstFailed = nullptr;
+  for (auto& rk : m_ranks) {
+    if (rk.exited) continue;
+    int status = 0;
+    if (::waitpid(rk.pid, &status, WNOHANG) != rk.pid) continue;
+    onExited(rk, status, firstFailed);
+  }
+  if (firstFailed) fail(*firstFailed, failureOf(*firstFailed), false);
+}
+
+void Launcher::Impl::onExited(Rank& rk, int status, Rank*& firstFailed) {
+  pump(rk, true, Clock::now());  // what is left in its pipes, before judging it
+  flushBatch();
+  rk.exited = true;
+  --m_alive;
+  rk.exit.rank = rk.rank;
+  rk.exit.pid = rk.pid;
+  if (WIFSIGNALED(status)) rk.exit.signal = WTERMSIG(status);
+  else rk.exit.exitCode = WEXITSTATUS(status);
+  m_observer.onRankExit(rk.exit);
+  // Stopped by a signal someone sent to the rank, not to ptw: the ranks agreed on a step
+  // and stopped there, which is a stop, not a failure (no restart), said as such.
+  if (rk.exit.signal == 0 && rk.exit.exitCode == kWorkerStoppedFromOutside && m_report.failedRank < 0) {
+    if (!m_stoppedFromOutside)
+      m_stoppedFromOutside = "rank " + std::to_string(rk.rank) +
+                             " was sent a stop signal from outside ptw; the ranks stopped together at their next step";
+    m_report.status = RunReport::Status::Stopped;
+    beginTeardown(o.stopGraceS);
+    return;
+  }
+  if (rk.exit.failed() && !m_tearingDown && (!firstFailed || (rk.exit.signal != 0 && firstFailed->exit.signal == 0)))
+    firstFailed = &rk;
+}
+
+// Stalls: a rank silent for the timeout (stopped, hung), or no rank making progress.
+void Launcher::Impl::detectStalls(Clock::time_point now) {
+  std::int64_t minStep = INT64_MAX;
+  for (auto& rk : m_ranks)
+    if (!rk.exited && rk.state != "done") minStep = std::min(minStep, rk.lastStep);
+  if (minStep != m_progressStep) {
+    m_progressStep = minStep;
+    m_progressAt = now;
+  }
+  for (auto& rk : m_ranks) {
+    if (rk.exited || m_tearingDown) continue;
+    const double silent = std::chrono::duration<double>(now - rk.lastSeen).count();
+    if (silent > o.stallTimeoutS)
+      fail(rk, "stalled: no output for " + std::to_string(static_cast<int>(silent)) +
+                   " s (stopped or hung) after step " + std::to_string(rk.lastStep), true);
+  }
+  if (!m_tearingDown && minStep != INT64_MAX &&
+      std::chrono::duration<double>(now - m_progressAt).count() > o.stallTimeoutS)
+    blameNoProgress(minStep);
+}
+
+// Note [Who stalled]
+// No rank past minStep for the timeout: the rank to blame is one at minStep that is
+// not waiting for the others. Each heartbeat says whether its rank is inside a
+// barrier or collective ("comm") or working on its own ("train"); ranks stuck in a
+// collective are the effect of the one that never arrived. The ranks' own wait limit is
+// 5 s longer (engine::peerTimeout), so this fires first and names the cause.
+void Launcher::Impl::blameNoProgress(std::int64_t minStep) {
+  Rank* stuck = nullptr;
+  std::string waiting;
+  for (auto& rk : m_ranks) {
+    if (rk.exited || rk.lastStep != minStep) continue;
+    if (rk.state == "comm") waiting += (waiting.empty() ? "" : ", ") + std::to_string(rk.rank);
+    else if (!stuck) stuck = &rk;
+  }
+  const std::string seconds = std::to_string(static_cast<int>(o.stallTimeoutS)) + " s";
+  if (stuck && minStep <= 0) {
+    fail(*stuck, "did not finish its first step within " + seconds +
+                     " of the start (loading, or meeting the other ranks; run.timeout_s)", true);
+  } else if (stuck) {
+    fail(*stuck, "stopped making progress: stuck in its own work after step " + std::to_string(minStep) + " for " +
+                     seconds + (waiting.empty() ? "" : "; rank(s) " + waiting + " waited for it"), true);
+  } else {
+    for (auto& rk : m_ranks)
+      if (!rk.exited && rk.lastStep == minStep) {
+        fail(rk, "stopped making progress: every rank waits for the others after step " + std::to_string(minStep) +
+                     " for " + seconds + " (a collective that never completes)", true);
+        break;
+      }
+  }
+}
+
+// After the grace period, SIGKILL. A rank SIGKILL does not end within 5 s is stuck in the
+// kernel (a driver, a network file system): said, and not waited for, rather than the run
+// never ending.
+void Launcher::Impl::enforceKillDeadline() {
+  if (!m_tearingDown) return;
+  if (Clock::now() >= m_killAt) killAll(SIGKILL);
+  if (Clock::now() < m_killAt + std::chrono::seconds(5)) return;
+  for (auto& rk : m_ranks) {
+    if (rk.exited) continue;
+    m_observer.onLog(-1, "ptw: rank " + std::to_string(rk.rank) + " (pid " + std::to_string(rk.pid) +
+                             ") did not end 5 s after SIGKILL (stuck in the kernel); no longer waiting for it");
+    rk.exited = true;
+    rk.exit.rank = rk.rank;
+    rk.exit.pid = rk.pid;
+    rk.exit.signal = SIGKILL;
+    --m_alive;
+  }
+}
+
+void Launcher::Impl::beginTeardown(double graceS) {
+  if (m_tearingDown) return;
+  m_tearingDown = true;
+  killAll(SIGTERM);
+  m_killAt = Clock::now() + std::chrono::milliseconds(static_cast<long>(graceS * 1000));
+}
+
+void Launcher::Impl::fail(Rank& rk, const std::string& why, bool stalled) {
+  if (m_report.failedRank >= 0) return;
+  m_report.status = RunReport::Status::Failed;
+  m_report.failedRank = rk.rank;
+  m_report.stalled = stalled;
+  m_report.message = "rank " + std::to_string(rk.rank) + " " + why;
+  if (stalled) {
+    // A stalled process never exits by itself: it must be killed now.
+    m_tearingDown = true;
+    killAll(SIGKILL);
+    m_killAt = Clock::now();
+  } else {
+    beginTeardown(o.failGraceS);
+  }
+}
+
+// Why a rank failed; one that could not write the run's metrics said why in its last error line.
+std::string Launcher::Impl::failureOf(const Rank& rk) {
+  if (rk.exit.signal == 0 && rk.exit.exitCode == kWorkerCannotStoreMetrics)
+    for (auto line = rk.tail.rbegin(); line != rk.tail.rend(); ++line)
+      if (const auto at = line->find("run store "); line->rfind("error:", 0) == 0 && at != std::string::npos)
+        return "could not write the run's metrics: " + line->substr(at);
+  return "failed with " + rk.exit.describe();
+}
+
+RunReport Launcher::Impl::finishReport() {
+  RunReport& report = m_report;
+  for (auto& rk : m_ranks) report.exits.push_back(rk.exit);
   // A rank that could not write the run's metrics is the cause, even where a rank whose
   // collective it broke by leaving was reaped first.
   if (report.status == RunReport::Status::Failed && !report.stalled && report.failedRank >= 0)
-    for (auto& rk : ranks)
+    for (auto& rk : m_ranks)
       if (rk.exit.signal == 0 && rk.exit.exitCode == kWorkerCannotStoreMetrics && rk.rank != report.failedRank) {
         report.failedRank = rk.rank;
         report.message = "rank " + std::to_string(rk.rank) + " " + failureOf(rk);
         break;
       }
   if (report.failedRank >= 0) {
-    Rank& rk = ranks[static_cast<std::size_t>(report.failedRank)];
+    Rank& rk = m_ranks[static_cast<std::size_t>(report.failedRank)];
     report.failedExit = rk.exit;
     report.lastLines.assign(rk.tail.begin(), rk.tail.end());
     if (report.stalled) report.message += "; killed";
   } else if (report.status == RunReport::Status::Finished) {
     report.message = "all " + std::to_string(o.worldSize) + " ranks finished";
-  } else if (stoppedFromOutside) {
-    report.message = *stoppedFromOutside;
+  } else if (m_stoppedFromOutside) {
+    report.message = *m_stoppedFromOutside;
   } else {
     report.message = "stopped by request";
   }
-  report.wallS = secondsSince(started);
+  report.wallS = secondsSince(m_started);
   return report;
+}
+
+RunReport Launcher::run(LaunchObserver& observer) {
+  PTW_CHECK(m_options.worldSize >= 1, "world size must be >= 1, got ", m_options.worldSize);
+  checkWorker(m_options.workerPath);
+  PTW_CHECK(::access(m_options.profilePath.c_str(), R_OK) == 0, "profile ", m_options.profilePath, " is not readable");
+  Impl impl(m_options, observer, m_wakePipe[0], m_stopRequested);
+  return impl.run();
 }
 
 }  // namespace ptw::core

@@ -114,7 +114,7 @@ class Launcher {
   static std::string defaultWorkerPath();
 
  private:
-  struct Impl;
+  class Impl;
   LaunchOptions m_options;
   int m_wakePipe[2] = {-1, -1};
   std::atomic<bool> m_stopRequested{false};
