@@ -126,7 +126,18 @@ void MainWindow::restoreView(const QSettings& settings) {
 MainWindow::~MainWindow() = default;
 
 void MainWindow::buildUi() {
-  // Left: the profile, Start/Stop and the status.
+  buildProfileDock();
+  auto* tabs = new QTabWidget(this);
+  tabs->setObjectName("tabs");
+  tabs->addTab(buildLiveTab(tabs), tr("&Live"));
+  buildHistoryTabs(tabs);
+  setCentralWidget(tabs);
+  statusBar();
+  resize(1400, 900);
+}
+
+// Left: the profile, Start/Stop and the status.
+void MainWindow::buildProfileDock() {
   auto* dock = new QDockWidget(tr("Profile"), this);
   dock->setObjectName("profileDock");
   auto* side = new QWidget(dock);
@@ -155,14 +166,39 @@ void MainWindow::buildUi() {
   addDockWidget(Qt::LeftDockWidgetArea, dock);
   connect(m_start, &QPushButton::clicked, this, &MainWindow::startRun);
   connect(m_stop, &QPushButton::clicked, this, &MainWindow::stopRun);
+}
 
-  // Center: live view and run history.
-  auto* tabs = new QTabWidget(this);
-  tabs->setObjectName("tabs");
-  auto* live = new QSplitter(Qt::Vertical, tabs);
+// The live view: the charts above, the rank table and the log below.
+QWidget* MainWindow::buildLiveTab(QWidget* parent) {
+  auto* live = new QSplitter(Qt::Vertical, parent);
   live->setObjectName("liveSplit");
   auto* charts = new QWidget(live);
   auto* grid = new QGridLayout(charts);
+  QWidget* lossBox = buildLossBox(charts);
+  m_throughput = new MetricChart(tr("samples/s"), charts);
+  m_throughput->setObjectName("throughputChart");
+  m_split = new StepSplitChart(charts);
+  m_split->setObjectName("splitChart");
+  grid->addWidget(lossBox, 0, 0, 2, 1);
+  grid->addWidget(m_throughput, 0, 1);
+  grid->addWidget(m_split, 1, 1);
+  grid->setColumnStretch(0, 3);
+  grid->setColumnStretch(1, 2);
+  // Set once both charts it applies to exist: the live charts' default.
+  lossBox->findChild<QCheckBox*>("outliers")->setChecked(true);
+  auto* bottom = new QSplitter(Qt::Horizontal, live);
+  bottom->setObjectName("bottomSplit");
+  buildRankTable(bottom);
+  buildLogPane(bottom);
+  live->addWidget(charts);
+  live->addWidget(bottom);
+  live->setStretchFactor(0, 3);
+  live->setStretchFactor(1, 1);
+  return live;
+}
+
+// The loss chart with its options: smoothing, log axes, outliers, pause.
+QWidget* MainWindow::buildLossBox(QWidget* charts) {
   auto* lossBox = new QWidget(charts);
   auto* lossLayout = new QVBoxLayout(lossBox);
   lossLayout->setContentsMargins(0, 0, 0, 0);
@@ -191,15 +227,6 @@ void MainWindow::buildUi() {
   m_loss = new MetricChart(tr("loss"), lossBox);
   m_loss->setObjectName("lossChart");
   lossLayout->addWidget(m_loss, 1);
-  m_throughput = new MetricChart(tr("samples/s"), charts);
-  m_throughput->setObjectName("throughputChart");
-  m_split = new StepSplitChart(charts);
-  m_split->setObjectName("splitChart");
-  grid->addWidget(lossBox, 0, 0, 2, 1);
-  grid->addWidget(m_throughput, 0, 1);
-  grid->addWidget(m_split, 1, 1);
-  grid->setColumnStretch(0, 3);
-  grid->setColumnStretch(1, 2);
   connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
     m_loss->setSmoothing(v / 100.0);
     m_loss->refresh();
@@ -209,11 +236,11 @@ void MainWindow::buildUi() {
   connect(outliers, &QCheckBox::toggled, this, [this](bool on) {
     for (auto* chart : {m_loss, m_throughput}) chart->setIgnoreOutliers(on);
   });
-  outliers->setChecked(true);  // the live charts' default
+  return lossBox;
+}
 
-  auto* bottom = new QSplitter(Qt::Horizontal, live);
-  bottom->setObjectName("bottomSplit");
-  m_ranks = new QTableWidget(0, kColumns, bottom);
+void MainWindow::buildRankTable(QWidget* parent) {
+  m_ranks = new QTableWidget(0, kColumns, parent);
   m_ranks->setObjectName("rankTable");
   m_ranks->setHorizontalHeaderLabels(
       {tr("rank"), tr("status"), tr("step"), tr("loss"), tr("samples/s"), tr("last message"), tr("exit")});
@@ -228,7 +255,10 @@ void MainWindow::buildUi() {
     m_loss->setHighlighted(rank);
     m_throughput->setHighlighted(rank);
   });
-  auto* logBox = new QWidget(bottom);
+}
+
+void MainWindow::buildLogPane(QWidget* parent) {
+  auto* logBox = new QWidget(parent);
   auto* logLayout = new QVBoxLayout(logBox);
   logLayout->setContentsMargins(0, 0, 0, 0);
   auto* filters = new QHBoxLayout;
@@ -251,11 +281,10 @@ void MainWindow::buildUi() {
   logLayout->addWidget(m_log);
   connect(m_logRank, qOverload<int>(&QComboBox::currentIndexChanged), this, &MainWindow::refilterLog);
   connect(m_logLevel, qOverload<int>(&QComboBox::currentIndexChanged), this, &MainWindow::refilterLog);
-  live->addWidget(charts);
-  live->addWidget(bottom);
-  live->setStretchFactor(0, 3);
-  live->setStretchFactor(1, 1);
-  tabs->addTab(live, tr("&Live"));
+}
+
+// The run history and the scaling sweep.
+void MainWindow::buildHistoryTabs(QTabWidget* tabs) {
   m_history = new RunHistory(tabs);
   m_history->setObjectName("history");
   tabs->addTab(m_history, tr("&Runs"));
@@ -286,9 +315,6 @@ void MainWindow::buildUi() {
     revalidate();
     if (m_closeAfterRun) QTimer::singleShot(0, this, &QWidget::close);
   });
-  setCentralWidget(tabs);
-  statusBar();
-  resize(1400, 900);
 }
 
 void MainWindow::buildMenus() {
@@ -613,94 +639,97 @@ void MainWindow::drainRun() {
   m_controller->take(m_batch);
   const auto& batch = m_batch;
   std::size_t nextEvent = 0, index = 0;
-  const int ranks = m_reportingRanks;
   // Restarts and exits at their place among the records (RunController::Event).
   auto eventsAt = [&](std::size_t i) {
-    for (; nextEvent < batch.events.size() && batch.events[nextEvent].index == i; ++nextEvent) {
-      const auto& e = batch.events[nextEvent];
-      if (!e.restart) {
-        setRankCell(e.rank, kExit, e.how);
-        if (e.rank >= 0 && e.rank < static_cast<int>(m_rankStatus.size())) {
-          m_rankStatus[static_cast<std::size_t>(e.rank)] = e.failed ? tr("failed") : tr("exited");
-          setRankCell(e.rank, kStatus, m_rankStatus[static_cast<std::size_t>(e.rank)]);
-        }
-        continue;
-      }
-      const double step = static_cast<double>(e.step);
-      m_loss->truncateAfter(step);
-      m_throughput->truncateAfter(step);
-      m_stepSums.reset(ranks);
-      // The table starts over with the new attempt: every rank is restarting, its last exit
-      // was the attempt's, and its latest step is whatever it reports next.
-      for (int r = 0; r < ranks; ++r) {
-        m_latest[static_cast<std::size_t>(r)] = RankLatest{};
-        m_rankStatus[static_cast<std::size_t>(r)] = tr("restarting");
-        setRankCell(r, kStatus, tr("restarting"));
-        setRankCell(r, kExit, QString());
-      }
-    }
+    for (; nextEvent < batch.events.size() && batch.events[nextEvent].index == i; ++nextEvent)
+      applyEvent(batch.events[nextEvent]);
   };
-  for (const auto& chunk : batch.chunks) {
+  for (const auto& chunk : batch.chunks)
     for (const core::Record& rec : chunk) {
       eventsAt(index++);
-      const auto& s = rec.step;
-      if (rec.kind == core::Record::Kind::Validation) {
-        m_loss->append(m_valSeries, static_cast<double>(s.step), rec.valLoss);
-        continue;
-      }
-      const bool group = rec.kind == core::Record::Kind::Group;
-      if ((rec.kind != core::Record::Kind::Step && !group) || s.rank < 0 || s.rank >= ranks) continue;
-      // A step record is a group of one (Note [Step groups]).
-      const double x = static_cast<double>(s.step);
-      const std::int64_t count = group ? rec.group.count : 1;
-      const double lossSum = group ? rec.group.lossSum : s.loss;
-      const double rate = group && rec.group.stepMs > 0 ? rec.group.samples / (rec.group.stepMs / 1000.0) : s.samplesPerS;
-      if (group) {
-        const auto& g = rec.group;
-        const double x0 = static_cast<double>(g.first), n = static_cast<double>(g.count);
-        const auto points = static_cast<std::size_t>(g.count);
-        m_loss->appendGroup(s.rank, x0, x, g.lossSum / n, g.lossMin, g.lossMax, points);
-        m_throughput->appendGroup(s.rank, x0, x, rate, rate, rate, points);
-        m_split->add(s.rank, {g.dataMs / n, g.computeMs / n, g.commMs / n, g.optMs / n}, g.count);
-      } else {
-        m_loss->append(s.rank, x, s.loss);
-        m_throughput->append(s.rank, x, s.samplesPerS);
-        m_split->add(s);
-      }
-      auto& latest = m_latest[static_cast<std::size_t>(s.rank)];
-      if (latest.step < 0) {
-        m_forceRedraw = true;  // a rank's first point is drawn at once
-        if (auto& st = m_rankStatus[static_cast<std::size_t>(s.rank)]; st == tr("starting") || st == tr("restarting")) {
-          m_rankStatus[static_cast<std::size_t>(s.rank)] = tr("running");
-          setRankCell(s.rank, kStatus, tr("running"));
-        }
-      }
-      latest.samplesPerS = s.samplesPerS;
-      if (s.step >= latest.step) latest.step = s.step, latest.loss = s.loss;
-      // The mean loss and the total throughput of a window of steps, once every rank has reported all of it.
-      const std::int64_t first = group ? rec.group.first : s.step;
-      if (StepSums::Done d; m_meanSeries >= 0 && m_stepSums.add(first, lossSum, rate * static_cast<double>(count), count, d))
-        appendMean(d);
+      applyRecord(rec);
     }
-  }
   eventsAt(index);  // what came after the last record
   for (const auto& [rank, line] : batch.logs) appendLog(rank, QString::fromStdString(line));
-  // Note [Redraw budget]
-  // Training ranks often own every core, so each millisecond spent drawing is taken
-  // from them, and more than that: ranks in lock-step all wait for the one whose core the
-  // window took (bench_monitoring measured a 2% drawing share costing ~6% of a fast shm
-  // run's throughput). The charts are redrawn (drawn at once, so the time measured is the
-  // drawing) only when the last redraw is at most m_redrawShare of the time since: 2%, or
-  // 0.25% when the run has a training thread on every core. That is 20 frames/s when
-  // drawing is cheap, fewer on a slow machine, with large charts or with no core to spare,
-  // never below 2, or one every 2 s when the ranks own every core (three charts and the rank
-  // table take ~4-5 ms to draw here: once a second was 0.5% of a core, which ranks in
-  // lock-step paid about twice over, half of what watching a run cost once the ranks wrote
-  // their own steps, Note [Ranks write their steps]). Records are taken as
-  // often as the charts are redrawn: in between they would only wait, and each wake-up of
-  // the window's thread also takes a core from a rank.
-  // Until every rank has drawn its first point (for 10 s at most) they are taken every
-  // 50 ms, and a rank's first point is drawn at once.
+  redrawIfDue();
+}
+
+void MainWindow::applyEvent(const RunController::Event& e) {
+  const int ranks = m_reportingRanks;
+  if (!e.restart) {
+    setRankCell(e.rank, kExit, e.how);
+    if (e.rank >= 0 && e.rank < static_cast<int>(m_rankStatus.size())) {
+      m_rankStatus[static_cast<std::size_t>(e.rank)] = e.failed ? tr("failed") : tr("exited");
+      setRankCell(e.rank, kStatus, m_rankStatus[static_cast<std::size_t>(e.rank)]);
+    }
+    return;
+  }
+  const double step = static_cast<double>(e.step);
+  m_loss->truncateAfter(step);
+  m_throughput->truncateAfter(step);
+  m_stepSums.reset(ranks);
+  // The table starts over with the new attempt: every rank is restarting, its last exit
+  // was the attempt's, and its latest step is whatever it reports next.
+  for (int r = 0; r < ranks; ++r) {
+    m_latest[static_cast<std::size_t>(r)] = RankLatest{};
+    m_rankStatus[static_cast<std::size_t>(r)] = tr("restarting");
+    setRankCell(r, kStatus, tr("restarting"));
+    setRankCell(r, kExit, QString());
+  }
+}
+
+void MainWindow::applyRecord(const core::Record& rec) {
+  const auto& s = rec.step;
+  if (rec.kind == core::Record::Kind::Validation) {
+    m_loss->append(m_valSeries, static_cast<double>(s.step), rec.valLoss);
+    return;
+  }
+  const bool group = rec.kind == core::Record::Kind::Group;
+  if ((rec.kind != core::Record::Kind::Step && !group) || s.rank < 0 || s.rank >= m_reportingRanks) return;
+  // A step record is a group of one (Note [Step groups]).
+  const double x = static_cast<double>(s.step);
+  const std::int64_t count = group ? rec.group.count : 1;
+  const double lossSum = group ? rec.group.lossSum : s.loss;
+  const double rate = group && rec.group.stepMs > 0 ? rec.group.samples / (rec.group.stepMs / 1000.0) : s.samplesPerS;
+  if (group) {
+    const auto& g = rec.group;
+    const double x0 = static_cast<double>(g.first), n = static_cast<double>(g.count);
+    const auto points = static_cast<std::size_t>(g.count);
+    m_loss->appendGroup(s.rank, x0, x, g.lossSum / n, g.lossMin, g.lossMax, points);
+    m_throughput->appendGroup(s.rank, x0, x, rate, rate, rate, points);
+    m_split->add(s.rank, {g.dataMs / n, g.computeMs / n, g.commMs / n, g.optMs / n}, g.count);
+  } else {
+    m_loss->append(s.rank, x, s.loss);
+    m_throughput->append(s.rank, x, s.samplesPerS);
+    m_split->add(s);
+  }
+  auto& latest = m_latest[static_cast<std::size_t>(s.rank)];
+  if (latest.step < 0) {
+    m_forceRedraw = true;  // a rank's first point is drawn at once
+    if (auto& st = m_rankStatus[static_cast<std::size_t>(s.rank)]; st == tr("starting") || st == tr("restarting")) {
+      st = tr("running");
+      setRankCell(s.rank, kStatus, st);
+    }
+  }
+  latest.samplesPerS = s.samplesPerS;
+  if (s.step >= latest.step) latest.step = s.step, latest.loss = s.loss;
+  // The mean loss and the total throughput of a window of steps, once every rank has reported all of it.
+  const std::int64_t first = group ? rec.group.first : s.step;
+  if (StepSums::Done d; m_meanSeries >= 0 && m_stepSums.add(first, lossSum, rate * static_cast<double>(count), count, d))
+    appendMean(d);
+}
+
+// Note [Redraw budget]
+// Training ranks often own every core, so each millisecond spent drawing is taken from
+// them, and ranks in lock-step all wait for the one whose core the window took. The charts
+// are redrawn (drawn at once, so the time measured is the drawing) only when the last redraw
+// is at most m_redrawShare of the time since: 2%, or 0.25% when the run has a training
+// thread on every core; never below 2 frames a second, or one every 2 s when the ranks own
+// every core. Records are taken as often as the charts are redrawn: in between they would
+// only wait, and each wake-up of the window's thread also takes a core from a rank. Until
+// every rank has drawn its first point (for 10 s at most) they are taken every 50 ms, and a
+// rank's first point is drawn at once. BENCHMARKS.md (monitoring) has what this costs.
+void MainWindow::redrawIfDue() {
   const auto now = std::chrono::steady_clock::now();
   const double sinceMs = std::chrono::duration<double, std::milli>(now - m_lastRedraw).count();
   auto period = [this] {
@@ -712,7 +741,7 @@ void MainWindow::drainRun() {
     m_lastRedraw = now;
     // The table shows each rank's latest record; a changed cell repaints the table, so it
     // changes with the charts.
-    for (int r = 0; r < ranks; ++r) {
+    for (int r = 0; r < m_reportingRanks; ++r) {
       const RankLatest& latest = m_latest[static_cast<std::size_t>(r)];
       if (latest.step < 0) continue;
       setRankCell(r, kThroughput, QString::number(latest.samplesPerS, 'f', 0));

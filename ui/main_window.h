@@ -25,6 +25,7 @@ class QMenu;
 class QPlainTextEdit;
 class QPushButton;
 class QSlider;
+class QTabWidget;
 class QTableWidget;
 class QTimer;
 class QToolButton;
@@ -93,6 +94,12 @@ class MainWindow : public QMainWindow {
 
  private:
   void buildUi();
+  void buildProfileDock();
+  QWidget* buildLiveTab(QWidget* parent);
+  QWidget* buildLossBox(QWidget* charts);
+  void buildRankTable(QWidget* parent);
+  void buildLogPane(QWidget* parent);
+  void buildHistoryTabs(QTabWidget* tabs);
   void buildMenus();
   void revalidate();
   void saveView(QSettings& settings) const;
@@ -106,6 +113,9 @@ class MainWindow : public QMainWindow {
   /// changes may go; `message` goes to the status bar. False when the user kept them.
   bool replaceProfile(const core::Profile& p, const QString& message);
   void drainRun();
+  void applyEvent(const RunController::Event& e);
+  void applyRecord(const core::Record& rec);
+  void redrawIfDue();
   void resetLive(int ranks);
   void setRankCell(int rank, int column, const QString& text);
   void appendLog(int rank, const QString& line);
