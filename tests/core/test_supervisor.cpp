@@ -44,8 +44,11 @@ class Watcher : public LaunchObserver {
   std::int64_t stepRecords = 0;
   std::vector<std::pair<int, std::int64_t>> restarts;
   std::vector<std::vector<StepRecord>> attempts{1};  ///< each attempt's step records, in arrival order
+  std::vector<std::pair<int, qint64>> exitsAtMs;  ///< (rank, ms since the start) as the launcher reaped them
+  QElapsedTimer sinceStart;
   void onStarted(int port, const std::vector<int>& p) override {
     pids = p;
+    sinceStart.start();
     if (onStart) onStart(port);
   }
   void onRestart(int attempt, std::int64_t step) override {
@@ -67,6 +70,7 @@ class Watcher : public LaunchObserver {
   }
   std::vector<Record> groups;
   void onLog(int, const std::string& line) override { logs.push_back(line); }
+  void onRankExit(const RankExit& e) override { exitsAtMs.emplace_back(e.rank, sinceStart.elapsed()); }
 };
 
 // Samples per second as ptw reports them, worked out from each attempt's step records: the
@@ -240,6 +244,17 @@ class TestSupervisor : public QObject {
     };
     RunReport r = launcher.run(w);
     QVERIFY(killed);
+    // The README's promise: once the launcher has seen rank 1 die, the others are stopped
+    // within 2 s (failGraceS, then SIGKILL), give or take one pass of its 100 ms poll.
+    QCOMPARE(w.exitsAtMs.size(), w.pids.size());
+    qint64 failedAtMs = -1, lastAtMs = 0;
+    for (const auto& [rank, at] : w.exitsAtMs) {
+      if (rank == 1) failedAtMs = at;
+      lastAtMs = std::max(lastAtMs, at);
+    }
+    QVERIFY(failedAtMs >= 0);
+    QVERIFY2(lastAtMs - failedAtMs <= 2200,
+             qPrintable(QString("the last rank ended %1 ms after rank 1").arg(lastAtMs - failedAtMs)));
     QVERIFY2(sinceKill.elapsed() < 5000, qPrintable(QString::number(sinceKill.elapsed())));
     QCOMPARE(r.status, RunReport::Status::Failed);
     QCOMPARE(r.failedRank, 1);
