@@ -6,6 +6,8 @@
   bench_table.py --save DIR FILE    keeps FILE (bench-samples.json) in DIR as a run of this machine and
                                     commit, DIR/<date>-<commit>-<machine>.json, and prints its path
   bench_table.py --list [DIR]       one line per kept run: file, date, commit, machine, rounds
+  bench_table.py --targets [DIR]    one row per kept run: its figures for BENCHMARKS.md's targets, each
+                                    the median of ratios paired per round, with the rounds' range
 
 A kept run is one JSON object: date (UTC), commit, machine (the CPU's model name), cores, rounds,
 command, and samples, one per configuration and round as bench_ddp.sh records them
@@ -128,6 +130,47 @@ def list_runs(folder):
                   f"{run['cores']} cores  {run['rounds']} rounds")
 
 
+def paired(runs, workload, impl, base, factor=1):
+    """Median, min and max over rounds of impl ÷ (factor × base) in the same round; None if absent."""
+    a, b = runs.get((workload, impl)), runs.get((workload, base))
+    if not a or not b:
+        return None
+    ratios = [x / (factor * y) for x, y in zip(a, b)]
+    return statistics.median(ratios), min(ratios), max(ratios)
+
+
+def cell(figure, digits=2):
+    if figure is None:
+        return ""
+    m, lo, hi = figure
+    return f"{m:.{digits}f} ({lo:.{digits}f}-{hi:.{digits}f})"
+
+
+def commit_order(commit):
+    """How far into history `commit` is (newest runs first among a day's), 0 where git does not know it."""
+    out = subprocess.run(["git", "rev-list", "--count", commit], capture_output=True, text=True,
+                         cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    return int(out) if out.isdigit() else 0
+
+
+def print_targets(folder):
+    print("| run | machine | mlp: DDP ÷ Python DDP | mlp: DDP efficiency | mlp: lock-step ceiling | "
+          "seed: DDP ÷ Python DDP | mlp: DataParallel ÷ Single | mlp: pool sync ÷ DDP |")
+    print("|---|---|---|---|---|---|---|---|")
+    kept = [json.load(open(os.path.join(folder, n))) for n in os.listdir(folder) if n.endswith(".json")]
+    for run in sorted(kept, key=lambda r: (r["date"], commit_order(r["commit"])), reverse=True):
+        runs = {}
+        for r in run["samples"]:
+            runs.setdefault((r["workload"], r["impl"]), []).append(r["samples_per_s"])
+        print(f"| {run['date']} {run['commit']} | {machine_slug(run['machine'])} | "
+              f"{cell(paired(runs, 'mlp', 'ptw-ddp-shm', 'python-ddp'))} | "
+              f"{cell(paired(runs, 'mlp', 'ptw-ddp-shm', 'ptw-single', 2))} | "
+              f"{cell(paired(runs, 'mlp', 'lockstep-ceiling', 'ptw-single', 2))} | "
+              f"{cell(paired(runs, 'seed', 'ptw-ddp-shm', 'python-ddp'), 1)} | "
+              f"{cell(paired(runs, 'mlp', 'ptw-dataparallel', 'ptw-single'))} | "
+              f"{cell(paired(runs, 'mlp', 'ptw-pool-sync', 'ptw-ddp-shm'))} |")
+
+
 if __name__ == "__main__":
     here = os.path.dirname(os.path.abspath(__file__))
     args = sys.argv[1:]
@@ -135,6 +178,8 @@ if __name__ == "__main__":
         save(args[1], args[2])
     elif args[:1] == ["--list"] and len(args) <= 2:
         list_runs(args[1] if len(args) == 2 else os.path.join(here, "results"))
+    elif args[:1] == ["--targets"] and len(args) <= 2:
+        print_targets(args[1] if len(args) == 2 else os.path.join(here, "results"))
     elif len(args) == 1 and not args[0].startswith("--"):
         print_tables(load(args[0]))
     else:
