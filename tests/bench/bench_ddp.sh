@@ -3,6 +3,10 @@
 # one run, alternating, on two fixed workloads. Builds nothing: run after the default build.
 #
 #   tests/bench/bench_ddp.sh [repeats=3] > table.md      (all samples in tests/bench/bench-samples.json)
+#   tests/bench/bench_ddp.sh --table [FILE]              (prints the tables of a kept run, or of the last)
+#
+# Each run is also kept in tests/bench/results/<date>-<commit>-<machine>.json, with its machine and
+# commit; `--table FILE` prints any of them as the same tables (bench_table.py --list lists them).
 #
 # Rows: Python single and DDP; ptw Single, DataParallel (2 lanes), DDP over Gloo and over shared
 # memory (2 ranks), process pool sync and hogwild (2 workers); and two ptw Single runs at once that share
@@ -27,7 +31,7 @@ repeats=${1:-3}
 mlp_steps=${MLP_STEPS:-600}
 seed_steps=${SEED_STEPS:-60000}
 workloads=" ${WORKLOADS:-seed mlp} "   # WORKLOADS=mlp runs one of them
-if [ "$repeats" = "--table" ]; then exec /usr/bin/python3 "$here/bench_table.py" "$here/bench-samples.json"; fi
+if [ "$repeats" = "--table" ]; then exec /usr/bin/python3 "$here/bench_table.py" "${2:-$here/bench-samples.json}"; fi
 ref=${PY_DDP_REF:-$here/py_ddp_ref.py}
 [ -x "$ptw" ] || { echo "bench: $ptw not built; run the README's build first" >&2; exit 2; }
 [ -f "$ref" ] || { echo "bench: reference script $ref missing" >&2; exit 2; }
@@ -154,4 +158,6 @@ done
 echo "]" >> "$samples.tmp"
 mv "$samples.tmp" "$samples"
 
-/usr/bin/python3 "$here/bench_table.py" "$samples"
+kept=$(/usr/bin/python3 "$here/bench_table.py" --save "$here/results" "$samples")
+echo "bench: kept as $kept" >&2
+/usr/bin/python3 "$here/bench_table.py" "$kept"

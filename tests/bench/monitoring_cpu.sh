@@ -24,7 +24,7 @@
 # is held up holds up its peer at the next step: what monitoring's CPU alone costs throughput
 # is about that CPU in cores (its share of the machine times the number of CPUs; a burner's
 # cost per core-% in monitoring_pairs.sh is 0.86-1.27 here). Timed pairs found the window
-# costing more than that (BENCHMARKS.md, "Monitoring, counted and paired"): this counts the
+# costing more than that (BENCHMARKS.md, "Monitoring"): this counts the
 # CPU, not every cost. Unlike an on/off throughput ratio it is a share within one stretch of
 # one run, so the machine's drift from minute to minute (±5-25% here) does not enter it. Needs perf (Debian: linux-perf) and
 # permission to sample every CPU (root, or kernel.perf_event_paranoid <= 0).

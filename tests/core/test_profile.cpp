@@ -1,10 +1,16 @@
 // Profiles: file round-trip, every validation error named, overrides, record lines.
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QtTest>
 
 #include <cstring>
 
 #include <fstream>
+#include <map>
 
 #include "common/error.h"
 #include "common/profile.h"
@@ -21,6 +27,18 @@ std::string errorOf(const std::string& json) {
     return e.what();
   }
   return "no error";
+}
+
+// A value as JSON text, e.g. 0.01, "ddp", [].
+QString jsonText(const QJsonValue& v) {
+  const QByteArray a = QJsonDocument(QJsonArray{v}).toJson(QJsonDocument::Compact);
+  return QString::fromUtf8(a.mid(1, a.size() - 2));
+}
+
+// Numbers compare as numbers (25 and 25.0 are one default), anything else as JSON.
+bool sameJson(const QJsonValue& a, const QJsonValue& b) {
+  if (a.isDouble() && b.isDouble()) return a.toDouble() == b.toDouble();
+  return a == b;
 }
 }  // namespace
 
@@ -93,6 +111,83 @@ class TestProfile : public QObject {
     QCOMPARE(q.model.hidden, (std::vector<std::int64_t>{32, 16}));
     QCOMPARE(q.hyper.seed, 18446744073709551615ull);
     QVERIFY(!QFile::exists(dir.filePath("p.json.tmp")));
+  }
+
+  // docs/profiles.md documents every field, so it cannot go stale: each key that visit()
+  // names (the keys the JSON save of a default Profile writes) has one row there, the doc
+  // has no row for a key the profile lacks, the default it writes is Profile{}'s, and an
+  // enumerated field's allowed values name every choice. A row is a table line whose first
+  // cell is the field in backticks (`hyper.lr`, or `name`) and whose second is the default
+  // in backticks, read as JSON where it parses (`0.01`, `[]`, `""`, `true`) and as a string
+  // where not (`ddp`).
+  void profileDocMatchesTheProfile() {
+    const QString docPath = qEnvironmentVariable("PTW_SOURCE_DIR") + "/docs/profiles.md";
+    QFile file(docPath);
+    QVERIFY2(file.open(QIODevice::ReadOnly | QIODevice::Text), qPrintable(docPath + ": cannot open"));
+    struct Row {
+      QString defaultCell, allowedCell;
+      int line = 0;
+    };
+    std::map<QString, Row> doc;
+    QStringList problems;
+    static const QRegularExpression rowPattern(R"(^\|\s*`([A-Za-z0-9_.]+)`\s*\|([^|]*)\|([^|]*)\|)");
+    int line = 0;
+    while (!file.atEnd()) {
+      ++line;
+      const auto m = rowPattern.match(QString::fromUtf8(file.readLine()));
+      if (!m.hasMatch()) continue;
+      const QString key = m.captured(1);
+      if (doc.count(key)) problems << QString("%1: listed twice in docs/profiles.md (lines %2 and %3)").arg(key).arg(doc[key].line).arg(line);
+      doc[key] = {m.captured(2).trimmed(), m.captured(3).trimmed(), line};
+    }
+
+    std::map<QString, QJsonValue> fields;  // every key visit() names, with Profile{}'s value
+    const QJsonObject saved = QJsonDocument::fromJson(QByteArray::fromStdString(toJson(Profile{}))).object();
+    QVERIFY(!saved.isEmpty());
+    for (auto it = saved.begin(); it != saved.end(); ++it) {
+      if (!it.value().isObject()) {
+        fields[it.key()] = it.value();
+        continue;
+      }
+      const QJsonObject section = it.value().toObject();
+      for (auto f = section.begin(); f != section.end(); ++f) fields[it.key() + "." + f.key()] = f.value();
+    }
+
+    static const QRegularExpression quoted("^`(.*)`$");
+    for (const auto& [key, value] : fields) {
+      auto row = doc.find(key);
+      if (row == doc.end()) {
+        problems << QString("%1: a profile field (default %2) missing from docs/profiles.md; add the row "
+                            "| `%1` | `%2` | allowed | meaning |")
+                        .arg(key, jsonText(value));
+        continue;
+      }
+      const Row& r = row->second;
+      const auto cell = quoted.match(r.defaultCell);
+      if (!cell.hasMatch()) {
+        problems << QString("%1: docs/profiles.md line %2: the default cell must be one value in backticks, got \"%3\"")
+                        .arg(key).arg(r.line).arg(r.defaultCell);
+      } else {
+        QJsonParseError error{};
+        const QJsonDocument parsed = QJsonDocument::fromJson("[" + cell.captured(1).toUtf8() + "]", &error);
+        const QJsonValue written = error.error == QJsonParseError::NoError && parsed.array().size() == 1
+                                       ? parsed.array().at(0)
+                                       : QJsonValue(cell.captured(1));
+        if (!sameJson(written, value))
+          problems << QString("%1: docs/profiles.md line %2 gives the default %3, the profile's is %4")
+                          .arg(key).arg(r.line).arg(jsonText(written), jsonText(value));
+      }
+      for (const auto& choice : fieldChoices(key.toStdString())) {
+        const QString named = "`" + QString::fromStdString(choice) + "`";
+        if (!r.allowedCell.contains(named))
+          problems << QString("%1: docs/profiles.md line %2 does not name the allowed value %3").arg(key).arg(r.line).arg(named);
+      }
+    }
+    for (const auto& [key, row] : doc)
+      if (!fields.count(key))
+        problems << QString("%1: docs/profiles.md line %2 lists a field the profile does not have; remove the row")
+                        .arg(key).arg(row.line);
+    QVERIFY2(problems.isEmpty(), qPrintable("docs/profiles.md is out of step with the profile:\n  " + problems.join("\n  ")));
   }
 
   void invalidProfilesAreRejected_data() {
