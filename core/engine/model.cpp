@@ -47,7 +47,7 @@ std::vector<DenseLayer> denseChain(const torch::nn::Sequential& net) {
     if (auto linear = std::dynamic_pointer_cast<torch::nn::LinearImpl>(child)) {
       for (const auto& p : linear->parameters())
         if (!p.requires_grad()) return {};  // a frozen layer: autograd gives it no gradient
-      chain.push_back({torch::nn::Linear(linear)});
+      chain.push_back({torch::nn::Linear(linear), Activation::None, ""});
       continue;
     }
     if (chain.empty() || chain.back().after != Activation::None) return {};
