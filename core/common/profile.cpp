@@ -282,6 +282,41 @@ void validateStrategy(const StrategyInfo& info, const Profile& p, Need& need) {
     need(s.device == "cuda", "strategy.backend", "nccl needs strategy.device \"cuda\"; use gloo on cpu");
 }
 
+// The strategy section: its row in the table of strategies, the ranks, devices and GPUs.
+template <class Need, class OneOf>
+void validateStrategySection(const Profile& p, Need& need, OneOf& oneOf) {
+  const auto& s = p.strategy;
+  const bool fileData = p.data.kind == "csv" || p.data.kind == "mnist";
+  oneOf(s.kind, "strategy.kind");
+  need(s.ranks >= 1, "strategy.ranks", "must be >= 1, got " + str(s.ranks));
+  need(s.ranks <= 255, "strategy.ranks", "must be <= 255, got " + str(s.ranks));
+  oneOf(s.backend, "strategy.backend");
+  oneOf(s.device, "strategy.device");
+  if (const StrategyInfo* info = findStrategy(s.kind)) validateStrategy(*info, p, need);
+  if (!s.gpus.empty()) {
+    need(s.device == "cuda", "strategy.gpus",
+         "lists GPUs, but strategy.device is \"" + s.device + "\"; leave it empty, or set the device to \"cuda\"");
+    const std::size_t wanted = static_cast<std::size_t>(std::max(trainingRanks(p), 1));
+    need(s.gpus.size() == wanted, "strategy.gpus",
+         "lists " + str(static_cast<std::int64_t>(s.gpus.size())) + " GPU(s) for " + str(static_cast<std::int64_t>(wanted)) +
+             " rank(s)/lane(s); list one per rank, or none for cuda:0 onwards");
+    std::set<std::int64_t> seen;
+    for (auto g : s.gpus) {
+      need(g >= 0, "strategy.gpus", "every index must be >= 0, got " + str(g));
+      need(seen.insert(g).second, "strategy.gpus",
+           "cuda:" + str(g) + " is listed twice; each rank/lane needs a GPU of its own");
+    }
+  }
+  need(s.bucketMb > 0, "strategy.bucket_mb", "must be > 0, got " + str(s.bucketMb));
+  oneOf(s.poolMode, "strategy.pool_mode");
+  if (!fileData || p.data.samples > 0) {
+    auto train = p.data.samples - static_cast<std::int64_t>(static_cast<double>(p.data.samples) * p.data.valFraction);
+    need(train >= s.ranks, "strategy.ranks",
+         "more ranks (" + str(s.ranks) + ") than training samples (" + str(train) +
+             "); lower strategy.ranks or raise data.samples");
+  }
+}
+
 }  // namespace
 
 bool Profile::operator==(const Profile& other) const {
@@ -330,35 +365,8 @@ std::vector<FieldError> validate(const Profile& p) {
     need(p.model.outFeatures >= 2, "model.out_features",
          "classification needs >= 2 outputs (one per class), got " + str(p.model.outFeatures));
 
+  validateStrategySection(p, need, oneOf);
   const auto& s = p.strategy;
-  oneOf(s.kind, "strategy.kind");
-  need(s.ranks >= 1, "strategy.ranks", "must be >= 1, got " + str(s.ranks));
-  need(s.ranks <= 255, "strategy.ranks", "must be <= 255, got " + str(s.ranks));
-  oneOf(s.backend, "strategy.backend");
-  oneOf(s.device, "strategy.device");
-  if (const StrategyInfo* info = findStrategy(s.kind)) validateStrategy(*info, p, need);
-  if (!s.gpus.empty()) {
-    need(s.device == "cuda", "strategy.gpus",
-         "lists GPUs, but strategy.device is \"" + s.device + "\"; leave it empty, or set the device to \"cuda\"");
-    const std::size_t wanted = static_cast<std::size_t>(std::max(trainingRanks(p), 1));
-    need(s.gpus.size() == wanted, "strategy.gpus",
-         "lists " + str(static_cast<std::int64_t>(s.gpus.size())) + " GPU(s) for " + str(static_cast<std::int64_t>(wanted)) +
-             " rank(s)/lane(s); list one per rank, or none for cuda:0 onwards");
-    std::set<std::int64_t> seen;
-    for (auto g : s.gpus) {
-      need(g >= 0, "strategy.gpus", "every index must be >= 0, got " + str(g));
-      need(seen.insert(g).second, "strategy.gpus",
-           "cuda:" + str(g) + " is listed twice; each rank/lane needs a GPU of its own");
-    }
-  }
-  need(s.bucketMb > 0, "strategy.bucket_mb", "must be > 0, got " + str(s.bucketMb));
-  oneOf(s.poolMode, "strategy.pool_mode");
-  if (!fileData || p.data.samples > 0) {
-    auto train = p.data.samples - static_cast<std::int64_t>(static_cast<double>(p.data.samples) * p.data.valFraction);
-    need(train >= s.ranks, "strategy.ranks",
-         "more ranks (" + str(s.ranks) + ") than training samples (" + str(train) +
-             "); lower strategy.ranks or raise data.samples");
-  }
 
   const auto& h = p.hyper;
   const StrategyInfo* info = findStrategy(s.kind);
