@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/error.h"
+#include "common/strategies.h"
 #include "launch/headless.h"
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
@@ -89,6 +90,10 @@ int main(int argc, char** argv) {
                  "Write a JSON summary (status, final metrics, per-rank throughput and step split, wall time, "
                  "expectations) to FILE");
   app.add_option("--junit", opts.junitPath, "Write JUnit XML (one test case for the run, one per --expect) to FILE");
+  // Hidden (no group, so not in --help): extra worker arguments for tests and benchmarks,
+  // e.g. --worker-arg=--fault=kill-at-step:1:12.
+  app.add_option("--worker-arg", opts.workerArgs, "Append ARG to every worker's command line (repeatable)")
+      ->group("");
   app.set_version_flag("--version", "ptw " PTW_VERSION);
 #ifdef PTW_WITH_GUI
   ptw::ui::GuiOptions gui;
@@ -114,7 +119,16 @@ int main(int argc, char** argv) {
                "throughput, scaling efficiency (throughput / (workers x Single)) and the share of a step spent "
                "waiting for other ranks and reducing gradients, the fastest marked *");
   std::string sweepProfile, sweepCsv, sweepJson, sweepDir;
-  std::vector<std::string> sweepStrategies{"dataparallel", "ddp", "ddp-shm", "pool"}, sweepSets;
+  // The table of strategies names the sweep's variants, its baseline and what runs by default.
+  std::vector<std::string> sweepStrategies, sweepSets;
+  std::string sweepNames, sweepDefaults;
+  for (const auto& v : ptw::core::sweepVariants()) {
+    sweepNames += (sweepNames.empty() ? "" : ", ") + v.name;
+    if (v.baseline || !v.byDefault) continue;
+    sweepStrategies.push_back(v.name);
+    sweepDefaults += (sweepDefaults.empty() ? "" : ",") + v.name;
+  }
+  const std::string baseline = ptw::core::sweepBaseline().name;
   std::vector<int> sweepWorkers{1, 2};
   std::int64_t sweepSteps = 200;
   double minEfficiency = 0;
@@ -122,8 +136,9 @@ int main(int argc, char** argv) {
       ->check(CLI::ExistingFile);
   sweepCmd->add_option("--set", sweepSets, "Override a profile field, as for a run (repeatable)");
   sweepCmd->add_option("--strategies", sweepStrategies,
-                       "Comma-separated: single, dataparallel, ddp, ddp-shm, pool, pool-hogwild (Single always runs "
-                       "as the baseline; default dataparallel,ddp,ddp-shm,pool)")
+                       "Comma-separated: " + sweepNames + " (" + baseline +
+                           " always runs as the baseline; ddp is DDP as a profile runs it, backend auto; default " +
+                           sweepDefaults + ")")
       ->delimiter(',');
   sweepCmd->add_option("--workers", sweepWorkers, "Comma-separated worker counts (default 1,2)")->delimiter(',');
   sweepCmd->add_option("--steps", sweepSteps, "Steps per configuration (default 200)");
@@ -156,6 +171,7 @@ int main(int argc, char** argv) {
   // Options of the run before a subcommand would be silently dropped: say so instead.
   if (app.get_subcommands().size() > 0) {
     for (const char* name : {"--headless", "--profile", "--set", "--runs-dir", "--expect", "--summary", "--junit",
+                             "--worker-arg",
 #ifdef PTW_WITH_GUI
                              "--start", "--screenshot", "--screenshot-after",
 #endif
@@ -230,7 +246,7 @@ int main(int argc, char** argv) {
       bool failed = false, belowMin = false;
       for (const auto& p : points) {
         failed = failed || p.status != "finished";
-        if (p.strategy != "single" && p.status == "finished" && !std::isnan(p.efficiency) &&
+        if (p.strategy != baseline && p.status == "finished" && !std::isnan(p.efficiency) &&
             p.efficiency < minEfficiency) {
           belowMin = true;
           std::printf("ptw: %s with %d worker(s): efficiency %.2f is below --min-efficiency %.2f\n", p.strategy.c_str(),

@@ -35,6 +35,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/strategies.h"
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
 #include "ui/device_picker.h"
@@ -552,7 +553,7 @@ void MainWindow::resetLive(int ranks) {
   m_reportingRanks = ranks;
   m_loss->clear();
   m_throughput->clear();
-  const bool pool = profile().strategy.kind == "pool";
+  const bool pool = core::hasCoordinator(profile());  // its rank 0 speaks for the run
   for (int r = 0; r < ranks; ++r) {
     const QString name = pool ? (r == 0 ? tr("coordinator") : tr("worker %1").arg(r)) : tr("rank %1").arg(r);
     m_loss->addSeries(name, seriesColor(r));
@@ -603,7 +604,7 @@ void MainWindow::startRun() {
   revalidate();
   m_status->setText(tr("Starting %1 process(es)…").arg(core::processCount(p)));
   // Note [Redraw budget]: a run with a training thread on every core leaves drawing 0.25%.
-  const int training = p.strategy.kind == "dataparallel" ? p.strategy.ranks : core::processCount(p);
+  const int training = core::trainingThreads(p);
   m_redrawShare = training >= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) ? 0.0025 : 0.02;
   m_runStarted = std::chrono::steady_clock::now();
   m_drainTimer->start(kFirstPointMs);

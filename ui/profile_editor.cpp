@@ -17,6 +17,7 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include "common/strategies.h"
 #include "launch/launcher.h"
 #include "ui/child_process.h"
 #include "ui/device_picker.h"
@@ -83,7 +84,11 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
     const auto choices = core::fieldChoices(pathStd);
     if (!choices.empty()) {
       auto* c = new QComboBox(this);
-      for (const auto& choice : choices) c->addItem(QString::fromStdString(choice));
+      for (const auto& choice : choices) {
+        c->addItem(QString::fromStdString(choice));
+        if (const core::StrategyInfo* s = pathStd == "strategy.kind" ? core::findStrategy(choice) : nullptr)
+          c->setItemData(c->count() - 1, QString::fromStdString(s->label), Qt::ToolTipRole);  // its label
+      }
       connect(c, &QComboBox::currentTextChanged, this, [this] { if (!m_filling) { collect(); emit edited(); } });
       editor = c;
     } else if (kind == "bool") {
@@ -222,7 +227,7 @@ void ProfileEditor::collect() {
     m_devices->setSummary(tr("world size %1 · global batch %2")
                               .arg(core::reportingRanks(m_profile))
                               .arg(static_cast<qint64>(m_profile.hyper.batchSize) * m_profile.hyper.accumulate *
-                                   (m_profile.strategy.kind == "single" ? 1 : m_profile.strategy.ranks)));
+                                   core::trainingRanks(m_profile)));
     if (!m_filling) {
       m_filling = true;
       m_devices->select(QString::fromStdString(m_profile.strategy.device), m_profile.strategy.ranks,

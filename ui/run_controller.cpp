@@ -7,12 +7,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 
 #include "common/error.h"
-#include "launch/run_directory.h"
-#include "launch/run_store.h"
-#include "launch/supervisor.h"
+#include "launch/run_session.h"
 
 namespace ptw::ui {
 
@@ -70,7 +67,7 @@ class RunController::Observer : public core::LaunchObserver {
 RunController::RunController(QObject* parent) : QObject(parent), m_observer(std::make_unique<Observer>(this)) {}
 
 RunController::~RunController() {
-  if (m_supervisor) m_supervisor->requestStop();
+  if (m_session) m_session->requestStop();
   if (m_thread.joinable()) m_thread.join();
 }
 
@@ -80,20 +77,26 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
     return false;
   }
   if (m_thread.joinable()) m_thread.join();
-  const std::string dirOfRuns = runsDir.isEmpty() ? core::defaultRunsDirectory() : runsDir.toStdString();
-  std::string dir;
+  auto lastShown = std::chrono::steady_clock::time_point{};
+  auto progress = [this, lastShown](std::int64_t done, std::int64_t total) mutable {
+    const auto now = std::chrono::steady_clock::now();
+    if (done != 0 && done != total && now - lastShown < std::chrono::milliseconds(100)) return;
+    lastShown = now;
+    QMetaObject::invokeMethod(this, [this, done, total] { emit storing(done, total); }, Qt::QueuedConnection);
+  };
+  auto session = std::make_unique<core::RunSession>(core::RunSessionOptions(profile)
+                                                        .setRunsDir(runsDir.toStdString())
+                                                        .setWorkerArgs(m_workerArgs)
+                                                        .setUnpackProgress(progress));
   try {
-    if (profile.run.port != 0) core::Launcher::checkPortFree(profile.run.port);
-    dir = core::createRunDirectory(dirOfRuns, profile);
-    m_store = std::make_unique<core::RunStore>(dirOfRuns);
-    m_runId = m_store->beginRun(dir, profile);
+    session->begin();
   } catch (const Error& e) {
     if (error) *error = QString::fromStdString(e.what());
     return false;
   }
-  m_runDir = QString::fromStdString(dir);
-  m_supervisor = std::make_unique<core::Supervisor>(
-      core::SupervisorOptions(profile, dir, core::Launcher::defaultWorkerPath()).setStore(m_store.get(), m_runId));
+  m_session = std::move(session);
+  m_runDir = QString::fromStdString(m_session->runDir());
+  m_runId = m_session->runId();
   {
     std::lock_guard<std::mutex> lock(m_mutex);
     m_pending = Batch{};
@@ -102,33 +105,12 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
   // The supervisor's thread lives until every worker is reaped (Note [Worker lifetime]).
   m_thread = std::thread([this] {
     ::pthread_setname_np(::pthread_self(), "ptw-supervisor");  // as top -H and /proc name it
-    QString status, message;
-    int failedRank = -1;
+    const core::RunResult r = m_session->run(*m_observer);  // Note [One run lifecycle]
+    const QString status = core::statusName(r.report.status);
+    const QString message = QString::fromStdString(r.report.message);
+    const int failedRank = r.report.failedRank;
     QStringList lastLines;
-    try {
-      core::RunReport r = m_supervisor->run(*m_observer);
-      status = core::statusName(r.status);
-      message = QString::fromStdString(r.message);
-      failedRank = r.failedRank;
-      for (const auto& l : r.lastLines) lastLines << QString::fromStdString(l);
-    } catch (const std::exception& e) {
-      status = QStringLiteral("failed");
-      message = QString::fromStdString(e.what());
-    }
-    auto lastShown = std::chrono::steady_clock::time_point{};
-    auto progress = [this, &lastShown](std::int64_t done, std::int64_t total) {
-      const auto now = std::chrono::steady_clock::now();
-      if (done != 0 && done != total && now - lastShown < std::chrono::milliseconds(100)) return;
-      lastShown = now;
-      QMetaObject::invokeMethod(this, [this, done, total] { emit storing(done, total); }, Qt::QueuedConnection);
-    };
-    try {
-      const double throughput = m_supervisor->throughput().total();  // 0: no step was recorded
-      m_store->endRun(m_runId, status.toStdString(), message.toStdString(), std::nan(""),
-                      throughput > 0 ? throughput : std::nan(""),
-                      m_supervisor->attempts(), progress);
-    } catch (const std::exception&) {
-    }
+    for (const auto& l : r.report.lastLines) lastLines << QString::fromStdString(l);
     QMetaObject::invokeMethod(
         this,
         [this, status, message, failedRank, lastLines] {
@@ -141,7 +123,7 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
 }
 
 void RunController::stop() {
-  if (m_supervisor && m_running) m_supervisor->requestStop();
+  if (m_session && m_running) m_session->requestStop();
 }
 
 void RunController::take(Batch& batch) {

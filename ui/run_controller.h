@@ -1,7 +1,8 @@
 // RunController: runs the supervisor off the GUI thread and hands what it hears to the
 // window in batches. The supervisor's thread fills a mutex-guarded buffer; the window
-// drains it from a timer, so the GUI never sees one signal per record. The records also
-// go to the run store (Supervisor), where the history reads them back.
+// drains it from a timer, so the GUI never sees one signal per record. The run itself is a
+// core::RunSession (Note [One run lifecycle]): the records and the verdict go to the run
+// store, where the history reads them back.
 #pragma once
 
 #include <QObject>
@@ -18,8 +19,7 @@
 #include "launch/launcher.h"
 
 namespace ptw::core {
-class RunStore;
-class Supervisor;
+class RunSession;
 }  // namespace ptw::core
 
 namespace ptw::ui {
@@ -35,6 +35,8 @@ class RunController : public QObject {
   bool start(const core::Profile& profile, const QString& runsDir, QString* error);
   void stop();
   bool isRunning() const { return m_running; }
+  /// Appended to every worker's command line of the runs started after this (tests: --fault=SPEC).
+  void setWorkerArgs(std::vector<std::string> args) { m_workerArgs = std::move(args); }
   QString runDirectory() const { return m_runDir; }
   qint64 runId() const { return m_runId; }
 
@@ -76,8 +78,8 @@ class RunController : public QObject {
 
  private:
   class Observer;
-  std::unique_ptr<core::RunStore> m_store;
-  std::unique_ptr<core::Supervisor> m_supervisor;
+  std::unique_ptr<core::RunSession> m_session;
+  std::vector<std::string> m_workerArgs;
   std::unique_ptr<Observer> m_observer;
   std::thread m_thread;
   std::mutex m_mutex;

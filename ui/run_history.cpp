@@ -12,6 +12,7 @@
 #include <map>
 
 #include "common/error.h"
+#include "common/strategies.h"
 #include "ui/metric_chart.h"
 #include "ui/palette.h"
 
@@ -116,14 +117,16 @@ void RunHistory::showSelection() {
   std::vector<const core::RunRow*> chosen;
   for (const auto& r : m_runs)
     if (std::find(ids.begin(), ids.end(), r.id) != ids.end()) chosen.push_back(&r);
-  // Overlay: the mean loss over ranks at each step (the pool's coordinator already reports the mean).
+  // Overlay: the mean loss over ranks at each step (a coordinator, the pool's, already reports the mean).
   for (std::size_t i = 0; i < chosen.size(); ++i) {
     const auto& r = *chosen[i];
     int series = m_overlay->addSeries(QStringLiteral("run %1: %2").arg(r.id).arg(QString::fromStdString(r.name)),
                                       seriesColor(static_cast<int>(i)));
     std::map<std::int64_t, std::pair<double, int>> perStep;
+    const core::StrategyInfo* info = core::findStoredStrategy(r.strategy);
+    const bool coordinated = info && info->coordinator;
     for (const auto& s : steps(r.id)) {
-      if (r.strategy.rfind("pool", 0) == 0 && s.rank != 0) continue;
+      if (coordinated && s.rank != 0) continue;
       auto& acc = perStep[s.step];
       acc.first += s.loss;
       acc.second += 1;

@@ -17,16 +17,15 @@
 #include <map>
 
 #include "common/error.h"
+#include "common/strategies.h"
 #include "ui/palette.h"
 
 namespace ptw::ui {
 namespace {
 QColor strategyColor(const std::string& s) {
-  static const std::map<std::string, QColor> colors = {
-      {"single", Qt::black},          {"dataparallel", seriesColor(2)}, {"ddp", seriesColor(0)},
-      {"ddp-shm", seriesColor(9)}, {"pool", seriesColor(1)}, {"pool-hogwild", seriesColor(3)}};
-  auto it = colors.find(s);
-  return it == colors.end() ? Qt::gray : it->second;
+  const core::SweepVariant* v = core::findSweepVariant(s);
+  if (!v) return Qt::gray;
+  return v->color < 0 ? QColor(Qt::black) : seriesColor(v->color);
 }
 
 QCustomPlot* makePlot(QWidget* parent, const QString& y) {
@@ -44,11 +43,13 @@ SweepPanel::SweepPanel(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   auto* form = new QFormLayout;
   auto* boxes = new QHBoxLayout;
-  for (const auto& name : core::Sweep::strategyNames()) {
-    if (name == "single") continue;  // always run: the baseline
+  for (const auto& variant : core::sweepVariants()) {
+    if (variant.baseline) continue;  // always run
+    const std::string& name = variant.name;
     auto* box = new QCheckBox(QString::fromStdString(name), this);
     box->setObjectName(QString::fromStdString("sweep." + name));
-    box->setChecked(name == "dataparallel" || name == "ddp" || name == "pool");
+    box->setToolTip(QString::fromStdString(variant.label));
+    box->setChecked(variant.byDefault);
     m_strategies.push_back(box);
     boxes->addWidget(box);
   }

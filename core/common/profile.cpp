@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/strategies.h"
 
 namespace ptw::core {
 namespace {
@@ -263,6 +264,59 @@ std::string str(const T& v) {
   return os.str();
 }
 
+// What the strategy's row in the table (common/strategies.h) asks of the profile.
+template <class Need>
+void validateStrategy(const StrategyInfo& info, const Profile& p, Need& need) {
+  const auto& s = p.strategy;
+  if (info.oneRank)
+    need(s.ranks == 1, "strategy.ranks", s.kind + " runs one process: must be 1, got " + str(s.ranks));
+  const auto choices = fieldChoices("strategy.device");
+  if (std::find(choices.begin(), choices.end(), s.device) != choices.end() &&  // else said already
+      std::find(info.devices.begin(), info.devices.end(), s.device) == info.devices.end())
+    need(false, "strategy.device", info.deviceAdvice.empty() ? s.kind + " does not run on " + s.device
+                                                              : info.deviceAdvice);
+  if (info.backends.empty()) return;
+  if (s.backend == "shm")
+    need(s.device == "cpu", "strategy.backend", "shm reduces CPU gradients; use nccl for cuda");
+  if (s.backend == "nccl")
+    need(s.device == "cuda", "strategy.backend", "nccl needs strategy.device \"cuda\"; use gloo on cpu");
+}
+
+// The strategy section: its row in the table of strategies, the ranks, devices and GPUs.
+template <class Need, class OneOf>
+void validateStrategySection(const Profile& p, Need& need, OneOf& oneOf) {
+  const auto& s = p.strategy;
+  const bool fileData = p.data.kind == "csv" || p.data.kind == "mnist";
+  oneOf(s.kind, "strategy.kind");
+  need(s.ranks >= 1, "strategy.ranks", "must be >= 1, got " + str(s.ranks));
+  need(s.ranks <= 255, "strategy.ranks", "must be <= 255, got " + str(s.ranks));
+  oneOf(s.backend, "strategy.backend");
+  oneOf(s.device, "strategy.device");
+  if (const StrategyInfo* info = findStrategy(s.kind)) validateStrategy(*info, p, need);
+  if (!s.gpus.empty()) {
+    need(s.device == "cuda", "strategy.gpus",
+         "lists GPUs, but strategy.device is \"" + s.device + "\"; leave it empty, or set the device to \"cuda\"");
+    const std::size_t wanted = static_cast<std::size_t>(std::max(trainingRanks(p), 1));
+    need(s.gpus.size() == wanted, "strategy.gpus",
+         "lists " + str(static_cast<std::int64_t>(s.gpus.size())) + " GPU(s) for " + str(static_cast<std::int64_t>(wanted)) +
+             " rank(s)/lane(s); list one per rank, or none for cuda:0 onwards");
+    std::set<std::int64_t> seen;
+    for (auto g : s.gpus) {
+      need(g >= 0, "strategy.gpus", "every index must be >= 0, got " + str(g));
+      need(seen.insert(g).second, "strategy.gpus",
+           "cuda:" + str(g) + " is listed twice; each rank/lane needs a GPU of its own");
+    }
+  }
+  need(s.bucketMb > 0, "strategy.bucket_mb", "must be > 0, got " + str(s.bucketMb));
+  oneOf(s.poolMode, "strategy.pool_mode");
+  if (!fileData || p.data.samples > 0) {
+    auto train = p.data.samples - static_cast<std::int64_t>(static_cast<double>(p.data.samples) * p.data.valFraction);
+    need(train >= s.ranks, "strategy.ranks",
+         "more ranks (" + str(s.ranks) + ") than training samples (" + str(train) +
+             "); lower strategy.ranks or raise data.samples");
+  }
+}
+
 }  // namespace
 
 bool Profile::operator==(const Profile& other) const {
@@ -311,44 +365,12 @@ std::vector<FieldError> validate(const Profile& p) {
     need(p.model.outFeatures >= 2, "model.out_features",
          "classification needs >= 2 outputs (one per class), got " + str(p.model.outFeatures));
 
+  validateStrategySection(p, need, oneOf);
   const auto& s = p.strategy;
-  oneOf(s.kind, "strategy.kind");
-  need(s.ranks >= 1, "strategy.ranks", "must be >= 1, got " + str(s.ranks));
-  need(s.ranks <= 255, "strategy.ranks", "must be <= 255, got " + str(s.ranks));
-  if (s.kind == "single")
-    need(s.ranks == 1, "strategy.ranks", "single runs one process: must be 1, got " + str(s.ranks));
-  oneOf(s.backend, "strategy.backend");
-  oneOf(s.device, "strategy.device");
-  if (s.kind == "ddp" && s.backend == "shm")
-    need(s.device == "cpu", "strategy.backend", "shm reduces CPU gradients; use nccl for cuda");
-  if (s.kind == "ddp" && s.backend == "nccl")
-    need(s.device == "cuda", "strategy.backend", "nccl needs strategy.device \"cuda\"; use gloo on cpu");
-  if (s.kind == "pool")
-    need(s.device == "cpu", "strategy.device", "the process pool shares CPU memory; use ddp or dataparallel for cuda");
-  if (!s.gpus.empty()) {
-    need(s.device == "cuda", "strategy.gpus",
-         "lists GPUs, but strategy.device is \"" + s.device + "\"; leave it empty, or set the device to \"cuda\"");
-    const std::size_t wanted = s.kind == "single" ? 1 : static_cast<std::size_t>(std::max(s.ranks, 1));
-    need(s.gpus.size() == wanted, "strategy.gpus",
-         "lists " + str(static_cast<std::int64_t>(s.gpus.size())) + " GPU(s) for " + str(static_cast<std::int64_t>(wanted)) +
-             " rank(s)/lane(s); list one per rank, or none for cuda:0 onwards");
-    std::set<std::int64_t> seen;
-    for (auto g : s.gpus) {
-      need(g >= 0, "strategy.gpus", "every index must be >= 0, got " + str(g));
-      need(seen.insert(g).second, "strategy.gpus",
-           "cuda:" + str(g) + " is listed twice; each rank/lane needs a GPU of its own");
-    }
-  }
-  need(s.bucketMb > 0, "strategy.bucket_mb", "must be > 0, got " + str(s.bucketMb));
-  oneOf(s.poolMode, "strategy.pool_mode");
-  if (!fileData || p.data.samples > 0) {
-    auto train = p.data.samples - static_cast<std::int64_t>(static_cast<double>(p.data.samples) * p.data.valFraction);
-    need(train >= s.ranks, "strategy.ranks",
-         "more ranks (" + str(s.ranks) + ") than training samples (" + str(train) +
-             "); lower strategy.ranks or raise data.samples");
-  }
 
   const auto& h = p.hyper;
+  const StrategyInfo* info = findStrategy(s.kind);
+  const bool readsPoolMode = info && info->readsPoolMode;
   need(h.lr > 0 && std::isfinite(h.lr), "hyper.lr", "must be > 0, got " + str(h.lr));
   need(h.batchSize >= 1, "hyper.batch_size", "must be >= 1, got " + str(h.batchSize));
   need(h.maxSteps >= 0, "hyper.max_steps", "must be >= 0, got " + str(h.maxSteps));
@@ -370,7 +392,7 @@ std::vector<FieldError> validate(const Profile& p) {
   if (h.precision != "fp32")
     need(s.device == "cuda", "hyper.precision",
          "mixed precision runs on cuda; on cpu use \"fp32\" (CPU autocast is slower than fp32 for these models)");
-  if (s.kind == "pool" && s.poolMode == "hogwild") {
+  if (readsPoolMode && s.poolMode == "hogwild") {
     need(h.accumulate == 1, "hyper.accumulate", "hogwild workers step on their own: must be 1, got " + str(h.accumulate));
     need(h.clipNorm == 0, "hyper.clip_norm", "hogwild workers step on their own: must be 0, got " + str(h.clipNorm));
   }
@@ -438,14 +460,21 @@ std::vector<std::string> fieldChoices(const std::string& path) {
       {"model.activation", {"relu", "tanh", "gelu"}},
       {"data.kind", {"synthetic-regression", "synthetic-classification", "csv", "mnist"}},
       {"data.task", {"regression", "classification"}},
-      {"strategy.kind", {"single", "dataparallel", "ddp", "pool"}},
-      {"strategy.backend", {"auto", "gloo", "nccl", "shm"}},
       {"strategy.device", {"cpu", "cuda"}},
       {"strategy.pool_mode", {"sync", "hogwild"}},
       {"hyper.optimizer", {"sgd", "adam", "adamw"}},
       {"hyper.schedule", {"constant", "step", "cosine"}},
       {"hyper.precision", {"fp32", "bf16"}},
   };
+  if (path == "strategy.kind" || path == "strategy.backend") {  // from the table of strategies
+    std::vector<std::string> names;
+    for (const auto& s : strategies()) {
+      const auto& add = path == "strategy.kind" ? std::vector<std::string>{s.name} : s.backends;
+      for (const auto& n : add)
+        if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
+    }
+    return names;
+  }
   auto it = choices.find(path);
   return it == choices.end() ? std::vector<std::string>{} : it->second;
 }
@@ -513,9 +542,9 @@ Profile applyOverrides(const Profile& profile, const std::vector<std::string>& a
 }
 
 int processCount(const Profile& p) {
-  if (p.strategy.kind == "ddp") return p.strategy.ranks;
-  if (p.strategy.kind == "pool") return p.strategy.ranks + 1;
-  return 1;
+  const StrategyInfo* s = findStrategy(p.strategy.kind);
+  if (!s) return 1;
+  return (s->processPerRank ? p.strategy.ranks : 1) + (s->coordinator ? 1 : 0);
 }
 
 std::string collectiveBackend(const Profile& p, bool haveNccl) {
@@ -529,11 +558,7 @@ std::int64_t cudaIndexFor(const Profile& p, int index) {
   return index >= 0 && static_cast<std::size_t>(index) < gpus.size() ? gpus[static_cast<std::size_t>(index)] : index;
 }
 
-int reportingRanks(const Profile& p) {
-  if (p.strategy.kind == "single") return 1;
-  if (p.strategy.kind == "pool") return p.strategy.ranks + 1;
-  return p.strategy.ranks;
-}
+int reportingRanks(const Profile& p) { return trainingRanks(p) + (hasCoordinator(p) ? 1 : 0); }
 
 std::int64_t warmupSteps(const Profile& profile) {
   const std::int64_t steps = profile.hyper.maxSteps;

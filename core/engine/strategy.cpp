@@ -17,6 +17,8 @@ std::unique_ptr<Strategy> makeDataParallel(const SyncContext&);
 std::unique_ptr<Strategy> makeDdp(const SyncContext&);
 std::unique_ptr<Strategy> makeProcessPool(const SyncContext&);
 
+// One line per row of the table of strategies (common/strategies.h), the one place an
+// engine is named; test_workload checks that the two agree.
 const std::map<std::string, StrategyFactory>& strategyRegistry() {
   static const std::map<std::string, StrategyFactory> registry = {
       {"single", makeSingle},

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cerrno>
 #include <cmath>
@@ -23,8 +24,7 @@
 #include "launch/expectation.h"
 #include "launch/launcher.h"
 #include "launch/run_directory.h"
-#include "launch/run_store.h"
-#include "launch/supervisor.h"
+#include "launch/run_session.h"
 #include "launch/throughput.h"
 
 namespace ptw::core {
@@ -44,17 +44,11 @@ class ProgressPrinter : public LaunchObserver {
   }
   void onRecords(std::vector<Record>& batch) override {
     for (const auto& r : batch) {
-      if (r.kind == Record::Kind::Validation) {
-        m_valLoss = r.valLoss;
-        m_valAccuracy = r.valAccuracy;
-        continue;
-      }
       const bool step = r.kind == Record::Kind::Step, group = r.kind == Record::Kind::Group;
-      if ((!step && !group) || r.step.rank >= static_cast<int>(m_ranks.size())) continue;
+      if ((!step && !group) || r.step.rank < 0 || r.step.rank >= static_cast<int>(m_ranks.size())) continue;
       auto& slot = m_ranks[static_cast<std::size_t>(r.step.rank)];
       slot.last = r.step;
       slot.seen = true;
-      m_records += group ? r.group.count : 1;
     }
     print(false);
   }
@@ -98,41 +92,11 @@ class ProgressPrinter : public LaunchObserver {
     if (!m_tty) m_printedLines = 0;
     m_out.flush();
   }
-  std::int64_t records() const { return m_records; }
-
   struct RankView {
     StepRecord last;
     bool seen = false;
     std::string exit;
   };
-  const std::vector<RankView>& ranks() const { return m_ranks; }
-
-  /// The metrics expectations and the summary speak of (see knownMetrics()), with the
-  /// supervisor's `throughput`.
-  std::map<std::string, double> metrics(double wallS, const ThroughputMeter& throughput) const {
-    double loss = 0, stepsPerS = 0;
-    std::int64_t steps = 0;
-    int seen = 0;
-    // The pool's coordinator (rank 0) already reports the whole pool's loss and samples.
-    const std::size_t counted = m_profile.strategy.kind == "pool" ? 1 : m_ranks.size();
-    for (std::size_t i = 0; i < counted; ++i) {
-      const auto& r = m_ranks[i];
-      if (!r.seen) continue;
-      loss += r.last.loss;
-      double sps = throughput.stepsPerS(static_cast<int>(i));
-      stepsPerS = seen == 0 ? sps : std::min(stepsPerS, sps);
-      steps = seen == 0 ? r.last.step : std::min(steps, r.last.step);
-      ++seen;
-    }
-    double nan = std::nan("");
-    return {{"final.loss", seen ? loss / seen : nan},
-            {"final.step", static_cast<double>(steps)},
-            {"throughput.samples_per_s", seen ? throughput.total() : nan},
-            {"throughput.steps_per_s", seen ? stepsPerS : nan},
-            {"final.val_loss", m_valLoss},
-            {"final.val_accuracy", m_valAccuracy},
-            {"wall_s", wallS}};
-  }
 
  private:
   std::ostream& m_out;
@@ -142,9 +106,6 @@ class ProgressPrinter : public LaunchObserver {
   std::chrono::steady_clock::time_point m_start = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point m_lastPrint{};
   int m_printedLines = 0;
-  std::int64_t m_records = 0;
-  double m_valLoss = std::nan("");
-  double m_valAccuracy = std::nan("");
 };
 
 }  // namespace
@@ -214,153 +175,172 @@ void writeOutputFile(const std::string& path, const std::string& content, const 
   PTW_FAIL(option, " ", path, ": ", error);
 }
 
-int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream& err) {
+namespace {
+
+// What the command line asks, read and checked before anything is created.
+struct Request {
   Profile profile;
-  std::string runDir;
   std::vector<Expectation> expectations;
-  const std::string workerPath = options.workerPath.empty() ? Launcher::defaultWorkerPath() : options.workerPath;
-  try {
-    for (const auto& e : options.expectations) expectations.push_back(Expectation::parse(e));
-    if (!options.summaryPath.empty()) checkOutputFile(options.summaryPath, "--summary");
-    if (!options.junitPath.empty()) checkOutputFile(options.junitPath, "--junit");
-    profile = options.profilePath.empty() ? defaultProfile() : loadProfile(options.profilePath);
-    profile = applyOverrides(profile, options.overrides);
-    for (const auto& e : expectations)
-      PTW_CHECK(e.metric.rfind("final.val_", 0) != 0 || profile.data.valFraction > 0, "--expect '", e.text,
-                "': ", e.metric, " needs validation data, and the profile holds none (data.val_fraction is 0)");
-    Launcher::checkWorker(workerPath);
-    if (profile.run.port != 0) Launcher::checkPortFree(profile.run.port);  // before anything is created
-  } catch (const Error& e) {
-    err << "ptw: " << e.what() << "\n";
-    return kExitInvalidInput;
-  }
-  const std::string runsDir = options.runsDir.empty() ? defaultRunsDirectory() : options.runsDir;
-  std::unique_ptr<RunStore> store;
-  std::int64_t runId = 0;
-  try {
-    runDir = createRunDirectory(runsDir, profile);
-    store = std::make_unique<RunStore>(runsDir);
-    runId = store->beginRun(runDir, profile);
-  } catch (const Error& e) {
-    err << "ptw: " << e.what() << "\n";
-    return kExitInvalidInput;
-  }
+};
 
-  Supervisor launcher(SupervisorOptions(profile, runDir, workerPath).setStore(store.get(), runId));
-  out << "ptw: running " << (options.profilePath.empty() ? "the default profile" : options.profilePath) << " ("
-      << profile.name << ": " << profile.strategy.kind << ", " << profile.strategy.ranks << " "
-      << profile.strategy.device << " rank(s))\nptw: run folder " << runDir << "\n";
+Request readRequest(const HeadlessOptions& options) {
+  Request q;
+  for (const auto& e : options.expectations) q.expectations.push_back(Expectation::parse(e));
+  if (!options.summaryPath.empty()) checkOutputFile(options.summaryPath, "--summary");
+  if (!options.junitPath.empty()) checkOutputFile(options.junitPath, "--junit");
+  q.profile = options.profilePath.empty() ? defaultProfile() : loadProfile(options.profilePath);
+  q.profile = applyOverrides(q.profile, options.overrides);
+  for (const auto& e : q.expectations)
+    PTW_CHECK(e.metric.rfind("final.val_", 0) != 0 || q.profile.data.valFraction > 0, "--expect '", e.text, "': ",
+              e.metric, " needs validation data, and the profile holds none (data.val_fraction is 0)");
+  return q;
+}
 
-  ProgressPrinter progress(out, profile, ::isatty(STDOUT_FILENO) != 0);
-  RunReport report;
-  try {
-    StopOnSignals stop(launcher);
-    report = launcher.run(progress);
-  } catch (const Error& e) {
-    store->endRun(runId, "failed", e.what(), std::nan(""), std::nan(""), 1);
-    err << "ptw: " << e.what() << "\n";
-    return kExitInvalidInput;
-  }
-  progress.print(true);
-
-  out << "ptw: " << statusName(report.status) << " in " << std::fixed << std::setprecision(1) << report.wallS
-      << " s: " << report.message << "\n";
-  // Expectations, summary and JUnit: judged and written whatever the outcome.
-  auto metrics = progress.metrics(report.wallS, launcher.throughput());
-  store->endRun(runId, statusName(report.status), report.message, metrics["final.loss"],
-                metrics["throughput.samples_per_s"], launcher.attempts(), unpackReporter(out, "step records"));
-  if (!store->error().empty() && report.status != RunReport::Status::Failed) {
-    report.status = RunReport::Status::Failed;
-    report.message = store->error();
-  }
-  out << "ptw: run " << runId << " stored in " << store->path() << "\n";
+// A run that did not finish fails as a run; its expectations are not judged (a loss that
+// holds at the step where it failed says nothing), and count as not held.
+std::vector<Verdict> judge(const std::vector<Expectation>& expectations, const RunResult& result, std::ostream& out) {
   std::vector<Verdict> verdicts;
-  bool allHeld = true;
-  // A run that did not finish fails as a run; its expectations are not judged (a loss that
-  // holds at the step where it failed says nothing), and count as not held.
-  const bool judged = report.status == RunReport::Status::Finished;
+  const auto status = result.report.status;
+  const bool judged = status == RunReport::Status::Finished;
   for (const auto& e : expectations) {
-    double v = metrics.at(e.metric);
-    bool ok = judged && e.holds(v);
+    const double v = result.metrics.at(e.metric);
+    const bool ok = judged && e.holds(v);
     verdicts.push_back({e, v, ok});
-    allHeld = allHeld && ok;
     const std::string verdict =
-        !judged ? "not judged (the run " + std::string(statusName(report.status)) + ")" : ok ? "ok" : "FAILED";
+        !judged ? "not judged (the run " + std::string(statusName(status)) + ")" : ok ? "ok" : "FAILED";
     out << "ptw: expect " << e.text << ": " << verdict << " (" << e.metric << " = " << std::setprecision(6)
         << std::defaultfloat << v << ")\n";
   }
+  return verdicts;
+}
+
+std::string summaryJson(const RunSession& session, const RunResult& result, const std::vector<Verdict>& verdicts,
+                        int code) {
+  const RunReport& report = result.report;
+  const Profile& profile = session.profile();
+  const bool judged = report.status == RunReport::Status::Finished;
+  auto metric = [&](const char* name) { return result.metrics.at(name); };
+  auto num = [](double v) { return std::isnan(v) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v); };
+  nlohmann::ordered_json j;
+  j["status"] = code == kExitExpectationFailed ? "expectation_failed" : statusName(report.status);
+  j["exit_code"] = code;
+  j["message"] = report.message;
+  j["profile"] = profile.name;
+  j["strategy"] = profile.strategy.kind;
+  j["world_size"] = profile.strategy.ranks;
+  j["run_dir"] = session.runDir();
+  j["run_id"] = session.runId();
+  j["attempts"] = result.attempts;
+  j["wall_s"] = report.wallS;
+  j["final"] = {{"loss", num(metric("final.loss"))},
+                {"step", metric("final.step")},
+                {"val_loss", num(metric("final.val_loss"))},
+                {"val_accuracy", num(metric("final.val_accuracy"))}};
+  j["throughput"] = {{"samples_per_s", num(metric("throughput.samples_per_s"))},
+                     {"steps_per_s", num(metric("throughput.steps_per_s"))}};
+  j["ranks"] = nlohmann::ordered_json::array();
+  const ThroughputMeter& throughput = session.throughput();
+  for (std::size_t r = 0; r < result.ranks.size(); ++r) {
+    const auto& v = result.ranks[r];
+    j["ranks"].push_back({{"rank", r},
+                          {"steps", v.last.step},
+                          {"final_loss", v.seen ? num(v.last.loss) : nullptr},
+                          {"samples_per_s", throughput.samplesPerS(static_cast<int>(r))},
+                          {"step_ms", stepSplitJson<nlohmann::ordered_json>(throughput.split(static_cast<int>(r)))},
+                          {"exit", report.exits.size() > r ? report.exits[r].describe() : ""}});
+  }
+  if (report.failedRank >= 0) j["failed_rank"] = report.failedRank;
+  j["expectations"] = nlohmann::ordered_json::array();
+  for (const auto& v : verdicts)
+    j["expectations"].push_back(
+        {{"expect", v.expectation.text}, {"value", num(v.value)}, {"passed", v.passed}, {"judged", judged}});
+  return j.dump(2) + "\n";
+}
+
+std::string junitXml(const Profile& profile, const RunReport& report, const std::vector<Verdict>& verdicts) {
+  const bool judged = report.status == RunReport::Status::Finished;
+  int failures = judged ? 0 : 1;
+  for (const auto& v : verdicts) failures += judged && !v.passed ? 1 : 0;
+  const std::string name = xmlEscape(profile.name);
+  std::ostringstream x;
+  x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+    << "<testsuites tests=\"" << 1 + verdicts.size() << "\" failures=\"" << failures << "\">\n"
+    << "  <testsuite name=\"ptw." << name << "\" tests=\"" << 1 + verdicts.size() << "\" failures=\"" << failures
+    << "\" time=\"" << report.wallS << "\">\n"
+    << "    <testcase classname=\"ptw." << name << "\" name=\"run\" time=\"" << report.wallS << "\">\n";
+  if (!judged) {
+    std::string body;
+    for (const auto& l : report.lastLines) body += l + "\n";
+    x << "      <failure message=\"" << xmlEscape(report.message) << "\">" << xmlEscape(body) << "</failure>\n";
+  }
+  x << "    </testcase>\n";
+  for (const auto& v : verdicts) {
+    x << "    <testcase classname=\"ptw." << name << "\" name=\"expect " << xmlEscape(v.expectation.text) << "\">\n";
+    if (!judged) {
+      x << "      <skipped message=\"not judged: the run " << statusName(report.status) << "\"/>\n";
+    } else if (!v.passed) {
+      std::ostringstream m;
+      m << v.expectation.metric << " = " << v.value;
+      x << "      <failure message=\"" << xmlEscape(m.str()) << "\"/>\n";
+    }
+    x << "    </testcase>\n";
+  }
+  x << "  </testsuite>\n</testsuites>\n";
+  return x.str();
+}
+
+}  // namespace
+
+int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream& err) {
+  Request request;
+  try {
+    request = readRequest(options);
+  } catch (const Error& e) {
+    err << "ptw: " << e.what() << "\n";
+    return kExitInvalidInput;
+  }
+  const Profile& profile = request.profile;
+  RunSession session(RunSessionOptions(profile)
+                         .setRunsDir(options.runsDir)
+                         .setWorkerPath(options.workerPath)
+                         .setWorkerArgs(options.workerArgs)
+                         .setUnpackProgress(unpackReporter(out, "step records")));
+  try {
+    session.begin();  // the worker, the port, the run folder and the store
+  } catch (const Error& e) {
+    err << "ptw: " << e.what() << "\n";
+    return kExitInvalidInput;
+  }
+  out << "ptw: running " << (options.profilePath.empty() ? "the default profile" : options.profilePath) << " ("
+      << profile.name << ": " << profile.strategy.kind << ", " << profile.strategy.ranks << " "
+      << profile.strategy.device << " rank(s))\nptw: run folder " << session.runDir() << "\n";
+
+  ProgressPrinter progress(out, profile, ::isatty(STDOUT_FILENO) != 0);
+  RunResult result;
+  {
+    StopOnSignals stop(session);
+    result = session.run(progress);
+  }
+  const RunReport& report = result.report;
+  if (!result.started) {
+    err << "ptw: " << report.message << "\n";
+    return kExitInvalidInput;
+  }
+  progress.print(true);
+  out << "ptw: " << statusName(report.status) << " in " << std::fixed << std::setprecision(1) << report.wallS
+      << " s: " << report.message << "\n";
+  out << "ptw: run " << session.runId() << " stored in " << session.storePath() << "\n";
+  // Expectations, summary and JUnit: judged and written whatever the outcome.
+  const std::vector<Verdict> verdicts = judge(request.expectations, result, out);
+  const bool allHeld = std::all_of(verdicts.begin(), verdicts.end(), [](const Verdict& v) { return v.passed; });
   int code = report.status == RunReport::Status::Failed    ? kExitTrainingFailed
              : report.status == RunReport::Status::Stopped ? kExitInterrupted
              : !allHeld                                     ? kExitExpectationFailed
                                                             : kExitOk;
   try {
-    if (!options.summaryPath.empty()) {
-      nlohmann::ordered_json j;
-      j["status"] = code == kExitExpectationFailed ? "expectation_failed" : statusName(report.status);
-      j["exit_code"] = code;
-      j["message"] = report.message;
-      j["profile"] = profile.name;
-      j["strategy"] = profile.strategy.kind;
-      j["world_size"] = profile.strategy.ranks;
-      j["run_dir"] = runDir;
-      j["run_id"] = runId;
-      j["attempts"] = launcher.attempts();
-      j["wall_s"] = report.wallS;
-      auto num = [](double v) { return std::isnan(v) ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(v); };
-      j["final"] = {{"loss", num(metrics["final.loss"])},
-                    {"step", metrics["final.step"]},
-                    {"val_loss", num(metrics["final.val_loss"])},
-                    {"val_accuracy", num(metrics["final.val_accuracy"])}};
-      j["throughput"] = {{"samples_per_s", num(metrics["throughput.samples_per_s"])},
-                         {"steps_per_s", num(metrics["throughput.steps_per_s"])}};
-      j["ranks"] = nlohmann::ordered_json::array();
-      for (std::size_t r = 0; r < progress.ranks().size(); ++r) {
-        const auto& v = progress.ranks()[r];
-        const StepSplit split = launcher.throughput().split(static_cast<int>(r));
-        j["ranks"].push_back({{"rank", r},
-                              {"steps", v.last.step},
-                              {"final_loss", v.seen ? num(v.last.loss) : nullptr},
-                              {"samples_per_s", launcher.throughput().samplesPerS(static_cast<int>(r))},
-                              {"step_ms", stepSplitJson<nlohmann::ordered_json>(split)},
-                              {"exit", report.exits.size() > r ? report.exits[r].describe() : ""}});
-      }
-      if (report.failedRank >= 0) j["failed_rank"] = report.failedRank;
-      j["expectations"] = nlohmann::ordered_json::array();
-      for (const auto& v : verdicts)
-        j["expectations"].push_back(
-            {{"expect", v.expectation.text}, {"value", num(v.value)}, {"passed", v.passed}, {"judged", judged}});
-      writeOutputFile(options.summaryPath, j.dump(2) + "\n", "--summary");
-    }
-    if (!options.junitPath.empty()) {
-      int failures = (report.status == RunReport::Status::Finished ? 0 : 1);
-      for (const auto& v : verdicts) failures += judged && !v.passed ? 1 : 0;
-      std::ostringstream x;
-      x << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
-        << "<testsuites tests=\"" << 1 + verdicts.size() << "\" failures=\"" << failures << "\">\n"
-        << "  <testsuite name=\"ptw." << xmlEscape(profile.name) << "\" tests=\"" << 1 + verdicts.size()
-        << "\" failures=\"" << failures << "\" time=\"" << report.wallS << "\">\n"
-        << "    <testcase classname=\"ptw." << xmlEscape(profile.name) << "\" name=\"run\" time=\"" << report.wallS << "\">\n";
-      if (report.status != RunReport::Status::Finished) {
-        std::string body;
-        for (const auto& l : report.lastLines) body += l + "\n";
-        x << "      <failure message=\"" << xmlEscape(report.message) << "\">" << xmlEscape(body) << "</failure>\n";
-      }
-      x << "    </testcase>\n";
-      for (const auto& v : verdicts) {
-        x << "    <testcase classname=\"ptw." << xmlEscape(profile.name) << "\" name=\"expect "
-          << xmlEscape(v.expectation.text) << "\">\n";
-        if (!judged) {
-          x << "      <skipped message=\"not judged: the run " << statusName(report.status) << "\"/>\n";
-        } else if (!v.passed) {
-          std::ostringstream m;
-          m << v.expectation.metric << " = " << v.value;
-          x << "      <failure message=\"" << xmlEscape(m.str()) << "\"/>\n";
-        }
-        x << "    </testcase>\n";
-      }
-      x << "  </testsuite>\n</testsuites>\n";
-      writeOutputFile(options.junitPath, x.str(), "--junit");
-    }
+    if (!options.summaryPath.empty())
+      writeOutputFile(options.summaryPath, summaryJson(session, result, verdicts, code), "--summary");
+    if (!options.junitPath.empty()) writeOutputFile(options.junitPath, junitXml(profile, report, verdicts), "--junit");
   } catch (const Error& e) {
     err << "ptw: " << e.what() << "\n";
     if (code == kExitOk) code = kExitInvalidInput;  // CI asked for the file: a run without it is not a pass
@@ -372,7 +352,7 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
       err << "ptw: last " << report.lastLines.size() << " log line(s) of rank " << report.failedRank << ":\n";
       for (const auto& l : report.lastLines) err << "  | " << l << "\n";
     }
-    err << "ptw: logs in " << runDir << "\n";
+    err << "ptw: logs in " << session.runDir() << "\n";
     return kExitTrainingFailed;
   }
   if (code == kExitExpectationFailed) err << "ptw: an expectation did not hold\n";

@@ -31,6 +31,8 @@ struct HeadlessOptions {
   std::vector<std::string> expectations = {};  ///< e.g. "final.loss < 0.05"
   std::string summaryPath = "";             ///< JSON summary written here when set
   std::string junitPath = "";               ///< JUnit XML written here when set
+  /// Appended to every worker's command line (hidden `--worker-arg`; tests' --fault=SPEC).
+  std::vector<std::string> workerArgs = {};
 };
 
 /// What a terminal shows while step records become rows (Note [Step blocks], ~2 µs a record):

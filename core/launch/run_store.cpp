@@ -24,6 +24,7 @@
 
 #include "common/error.h"
 #include "common/step_block.h"
+#include "common/strategies.h"
 
 namespace ptw::core {
 namespace {
@@ -346,7 +347,7 @@ std::int64_t RunStore::beginRun(const std::string& dir, const Profile& p) {
               "INSERT INTO runs (dir, name, strategy, world, status, started_at, pid, host, profile) "
               "VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?)");
   const std::string now = utcNow(), host = hostName(), json = toJson(p);
-  std::string strategy = p.strategy.kind == "pool" ? "pool/" + p.strategy.poolMode : p.strategy.kind;
+  const std::string strategy = storedStrategyName(p);
   sqlite3_bind_text(s, 1, dir.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(s, 2, p.name.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(s, 3, strategy.c_str(), -1, SQLITE_TRANSIENT);

@@ -69,13 +69,15 @@ RunReport Supervisor::run(LaunchObserver& observer) {
     if (attempt > 0) {
       Profile resumed = o.profile;
       const std::int64_t step = checkpointStep(o.runDir);
-      resumed.run.resumeFrom = step >= 0 ? o.runDir + "/checkpoint.pt" : "";
+      resumed.run.resumeFrom = step >= 0 ? o.runDir + "/checkpoint.pt" : o.profile.run.resumeFrom;
       profilePath = o.runDir + "/profile.attempt" + std::to_string(attempt) + ".json";
       saveProfile(resumed, profilePath);
       std::string why = report.message;
       observer.onLog(-1, "ptw: restarting (attempt " + std::to_string(attempt + 1) + " of " +
                              std::to_string(maxRestarts + 1) + ") from " +
-                             (step >= 0 ? "the checkpoint at step " + std::to_string(step) : "the start") +
+                             (step >= 0                        ? "the checkpoint at step " + std::to_string(step)
+                              : o.profile.run.resumeFrom.empty() ? std::string("the start")
+                                                                 : "the checkpoint it started from, " + o.profile.run.resumeFrom) +
                              " after: " + why);
       storing.onRestart(attempt, std::max<std::int64_t>(step, 0));
     }
@@ -83,6 +85,7 @@ RunReport Supervisor::run(LaunchObserver& observer) {
     LaunchOptions lo(o.workerPath, profilePath, processCount(o.profile));
     lo.setOutDir(o.runDir).setPort(o.profile.run.port).setStallTimeoutS(o.profile.run.timeoutS);
     lo.extraWorkerArgs = {"--attempt", std::to_string(attempt)};
+    lo.extraWorkerArgs.insert(lo.extraWorkerArgs.end(), o.workerArgs.begin(), o.workerArgs.end());
     if (o.store)  // Note [Ranks write their steps]
       if (std::string file = o.store->stepFileForRanks(o.runId); !file.empty())
         lo.setStepFile(std::move(file), o.store->stepFileLimit());

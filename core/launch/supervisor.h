@@ -6,7 +6,8 @@
 // A restart relaunches every rank with run.resume_from pointing at the run folder's
 // checkpoint.pt (written atomically by rank 0, with checkpoint.step beside it), so the
 // run continues from the step of that checkpoint and ends with the parameters of a run
-// that never failed. Records are stored with their attempt number; where attempts
+// that never failed. A run that fails before its first checkpoint restarts from where it
+// started: the profile's own run.resume_from (the user's checkpoint), else the start. Records are stored with their attempt number; where attempts
 // overlap (steps after the checkpoint that were replayed), the later attempt's count.
 // Observers hear onRestart(attempt, step) and drop what they drew past that step; the
 // supervisor's throughput() counts each rank's warm-up again (Note [Warm-up steps]).
@@ -14,6 +15,7 @@
 
 #include <atomic>
 #include <string>
+#include <vector>
 
 #include "common/profile.h"
 #include "launch/launcher.h"
@@ -33,7 +35,10 @@ struct SupervisorOptions {
   std::string workerPath;
   RunStore* store = nullptr;  ///< records go here when set
   std::int64_t runId = 0;
+  /// Appended to every worker's command line, every attempt (RunSessionOptions::workerArgs).
+  std::vector<std::string> workerArgs = {};
   SupervisorOptions& setStore(RunStore* s, std::int64_t id) { store = s; runId = id; return *this; }
+  SupervisorOptions& setWorkerArgs(std::vector<std::string> v) { workerArgs = std::move(v); return *this; }
 };
 
 class Supervisor {

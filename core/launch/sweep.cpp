@@ -7,42 +7,41 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/strategies.h"
 #include "launch/launcher.h"
 #include "launch/run_directory.h"
+#include "launch/run_session.h"
 #include "launch/run_store.h"
-#include "launch/supervisor.h"
 
 namespace ptw::core {
 Sweep::Sweep(SweepOptions options) : m_options(std::move(options)) {}
 
 const std::vector<std::string>& Sweep::strategyNames() {
-  static const std::vector<std::string> names = {"single", "dataparallel", "ddp", "ddp-shm", "pool", "pool-hogwild"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const auto& v : sweepVariants()) n.push_back(v.name);
+    return n;
+  }();
   return names;
 }
 
 Profile Sweep::profileFor(const Profile& base, const std::string& strategy, int workers, std::int64_t steps) {
+  const SweepVariant* variant = findSweepVariant(strategy);
+  if (!variant) {
+    std::string known;
+    for (const auto& n : strategyNames()) known += (known.empty() ? "" : ", ") + n;
+    PTW_FAIL("sweep: unknown strategy \"", strategy, "\" (known: ", known, ")");
+  }
   Profile p = base;
   p.hyper.maxSteps = steps;
   p.hyper.epochs = 0;
   p.run.maxRestarts = 0;
   p.run.resumeFrom = "";
+  p.strategy.kind = variant->strategy;  // Note [One name, one meaning] in common/strategies.cpp
   p.strategy.ranks = workers;
-  if (strategy == "single") {
-    p.strategy.kind = "single";
-    p.strategy.ranks = 1;
-  } else if (strategy == "dataparallel") {
-    p.strategy.kind = "dataparallel";
-  } else if (strategy == "ddp" || strategy == "ddp-shm") {
-    p.strategy.kind = "ddp";
-    p.strategy.backend = strategy == "ddp-shm" ? "shm" : (p.strategy.device == "cuda" ? "nccl" : "gloo");
-  } else if (strategy == "pool" || strategy == "pool-hogwild") {
-    p.strategy.kind = "pool";
-    p.strategy.poolMode = strategy == "pool" ? "sync" : "hogwild";
-  } else {
-    std::string known;
-    for (const auto& n : strategyNames()) known += (known.empty() ? "" : ", ") + n;
-    PTW_FAIL("sweep: unknown strategy \"", strategy, "\" (known: ", known, ")");
-  }
+  p.strategy.ranks = trainingRanks(p);
+  if (!variant->backend.empty()) p.strategy.backend = variant->backend;
+  if (!variant->poolMode.empty()) p.strategy.poolMode = variant->poolMode;
   // GPUs listed in the profile: each configuration takes as many of them, in order, as it has ranks.
   if (p.strategy.gpus.size() > static_cast<std::size_t>(p.strategy.ranks))
     p.strategy.gpus.resize(static_cast<std::size_t>(p.strategy.ranks));
@@ -65,9 +64,10 @@ std::vector<std::pair<std::string, int>> Sweep::plan() const {
   for (int w : o.workers)
     PTW_CHECK(w >= 1 && w <= kMaxWorkers, "sweep: --workers: each count must be in 1..", kMaxWorkers, ", got ", w);
   // Every configuration is checked before anything runs.
-  std::vector<std::pair<std::string, int>> plan{{"single", 1}};
+  const std::string& baseline = sweepBaseline().name;
+  std::vector<std::pair<std::string, int>> plan{{baseline, 1}};
   for (const auto& s : o.strategies) {
-    if (s == "single") continue;
+    if (s == baseline) continue;
     for (int w : o.workers) {
       profileFor(o.base, s, w, o.steps);
       plan.emplace_back(s, w);
@@ -81,7 +81,6 @@ std::vector<SweepPoint> Sweep::run(const std::function<void(const SweepPoint&, i
   const auto plan = this->plan();
   const std::string runsDir = o.runsDir.empty() ? defaultRunsDirectory() : o.runsDir;
   RunStore store(runsDir);
-  const std::string worker = o.workerPath.empty() ? Launcher::defaultWorkerPath() : o.workerPath;
   std::vector<SweepPoint> points;
   double single = 0;
   for (const auto& [strategy, workers] : plan) {
@@ -89,27 +88,26 @@ std::vector<SweepPoint> Sweep::run(const std::function<void(const SweepPoint&, i
     const Profile p = profileFor(o.base, strategy, workers, o.steps);
     SweepPoint point;
     point.strategy = strategy;
-    point.workers = strategy == "single" ? 1 : workers;
-    const std::string dir = createRunDirectory(runsDir, p);
-    point.runId = store.beginRun(dir, p);
-    Supervisor supervisor(SupervisorOptions(p, dir, worker).setStore(&store, point.runId));
-    m_current.set(&supervisor);
-    if (m_stop) supervisor.requestStop();
+    point.workers = trainingRanks(p);
+    RunSession session(RunSessionOptions(p).setRunsDir(runsDir).setWorkerPath(o.workerPath).setStore(&store));
+    m_current.set(&session);
+    if (m_stop) session.requestStop();
     LaunchObserver quiet;
-    RunReport report;
+    RunResult result;
     try {
-      report = supervisor.run(quiet);
+      session.begin();
+      result = session.run(quiet);
     } catch (const Error& e) {
-      report.status = RunReport::Status::Failed;
-      report.message = e.what();
+      result.report.status = RunReport::Status::Failed;
+      result.report.message = e.what();
     }
     m_current.clear();
-    point.status = statusName(report.status);
-    point.message = report.message;
-    point.samplesPerS = supervisor.throughput().total();
-    point.stepMs = supervisor.throughput().meanSplit();
-    store.endRun(point.runId, point.status, report.message, std::nan(""), point.samplesPerS, supervisor.attempts());
-    if (strategy == "single") single = point.samplesPerS;
+    point.runId = session.runId();
+    point.status = statusName(result.report.status);
+    point.message = result.report.message;
+    point.samplesPerS = session.throughput().total();
+    point.stepMs = session.throughput().meanSplit();
+    if (strategy == sweepBaseline().name) single = point.samplesPerS;
     point.efficiency = single > 0 ? point.samplesPerS / (point.workers * single) : std::nan("");  // no baseline
     points.push_back(point);
     if (progress) progress(point, static_cast<int>(points.size()), static_cast<int>(plan.size()));

@@ -16,12 +16,10 @@
 
 namespace ptw::core {
 
-class Supervisor;
-
-class RunStore;
+class RunSession;
 
 struct SweepPoint {
-  std::string strategy;  ///< single | dataparallel | ddp | ddp-shm | pool | pool-hogwild
+  std::string strategy;  ///< a sweep variant (common/strategies.h): single, ddp, ddp-gloo, ...
   int workers = 1;
   double samplesPerS = 0;
   double efficiency = 0;  ///< vs workers × single; 1 for single itself; NaN when Single did not finish
@@ -51,7 +49,7 @@ class Sweep {
 
   /// The most workers (ranks, lanes or pool workers) one configuration may have.
   static constexpr int kMaxWorkers = 255;
-  /// The strategy names a sweep accepts.
+  /// The strategy names a sweep accepts: the table's sweep variants (common/strategies.h).
   static const std::vector<std::string>& strategyNames();
   /// `base` set up for `strategy` with `workers` (ranks, lanes or pool workers) and `steps`.
   /// Throws ptw::Error naming the strategy or the field when that cannot run.
@@ -78,7 +76,7 @@ class Sweep {
 
   SweepOptions m_options;
   std::atomic<bool> m_stop{false};
-  StopRelay<Supervisor> m_current;  ///< the configuration running now
+  StopRelay<RunSession> m_current;  ///< the configuration running now
 };
 
 }  // namespace ptw::core

@@ -3,11 +3,12 @@
 #include <algorithm>
 
 #include "common/profile.h"
+#include "common/strategies.h"
 
 namespace ptw::core {
 
 ThroughputMeter::ThroughputMeter(const Profile& profile)
-    : ThroughputMeter(warmupSteps(profile), profile.strategy.kind == "pool") {}
+    : ThroughputMeter(warmupSteps(profile), hasCoordinator(profile)) {}
 
 void ThroughputMeter::add(const StepRecord& step) {
   StepGroup one;

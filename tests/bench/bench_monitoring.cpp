@@ -33,7 +33,7 @@
 //   QT_QPA_PLATFORM=offscreen build/bin/bench_monitoring phases [runs=8] [steps=3000000] [phase_ms=2000]
 //
 // The ranks send their step records in every other phase of `phase_ms` and pass them over
-// (as run.metrics false does) in the others (PTW_METRICS_PHASES, Note [Metrics in phases] in
+// (as run.metrics false does) in the others (the worker's --metrics-phases, Note [Metrics in phases] in
 // engine/worker.cpp), in a live window and in headless stored runs, in turn. A phase's rate
 // is the ranks' own count of steps from 300 ms into it to the next phase's start, and each
 // phase with records is set against the phases without on either side. Adjacent phases of
@@ -132,7 +132,8 @@ void idleFor(int ms) {
 }
 
 // Opens `w` on `runsDir` and starts the seed workload there for `steps` (DDP shm, 2 ranks).
-void startSeedRun(ui::MainWindow& w, const QString& runsDir, long steps) {
+void startSeedRun(ui::MainWindow& w, const QString& runsDir, long steps, std::vector<std::string> workerArgs = {}) {
+  w.controller()->setWorkerArgs(std::move(workerArgs));
   w.setConfirmations(false);
   w.setRunsDirectory(runsDir);
   w.show();
@@ -141,12 +142,15 @@ void startSeedRun(ui::MainWindow& w, const QString& runsDir, long steps) {
 }
 
 // Runs `p` headless in `runsDir`, every record stored as `ptw --headless` stores it; its folder.
-std::string runStored(const QString& runsDir, const core::Profile& p) {
+std::string runStored(const QString& runsDir, const core::Profile& p, std::vector<std::string> workerArgs = {}) {
   core::RunStore store(runsDir.toStdString());
   const std::string dir = core::createRunDirectory(runsDir.toStdString(), p);
   const auto id = store.beginRun(dir, p);
   core::LaunchObserver none;
-  core::Supervisor(core::SupervisorOptions(p, dir, core::Launcher::defaultWorkerPath()).setStore(&store, id)).run(none);
+  core::Supervisor(core::SupervisorOptions(p, dir, core::Launcher::defaultWorkerPath())
+                       .setStore(&store, id)
+                       .setWorkerArgs(std::move(workerArgs)))
+      .run(none);
   return dir;
 }
 
@@ -200,7 +204,7 @@ std::map<long long, double> phaseRates(const QString& notes) {
   return rates;
 }
 
-// Within runs: ranks that send their step records in every other phase (PTW_METRICS_PHASES),
+// Within runs: ranks that send their step records in every other phase (--metrics-phases),
 // in a live window and in headless stored runs, in turn.
 int metricsInPhases(int runs, long steps, int phaseMs) {
   std::vector<double> windowRatios, storedRatios;
@@ -208,17 +212,16 @@ int metricsInPhases(int runs, long steps, int phaseMs) {
     const bool inWindow = r % 2 == 0;
     QTemporaryDir dir;
     const QString notes = dir.path() + "/phases";
-    qputenv("PTW_METRICS_PHASES", QByteArray::number(phaseMs) + ":" + notes.toUtf8());
+    const std::vector<std::string> phases{"--metrics-phases=" + std::to_string(phaseMs) + ":" + notes.toStdString()};
     QString runDir;
     if (inWindow) {
       ui::MainWindow w;
-      startSeedRun(w, dir.path(), steps);
+      startSeedRun(w, dir.path(), steps, phases);
       while (w.controller()->isRunning()) idleFor(500);
       runDir = w.controller()->runDirectory();
     } else {
-      runDir = QString::fromStdString(runStored(dir.path(), seedProfile(steps, "shm")));
+      runDir = QString::fromStdString(runStored(dir.path(), seedProfile(steps, "shm"), phases));
     }
-    qunsetenv("PTW_METRICS_PHASES");
     // Both ranks' rates, where both have the phase (in lock-step they agree to the step).
     const auto r0 = phaseRates(notes + ".rank0"), r1 = phaseRates(notes + ".rank1");
     std::vector<bool> on;

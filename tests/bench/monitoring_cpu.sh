@@ -6,7 +6,7 @@
 #
 # way is `window` (the window offscreen, `ptw --start`: every record stored, the charts live),
 # `stored` (a headless run storing every record), or `phases`: one headless stored run whose
-# ranks send their records in every other 2 s phase (PTW_METRICS_PHASES, Note [Metrics in
+# ranks send their records in every other 2 s phase (the worker's --metrics-phases, Note [Metrics in
 # phases] in core/engine/worker.cpp), its samples split by phase, leaving out each phase's
 # first 300 ms, so that both sides are the same stretch of the same run. The other ways run
 # the default profile (seed workload, 2 DDP ranks over shared memory) once as asked and once
@@ -51,7 +51,7 @@ sample() {  # sample WAY: starts a run that way, samples it, stops it; writes $o
     window) QT_QPA_PLATFORM=offscreen "$ptw" --start --runs-dir "$runs" "${common[@]}" > "$out/$w.log" 2>&1 & ;;
     stored) "$ptw" --headless --runs-dir "$runs" "${common[@]}" > "$out/$w.log" 2>&1 & ;;
     off) "$ptw" --headless --runs-dir "$runs" "${common[@]}" --set run.metrics=false > "$out/$w.log" 2>&1 & ;;
-    phases) PTW_METRICS_PHASES="2000:$out/notes" "$ptw" --headless --runs-dir "$runs" "${common[@]}" > "$out/$w.log" 2>&1 & ;;
+    phases) "$ptw" --headless --worker-arg="--metrics-phases=2000:$out/notes" --runs-dir "$runs" "${common[@]}" > "$out/$w.log" 2>&1 & ;;
   esac
   pid=$!
   for _ in $(seq 1 300); do

@@ -5,6 +5,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QXmlStreamReader>
 #include <QtTest>
 
@@ -15,12 +16,19 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 
+#include <atomic>
+#include <chrono>
+#include <cmath>
 #include <initializer_list>
+#include <sstream>
+#include <thread>
 #include <map>
 
 #include "common/error.h"
 #include "launch/expectation.h"
 #include "launch/launcher.h"
+#include "launch/headless.h"
+#include "launch/run_session.h"
 #include "launch/run_store.h"
 #include "launch/supervisor.h"  // checkpointStep
 #include "launch/sweep.h"
@@ -312,10 +320,8 @@ class TestHeadless : public QObject {
   // skipped in JUnit rather than failed a second time).
   void failingRankExitsThreeNamingIt() {
     QTemporaryDir runs;
-    auto env = QProcessEnvironment::systemEnvironment();
-    env.insert("PTW_FAULT", "throw-at-start:1");
     const QString junit = runs.filePath("j.xml");
-    Result r = runPtw({"--expect", "final.step >= 0", "--junit", junit}, runs, env);
+    Result r = runPtw({"--worker-arg=--fault=throw-at-start:1", "--expect", "final.step >= 0", "--junit", junit}, runs);
     QCOMPARE(r.code, 3);
     QVERIFY2(r.err.contains("rank 1 failed with exit code 1"), qPrintable(r.err));
     QVERIFY2(r.err.contains("injected fault"), qPrintable(r.err));
@@ -397,11 +403,9 @@ class TestHeadless : public QObject {
   void aRestartFromARelativeRunsDirResumes() {
     QTemporaryDir cwd;
     QProcess p;
-    auto env = QProcessEnvironment::systemEnvironment();
-    env.insert("PTW_FAULT", "kill-at-step:1:12");
-    p.setProcessEnvironment(env);
     p.setWorkingDirectory(cwd.path());
-    p.start(test::binDir() + "/ptw", {"--headless", "--runs-dir", "runs/here", "--set", "run.checkpoint_every=5",
+    p.start(test::binDir() + "/ptw", {"--headless", "--worker-arg=--fault=kill-at-step:1:12", "--runs-dir", "runs/here",
+                                      "--set", "run.checkpoint_every=5",
                                       "--set", "run.max_restarts=1"});
     QVERIFY(p.waitForFinished(120000));
     const QString out = QString::fromUtf8(p.readAllStandardOutput() + p.readAllStandardError());
@@ -764,6 +768,134 @@ class TestHeadless : public QObject {
     QVERIFY(QString::fromUtf8(list.readAllStandardOutput()).contains("interrupted"));
     test::Sql sql(runs.filePath("runs.sqlite").toStdString());
     QCOMPARE(sql.count("SELECT count(*) FROM steps"), 2 * steps);
+  }
+
+  // Note [One run lifecycle]: however a run is started, its row holds the final loss and
+  // throughput that headless reports. A pool's final loss is its coordinator's (rank 0 speaks
+  // for the run), not a mean over the coordinator and its workers.
+  void everyPathStoresTheFinalMetricsHeadlessReports() {
+    Profile p = defaultProfile();
+    p.strategy.kind = "pool";
+    p.strategy.ranks = 2;
+    QTemporaryDir headlessRuns, sessionRuns, sweepRuns;
+    // Headless, in this process: its summary and its row.
+    HeadlessOptions o;
+    o.runsDir = headlessRuns.path().toStdString();
+    o.workerPath = test::workerPath();
+    o.overrides = {"strategy.kind=pool", "strategy.ranks=2"};
+    o.summaryPath = headlessRuns.filePath("summary.json").toStdString();
+    std::ostringstream out, err;
+    QCOMPARE(runHeadless(o, out, err), 0);
+    QFile f(QString::fromStdString(o.summaryPath));
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QJsonObject summary = QJsonDocument::fromJson(f.readAll()).object();
+    const double loss = summary["final"].toObject()["loss"].toDouble(std::nan(""));
+    const double throughput = summary["throughput"].toObject()["samples_per_s"].toDouble(std::nan(""));
+    QVERIFY(std::isfinite(loss) && throughput > 0);
+    RunRow row = RunStore(o.runsDir).runs().back();
+    QCOMPARE(row.finalLoss, loss);
+    QCOMPARE(row.samplesPerS, throughput);
+
+    // The window's path: a session with the caller's observer, which sees rank 0's last loss.
+    struct LastLoss final : LaunchObserver {
+      double rank0 = std::nan("");
+      void onRecords(std::vector<Record>& batch) override {
+        for (const auto& r : batch)
+          if ((r.kind == Record::Kind::Step || r.kind == Record::Kind::Group) && r.step.rank == 0) rank0 = r.step.loss;
+      }
+    } seen;
+    RunSession session(RunSessionOptions(p).setRunsDir(sessionRuns.path().toStdString()).setWorkerPath(test::workerPath()));
+    session.begin();
+    const RunResult result = session.run(seen);
+    QVERIFY2(result.report.status == RunReport::Status::Finished, result.report.message.c_str());
+    QVERIFY(result.storeError.empty());
+    QCOMPARE(result.metrics.at("final.loss"), seen.rank0);
+    QCOMPARE(result.metrics.at("final.loss"), loss);  // the same training: the same loss as headless's
+    row = RunStore(sessionRuns.path().toStdString()).runs().back();
+    QCOMPARE(row.finalLoss, seen.rank0);
+    QCOMPARE(row.samplesPerS, result.metrics.at("throughput.samples_per_s"));
+    QCOMPARE(row.samplesPerS, session.throughput().total());
+
+    // The sweep's path: its pool point trains the same 20 steps.
+    const auto points = Sweep(SweepOptions(p, {"pool"}, {2}).setSteps(20).setRunsDir(sweepRuns.path().toStdString()))
+                            .run();
+    QCOMPARE(points.size(), std::size_t(2));
+    const auto rows = RunStore(sweepRuns.path().toStdString()).runs();
+    QCOMPARE(rows.size(), std::size_t(2));
+    for (std::size_t i = 0; i < 2; ++i) {
+      QVERIFY2(points[i].status == "finished", points[i].message.c_str());
+      QVERIFY(std::isfinite(rows[i].finalLoss));
+      QCOMPARE(rows[i].samplesPerS, points[i].samplesPerS);
+    }
+    QCOMPARE(rows[1].strategy, std::string("pool/sync"));
+    QCOMPARE(rows[1].finalLoss, loss);
+  }
+
+  // A store that cannot record the run's end fails the run with the store's message, the
+  // same in headless and on the window's path (which once let it pass as finished).
+  void aStoreThatCannotRecordTheEndFailsTheRunAlike() {
+    // Holds the store's write lock from when rank 0 has written its final parameters (the
+    // run's end) until the run has returned: the store waits its 5 s, then gives up.
+    struct LockAtEnd {
+      explicit LockAtEnd(const QString& runs)
+          : thread([this, runs] {
+              sqlite3* db = nullptr;
+              while (!release.load()) {
+                QDir dir(runs);
+                bool ended = false;
+                for (const auto& d : dir.entryList(QDir::Dirs | QDir::NoDotAndDotDot))
+                  ended = ended || QFile::exists(dir.filePath(d + "/rank0.final.pt"));
+                if (ended && !db && sqlite3_open_v2(dir.filePath("runs.sqlite").toUtf8().constData(), &db,
+                                                    SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK) {
+                  sqlite3_busy_timeout(db, 5000);
+                  locked = sqlite3_exec(db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr) == SQLITE_OK;
+                }
+                std::this_thread::sleep_for(std::chrono::milliseconds(2));
+              }
+              if (db) sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr);
+              sqlite3_close(db);
+            }) {}
+      void done() {
+        release = true;
+        if (thread.joinable()) thread.join();
+      }
+      ~LockAtEnd() { done(); }
+      std::atomic<bool> release{false}, locked{false};
+      std::thread thread;
+    };
+    const QRegularExpression said("^run store .*runs.sqlite: .*\\(database is locked\\)");
+
+    QTemporaryDir headlessRuns;
+    HeadlessOptions o;
+    o.runsDir = headlessRuns.path().toStdString();
+    o.workerPath = test::workerPath();
+    std::ostringstream out, err;
+    LockAtEnd headlessLock(headlessRuns.path());
+    const int code = runHeadless(o, out, err);
+    headlessLock.done();
+    QVERIFY(headlessLock.locked);
+    QCOMPARE(code, int(kExitTrainingFailed));
+    const QString headlessErr = QString::fromStdString(err.str());
+    const qsizetype at = headlessErr.indexOf("ptw: run failed: ");
+    QVERIFY2(at >= 0, qPrintable(headlessErr));
+    const QString headlessMessage = headlessErr.mid(at + 17).section('\n', 0, 0);
+    QVERIFY2(said.match(headlessMessage).hasMatch(), qPrintable(headlessMessage));
+
+    QTemporaryDir windowRuns;
+    RunSession session(RunSessionOptions(defaultProfile())
+                           .setRunsDir(windowRuns.path().toStdString())
+                           .setWorkerPath(test::workerPath()));
+    session.begin();
+    LockAtEnd windowLock(windowRuns.path());
+    LaunchObserver quiet;
+    const RunResult result = session.run(quiet);
+    windowLock.done();
+    QVERIFY(windowLock.locked);
+    QCOMPARE(result.report.status, RunReport::Status::Failed);
+    QVERIFY(!result.storeError.empty());
+    QCOMPARE(result.report.message, result.storeError);
+    const QString windowMessage = QString::fromStdString(result.report.message);
+    QVERIFY2(said.match(windowMessage).hasMatch(), qPrintable(windowMessage));
   }
 };
 

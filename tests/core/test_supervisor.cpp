@@ -334,8 +334,8 @@ class TestSupervisor : public QObject {
     QVERIFY(run.store.stepCount(run.id) >= w.stepRecords);  // as after a SIGKILL
   }
 
-  // Rank 1 stops in its own work after step 30, alive and heartbeating (PTW_FAULT
-  // hang-at-step), while ranks 0 and 2 wait for it in step 31's collective. The launcher
+  // Rank 1 stops in its own work after step 30, alive and heartbeating (the worker's
+  // --fault hang-at-step), while ranks 0 and 2 wait for it in step 31's collective. The launcher
   // names rank 1, not the first rank at step 30 (Note [Who stalled]), and does so before
   // the ranks' own wait limit would fail rank 0 or 2 with an exit code.
   void aHungRankIsNamedNotTheRanksWaitingForIt_data() { sigkillOneRankStopsTheOthers_data(); }
@@ -347,11 +347,9 @@ class TestSupervisor : public QObject {
     // Gloo ranks took over 3 s to meet on a busy machine.
     p.run.timeoutS = 8;
     StoredRun run(p);
-    qputenv("PTW_FAULT", "hang-at-step:1:30");
-    Supervisor launcher(run.options());
+    Supervisor launcher(run.options().setWorkerArgs({"--fault=hang-at-step:1:30"}));
     Watcher w;
     RunReport r = launcher.run(w);
-    qunsetenv("PTW_FAULT");
     QVERIFY2(r.status == RunReport::Status::Failed && r.failedRank == 1 && r.stalled, r.message.c_str());
     const QString message = QString::fromStdString(r.message);
     QVERIFY2(message.contains("rank 1 stopped making progress: stuck in its own work after step 30"), r.message.c_str());
@@ -409,11 +407,9 @@ class TestSupervisor : public QObject {
 
   void rankThatFailsAtStart() {
     StoredRun run(test::endlessProfile(3));
-    qputenv("PTW_FAULT", "throw-at-start:1");
-    Supervisor launcher(run.options());
+    Supervisor launcher(run.options().setWorkerArgs({"--fault=throw-at-start:1"}));
     Watcher w;
     RunReport r = launcher.run(w);
-    qunsetenv("PTW_FAULT");
     QCOMPARE(r.status, RunReport::Status::Failed);
     QCOMPARE(r.failedRank, 1);
     QCOMPARE(r.failedExit.exitCode, 1);
@@ -452,6 +448,34 @@ class TestSupervisor : public QObject {
     QCOMPARE(run.store.stepCount(run.id), w.stepRecords);
   }
 
+  // Note [Restarts]: a run resumed from the user's checkpoint that fails before it writes
+  // one of its own restarts from the user's checkpoint, not from fresh weights: the restart's
+  // first step is the one after that checkpoint's.
+  void aRestartBeforeTheFirstCheckpointResumesTheUsersCheckpoint() {
+    Profile p = defaultProfile();
+    p.hyper.maxSteps = 10;  // a checkpoint at the end only
+    StoredRun first(p);
+    Watcher quiet;
+    QCOMPARE(Supervisor(first.options()).run(quiet).status, RunReport::Status::Finished);
+    QCOMPARE(checkpointStep(first.dir), std::int64_t(10));
+
+    Profile resumed = p;
+    resumed.hyper.maxSteps = 30;
+    resumed.run.resumeFrom = first.dir + "/checkpoint.pt";
+    resumed.run.maxRestarts = 1;
+    StoredRun run(resumed);
+    Supervisor supervisor(run.options().setWorkerArgs({"--fault=kill-at-step:1:12"}));
+    Watcher w;
+    const RunReport r = supervisor.run(w);
+    QVERIFY2(r.status == RunReport::Status::Finished, r.message.c_str());
+    QCOMPARE(supervisor.attempts(), 2);
+    QCOMPARE(checkpointStep(run.dir), std::int64_t(30));
+    QCOMPARE(w.attempts.size(), std::size_t(2));
+    QVERIFY(!w.attempts[0].empty() && !w.attempts[1].empty());
+    QCOMPARE(w.attempts[0].front().step, std::int64_t(11));
+    QCOMPARE(w.attempts[1].front().step, std::int64_t(11));  // from fresh weights: 1
+  }
+
   // Rank 1 is killed at step 12 of the first attempt; with max_restarts 1 the run restarts
   // from the checkpoint at step 10 and ends with the parameters of a run that never failed.
   void restartFromCheckpointMatchesAnUninterruptedRun() {
@@ -465,11 +489,9 @@ class TestSupervisor : public QObject {
 
     p.run.maxRestarts = 1;
     StoredRun faulty(p);
-    qputenv("PTW_FAULT", "kill-at-step:1:12");
-    Supervisor supervisor(faulty.options());
+    Supervisor supervisor(faulty.options().setWorkerArgs({"--fault=kill-at-step:1:12"}));
     Watcher w;
     RunReport r = supervisor.run(w);
-    qunsetenv("PTW_FAULT");
     QVERIFY2(r.status == RunReport::Status::Finished, r.message.c_str());
     QCOMPARE(supervisor.attempts(), 2);
     QCOMPARE(w.restarts.size(), std::size_t(1));
@@ -548,14 +570,13 @@ class TestSupervisor : public QObject {
   }
 
   // bench_monitoring's within-run measure (Note [Metrics in phases]): with
-  // PTW_METRICS_PHASES each rank stores the steps of the even phases of the clock and none
+  // --metrics-phases each rank stores the steps of the even phases of the clock and none
   // of the odd ones, and notes where each phase began, 300 ms in, on its own steps. A value
-  // that is not MS:FILE stops the ranks at start, naming the variable.
+  // that is not MS:FILE stops the ranks at start, naming the switch.
   void metricsInPhasesStoreEveryOtherPhase() {
     StoredRun run(test::endlessProfile(2));
     const QString notes = run.runs.filePath("phases");
-    qputenv("PTW_METRICS_PHASES", "1000:" + notes.toUtf8());
-    Supervisor launcher(run.options());
+    Supervisor launcher(run.options().setWorkerArgs({"--metrics-phases=1000:" + notes.toStdString()}));
     Watcher w;
     std::thread stopper;
     w.onStart = [&](int) {
@@ -565,7 +586,6 @@ class TestSupervisor : public QObject {
       });
     };
     RunReport r = launcher.run(w);
-    qunsetenv("PTW_METRICS_PHASES");
     if (stopper.joinable()) stopper.join();
     QVERIFY2(r.status == RunReport::Status::Stopped, r.message.c_str());
     std::vector<std::set<std::int64_t>> stored(2);
@@ -615,14 +635,12 @@ class TestSupervisor : public QObject {
     QCOMPARE(run.store.stepCount(run.id), w.stepRecords);
 
     StoredRun bad(test::endlessProfile(2));
-    qputenv("PTW_METRICS_PHASES", "50");
-    Supervisor refused(bad.options());
+    Supervisor refused(bad.options().setWorkerArgs({"--metrics-phases=50"}));
     Watcher w2;
     r = refused.run(w2);
-    qunsetenv("PTW_METRICS_PHASES");
     QCOMPARE(r.status, RunReport::Status::Failed);
     QVERIFY(!r.lastLines.empty());
-    QVERIFY2(QString::fromStdString(r.lastLines.back()).contains("PTW_METRICS_PHASES: expected MS:FILE with MS >= 1000"),
+    QVERIFY2(QString::fromStdString(r.lastLines.back()).contains("--metrics-phases: expected MS:FILE with MS >= 1000"),
              r.lastLines.back().c_str());
   }
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 #include <sstream>
 #include <tuple>
 #include <vector>
@@ -17,6 +18,7 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "common/strategies.h"
 #include "engine/blas.h"
 #include "engine/model.h"
 #include "engine/strategy.h"
@@ -148,6 +150,23 @@ double differenceFrom(const torch::Tensor& t, const PyParameter& p) {
 class TestWorkload : public QObject {
   Q_OBJECT
  private slots:
+  // Adding a strategy is its engine file and its row in the table (common/strategies.h):
+  // every row has an engine, every engine a row, and a profile names exactly those.
+  void everyStrategyRowHasAnEngineAndEveryEngineARow() {
+    std::set<std::string> rows, engines;
+    for (const auto& s : strategies()) rows.insert(s.name);
+    for (const auto& entry : engine::strategyRegistry()) engines.insert(entry.first);
+    auto joined = [](const std::set<std::string>& names) {
+      std::string all;
+      for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
+      return all;
+    };
+    QVERIFY2(rows == engines, qPrintable(QString::fromStdString("table: " + joined(rows) + "; engines: " + joined(engines))));
+    const auto kinds = fieldChoices("strategy.kind");
+    QCOMPARE(std::set<std::string>(kinds.begin(), kinds.end()), rows);
+    for (const auto& v : sweepVariants()) QVERIFY2(rows.count(v.strategy) == 1, v.name.c_str());
+  }
+
   // A layer applied twice (a tied weight) is one parameter here, as in Python: an optimizer
   // given it twice would step it twice.
   void aTiedWeightIsListedOnce() {
@@ -531,7 +550,7 @@ class TestWorkload : public QObject {
     QVERIFY(!frozen->gradientsByHand(torch::randn({3, 4}), torch::randint(0, 2, {3}), 1.0, true).has_value());
   }
 
-  // Runs train the same by hand as with autograd (PTW_GRADIENTS=autograd): every rank's loss
+  // Runs train the same by hand as with autograd (the worker's --gradients=autograd): every rank's loss
   // at every step, for the strategies that take the chain's gradients; each rank's log says
   // which it used.
   void runsTrainTheSameByHandAsWithAutograd_data() {
@@ -558,16 +577,10 @@ class TestWorkload : public QObject {
       }
     };
     auto train = [&](bool autograd) {
-      const QByteArray was = qgetenv("PTW_GRADIENTS");
-      if (autograd) qputenv("PTW_GRADIENTS", "autograd");  // the ranks inherit it
-      else qunsetenv("PTW_GRADIENTS");
-      auto restore = qScopeGuard([&] {
-        if (was.isNull()) qunsetenv("PTW_GRADIENTS");
-        else qputenv("PTW_GRADIENTS", was);
-      });
       QTemporaryDir dir;
       LaunchOptions lo(test::workerPath(), test::writeProfile(dir, p), processCount(p));
       lo.setOutDir(dir.path().toStdString());
+      if (autograd) lo.extraWorkerArgs = {"--gradients=autograd"};
       Losses losses;
       const auto status = Launcher(lo).run(losses).status;
       // The pool's rank 0 is its coordinator, which computes no gradients.

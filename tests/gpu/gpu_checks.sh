@@ -186,7 +186,7 @@ grep -q "strategy.gpus: rank/lane 0 is given cuda:$gpus but this machine has $gp
 
 # A rank killed on the GPU, restarted from its checkpoint.
 run resume-whole --set strategy.kind=ddp --set strategy.device=cuda --set run.checkpoint_every=20
-PTW_FAULT=kill-at-step:0:50 run resume-killed --set strategy.kind=ddp --set strategy.device=cuda \
+run resume-killed --worker-arg=--fault=kill-at-step:0:50 --set strategy.kind=ddp --set strategy.device=cuda \
   --set run.checkpoint_every=20 --set run.max_restarts=1; rc=$?
 attempts=$(field resume-killed 'j["attempts"]' 2>/dev/null)
 echo "  resume: $(field resume-killed 'j["attempts"]' 2>/dev/null) attempt(s); $(grep -m1 -i "restart" "$work/resume-killed.log")"

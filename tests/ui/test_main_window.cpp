@@ -493,10 +493,7 @@ class TestMainWindow : public QObject {
     showQuietly(w, runs, "30");
     w.editor()->setFieldText("run.checkpoint_every", "5");
     w.editor()->setFieldText("run.max_restarts", "1");
-    struct Fault {  // unset however the test ends, so that no later test inherits it
-      Fault() { qputenv("PTW_FAULT", "kill-at-step:1:12"); }
-      ~Fault() { qunsetenv("PTW_FAULT"); }
-    } fault;
+    w.controller()->setWorkerArgs({"--fault=kill-at-step:1:12"});
     QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
     if (paused) w.setChartsPaused(true);
     QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 60000);
@@ -713,7 +710,7 @@ class TestMainWindow : public QObject {
     w.setConfirmations(false);
     w.setRunsDirectory(runs.path());
     auto* panel = w.sweep();
-    for (const char* name : {"sweep.dataparallel", "sweep.ddp-shm", "sweep.pool-hogwild", "sweep.pool"})
+    for (const char* name : {"sweep.dataparallel", "sweep.ddp-gloo", "sweep.ddp-shm", "sweep.pool-hogwild", "sweep.pool"})
       w.findChild<QCheckBox*>(name)->setChecked(false);
     w.findChild<QCheckBox*>("sweep.ddp")->setChecked(true);
     auto* workers = w.findChild<QLineEdit*>("sweep.workers");

@@ -1,0 +1,104 @@
+#include "common/strategies.h"
+
+#include "common/error.h"
+
+namespace ptw::core {
+
+// Note [One name, one meaning]
+// A sweep variant named after a strategy is that strategy as a profile runs it by default:
+// sweep "ddp" is the profile's ddp with strategy.backend auto (shared memory on cpu, NCCL on
+// cuda). A variant that sets anything else says so in its name (ddp-gloo, ddp-shm,
+// pool-hogwild), so a name means the same in a profile, the sweep and the window.
+const std::vector<StrategyInfo>& strategies() {
+  static const std::vector<StrategyInfo> table = [] {
+    std::vector<StrategyInfo> t(4);
+    t[0].name = "single";
+    t[0].label = "Single process";
+    t[0].oneRank = true;
+    t[0].sweep = {{"single", "one process: the baseline", "single", "", "", true, true, -1}};
+
+    t[1].name = "dataparallel";
+    t[1].label = "DataParallel (threads in one process)";
+    t[1].sweep = {{"dataparallel", "a replica per lane, one process", "dataparallel", "", "", false, true, 2}};
+
+    t[2].name = "ddp";
+    t[2].label = "DDP (a process per rank)";
+    t[2].processPerRank = true;
+    t[2].backends = {"auto", "gloo", "nccl", "shm"};
+    t[2].sweep = {{"ddp", "DDP as a profile runs it (backend auto)", "ddp", "auto", "", false, true, 0},
+                  {"ddp-gloo", "DDP over Gloo", "ddp", "gloo", "", false, true, 5},
+                  {"ddp-shm", "DDP over shared memory", "ddp", "shm", "", false, false, 9}};
+
+    t[3].name = "pool";
+    t[3].label = "Process pool (shared memory)";
+    t[3].processPerRank = true;
+    t[3].coordinator = true;
+    t[3].devices = {"cpu"};
+    t[3].deviceAdvice = "the process pool shares CPU memory; use ddp or dataparallel for cuda";
+    t[3].readsPoolMode = true;
+    t[3].sweep = {{"pool", "coordinator and workers, sync", "pool", "", "sync", false, true, 1},
+                  {"pool-hogwild", "workers step on their own (hogwild)", "pool", "", "hogwild", false, false, 3}};
+    return t;
+  }();
+  return table;
+}
+
+const StrategyInfo* findStrategy(const std::string& name) {
+  for (const auto& s : strategies())
+    if (s.name == name) return &s;
+  return nullptr;
+}
+
+const StrategyInfo& strategyOf(const Profile& profile) {
+  if (const StrategyInfo* s = findStrategy(profile.strategy.kind)) return *s;
+  std::string known;
+  for (const auto& s : strategies()) known += (known.empty() ? "" : ", ") + s.name;
+  PTW_FAIL("strategy.kind: expected one of ", known, ", got \"", profile.strategy.kind, "\"");
+}
+
+const std::vector<SweepVariant>& sweepVariants() {
+  static const std::vector<SweepVariant> all = [] {
+    std::vector<SweepVariant> v;
+    for (const auto& s : strategies()) v.insert(v.end(), s.sweep.begin(), s.sweep.end());
+    return v;
+  }();
+  return all;
+}
+
+const SweepVariant* findSweepVariant(const std::string& name) {
+  for (const auto& v : sweepVariants())
+    if (v.name == name) return &v;
+  return nullptr;
+}
+
+const SweepVariant& sweepBaseline() {
+  for (const auto& v : sweepVariants())
+    if (v.baseline) return v;
+  PTW_FAIL("the table of strategies names no sweep baseline");
+}
+
+std::string storedStrategyName(const Profile& profile) {
+  const StrategyInfo* s = findStrategy(profile.strategy.kind);
+  return s && s->readsPoolMode ? profile.strategy.kind + "/" + profile.strategy.poolMode : profile.strategy.kind;
+}
+
+const StrategyInfo* findStoredStrategy(const std::string& stored) {
+  return findStrategy(stored.substr(0, stored.find('/')));
+}
+
+bool hasCoordinator(const Profile& profile) {
+  const StrategyInfo* s = findStrategy(profile.strategy.kind);
+  return s && s->coordinator;
+}
+
+int trainingRanks(const Profile& profile) {
+  const StrategyInfo* s = findStrategy(profile.strategy.kind);
+  return s && s->oneRank ? 1 : profile.strategy.ranks;
+}
+
+int trainingThreads(const Profile& profile) {
+  const StrategyInfo* s = findStrategy(profile.strategy.kind);
+  return s && !s->processPerRank ? trainingRanks(profile) : processCount(profile);
+}
+
+}  // namespace ptw::core

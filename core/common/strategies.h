@@ -1,0 +1,76 @@
+// The table of strategies: what each strategy is, in one place, for everything that is not
+// its engine (core/engine, one file per strategy). Profile validation, the launcher, the
+// store, the sweep, the headless printer, throughput and the window read this table
+// instead of comparing names. Plain C++: no LibTorch, no Qt.
+//
+// Adding a strategy is one row here plus its engine file (docs/architecture.md).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/profile.h"
+
+namespace ptw::core {
+
+/// One configuration the scaling sweep runs: a strategy with some fields of the profile set.
+/// Example: SweepVariant{"ddp-gloo", "DDP over Gloo", "ddp", "gloo"}
+struct SweepVariant {
+  std::string name;      ///< as --strategies and the sweep panel name it, e.g. "ddp-gloo"
+  std::string label;     ///< the sweep panel's tooltip
+  std::string strategy;  ///< its row's name (strategy.kind)
+  std::string backend = "";   ///< strategy.backend it sets; "" leaves the profile's
+  std::string poolMode = "";  ///< strategy.pool_mode it sets; "" leaves the profile's
+  bool baseline = false;      ///< the run every other is compared with (efficiency); always runs
+  bool byDefault = false;     ///< run when the user names none (ptw sweep, the panel's ticks)
+  int color = -1;             ///< the window's series colour (ui/palette.h index); -1 black
+};
+
+/// One strategy. Example: StrategyInfo{}.name = "ddp";
+struct StrategyInfo {
+  std::string name = "";   ///< strategy.kind
+  std::string label = "";  ///< in the window
+  /// strategy.ranks must be 1: the run has one rank (Single).
+  bool oneRank = false;
+  /// A worker process per rank; else every rank (lane) is a thread of one process.
+  bool processPerRank = false;
+  /// Plus a coordinator process, rank 0, which reports the whole run's loss and samples:
+  /// its series stands for the run, the others are its workers'.
+  bool coordinator = false;
+  std::vector<std::string> devices = {"cpu", "cuda"};  ///< strategy.device values it runs on
+  std::string deviceAdvice = "";  ///< said when strategy.device is not one of them
+  /// strategy.backend values it reads (auto first); empty when it reads none.
+  std::vector<std::string> backends = {};
+  bool readsPoolMode = false;  ///< strategy.pool_mode means something to it (and is stored)
+  std::vector<SweepVariant> sweep = {};
+};
+
+/// Every strategy, in the order the window lists them.
+const std::vector<StrategyInfo>& strategies();
+/// The row named `name`, or nullptr.
+const StrategyInfo* findStrategy(const std::string& name);
+/// The row of profile.strategy.kind. Throws ptw::Error naming strategy.kind and the known
+/// names when there is none.
+const StrategyInfo& strategyOf(const Profile& profile);
+
+/// Every sweep variant of every row, in table order (the baseline first).
+const std::vector<SweepVariant>& sweepVariants();
+/// The variant named `name`, or nullptr.
+const SweepVariant* findSweepVariant(const std::string& name);
+/// The variant the sweep compares every other with.
+const SweepVariant& sweepBaseline();
+
+/// The strategy as the run store keeps it: the name, with the pool mode for a strategy that
+/// reads it ("pool/sync").
+std::string storedStrategyName(const Profile& profile);
+/// The row of a name the run store kept (storedStrategyName), or nullptr.
+const StrategyInfo* findStoredStrategy(const std::string& stored);
+
+/// True when rank 0 is a coordinator that reports for the whole run (null-safe on unknown kinds).
+bool hasCoordinator(const Profile& profile);
+/// Ranks (or lanes) that train: strategy.ranks, or 1 for a one-rank strategy.
+int trainingRanks(const Profile& profile);
+/// Threads that train at once: one per lane of a one-process strategy, else one per process.
+int trainingThreads(const Profile& profile);
+
+}  // namespace ptw::core

@@ -1,0 +1,151 @@
+#include "launch/run_session.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+#include "common/strategies.h"
+#include "launch/run_directory.h"
+#include "launch/run_store.h"
+#include "launch/supervisor.h"
+
+namespace ptw::core {
+
+// Passes everything on to the caller's observer and keeps what the final metrics are made
+// of: each reporting rank's last step and the last validation.
+class RunSession::Tracker final : public LaunchObserver {
+ public:
+  Tracker(LaunchObserver& outer, const Profile& profile)
+      : m_outer(outer), m_profile(profile), m_ranks(static_cast<std::size_t>(reportingRanks(profile))) {}
+
+  void onStarted(int port, const std::vector<int>& pids) override { m_outer.onStarted(port, pids); }
+  void onRecords(std::vector<Record>& batch) override {
+    for (const auto& r : batch) {  // before the outer observer, which may take the batch
+      if (r.kind == Record::Kind::Validation) {
+        m_valLoss = r.valLoss;
+        m_valAccuracy = r.valAccuracy;
+        continue;
+      }
+      if (r.kind != Record::Kind::Step && r.kind != Record::Kind::Group) continue;
+      if (r.step.rank < 0 || r.step.rank >= static_cast<int>(m_ranks.size())) continue;
+      auto& slot = m_ranks[static_cast<std::size_t>(r.step.rank)];
+      slot.last = r.step;
+      slot.seen = true;
+    }
+    m_outer.onRecords(batch);
+  }
+  void onLog(int rank, const std::string& line) override { m_outer.onLog(rank, line); }
+  void onRankExit(const RankExit& e) override { m_outer.onRankExit(e); }
+  void onRestart(int attempt, std::int64_t step) override { m_outer.onRestart(attempt, step); }
+
+  const std::vector<RankFinal>& ranks() const { return m_ranks; }
+
+  /// The metrics expectations, the summary and the store speak of (knownMetrics()).
+  std::map<std::string, double> metrics(double wallS, const ThroughputMeter& throughput) const {
+    double loss = 0, stepsPerS = 0;
+    std::int64_t steps = 0;
+    int seen = 0;
+    // A coordinator (the pool's rank 0) already reports the whole run's loss and samples.
+    const std::size_t counted = hasCoordinator(m_profile) ? std::min<std::size_t>(1, m_ranks.size()) : m_ranks.size();
+    for (std::size_t i = 0; i < counted; ++i) {
+      const auto& r = m_ranks[i];
+      if (!r.seen) continue;
+      loss += r.last.loss;
+      const double sps = throughput.stepsPerS(static_cast<int>(i));
+      stepsPerS = seen == 0 ? sps : std::min(stepsPerS, sps);
+      steps = seen == 0 ? r.last.step : std::min(steps, r.last.step);
+      ++seen;
+    }
+    const double nan = std::nan("");
+    return {{"final.loss", seen ? loss / seen : nan},
+            {"final.step", static_cast<double>(steps)},
+            {"throughput.samples_per_s", seen ? throughput.total() : nan},
+            {"throughput.steps_per_s", seen ? stepsPerS : nan},
+            {"final.val_loss", m_valLoss},
+            {"final.val_accuracy", m_valAccuracy},
+            {"wall_s", wallS}};
+  }
+
+ private:
+  LaunchObserver& m_outer;
+  const Profile& m_profile;
+  std::vector<RankFinal> m_ranks;
+  double m_valLoss = std::nan("");
+  double m_valAccuracy = std::nan("");
+};
+
+RunSession::RunSession(RunSessionOptions options) : m_options(std::move(options)) {
+  if (m_options.runsDir.empty()) m_options.runsDir = defaultRunsDirectory();
+  if (m_options.workerPath.empty()) m_options.workerPath = Launcher::defaultWorkerPath();
+}
+
+RunSession::~RunSession() { m_stopTarget.store(nullptr); }
+
+void RunSession::begin() {
+  PTW_CHECK(!m_supervisor, "run session: begin() called twice");
+  const Profile& profile = m_options.profile;
+  Launcher::checkWorker(m_options.workerPath);
+  if (profile.run.port != 0) Launcher::checkPortFree(profile.run.port);  // before anything is created
+  m_runDir = createRunDirectory(m_options.runsDir, profile);
+  m_store = m_options.store;
+  if (!m_store) {
+    m_ownStore = std::make_unique<RunStore>(m_options.runsDir);
+    m_store = m_ownStore.get();
+  }
+  m_runId = m_store->beginRun(m_runDir, profile);
+  m_supervisor = std::make_unique<Supervisor>(SupervisorOptions(profile, m_runDir, m_options.workerPath)
+                                                  .setStore(m_store, m_runId)
+                                                  .setWorkerArgs(m_options.workerArgs));
+  m_stopTarget.store(m_supervisor.get());
+  if (m_stopRequested.load()) m_supervisor->requestStop();
+}
+
+void RunSession::requestStop() {
+  m_stopRequested.store(true);
+  if (Supervisor* s = m_stopTarget.load()) s->requestStop();
+}
+
+std::string RunSession::storePath() const { return m_store ? m_store->path() : std::string(); }
+
+const ThroughputMeter& RunSession::throughput() const {
+  return m_supervisor ? m_supervisor->throughput() : m_noThroughput;
+}
+
+RunResult RunSession::run(LaunchObserver& observer) {
+  RunResult result;
+  if (!m_supervisor) {
+    result.started = false;
+    result.report.status = RunReport::Status::Failed;
+    result.report.message = "run session: run() before begin()";
+    return result;
+  }
+  Tracker tracker(observer, m_options.profile);
+  try {
+    result.report = m_supervisor->run(tracker);
+  } catch (const std::exception& e) {  // nothing could be started: said, and stored as failed
+    result.started = false;
+    result.report = RunReport{};
+    result.report.status = RunReport::Status::Failed;
+    result.report.message = e.what();
+  }
+  result.attempts = std::max(1, m_supervisor->attempts());
+  result.ranks = tracker.ranks();
+  result.metrics = tracker.metrics(result.report.wallS, m_supervisor->throughput());
+  std::string thrown;
+  try {
+    m_store->endRun(m_runId, statusName(result.report.status), result.report.message, result.metrics["final.loss"],
+                    result.metrics["throughput.samples_per_s"], result.attempts, m_options.unpackProgress);
+  } catch (const std::exception& e) {
+    thrown = e.what();
+  }
+  result.storeError = !m_store->error().empty() ? m_store->error() : thrown;
+  // A run that could not be stored has failed, whatever the ranks did; a failure of its own
+  // keeps its message (the store's error is in storeError).
+  if (!result.storeError.empty() && result.report.status != RunReport::Status::Failed) {
+    result.report.status = RunReport::Status::Failed;
+    result.report.message = result.storeError;
+  }
+  return result;
+}
+
+}  // namespace ptw::core
