@@ -89,6 +89,8 @@ int main(int argc, char** argv) {
                  "Write a JSON summary (status, final metrics, per-rank throughput and step split, wall time, "
                  "expectations) to FILE");
   app.add_option("--junit", opts.junitPath, "Write JUnit XML (one test case for the run, one per --expect) to FILE");
+  // The disk-full tests' cap on the run store, in KiB: not for users, so not in --help.
+  app.add_option("--store-limit-kib", opts.storeLimitKib, "")->group("")->check(CLI::NonNegativeNumber);
   app.set_version_flag("--version", "ptw " PTW_VERSION);
 #ifdef PTW_WITH_GUI
   ptw::ui::GuiOptions gui;

@@ -235,11 +235,13 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
     return kExitInvalidInput;
   }
   const std::string runsDir = options.runsDir.empty() ? defaultRunsDirectory() : options.runsDir;
+  if (const std::string warning = storeSpaceWarning(profile, runsDir); !warning.empty())
+    err << "ptw: warning: " << warning << "\n";
   std::unique_ptr<RunStore> store;
   std::int64_t runId = 0;
   try {
     runDir = createRunDirectory(runsDir, profile);
-    store = std::make_unique<RunStore>(runsDir);
+    store = std::make_unique<RunStore>(runsDir, RunStoreOptions().setSizeLimitKib(options.storeLimitKib));
     runId = store->beginRun(runDir, profile);
   } catch (const Error& e) {
     err << "ptw: " << e.what() << "\n";

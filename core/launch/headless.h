@@ -31,6 +31,7 @@ struct HeadlessOptions {
   std::vector<std::string> expectations = {};  ///< e.g. "final.loss < 0.05"
   std::string summaryPath = "";             ///< JSON summary written here when set
   std::string junitPath = "";               ///< JUnit XML written here when set
+  long long storeLimitKib = 0;  ///< the run store's size limit (the disk-full tests); 0: none
 };
 
 /// What a terminal shows while step records become rows (Note [Step blocks], ~2 µs a record):
