@@ -49,9 +49,11 @@ namespace ptw::core {
 // its text line, the step blocks of a step file, the store's compressed chunks and the CSV
 // export all follow that list, in its order. Every field is 8 bytes (an i64 or an f64), so
 // that a frame or a block keeps its fields at fixed offsets; the rank is not in the list,
-// since a frame and a block carry it in their headers. Adding a field is one line there
-// (at the end: frames and blocks of other builds are then told apart by their size, and
-// chunks stored before read the new field as 0).
+// since a frame and a block carry it in their headers. Adding a field is one line there,
+// at the end: a step block's header says how many fields its records hold and a chunk how
+// many columns it has, so step files and stores written before read the new field as 0
+// (as do the `steps` rows of older stores; frames are only read by the build that wrote
+// them).
 struct StepRecord {
   int rank = 0;
   std::int64_t step = 0;

@@ -19,8 +19,8 @@
 // (to the WAL, then copied back into the database) besides SQLite's own work, about a
 // third of the window's CPU per record at the shared-memory rate. An old database's
 // `step_blocks` rows are still read, and unpacked like a file's blocks.
-// When the run ends (endRun) its blocks are packed into `step_chunks`: a row per rank and
-// attempt for each 16,384 records of the run or fewer, the records compressed field by field
+// When the run ends (endRun) its blocks are packed into `step_chunks`, 16,384 records or
+// fewer a transaction, as a row per rank and attempt, the records compressed field by field
 // (launch/step_chunk.h), a few bytes each; an interrupted run's when the next run ends, or
 // at `ptw runs` or `ptw export`. Stores of earlier builds hold `steps`, one row per record,
 // and an old database's `step_blocks` rows: both are still read, and step_blocks rows are

@@ -1,8 +1,8 @@
 // Step chunks: how the run store keeps a run's step records once its step file is unpacked
 // (Note [Step blocks] in launch/run_store.h): the records of one rank and attempt, field by
 // field (Note [Step fields]), each field's column transformed and then compressed with
-// zstd, so that a record costs a few bytes rather than the 88 of a block or the ~106 of a
-// row, and every field comes back bit for bit.
+// zstd, so that a record costs a few bytes rather than the 88 of a block or more as a row
+// of its own, and every field comes back bit for bit.
 //
 // A chunk, little-endian: u32 magic "PTWC" | u32 count | u32 fields | u32 zero, then per
 // field, in the order of the list that wrote it: u8 transform | u32 raw bytes | u32 packed
