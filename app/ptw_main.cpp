@@ -42,7 +42,7 @@ bool qtPlatformChosen() {
 }
 #endif
 
-// Interrupted runs' step records become `steps` rows (Note [Step blocks]), with progress on
+// Interrupted runs' step records are packed into chunks (Note [Step blocks]), with progress on
 // stderr for a long run's; where that fails (a full disk) they are still read, so this only
 // says so.
 void unpackEnded(ptw::core::RunStore& store) {
