@@ -43,7 +43,7 @@ bool qtPlatformChosen() {
 }
 #endif
 
-// Interrupted runs' step records become `steps` rows (Note [Step blocks]), with progress on
+// Interrupted runs' step records are packed into chunks (Note [Step blocks]), with progress on
 // stderr for a long run's; where that fails (a full disk) they are still read, so this only
 // says so.
 void unpackEnded(ptw::core::RunStore& store) {
@@ -94,6 +94,8 @@ int main(int argc, char** argv) {
   // e.g. --worker-arg=--fault=kill-at-step:1:12.
   app.add_option("--worker-arg", opts.workerArgs, "Append ARG to every worker's command line (repeatable)")
       ->group("");
+  // The disk-full tests' cap on the run store, in KiB: not for users, so not in --help.
+  app.add_option("--store-limit-kib", opts.storeLimitKib, "")->group("")->check(CLI::NonNegativeNumber);
   app.set_version_flag("--version", "ptw " PTW_VERSION);
 #ifdef PTW_WITH_GUI
   ptw::ui::GuiOptions gui;

@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   qt6-base-dev libqt6sql6-sqlite libqcustomplot-dev
   libtorch-dev libgloo-dev libopenblas0-pthread
-  nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3
+  nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3 libxxhash-dev libzstd-dev
   clang libclang-rt-14-dev
   xvfb xauth
   python3 python3-torch python3-numpy

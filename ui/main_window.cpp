@@ -601,6 +601,8 @@ void MainWindow::startRun() {
   m_editor->devicePicker()->setProbeHeld(true);  // Note [Device probe waits for runs]
   resetLive(core::reportingRanks(p));
   appendLog(-1, tr("run %1 in %2").arg(m_controller->runId()).arg(m_controller->runDirectory()));
+  const std::string runsDir = m_runsDir.isEmpty() ? core::defaultRunsDirectory() : m_runsDir.toStdString();
+  if (const std::string w = core::storeSpaceWarning(p, runsDir); !w.empty()) appendLog(-1, QString::fromStdString(w));
   revalidate();
   m_status->setText(tr("Starting %1 process(es)…").arg(core::processCount(p)));
   // Note [Redraw budget]: a run with a training thread on every core leaves drawing 0.25%.

@@ -84,6 +84,8 @@ template <class F> void visit(RunOptions& r, F&& f) {
   f("resume_from", r.resumeFrom);
   f("max_restarts", r.maxRestarts);
   f("metrics", r.metrics);
+  f("keep_every", r.keepEvery);
+  f("keep_all_until", r.keepAllUntil);
 }
 template <class F> void visitSections(Profile& p, F&& f) {
   f("model", p.model);
@@ -407,6 +409,8 @@ std::vector<FieldError> validate(const Profile& p) {
     need(p.data.valFraction > 0, "run.eval_every", "validation needs a held-out split: set data.val_fraction");
   need(r.maxRestarts >= 0 && r.maxRestarts <= 100, "run.max_restarts", "must be in 0..100, got " + str(r.maxRestarts));
   need(r.checkpointEvery >= 0, "run.checkpoint_every", "must be >= 0, got " + str(r.checkpointEvery));
+  need(r.keepEvery >= 1, "run.keep_every", "must be >= 1 (1 keeps every step's records), got " + str(r.keepEvery));
+  need(r.keepAllUntil >= 0, "run.keep_all_until", "must be >= 0, got " + str(r.keepAllUntil));
   return e;
 }
 

@@ -79,7 +79,14 @@ struct RunOptions {
   std::string resumeFrom = "";  ///< a checkpoint file to continue from; "" starts fresh
   int maxRestarts = 0;          ///< after a failure, restart the run from its last checkpoint this many times
   bool metrics = true;          ///< stream per-step records; false sends only heartbeats (to measure their cost)
+  std::int64_t keepEvery = 1;     ///< past keep_all_until, the store keeps the record of every Nth step (1: all)
+  std::int64_t keepAllUntil = 0;  ///< the store keeps the records of every step up to this one
 };
+
+/// Whether the run store keeps the step records of `step` (run.keep_every, run.keep_all_until).
+inline bool keepsStep(const RunOptions& r, std::int64_t step) {
+  return r.keepEvery <= 1 || step <= r.keepAllUntil || step % r.keepEvery == 0;
+}
 
 struct Profile {
   std::string name = "untitled";

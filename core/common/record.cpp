@@ -18,6 +18,17 @@ void appendInt(std::string& out, long long v) {
   out.append(buf, static_cast<std::size_t>(n));
 }
 
+// The fields of `s` in the order of Note [Step fields], each after a space; `from` skips
+// the fields before the one by that index.
+void appendFields(std::string& out, const StepRecord& s, std::size_t from = 0) {
+  std::size_t i = 0;
+  StepRecord::forEachField([&](const char*, auto m) {
+    if (i++ < from) return;
+    if constexpr (std::is_same_v<StepFieldType<decltype(m)>, double>) appendNumber(out, s.*m);
+    else appendInt(out, s.*m);
+  });
+}
+
 }  // namespace
 
 void formatRecord(const Record& r, std::string& out) {
@@ -26,11 +37,7 @@ void formatRecord(const Record& r, std::string& out) {
     case Record::Kind::Step:
       out += 'S';
       appendInt(out, s.rank);
-      appendInt(out, s.step);
-      appendInt(out, s.epoch);
-      for (double v : {s.loss, s.samplesPerS, s.stepMs, s.dataMs, s.computeMs, s.commMs, s.optMs, s.lr})
-        appendNumber(out, v);
-      appendInt(out, s.memBytes);
+      appendFields(out, s);
       break;
     case Record::Kind::Validation:
       out += 'V';
@@ -60,10 +67,7 @@ void formatRecord(const Record& r, std::string& out) {
       appendInt(out, g.count);
       for (double v : {g.lossSum, g.lossMin, g.lossMax, g.samples, g.stepMs, g.dataMs, g.computeMs, g.commMs, g.optMs})
         appendNumber(out, v);
-      appendInt(out, s.epoch);
-      for (double v : {s.loss, s.samplesPerS, s.stepMs, s.dataMs, s.computeMs, s.commMs, s.optMs, s.lr})
-        appendNumber(out, v);
-      appendInt(out, s.memBytes);
+      appendFields(out, s, 1);  // from epoch on: the step is above
       break;
     }
   }
@@ -96,9 +100,27 @@ T get(const char* frame, std::size_t at) {
   return v;
 }
 
-constexpr std::size_t kKindAt = 4, kRankAt = 8, kStepAt = 16, kEpochAt = 24, kValuesAt = 32, kMemAt = 96;
+// The step fields start at kStepAt (Note [Step fields]); a V or H frame keeps its values
+// where the loss is, and leaves the rest of the fields' bytes zero.
+constexpr std::size_t kKindAt = 4, kRankAt = 8, kStepAt = 16, kEpochAt = 24, kValuesAt = 32;
 constexpr std::size_t kGroupAt = kRecordFrameBytes;  // G: first, count, then 9 sums
 static_assert(kGroupAt + 16 + 9 * 8 == kGroupFrameBytes);
+
+// The step fields of `s` into the frame `f`, and back.
+void putFields(char* f, const StepRecord& s) {
+  std::size_t at = kStepAt;
+  StepRecord::forEachField([&](const char*, auto m) {
+    put(f, at, s.*m);
+    at += 8;
+  });
+}
+void getFields(const char* f, StepRecord& s) {
+  std::size_t at = kStepAt;
+  StepRecord::forEachField([&](const char*, auto m) {
+    s.*m = get<StepFieldType<decltype(m)>>(f, at);
+    at += 8;
+  });
+}
 constexpr std::size_t kStateBytes = Record::kStateBytes;
 
 bool allZero(const char* p, std::size_t n) {
@@ -115,7 +137,6 @@ void encodeRecord(const Record& r, std::string& out) {
   put(f, 0, kMagic);
   f[kKindAt] = kindCode(r.kind);
   put<std::int32_t>(f, kRankAt, s.rank);
-  put<std::int64_t>(f, kStepAt, s.step);
   switch (r.kind) {
     case Record::Kind::Group: {
       const StepGroup& g = r.group;
@@ -126,23 +147,22 @@ void encodeRecord(const Record& r, std::string& out) {
       std::memcpy(f + kGroupAt + 16, sums, sizeof sums);
     }
       [[fallthrough]];  // then the last step's record, as a step frame holds it
-    case Record::Kind::Step: {
-      put<std::int64_t>(f, kEpochAt, s.epoch);
-      const double v[8] = {s.loss, s.samplesPerS, s.stepMs, s.dataMs, s.computeMs, s.commMs, s.optMs, s.lr};
-      std::memcpy(f + kValuesAt, v, sizeof v);
-      put<std::int64_t>(f, kMemAt, s.memBytes);
+    case Record::Kind::Step:
+      putFields(f, s);
       break;
-    }
     case Record::Kind::Validation:
+      put<std::int64_t>(f, kStepAt, s.step);
       put(f, kValuesAt, r.valLoss);
       put(f, kValuesAt + 8, r.valAccuracy);
       break;
     case Record::Kind::Heartbeat: {
+      put<std::int64_t>(f, kStepAt, s.step);
       const std::string_view state = r.stateName().empty() ? std::string_view("train") : r.stateName();
       std::memcpy(f + kValuesAt, state.data(), std::min(state.size(), kStateBytes));
       break;
     }
     case Record::Kind::Done:
+      put<std::int64_t>(f, kStepAt, s.step);
       break;
   }
   out.append(f, r.kind == Record::Kind::Group ? kGroupFrameBytes : kRecordFrameBytes);
@@ -178,13 +198,7 @@ std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& m
     bool ok = true;
     if (kind == 'S' || kind == 'G') {
       r.kind = kind == 'S' ? Record::Kind::Step : Record::Kind::Group;
-      StepRecord& s = r.step;
-      s.epoch = get<std::int64_t>(f, kEpochAt);
-      double v[8];
-      std::memcpy(v, f + kValuesAt, sizeof v);
-      s.loss = v[0], s.samplesPerS = v[1], s.stepMs = v[2], s.dataMs = v[3];
-      s.computeMs = v[4], s.commMs = v[5], s.optMs = v[6], s.lr = v[7];
-      s.memBytes = get<std::int64_t>(f, kMemAt);
+      getFields(f, r.step);
       if (kind == 'G') {
         StepGroup& g = r.group;
         g.first = get<std::int64_t>(f, kGroupAt);
@@ -199,7 +213,7 @@ std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& m
       r.kind = Record::Kind::Validation;
       r.valLoss = get<double>(f, kValuesAt);
       r.valAccuracy = get<double>(f, kValuesAt + 8);
-      ok = allZero(f + kEpochAt, 8) && allZero(f + kValuesAt + 16, kMemAt + 8 - kValuesAt - 16);
+      ok = allZero(f + kEpochAt, 8) && allZero(f + kValuesAt + 16, kRecordFrameBytes - kValuesAt - 16);
     } else if (kind == 'H') {
       // A state is a word (train, comm, done): nothing that could garble a display.
       r.kind = Record::Kind::Heartbeat;
@@ -208,7 +222,7 @@ std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& m
       while (n < kStateBytes && state[n] >= 'a' && state[n] <= 'z') ++n;
       r.setState(std::string_view(state, n));
       ok = n > 0 && allZero(state + n, kStateBytes - n) && allZero(f + kEpochAt, 8) &&
-           allZero(f + kValuesAt + kStateBytes, kMemAt + 8 - kValuesAt - kStateBytes);
+           allZero(f + kValuesAt + kStateBytes, kRecordFrameBytes - kValuesAt - kStateBytes);
     } else if (kind == 'D') {
       r.kind = Record::Kind::Done;
       ok = allZero(f + kEpochAt, kRecordFrameBytes - kEpochAt);

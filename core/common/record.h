@@ -16,8 +16,8 @@
 // Frame (kRecordFrameBytes, native byte order: both ends are the same build on one host):
 //   u32 magic "PTWR" | u8 kind 'S'/'V'/'H'/'D' | 3 zero bytes | i32 rank | 4 zero bytes |
 //   i64 step | i64 epoch | f64 x 8 (S: loss .. lr; V: val_loss, val_accuracy; H: the state,
-//   up to 16 letters) | i64 mem_bytes; G frames (kind 'G') then add kGroupFrameBytes - 104
-//   bytes: i64 first | i64 count | f64 loss_sum, loss_min, loss_max, samples, then the sums of
+//   up to 16 letters) | i64 mem_bytes: the step fields, in the order of Note [Step fields];
+//   G frames (kind 'G') then add kGroupFrameBytes - kRecordFrameBytes bytes: i64 first | i64 count | f64 loss_sum, loss_min, loss_max, samples, then the sums of
 //   step_ms, data_ms, compute_ms, comm_ms, opt_ms
 //
 // Note [Step groups]
@@ -39,10 +39,21 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 namespace ptw::core {
 
+// Note [Step fields]
+// A step record's fields are listed once, by StepRecord::forEachField: the record frame,
+// its text line, the step blocks of a step file, the store's compressed chunks and the CSV
+// export all follow that list, in its order. Every field is 8 bytes (an i64 or an f64), so
+// that a frame or a block keeps its fields at fixed offsets; the rank is not in the list,
+// since a frame and a block carry it in their headers. Adding a field is one line there,
+// at the end: a step block's header says how many fields its records hold and a chunk how
+// many columns it has, so step files and stores written before read the new field as 0
+// (as do the `steps` rows of older stores; frames are only read by the build that wrote
+// them).
 struct StepRecord {
   int rank = 0;
   std::int64_t step = 0;
@@ -57,15 +68,54 @@ struct StepRecord {
   double lr = 0;
   std::int64_t memBytes = 0;
 
+  /// Calls f(name, member) for each field but the rank, in the order of Note [Step fields];
+  /// `name` is the field's column name (CSV, the text line's documentation).
+  template <class F>
+  static constexpr void forEachField(F&& f) {
+    f("step", &StepRecord::step);
+    f("epoch", &StepRecord::epoch);
+    f("loss", &StepRecord::loss);
+    f("samples_per_s", &StepRecord::samplesPerS);
+    f("step_ms", &StepRecord::stepMs);
+    f("data_ms", &StepRecord::dataMs);
+    f("compute_ms", &StepRecord::computeMs);
+    f("comm_ms", &StepRecord::commMs);
+    f("opt_ms", &StepRecord::optMs);
+    f("lr", &StepRecord::lr);
+    f("mem_bytes", &StepRecord::memBytes);
+  }
+  static constexpr std::size_t fieldCount() {
+    std::size_t n = 0;
+    forEachField([&n](const char*, auto) { ++n; });
+    return n;
+  }
+
   /// Every field equal (a record that went through a pipe or the store and came back whole).
   friend bool operator==(const StepRecord& a, const StepRecord& b) {
-    return a.rank == b.rank && a.step == b.step && a.epoch == b.epoch && a.loss == b.loss &&
-           a.samplesPerS == b.samplesPerS && a.stepMs == b.stepMs && a.dataMs == b.dataMs &&
-           a.computeMs == b.computeMs && a.commMs == b.commMs && a.optMs == b.optMs && a.lr == b.lr &&
-           a.memBytes == b.memBytes;
+    bool same = a.rank == b.rank;
+    forEachField([&](const char*, auto m) { same = same && a.*m == b.*m; });
+    return same;
   }
   friend bool operator!=(const StepRecord& a, const StepRecord& b) { return !(a == b); }
 };
+
+/// The type of the field that `member` (a StepRecord member pointer) points at.
+template <class M>
+using StepFieldType = std::remove_cv_t<std::remove_reference_t<decltype(std::declval<StepRecord&>().*std::declval<M>())>>;
+
+namespace detail {
+template <class M>
+constexpr bool isEightBytes(M) {
+  using T = StepFieldType<M>;
+  return std::is_same_v<T, std::int64_t> || std::is_same_v<T, double>;
+}
+constexpr bool allFieldsEightBytes() {
+  bool all = true;
+  StepRecord::forEachField([&all](const char*, auto m) { all = all && isEightBytes(m); });
+  return all;
+}
+}  // namespace detail
+static_assert(detail::allFieldsEightBytes(), "Note [Step fields]: a step field is an std::int64_t or a double");
 
 /// Consecutive step records of one rank, summed (Note [Step groups]).
 struct StepGroup {
@@ -121,8 +171,10 @@ struct Record {
 
 static_assert(std::is_trivially_copyable_v<Record>);
 
-inline constexpr std::size_t kRecordFrameBytes = 104;
-inline constexpr std::size_t kGroupFrameBytes = 192;
+/// A frame: 16 bytes of magic, kind and rank, then the step fields (Note [Step fields]).
+inline constexpr std::size_t kRecordFrameBytes = 16 + 8 * StepRecord::fieldCount();
+/// A group's frame: a step frame, then first, count and 9 sums.
+inline constexpr std::size_t kGroupFrameBytes = kRecordFrameBytes + 16 + 9 * 8;
 
 /// Appends the frame for `r` to `out`.
 void encodeRecord(const Record& r, std::string& out);

@@ -1,34 +1,38 @@
 #include "common/step_block.h"
 
+#include <xxhash.h>
+
 #include <cerrno>
 
 namespace ptw::core {
 
 void packStep(const StepRecord& r, std::string& out) {
   char f[kBlockRecordBytes];
-  putLe<std::int64_t>(f, r.step);
-  putLe<std::int64_t>(f + 8, r.epoch);
-  const double v[8] = {r.loss, r.samplesPerS, r.stepMs, r.dataMs, r.computeMs, r.commMs, r.optMs, r.lr};
-  for (int i = 0; i < 8; ++i) putLe(f + 16 + 8 * i, v[i]);
-  putLe<std::int64_t>(f + 80, r.memBytes);
+  char* at = f;
+  StepRecord::forEachField([&](const char*, auto m) {
+    putLe(at, r.*m);
+    at += 8;
+  });
   out.append(f, sizeof f);
 }
 
-StepRecord unpackStep(const unsigned char* f, int rank) {
+StepRecord unpackStep(const unsigned char* f, int rank, std::size_t fields) {
   StepRecord r;
   r.rank = rank;
-  r.step = getLe<std::int64_t>(f);
-  r.epoch = getLe<std::int64_t>(f + 8);
-  double* v[8] = {&r.loss, &r.samplesPerS, &r.stepMs, &r.dataMs, &r.computeMs, &r.commMs, &r.optMs, &r.lr};
-  for (int i = 0; i < 8; ++i) *v[i] = getLe<double>(f + 16 + 8 * i);
-  r.memBytes = getLe<std::int64_t>(f + 80);
+  std::size_t i = 0;
+  StepRecord::forEachField([&](const char*, auto m) {
+    if (i < fields) r.*m = getLe<StepFieldType<decltype(m)>>(f + 8 * i);
+    ++i;
+  });
   return r;
 }
 
-// The records' 8-byte words, added with a rotation so that their order counts, in four
-// independent lanes (one chain of rotations and additions took ~3% of the window's CPU at
-// the shared-memory rate).
-std::uint64_t blockChecksum(const unsigned char* p, std::size_t n) {
+std::uint64_t blockChecksum(const unsigned char* p, std::size_t n) { return XXH3_64bits(p, n); }
+
+// The sum of the records' 8-byte words with a rotation, in four lanes: what blocks carried
+// before they carried XXH3, kept so that a step file written by an older build (a run
+// interrupted then, unpacked by this one) still reads.
+std::uint64_t legacyBlockChecksum(const unsigned char* p, std::size_t n) {
   auto mix = [](std::uint64_t sum, std::uint64_t word) { return ((sum << 7) | (sum >> 57)) + word; };
   std::uint64_t lane[4] = {n, 1, 2, 3};
   std::size_t i = 0;
@@ -38,16 +42,22 @@ std::uint64_t blockChecksum(const unsigned char* p, std::size_t n) {
   return mix(mix(mix(lane[0], lane[1]), lane[2]), lane[3]);
 }
 
+bool blockIsWhole(const unsigned char* p, std::size_t n, std::uint64_t sum) {
+  return blockChecksum(p, n) == sum || legacyBlockChecksum(p, n) == sum;
+}
+
 bool parseBlockHeader(const unsigned char* h, long long at, BlockHeader& b) {
-  b.count = getLe<std::uint32_t>(h + 4);
+  const std::uint32_t sizes = getLe<std::uint32_t>(h + 4);
+  b.count = sizes & 0xffff;
+  b.fields = (sizes >> 16) == 0 ? kFirstBlockFields : (sizes >> 16);
   b.rank = getLe<std::int32_t>(h + 8);
   b.attempt = getLe<std::int32_t>(h + 12);
   b.firstStep = getLe<std::int64_t>(h + 16);
   b.lastStep = getLe<std::int64_t>(h + 24);
   b.sum = getLe<std::uint64_t>(h + 32);
   b.records = at + static_cast<long long>(kBlockHeaderBytes);
-  return getLe<std::uint32_t>(h) == kBlockMagic && b.count >= 1 && b.count <= kBlockRecords && b.rank >= 0 &&
-         b.attempt >= 0 && b.firstStep <= b.lastStep;
+  return getLe<std::uint32_t>(h) == kBlockMagic && b.count >= 1 && b.count <= kBlockRecords && b.fields >= 2 &&
+         b.rank >= 0 && b.attempt >= 0 && b.firstStep <= b.lastStep;
 }
 
 std::string metricsWriteError(const std::string& path, const std::string& why, int err) {
@@ -60,7 +70,7 @@ void finishBlock(std::string& bytes, std::int64_t count, int rank, int attempt, 
   char* h = bytes.data();
   const auto* records = reinterpret_cast<const unsigned char*>(bytes.data()) + kBlockHeaderBytes;
   putLe(h, kBlockMagic);
-  putLe(h + 4, static_cast<std::uint32_t>(count));
+  putLe(h + 4, static_cast<std::uint32_t>(count) | static_cast<std::uint32_t>(StepRecord::fieldCount() << 16));
   putLe(h + 8, static_cast<std::int32_t>(rank));
   putLe(h + 12, static_cast<std::int32_t>(attempt));
   putLe(h + 16, firstStep);

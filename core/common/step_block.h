@@ -3,10 +3,13 @@
 // [Ranks write their steps]), so both ends share this format.
 //
 // A block is a header of kBlockHeaderBytes, then `count` records of kBlockRecordBytes.
-// The header, little-endian: u32 magic "PTWB", u32 count, i32 rank, i32 attempt,
-// i64 first_step, i64 last_step, u64 checksum of the records. A record: step, epoch (i64),
-// loss, samples_per_s, step_ms, data_ms, compute_ms, comm_ms, opt_ms, lr (f64),
-// mem_bytes (i64); little-endian, no padding.
+// The header, little-endian: u32 magic "PTWB", u16 count, u16 fields (0 in files of
+// builds before it was written: their 11), i32 rank, i32 attempt, i64 first_step,
+// i64 last_step, u64 checksum of the records (XXH3-64). A record: `fields` step fields
+// (Note [Step fields] in common/record.h: step, epoch (i64), loss, samples_per_s, step_ms,
+// data_ms, compute_ms, comm_ms, opt_ms, lr (f64), mem_bytes (i64)), 8 bytes each,
+// little-endian, no padding. A reader reads the fields it knows, and a field a block has
+// not as 0: a step file outlives the build that wrote it when its run is interrupted.
 #pragma once
 
 #include <cstddef>
@@ -21,7 +24,9 @@ namespace ptw::core {
 
 inline constexpr std::uint32_t kBlockMagic = 0x42575450;  // "PTWB"
 inline constexpr std::size_t kBlockHeaderBytes = 40;
-inline constexpr std::size_t kBlockRecordBytes = 88;
+inline constexpr std::size_t kBlockRecordBytes = 8 * StepRecord::fieldCount();
+/// The fields of a record of a block whose header says 0 (the first layout).
+inline constexpr std::size_t kFirstBlockFields = 11;
 /// Records per block at most: a rank stepping every 30 µs fills ~8,000 in 250 ms.
 inline constexpr std::int64_t kBlockRecords = 8192;
 
@@ -60,26 +65,31 @@ T getLe(const unsigned char* at) {
 
 /// Appends `r`'s record (its rank is the block's) to `out`.
 void packStep(const StepRecord& r, std::string& out);
-/// The record at `f`, of rank `rank`.
-StepRecord unpackStep(const unsigned char* f, int rank);
+/// The record at `f`, of rank `rank`, of `fields` fields (8 bytes each).
+StepRecord unpackStep(const unsigned char* f, int rank, std::size_t fields = StepRecord::fieldCount());
 
-/// Tells a whole block from one that a crash cut short or left as zeros.
+/// Tells a whole block from one that a crash cut short or left as zeros: XXH3-64 of its records.
 std::uint64_t blockChecksum(const unsigned char* p, std::size_t n);
+/// Whether the records `p`, `n` bytes, have the checksum `sum`: blockChecksum's, or that of
+/// the step files of older builds.
+bool blockIsWhole(const unsigned char* p, std::size_t n, std::uint64_t sum);
 
 /// The header of a block parsed, with where its records start in the file.
 struct BlockHeader {
   int attempt = 0, rank = 0;
   std::int64_t firstStep = 0, lastStep = 0, count = 0;
+  std::size_t fields = StepRecord::fieldCount();  ///< of each record
   std::uint64_t sum = 0;
   long long records = 0;  ///< where its records start in the file
-  long long end() const { return records + count * static_cast<long long>(kBlockRecordBytes); }
+  long long recordBytes() const { return 8 * static_cast<long long>(fields); }
+  long long end() const { return records + count * recordBytes(); }
 };
 
 /// Parses the header at `h` (kBlockHeaderBytes) of a block at file offset `at`; false when it
 /// is not one (wrong magic, or fields no writer writes).
 bool parseBlockHeader(const unsigned char* h, long long at, BlockHeader& out);
 
-/// What to do when the disk, or the store's size limit (PTW_STORE_MAX_KIB), is full.
+/// What to do when the disk, or the store's size limit (RunStoreOptions::sizeLimitKib), is full.
 inline constexpr const char* kStoreFullAdvice =
     "; the disk (or the store's size limit) is full: free space and resume the run from its last checkpoint "
     "(run.resume_from)";

@@ -61,8 +61,8 @@ extern "C" void onStopSignal(int, siginfo_t* info, void*) {
 // than train on unrecorded.
 class StepFile {
  public:
-  StepFile(const std::string& path, int attempt, long long limitBytes)
-      : m_path(path), m_attempt(attempt), m_limit(limitBytes) {
+  StepFile(const std::string& path, int attempt, long long limitBytes, const core::RunOptions& keep)
+      : m_path(path), m_attempt(attempt), m_limit(limitBytes), m_keep(keep) {
     m_fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (m_fd < 0) fail(errno);
   }
@@ -73,6 +73,7 @@ class StepFile {
   StepFile& operator=(const StepFile&) = delete;
 
   void add(const core::StepRecord& s) {
+    if (!core::keepsStep(m_keep, s.step)) return;  // the profile asks for fewer (run.keep_every)
     Block& b = blockOf(s.rank);
     if (b.count == 0) {
       b.bytes.assign(core::kBlockHeaderBytes, '\0');
@@ -136,6 +137,7 @@ class StepFile {
   const std::string m_path;
   const int m_attempt;
   const long long m_limit;
+  const core::RunOptions m_keep;  ///< which steps' records the store keeps
   int m_fd = -1;
   std::vector<Block> m_blocks;  ///< one per rank this process reports for
   std::string m_error;
@@ -506,7 +508,7 @@ int workerMain(int argc, char** argv) {
   setBlasThreads(profile.run.threadsPerRank);  // Note [BLAS threads]
   std::unique_ptr<StepFile> stepFile;
   if (!args.steps.empty() && profile.run.metrics)
-    stepFile = std::make_unique<StepFile>(args.steps, args.attempt, args.stepsLimit);
+    stepFile = std::make_unique<StepFile>(args.steps, args.attempt, args.stepsLimit, profile.run);
   if (stepFile && !stepFile->error().empty()) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank, stepFile->error().c_str());
     return core::kWorkerCannotStoreMetrics;

@@ -300,10 +300,14 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
     return kExitInvalidInput;
   }
   const Profile& profile = request.profile;
+  const std::string runsDir = options.runsDir.empty() ? defaultRunsDirectory() : options.runsDir;
+  if (const std::string warning = storeSpaceWarning(profile, runsDir); !warning.empty())
+    err << "ptw: warning: " << warning << "\n";
   RunSession session(RunSessionOptions(profile)
-                         .setRunsDir(options.runsDir)
+                         .setRunsDir(runsDir)
                          .setWorkerPath(options.workerPath)
                          .setWorkerArgs(options.workerArgs)
+                         .setStoreOptions(RunStoreOptions().setSizeLimitKib(options.storeLimitKib))
                          .setUnpackProgress(unpackReporter(out, "step records")));
   try {
     session.begin();  // the worker, the port, the run folder and the store

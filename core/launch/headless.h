@@ -33,6 +33,7 @@ struct HeadlessOptions {
   std::string junitPath = "";               ///< JUnit XML written here when set
   /// Appended to every worker's command line (hidden `--worker-arg`; tests' --fault=SPEC).
   std::vector<std::string> workerArgs = {};
+  long long storeLimitKib = 0;  ///< the run store's size limit (the disk-full tests); 0: none
 };
 
 /// What a terminal shows while step records become rows (Note [Step blocks], ~2 µs a record):

@@ -89,7 +89,7 @@ void RunSession::begin() {
   m_runDir = createRunDirectory(m_options.runsDir, profile);
   m_store = m_options.store;
   if (!m_store) {
-    m_ownStore = std::make_unique<RunStore>(m_options.runsDir);
+    m_ownStore = std::make_unique<RunStore>(m_options.runsDir, m_options.storeOptions);
     m_store = m_ownStore.get();
   }
   m_runId = m_store->beginRun(m_runDir, profile);

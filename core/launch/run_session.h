@@ -21,11 +21,11 @@
 #include "common/profile.h"
 #include "common/record.h"
 #include "launch/launcher.h"
+#include "launch/run_store.h"
 #include "launch/throughput.h"
 
 namespace ptw::core {
 
-class RunStore;
 class Supervisor;
 
 /// Example: RunSessionOptions(profile).setRunsDir("runs").setWorkerArgs({"--fault=kill-at-step:1:12"})
@@ -40,6 +40,7 @@ struct RunSessionOptions {
   /// A store the caller keeps open on runsDir (a sweep stores every point in one); null: the
   /// session opens its own.
   RunStore* store = nullptr;
+  RunStoreOptions storeOptions = {};  ///< for the store the session opens itself
   /// Told how unpacking the step records into rows goes when the run ends (RunStore::endRun).
   std::function<void(std::int64_t done, std::int64_t total)> unpackProgress = {};
 
@@ -47,6 +48,7 @@ struct RunSessionOptions {
   RunSessionOptions& setWorkerPath(std::string v) { workerPath = std::move(v); return *this; }
   RunSessionOptions& setWorkerArgs(std::vector<std::string> v) { workerArgs = std::move(v); return *this; }
   RunSessionOptions& setStore(RunStore* v) { store = v; return *this; }
+  RunSessionOptions& setStoreOptions(RunStoreOptions v) { storeOptions = v; return *this; }
   RunSessionOptions& setUnpackProgress(std::function<void(std::int64_t, std::int64_t)> v) {
     unpackProgress = std::move(v);
     return *this;

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -25,6 +26,7 @@
 #include "common/error.h"
 #include "common/step_block.h"
 #include "common/strategies.h"
+#include "launch/step_chunk.h"
 
 namespace ptw::core {
 namespace {
@@ -47,23 +49,6 @@ CREATE TABLE IF NOT EXISTS runs (
   host TEXT NOT NULL,
   profile TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS steps (
-  run_id INTEGER NOT NULL REFERENCES runs(id),
-  attempt INTEGER NOT NULL,
-  rank INTEGER NOT NULL,
-  step INTEGER NOT NULL,
-  epoch INTEGER NOT NULL,
-  loss REAL,
-  samples_per_s REAL,
-  step_ms REAL,
-  data_ms REAL,
-  compute_ms REAL,
-  comm_ms REAL,
-  opt_ms REAL,
-  lr REAL,
-  mem_bytes INTEGER
-);
-CREATE INDEX IF NOT EXISTS steps_by_run ON steps (run_id, rank, step);
 CREATE TABLE IF NOT EXISTS step_blocks (
   run_id INTEGER NOT NULL REFERENCES runs(id),
   attempt INTEGER NOT NULL,
@@ -74,6 +59,17 @@ CREATE TABLE IF NOT EXISTS step_blocks (
   records BLOB NOT NULL
 );
 CREATE INDEX IF NOT EXISTS step_blocks_by_run ON step_blocks (run_id, rank, first_step);
+CREATE TABLE IF NOT EXISTS step_chunks (
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  first_step INTEGER NOT NULL,
+  last_step INTEGER NOT NULL,
+  count INTEGER NOT NULL,
+  codec INTEGER NOT NULL,
+  records BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS step_chunks_by_run ON step_chunks (run_id, rank, first_step);
 CREATE TABLE IF NOT EXISTS step_files (
   run_id INTEGER PRIMARY KEY REFERENCES runs(id),
   unpacked_bytes INTEGER NOT NULL
@@ -87,11 +83,30 @@ CREATE TABLE IF NOT EXISTS validation (
 );
 )sql";
 
-// The records of a block: `count` of them, or as many as its bytes hold if fewer.
+// The `steps` table, a row a record: what stores of earlier builds hold, read and never
+// written (Note [Step blocks]). Its columns follow Note [Step fields]; a field added since
+// a store was made is read from its table as 0 (stepsColumns()).
+std::string stepsTableSql() {
+  std::string sql =
+      "CREATE TABLE IF NOT EXISTS steps (\n  run_id INTEGER NOT NULL REFERENCES runs(id),\n  attempt INTEGER NOT "
+      "NULL,\n  rank INTEGER NOT NULL";
+  StepRecord::forEachField([&](const char* name, auto m) {
+    bool key = false;  // the step and the epoch are never NULL
+    if constexpr (std::is_same_v<StepFieldType<decltype(m)>, std::int64_t>)
+      key = m == &StepRecord::step || m == &StepRecord::epoch;
+    const bool integer = std::is_same_v<StepFieldType<decltype(m)>, std::int64_t>;
+    sql += std::string(",\n  ") + name + (integer ? " INTEGER" : " REAL") + (key ? " NOT NULL" : "");
+  });
+  return sql + "\n);\nCREATE INDEX IF NOT EXISTS steps_by_run ON steps (run_id, rank, step);\n";
+}
+
+// The records of a block: `count` of them of `fields` fields, or as many as its bytes hold if fewer.
 template <class F>
-void forEachPacked(const unsigned char* bytes, std::size_t size, std::int64_t count, int rank, F&& f) {
-  const auto n = std::min<std::int64_t>(count, static_cast<std::int64_t>(size / kBlockRecordBytes));
-  for (std::int64_t i = 0; i < n; ++i) f(unpackStep(bytes + static_cast<std::size_t>(i) * kBlockRecordBytes, rank));
+void forEachPacked(const unsigned char* bytes, std::size_t size, std::int64_t count, int rank, std::size_t fields,
+                   F&& f) {
+  const std::size_t recordBytes = 8 * fields;
+  const auto n = std::min<std::int64_t>(count, static_cast<std::int64_t>(size / recordBytes));
+  for (std::int64_t i = 0; i < n; ++i) f(unpackStep(bytes + static_cast<std::size_t>(i) * recordBytes, rank, fields));
 }
 
 using FileBlock = BlockHeader;
@@ -165,10 +180,10 @@ void forEachFileBlock(int fd, long long from, F&& each) {
 // A block's records into `out`; false when they are not what its header says. Throws
 // ptw::Error when the file cannot be read (the records may be whole: nothing is passed over).
 bool readFileBlock(int fd, const FileBlock& b, std::vector<unsigned char>& out) {
-  out.resize(static_cast<std::size_t>(b.count) * kBlockRecordBytes);
+  out.resize(static_cast<std::size_t>(b.count * b.recordBytes()));
   PTW_CHECK(preadAll(fd, out.data(), out.size(), b.records), "run store: cannot read a step file (",
             std::strerror(errno), ")");
-  return blockChecksum(out.data(), out.size()) == b.sum;
+  return blockIsWhole(out.data(), out.size(), b.sum);
 }
 
 struct Fd {
@@ -234,6 +249,20 @@ long long unpackedBytes(sqlite3* db, std::int64_t runId) {
   return rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
 }
 
+// What collect() selects from `steps` after attempt and rank: its columns in the order of
+// Note [Step fields], 0 for one that a store of an earlier build has not.
+std::string stepsColumns(sqlite3* db) {
+  Statement info(db, "PRAGMA table_info(steps)");
+  std::vector<std::string> has;
+  while (sqlite3_step(info) == SQLITE_ROW)
+    has.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(info, 1)));
+  std::string out = "attempt, rank";
+  StepRecord::forEachField([&](const char* name, auto) {
+    out += std::string(", ") + (std::find(has.begin(), has.end(), name) != has.end() ? name : "0");
+  });
+  return out;
+}
+
 std::string text(sqlite3_stmt* s, int col) {
   auto p = sqlite3_column_text(s, col);
   return p ? reinterpret_cast<const char*>(p) : "";
@@ -241,7 +270,7 @@ std::string text(sqlite3_stmt* s, int col) {
 
 }  // namespace
 
-RunStore::RunStore(const std::string& runsDir)
+RunStore::RunStore(const std::string& runsDir, const RunStoreOptions& options)
     : m_path(runsDir + "/runs.sqlite"), m_blocksDir(runsDir + "/runs.blocks") {
   std::error_code ec;
   std::filesystem::create_directories(runsDir, ec);
@@ -263,14 +292,17 @@ RunStore::RunStore(const std::string& runsDir)
     exec("PRAGMA page_size=65536");
     exec("PRAGMA journal_mode=WAL");
     exec("PRAGMA synchronous=NORMAL");
-    // Fault-injection hook for the disk-full tests: cap the database size, in KiB.
-    if (const char* cap = std::getenv("PTW_STORE_MAX_KIB")) {
+    // The disk-full tests' cap on the database's size.
+    PTW_CHECK(options.sizeLimitKib >= 0, "run store: the size limit must be >= 0 KiB, got ", options.sizeLimitKib);
+    if (options.sizeLimitKib > 0) {
       Statement size(m_db, "PRAGMA page_size");
       const long long page = sqlite3_step(size) == SQLITE_ROW ? sqlite3_column_int64(size, 0) : 4096;
-      exec(("PRAGMA max_page_count=" + std::to_string(std::max(1LL, std::atoll(cap) * 1024 / page))).c_str());
-      m_maxStepFileBytes = std::max(1LL, std::atoll(cap) * 1024);
+      exec(("PRAGMA max_page_count=" + std::to_string(std::max(1LL, options.sizeLimitKib * 1024 / page))).c_str());
+      m_maxStepFileBytes = options.sizeLimitKib * 1024;
     }
     exec(kSchema);
+    exec(stepsTableSql().c_str());
+    m_stepsColumns = stepsColumns(m_db);
     // Runs left `running` by a supervisor that is gone: interrupted.
     Statement stale(m_db, "SELECT id, pid, host FROM runs WHERE status = 'running'");
     std::vector<std::int64_t> gone;
@@ -284,15 +316,10 @@ RunStore::RunStore(const std::string& runsDir)
       exec(("UPDATE runs SET status = 'interrupted', message = 'the supervisor ended without closing the run "
             "(killed, crashed, or the machine stopped); metrics up to the last second before are kept' "
             "WHERE id = " + std::to_string(id)).c_str());
-    PTW_CHECK(sqlite3_prepare_v2(m_db,
-                                 "INSERT INTO steps VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", -1,
-                                 &m_insertStep, nullptr) == SQLITE_OK,
-              "run store: ", sqlite3_errmsg(m_db));
     PTW_CHECK(sqlite3_prepare_v2(m_db, "INSERT INTO validation VALUES (?, ?, ?, ?, ?)", -1, &m_insertValidation,
                                  nullptr) == SQLITE_OK,
               "run store: ", sqlite3_errmsg(m_db));
   } catch (...) {
-    sqlite3_finalize(m_insertStep);
     sqlite3_finalize(m_insertValidation);
     sqlite3_close(m_db);
     throw;
@@ -321,7 +348,6 @@ RunStore::~RunStore() {
   } catch (...) {
   }
   closeStepFile();
-  sqlite3_finalize(m_insertStep);
   sqlite3_finalize(m_insertValidation);
   sqlite3_close(m_db);
 }
@@ -359,12 +385,14 @@ std::int64_t RunStore::beginRun(const std::string& dir, const Profile& p) {
   PTW_CHECK(sqlite3_step(s) == SQLITE_DONE, "run store ", m_path, ": cannot record the run (", sqlite3_errmsg(m_db),
             ")");
   const std::int64_t id = sqlite3_last_insert_rowid(m_db);
+  m_keep[id] = p.run;
   ::unlink(stepFilePath(id).c_str());  // a step file by this id is left from a database removed since
   return id;
 }
 
 void RunStore::append(std::int64_t runId, int attempt, const std::vector<Record>& batch) {
   if (!m_error.empty()) return;
+  const auto keep = m_keep.find(runId);
   Block* block = nullptr;
   for (const auto& r : batch) {
     if (r.kind == Record::Kind::Validation) {
@@ -373,6 +401,7 @@ void RunStore::append(std::int64_t runId, int attempt, const std::vector<Record>
     }
     if (r.kind != Record::Kind::Step) continue;
     const StepRecord& s = r.step;
+    if (keep != m_keep.end() && !keepsStep(keep->second, s.step)) continue;  // run.keep_every
     if (!block || block->rank != s.rank || block->count >= kBlockRecords) {
       block = nullptr;
       for (auto& b : m_blocks)
@@ -522,55 +551,114 @@ bool RunStore::writeBlocks() {
   return true;
 }
 
-// One block a transaction: the write lock is held for ~20 ms at a time (another run writing
-// to the same store is never kept waiting long), and a reader sees each block either packed
-// or as rows, never neither nor both.
-void RunStore::unpackBlocks(std::int64_t runId, const UnpackProgress& progress) {
+// Records of the step file (or of an old database's step_blocks row) on their way into chunks.
+struct RunStore::PendingBlock {
+  int attempt = 0, rank = 0;
+  long long end = 0;  ///< where the block ends in the step file
+  std::vector<StepRecord> records;
+};
+
+// The records of `blocks` that end past `after`, as one chunk per attempt and rank, inserted
+// in the transaction the caller holds. False when an insert fails.
+bool RunStore::insertChunks(std::int64_t runId, const std::vector<PendingBlock>& blocks, long long after) {
+  Statement insert(m_db, "INSERT INTO step_chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+  std::vector<bool> done(blocks.size(), false);
+  std::vector<StepRecord> records;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    if (done[i] || blocks[i].end <= after) continue;
+    records.clear();
+    for (std::size_t j = i; j < blocks.size(); ++j) {
+      const PendingBlock& b = blocks[j];
+      if (done[j] || b.end <= after || b.attempt != blocks[i].attempt || b.rank != blocks[i].rank) continue;
+      records.insert(records.end(), b.records.begin(), b.records.end());
+      done[j] = true;
+    }
+    if (records.empty()) continue;
+    std::int64_t first = records.front().step, last = first;
+    for (const auto& r : records) first = std::min(first, r.step), last = std::max(last, r.step);
+    const std::string blob = packChunk(records);
+    sqlite3_bind_int64(insert, 1, runId);
+    sqlite3_bind_int(insert, 2, blocks[i].attempt);
+    sqlite3_bind_int(insert, 3, blocks[i].rank);
+    sqlite3_bind_int64(insert, 4, first);
+    sqlite3_bind_int64(insert, 5, last);
+    sqlite3_bind_int64(insert, 6, static_cast<std::int64_t>(records.size()));
+    sqlite3_bind_int(insert, 7, kChunkCodec);
+    sqlite3_bind_blob(insert, 8, blob.data(), static_cast<int>(blob.size()), SQLITE_STATIC);
+    if (sqlite3_step(insert) != SQLITE_DONE) return false;
+    sqlite3_reset(insert);
+  }
+  return true;
+}
+
+// Rows of an old database's step_blocks (Note [Step blocks]) into chunks, a row a
+// transaction; their records are added to `done` as they are.
+void RunStore::unpackBlockRows(std::int64_t runId, const std::vector<std::pair<std::int64_t, std::int64_t>>& rows,
+                               std::int64_t& done, std::int64_t total, const UnpackProgress& progress) {
   auto fail = [&](bool inTransaction) {
     std::string why = sqlite3_errmsg(m_db);
     if (inTransaction) sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
-    PTW_FAIL("run store ", m_path, ": cannot unpack run ", runId, "'s step blocks into rows (", why,
+    PTW_FAIL("run store ", m_path, ": cannot pack run ", runId, "'s step blocks into chunks (", why,
              "); they are kept and still read");
   };
-  auto insertRows = [&](const unsigned char* bytes, std::size_t size, std::int64_t count, int attempt, int rank) {
-    forEachPacked(bytes, size, count, rank, [&](const StepRecord& r) {
-      sqlite3_stmt* s = m_insertStep;
-      sqlite3_reset(s);
-      sqlite3_bind_int64(s, 1, runId);
-      sqlite3_bind_int(s, 2, attempt);
-      sqlite3_bind_int(s, 3, r.rank);
-      sqlite3_bind_int64(s, 4, r.step);
-      sqlite3_bind_int64(s, 5, r.epoch);
-      sqlite3_bind_double(s, 6, r.loss);
-      sqlite3_bind_double(s, 7, r.samplesPerS);
-      sqlite3_bind_double(s, 8, r.stepMs);
-      sqlite3_bind_double(s, 9, r.dataMs);
-      sqlite3_bind_double(s, 10, r.computeMs);
-      sqlite3_bind_double(s, 11, r.commMs);
-      sqlite3_bind_double(s, 12, r.optMs);
-      sqlite3_bind_double(s, 13, r.lr);
-      sqlite3_bind_int64(s, 14, r.memBytes);
-      if (sqlite3_step(s) != SQLITE_DONE) fail(true);
-    });
+  Statement read(m_db, "SELECT attempt, rank, count, records FROM step_blocks WHERE rowid = ?");
+  Statement drop(m_db, "DELETE FROM step_blocks WHERE rowid = ?");
+  for (const auto& [block, records] : rows) {
+    if (sqlite3_exec(m_db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) fail(false);
+    sqlite3_reset(read);
+    sqlite3_bind_int64(read, 1, block);
+    const int rc = sqlite3_step(read);
+    if (rc == SQLITE_ROW) {
+      std::vector<PendingBlock> one(1);
+      one[0].attempt = sqlite3_column_int(read, 0);
+      one[0].rank = sqlite3_column_int(read, 1);
+      forEachPacked(static_cast<const unsigned char*>(sqlite3_column_blob(read, 3)),
+                    static_cast<std::size_t>(sqlite3_column_bytes(read, 3)), sqlite3_column_int64(read, 2),
+                    one[0].rank, kFirstBlockFields, [&](const StepRecord& r) { one[0].records.push_back(r); });
+      sqlite3_reset(read);
+      if (!insertChunks(runId, one, -1)) fail(true);
+    } else if (rc != SQLITE_DONE) {  // SQLITE_DONE: already packed by another connection
+      fail(true);
+    }
+    sqlite3_reset(drop);
+    sqlite3_bind_int64(drop, 1, block);
+    if (sqlite3_step(drop) != SQLITE_DONE) fail(true);
+    if (sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) fail(true);
+    done += records;
+    if (progress) progress(done, total);
+  }
+}
+
+// A transaction packs the records of a few blocks, at most kChunkRecords over the ranks,
+// into one chunk per rank (fewer and larger chunks compress better), and moves the file's
+// unpacked length past them: the write lock is held for a few tens of milliseconds at a
+// time (another run writing to the same store is never kept waiting long), and a reader
+// sees each block either in the file or in a chunk, never neither nor both.
+void RunStore::unpackBlocks(std::int64_t runId, const UnpackProgress& progress) {
+  constexpr std::int64_t kChunkRecords = 2 * kBlockRecords;
+  auto fail = [&](bool inTransaction) {
+    std::string why = sqlite3_errmsg(m_db);
+    if (inTransaction) sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+    PTW_FAIL("run store ", m_path, ": cannot pack run ", runId, "'s step blocks into chunks (", why,
+             "); they are kept and still read");
   };
   if (m_stepFile.runId == runId) {  // this store's own run: what it buffered, and no more appending to this file
     commitBuffer();
     closeStepFile();
   }
-  // Rows of an old database's step_blocks (Note [Step blocks]).
-  std::vector<std::pair<std::int64_t, std::int64_t>> blocks;  // rowid, records
+  std::vector<std::pair<std::int64_t, std::int64_t>> rows;  // an old database's step_blocks: rowid, records
   std::int64_t total = 0, done = 0;
   {
     Statement q(m_db, "SELECT rowid, count FROM step_blocks WHERE run_id = ? ORDER BY rowid");
     sqlite3_bind_int64(q, 1, runId);
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) {
-      blocks.emplace_back(sqlite3_column_int64(q, 0), sqlite3_column_int64(q, 1));
-      total += blocks.back().second;
+      rows.emplace_back(sqlite3_column_int64(q, 0), sqlite3_column_int64(q, 1));
+      total += rows.back().second;
     }
     if (rc != SQLITE_DONE) fail(false);
   }
-  // The step file's blocks past what is rows already, from their headers: each block's
+  // The step file's blocks past what is chunks already, from their headers: each block's
   // records are read once, below. Progress counts a block passed over as done.
   const std::string file = stepFilePath(runId);
   Fd fd{::open(file.c_str(), O_RDONLY | O_CLOEXEC)};
@@ -583,39 +671,27 @@ void RunStore::unpackBlocks(std::int64_t runId, const UnpackProgress& progress) 
       return true;
     });
   if (progress && total > 0) progress(0, total);
-
-  Statement read(m_db, "SELECT attempt, rank, count, records FROM step_blocks WHERE rowid = ?");
-  Statement drop(m_db, "DELETE FROM step_blocks WHERE rowid = ?");
-  for (const auto& [block, records] : blocks) {
-    if (sqlite3_exec(m_db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) fail(false);
-    sqlite3_reset(read);
-    sqlite3_bind_int64(read, 1, block);
-    const int rc = sqlite3_step(read);
-    if (rc == SQLITE_ROW) {
-      const int attempt = sqlite3_column_int(read, 0), rank = sqlite3_column_int(read, 1);
-      // A copy: the inserts below must not be able to move what the blob points at.
-      const auto* blob = static_cast<const unsigned char*>(sqlite3_column_blob(read, 3));
-      const std::basic_string<unsigned char> bytes(blob, blob + sqlite3_column_bytes(read, 3));
-      const std::int64_t count = sqlite3_column_int64(read, 2);
-      sqlite3_reset(read);
-      insertRows(bytes.data(), bytes.size(), count, attempt, rank);
-    } else if (rc != SQLITE_DONE) {  // SQLITE_DONE: already unpacked by another connection
-      fail(true);
-    }
-    sqlite3_reset(drop);
-    sqlite3_bind_int64(drop, 1, block);
-    if (sqlite3_step(drop) != SQLITE_DONE) fail(true);
-    if (sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) fail(true);
-    done += records;
-    if (progress) progress(done, total);
-  }
+  unpackBlockRows(runId, rows, done, total, progress);
 
   Statement advance(m_db, "UPDATE step_files SET unpacked_bytes = ? WHERE run_id = ?");
+  std::vector<PendingBlock> pending;
+  std::int64_t pendingRecords = 0;
   std::vector<unsigned char> bytes;
-  for (const FileBlock& b : fileBlocks) {
-    const bool whole = readFileBlock(fd.fd, b, bytes);
+  for (std::size_t i = 0; i < fileBlocks.size(); ++i) {
+    const FileBlock& b = fileBlocks[i];
+    // A block whose records are not what was written (the pages a crash left) is passed over, as readers do.
+    PendingBlock& p = pending.emplace_back();
+    p.attempt = b.attempt, p.rank = b.rank, p.end = b.end();
+    if (readFileBlock(fd.fd, b, bytes))
+      forEachPacked(bytes.data(), bytes.size(), b.count, b.rank, b.fields, [&](const StepRecord& r) { p.records.push_back(r); });
+    pendingRecords += b.count;
+    done += b.count;
+    if (pendingRecords < kChunkRecords && i + 1 < fileBlocks.size()) {
+      if (progress) progress(done, total);
+      continue;
+    }
     if (sqlite3_exec(m_db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) fail(false);
-    // Another connection may have unpacked this block meanwhile, or all of the file (its
+    // Another connection may have packed these blocks meanwhile, or all of the file (its
     // row gone): then there is nothing left to do here.
     long long now = 0;
     try {
@@ -627,19 +703,19 @@ void RunStore::unpackBlocks(std::int64_t runId, const UnpackProgress& progress) 
       if (sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) fail(true);
       break;
     }
-    if (now < b.end()) {
-      // A block whose records are not what was written (the pages a crash left) is passed over, as readers do.
-      if (whole) insertRows(bytes.data(), bytes.size(), b.count, b.attempt, b.rank);
+    if (now < p.end) {
+      if (!insertChunks(runId, pending, now)) fail(true);
       sqlite3_reset(advance);
-      sqlite3_bind_int64(advance, 1, b.end());
+      sqlite3_bind_int64(advance, 1, p.end);
       sqlite3_bind_int64(advance, 2, runId);
       if (sqlite3_step(advance) != SQLITE_DONE) fail(true);
     }
     if (sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) fail(true);
-    done += b.count;
+    pending.clear();
+    pendingRecords = 0;
     if (progress) progress(done, total);
   }
-  // All of the file that can be read is rows now. The file goes first: a crash between the
+  // All of the file that can be read is chunks now. The file goes first: a crash between the
   // two leaves a row whose file is gone, which readers skip and the next unpacking drops.
   if (from >= 0) {
     if (::unlink(file.c_str()) != 0 && errno != ENOENT)
@@ -665,11 +741,22 @@ void RunStore::endRun(std::int64_t runId, const std::string& status, const std::
     // stored records. Throughput is the caller's (the supervisor's meter); none when it
     // counted no step.
     Statement q(m_db,
-                "SELECT avg(loss) FROM steps WHERE run_id = ?1 AND step = (SELECT max(step) FROM steps WHERE "
-                "run_id = ?1)");
+                "SELECT max(s) FROM (SELECT max(step) AS s FROM steps WHERE run_id = ?1 UNION ALL SELECT "
+                "max(last_step) FROM step_chunks WHERE run_id = ?1 UNION ALL SELECT max(last_step) FROM step_blocks "
+                "WHERE run_id = ?1)");
     sqlite3_bind_int64(q, 1, runId);
-    if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL)
-      finalLoss = sqlite3_column_double(q, 0);
+    if (sqlite3_step(q) == SQLITE_ROW && sqlite3_column_type(q, 0) != SQLITE_NULL) {
+      const std::int64_t last = sqlite3_column_int64(q, 0);
+      sqlite3_reset(q);
+      try {
+        const auto at = collect(runId, -1, last, last);
+        double sum = 0;
+        for (const auto& r : at) sum += r.loss;
+        if (!at.empty()) finalLoss = sum / static_cast<double>(at.size());
+      } catch (const Error&) {
+        // Unreadable records leave the final loss empty; the run's status is not theirs to change.
+      }
+    }
   }
   Statement s(m_db,
               "UPDATE runs SET status = ?, ended_at = ?, message = ?, final_loss = ?, samples_per_s = ?, "
@@ -747,28 +834,40 @@ std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int
               sqlite3_errmsg(m_db), ")");
   };
   {
-    const std::string sql = std::string("SELECT attempt, rank, step, epoch, loss, samples_per_s, step_ms, data_ms, "
-                                        "compute_ms, comm_ms, opt_ms, lr, mem_bytes FROM steps WHERE run_id = ?1") +
-                            byRank + " AND step BETWEEN ?3 AND ?4";
+    const std::string sql = "SELECT " + m_stepsColumns + " FROM steps WHERE run_id = ?1" + byRank +
+                            " AND step BETWEEN ?3 AND ?4";
     Statement s(m_db, sql.c_str());
     bindRange(s);
     int rc;
     while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
       Found f{sqlite3_column_int(s, 0), {}};
-      StepRecord& r = f.r;
-      r.rank = sqlite3_column_int(s, 1);
-      r.step = sqlite3_column_int64(s, 2);
-      r.epoch = sqlite3_column_int64(s, 3);
-      r.loss = sqlite3_column_double(s, 4);
-      r.samplesPerS = sqlite3_column_double(s, 5);
-      r.stepMs = sqlite3_column_double(s, 6);
-      r.dataMs = sqlite3_column_double(s, 7);
-      r.computeMs = sqlite3_column_double(s, 8);
-      r.commMs = sqlite3_column_double(s, 9);
-      r.optMs = sqlite3_column_double(s, 10);
-      r.lr = sqlite3_column_double(s, 11);
-      r.memBytes = sqlite3_column_int64(s, 12);
+      f.r.rank = sqlite3_column_int(s, 1);
+      int column = 2;
+      StepRecord::forEachField([&](const char*, auto m) {
+        if constexpr (std::is_same_v<StepFieldType<decltype(m)>, double>) f.r.*m = sqlite3_column_double(s, column++);
+        else f.r.*m = sqlite3_column_int64(s, column++);
+      });
       found.push_back(f);
+    }
+    done(rc);
+  }
+  {
+    const std::string sql = std::string("SELECT attempt, rank, count, codec, records FROM step_chunks WHERE run_id = ?1") +
+                            byRank + " AND last_step >= ?3 AND first_step <= ?4";
+    Statement s(m_db, sql.c_str());
+    bindRange(s);
+    std::vector<StepRecord> chunk;
+    int rc;
+    while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+      const int attempt = sqlite3_column_int(s, 0), codec = sqlite3_column_int(s, 3);
+      PTW_CHECK(codec == kChunkCodec, "run store ", m_path, ": run ", runId, " has step chunks of codec ", codec,
+                ", this build reads ", kChunkCodec, " (written by a newer ptw?)");
+      chunk.clear();
+      unpackChunk(static_cast<const unsigned char*>(sqlite3_column_blob(s, 4)),
+                  static_cast<std::size_t>(sqlite3_column_bytes(s, 4)), sqlite3_column_int64(s, 2),
+                  sqlite3_column_int(s, 1), chunk);
+      for (const auto& r : chunk)
+        if (r.step >= x0 && r.step <= x1) found.push_back({attempt, r});
     }
     done(rc);
   }
@@ -782,7 +881,7 @@ std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int
       const int attempt = sqlite3_column_int(s, 0), blockRank = sqlite3_column_int(s, 1);
       forEachPacked(static_cast<const unsigned char*>(sqlite3_column_blob(s, 3)),
                     static_cast<std::size_t>(sqlite3_column_bytes(s, 3)), sqlite3_column_int64(s, 2), blockRank,
-                    [&](const StepRecord& r) {
+                    kFirstBlockFields, [&](const StepRecord& r) {
                       if (r.step >= x0 && r.step <= x1) found.push_back({attempt, r});
                     });
     }
@@ -793,7 +892,7 @@ std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int
     forEachFileBlock(file.fd, from, [&](const FileBlock& b) {
       if ((rank >= 0 && b.rank != rank) || b.lastStep < x0 || b.firstStep > x1 || !readFileBlock(file.fd, b, bytes))
         return true;
-      forEachPacked(bytes.data(), bytes.size(), b.count, b.rank, [&](const StepRecord& r) {
+      forEachPacked(bytes.data(), bytes.size(), b.count, b.rank, b.fields, [&](const StepRecord& r) {
         if (r.step >= x0 && r.step <= x1) found.push_back({b.attempt, r});
       });
       return true;
@@ -821,7 +920,7 @@ std::int64_t RunStore::stepCount(std::int64_t runId) {
   const Snapshot snapshot(m_db);
   Statement s(m_db,
               "SELECT (SELECT count(*) FROM steps WHERE run_id = ?1) + (SELECT ifnull(sum(count), 0) FROM step_blocks "
-              "WHERE run_id = ?1)");
+              "WHERE run_id = ?1) + (SELECT ifnull(sum(count), 0) FROM step_chunks WHERE run_id = ?1)");
   sqlite3_bind_int64(s, 1, runId);
   std::int64_t n = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
   if (const long long from = unpackedBytes(m_db, runId); file.fd >= 0 && from >= 0) {
@@ -859,16 +958,70 @@ void RunStore::exportCsv(std::int64_t runId, const std::string& path) {
   {
     std::ofstream out(tmp, std::ios::trunc);
     PTW_CHECK(out, path, ": cannot write (", std::strerror(errno), "); choose a writable file");
-    out << "rank,step,epoch,loss,samples_per_s,step_ms,data_ms,compute_ms,comm_ms,opt_ms,lr,mem_bytes\n";
+    out << "rank";
+    StepRecord::forEachField([&](const char* name, auto) { out << ',' << name; });
+    out << '\n';
     out.precision(std::numeric_limits<double>::max_digits10);  // every value read back exactly
-    for (const auto& r : steps(runId))
-      out << r.rank << ',' << r.step << ',' << r.epoch << ',' << r.loss << ',' << r.samplesPerS << ',' << r.stepMs
-          << ',' << r.dataMs << ',' << r.computeMs << ',' << r.commMs << ',' << r.optMs << ',' << r.lr << ','
-          << r.memBytes << '\n';
+    for (const auto& r : steps(runId)) {
+      out << r.rank;
+      StepRecord::forEachField([&](const char*, auto m) { out << ',' << r.*m; });
+      out << '\n';
+    }
     out.flush();
     PTW_CHECK(out.good(), path, ": write failed (", std::strerror(errno), ")");
   }
   PTW_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, path, ": cannot replace (", std::strerror(errno), ")");
+}
+
+namespace {
+
+// The records a run of `p` stores, over its reporting ranks, or -1 when its length is not
+// known. A run of epochs is taken at the steps of single-rank training, an upper bound.
+double projectedRecords(const Profile& p) {
+  double steps = static_cast<double>(p.hyper.maxSteps);
+  if (steps <= 0) {
+    if (p.hyper.epochs <= 0 || p.hyper.batchSize <= 0) return -1;
+    const double train = std::ceil(static_cast<double>(p.data.samples) * (1.0 - p.data.valFraction));
+    steps = static_cast<double>(p.hyper.epochs) * std::ceil(train / static_cast<double>(p.hyper.batchSize));
+  }
+  const RunOptions& r = p.run;
+  double kept = steps;
+  if (r.keepEvery > 1 && steps > static_cast<double>(r.keepAllUntil)) {
+    const double until = static_cast<double>(r.keepAllUntil), every = static_cast<double>(r.keepEvery);
+    kept = until + std::floor(steps / every) - std::floor(until / every);
+  }
+  return kept * reportingRanks(p);
+}
+
+std::string gigabytes(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GB", bytes / 1e9);
+  return buf;
+}
+
+}  // namespace
+
+std::string storeSpaceWarning(const Profile& p, const std::string& runsDir, long long freeBytes) {
+  const double records = projectedRecords(p);
+  if (records <= 0) return "";
+  if (freeBytes < 0) {
+    std::filesystem::path dir = runsDir.empty() ? "." : runsDir;
+    std::error_code ec;
+    while (!std::filesystem::exists(dir, ec) && dir.has_parent_path() && dir.parent_path() != dir)
+      dir = dir.parent_path();
+    struct statvfs vfs {};
+    if (::statvfs(dir.c_str(), &vfs) != 0) return "";
+    freeBytes = static_cast<long long>(vfs.f_bavail) * static_cast<long long>(vfs.f_frsize);
+  }
+  const double stored = records * kStoredRecordBytes, peak = records * static_cast<double>(kBlockRecordBytes) + stored;
+  if (peak <= static_cast<double>(freeBytes)) return "";
+  char count[32];
+  std::snprintf(count, sizeof count, "%.0f", records);
+  return std::string("run store: this run's ") + count + " step records would take " + gigabytes(peak) +
+         " of disk just before it ends (" + gigabytes(stored) + " once stored), and " + runsDir + " has " +
+         gigabytes(static_cast<double>(freeBytes)) +
+         " free; free space, choose another --runs-dir, or keep fewer records (run.keep_every, "
+         "run.keep_all_until)";
 }
 
 }  // namespace ptw::core

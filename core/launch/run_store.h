@@ -2,7 +2,8 @@
 // per runs directory (<runs dir>/runs.sqlite). One writer per run (its supervisor);
 // WAL mode so the window can read while a run writes. Records are buffered and written at
 // least every 250 ms, so a crash of a worker or of the supervisor loses at most the last
-// fraction of a second. Nothing is sampled away.
+// fraction of a second. Nothing is sampled away, unless the profile asks
+// (run.keep_every past run.keep_all_until).
 // The schema is documented in the README. A RunStore is used by one thread at a time
 // (it may be handed from one to another); readers elsewhere open their own.
 //
@@ -18,19 +19,23 @@
 // (to the WAL, then copied back into the database) besides SQLite's own work, about a
 // third of the window's CPU per record at the shared-memory rate. An old database's
 // `step_blocks` rows are still read, and unpacked like a file's blocks.
-// When the run ends (endRun) its blocks are unpacked into `steps`, one row per record, for
-// plain SQL; an interrupted run's when the next run ends, or at `ptw runs` or `ptw export`.
-// A block's rows are committed with the file's unpacked length (`step_files`), so a reader
-// reads the file only past what is rows, and an unpacking cut short resumes where it
-// stopped; the file is removed once all of it is rows. Every reader here reads all forms,
-// so a record is visible as soon as it is written, in whichever form it is at the time. A
-// block that is not whole (a write cut short: its rank killed, a crash) is passed over, and
-// reading goes on at the next block's header.
+// When the run ends (endRun) its blocks are packed into `step_chunks`, 16,384 records or
+// fewer a transaction, as a row per rank and attempt, the records compressed field by field
+// (launch/step_chunk.h), a few bytes each; an interrupted run's when the next run ends, or
+// at `ptw runs` or `ptw export`. Stores of earlier builds hold `steps`, one row per record,
+// and an old database's `step_blocks` rows: both are still read, and step_blocks rows are
+// packed like a file's blocks. Chunks are committed with the file's unpacked length
+// (`step_files`), so a reader reads the file only past what is chunks, and an unpacking cut
+// short resumes where it stopped; the file is removed once all of it is chunks. Every
+// reader here reads all forms, so a record is visible as soon as it is written, in
+// whichever form it is at the time. A block that is not whole (a write cut short: its rank
+// killed, a crash) is passed over, and reading goes on at the next block's header.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -41,6 +46,18 @@ struct sqlite3;
 struct sqlite3_stmt;
 
 namespace ptw::core {
+
+/// The bytes a step record of the default profile costs the store once its run has ended,
+/// at most (Note [Step blocks]; a test holds a realistic run to it): what projections use.
+inline constexpr double kStoredRecordBytes = 16;
+
+/// "" when the step records of a run of `profile` would fit in the free disk of `runsDir`,
+/// else a warning that says how much they would take, how much is free, and what to do.
+/// They take the most just before the run ends: its step file (kBlockRecordBytes a record)
+/// and the chunks it is being packed into. A run bounded by neither hyper.max_steps nor
+/// hyper.epochs is not projected. `freeBytes` < 0: the free space of the file system that
+/// holds `runsDir` (or the nearest folder above it that exists).
+std::string storeSpaceWarning(const Profile& profile, const std::string& runsDir, long long freeBytes = -1);
 
 struct RunRow {
   std::int64_t id = 0;
@@ -57,12 +74,21 @@ struct RunRow {
   std::string profileJson;
 };
 
+/// How a RunStore is opened.
+/// Example: RunStore store(dir, RunStoreOptions().setSizeLimitKib(640));
+struct RunStoreOptions {
+  /// The KiB the database, and each run's step file, may reach before writes fail as on a
+  /// full disk (the disk-full tests); 0: no limit.
+  long long sizeLimitKib = 0;
+  RunStoreOptions& setSizeLimitKib(long long kib) { sizeLimitKib = kib; return *this; }
+};
+
 class RunStore {
  public:
   /// Opens or creates <runsDir>/runs.sqlite. Runs that a supervisor left `running` and
   /// that no live process owns any more are marked `interrupted`. Throws ptw::Error
   /// naming the file when it cannot be opened or written.
-  explicit RunStore(const std::string& runsDir);
+  explicit RunStore(const std::string& runsDir, const RunStoreOptions& options = {});
   ~RunStore();
   RunStore(const RunStore&) = delete;
   RunStore(RunStore&&) = delete;
@@ -81,10 +107,10 @@ class RunStore {
   /// write their steps] in engine/worker.cpp), made ready for them and its readers; "" when
   /// it cannot be (the ranks then send their records, and append() stores them).
   std::string stepFileForRanks(std::int64_t runId);
-  /// The bytes a step file may reach before writes to it fail as on a full disk (the
-  /// disk-full tests' PTW_STORE_MAX_KIB); 0: no limit.
+  /// The bytes a step file may reach before writes to it fail as on a full disk
+  /// (RunStoreOptions::sizeLimitKib); 0: no limit.
   long long stepFileLimit() const { return m_maxStepFileBytes; }
-  /// Called as step records become rows: `done` of `total`, from 0 (before the first block)
+  /// Called as step records become chunks: `done` of `total`, from 0 (before the first block)
   /// to `total`, once a block (at most 8,192 records, ~20 ms).
   using UnpackProgress = std::function<void(std::int64_t done, std::int64_t total)>;
 
@@ -96,7 +122,7 @@ class RunStore {
   /// "" while every write succeeded, else what failed and what to do.
   const std::string& error() const { return m_error; }
 
-  /// Unpacks the run's step blocks into `steps` rows (Note [Step blocks]); endRun does it.
+  /// Packs the run's step blocks into chunks (Note [Step blocks]); endRun does it.
   /// Throws ptw::Error when it cannot (the blocks are then kept and still read).
   void unpackBlocks(std::int64_t runId, const UnpackProgress& progress = {});
   /// Unpacks the blocks of every run that is not running (interrupted, or whose unpacking
@@ -127,13 +153,18 @@ class RunStore {
   void closeStepFile();
   void exec(const char* sql);
   void commitBuffer();
+  struct PendingBlock;
+  bool insertChunks(std::int64_t runId, const std::vector<PendingBlock>& blocks, long long after);
+  void unpackBlockRows(std::int64_t runId, const std::vector<std::pair<std::int64_t, std::int64_t>>& rows,
+                       std::int64_t& done, std::int64_t total, const UnpackProgress& progress);
   /// Step records of `runId` in [x0, x1] of `rank` (-1: every rank) from rows and blocks,
   /// ordered by rank and step, where attempts overlap the latest attempt's.
   std::vector<StepRecord> collect(std::int64_t runId, int rank, std::int64_t x0, std::int64_t x1);
 
   std::string m_path;
   sqlite3* m_db = nullptr;
-  sqlite3_stmt* m_insertStep = nullptr;
+  std::map<std::int64_t, RunOptions> m_keep;  ///< the runs begun here: which step records they keep
+  std::string m_stepsColumns;  ///< what collect() selects from `steps` (stepsColumns())
   sqlite3_stmt* m_insertValidation = nullptr;
   struct Block {
     std::int64_t runId;
@@ -153,7 +184,7 @@ class RunStore {
   std::chrono::steady_clock::time_point m_lastCommit = std::chrono::steady_clock::now();
   std::string m_error;
   std::string m_blocksDir;
-  long long m_maxStepFileBytes = 0;  ///< PTW_STORE_MAX_KIB, for the disk-full tests; 0: none
+  long long m_maxStepFileBytes = 0;  ///< RunStoreOptions::sizeLimitKib in bytes; 0: none
   struct StepFile {
     std::int64_t runId = 0;
     int fd = -1;

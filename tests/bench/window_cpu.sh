@@ -36,6 +36,7 @@ try:
     db = sqlite3.connect(f"file:{runs}/runs.sqlite?mode=ro", uri=True)
     n += db.execute("SELECT count(*) FROM steps").fetchone()[0]
     n += db.execute("SELECT ifnull(sum(count), 0) FROM step_blocks").fetchone()[0]
+    n += db.execute("SELECT ifnull(sum(count), 0) FROM step_chunks").fetchone()[0]
 except sqlite3.Error:
     pass
 for path in glob.glob(f"{runs}/runs.blocks/*"):
@@ -43,11 +44,12 @@ for path in glob.glob(f"{runs}/runs.blocks/*"):
         data = f.read()
     at = 0
     while at + 40 <= len(data):
-        magic, count = struct.unpack_from("<4sI", data, at)
-        if magic != b"PTWB" or at + 40 + 88 * count > len(data):
+        magic, count, fields = struct.unpack_from("<4sHH", data, at)
+        size = 8 * (fields or 11) * count
+        if magic != b"PTWB" or at + 40 + size > len(data):
             break
         n += count
-        at += 40 + 88 * count
+        at += 40 + size
 print(n)
 EOF
 }

@@ -570,9 +570,7 @@ class TestHeadless : public QObject {
   // The metrics store fills up: the run is stopped and fails (exit 3) with the reason.
   void fullMetricsStoreExitsThreeWithTheReason() {
     QTemporaryDir runs;
-    auto env = QProcessEnvironment::systemEnvironment();
-    env.insert("PTW_STORE_MAX_KIB", "640");
-    Result r = runPtw({"--set", "hyper.max_steps=1000000000"}, runs, env);
+    Result r = runPtw({"--store-limit-kib", "640", "--set", "hyper.max_steps=1000000000"}, runs);
     QCOMPARE(r.code, 3);
     QVERIFY2(r.err.contains("is full") && r.err.contains("free space"), qPrintable(r.err));
   }
@@ -664,7 +662,7 @@ class TestHeadless : public QObject {
       QCOMPARE(s.step, last[static_cast<std::size_t>(s.rank)] + 1);
       last[static_cast<std::size_t>(s.rank)] = s.step;
     }
-    // `ptw runs` turns its packed records into `steps` rows, the same records.
+    // `ptw runs` packs its step file into chunks, the same records.
     QProcess list;
     list.start(test::binDir() + "/ptw", {"runs", "--runs-dir", runs.path()});
     QVERIFY(list.waitForFinished(30000));
@@ -672,9 +670,9 @@ class TestHeadless : public QObject {
     {
       test::Sql sql(store.path());
       QCOMPARE(sql.count("SELECT count(*) FROM step_files"), std::int64_t(0));
-      QCOMPARE(sql.count("SELECT count(*) FROM steps"), static_cast<std::int64_t>(steps.size()));
+      QCOMPARE(sql.count("SELECT sum(count) FROM step_chunks"), static_cast<std::int64_t>(steps.size()));
     }
-    QVERIFY(QDir(runs.filePath("runs.blocks")).isEmpty());  // the step file is gone once it is rows
+    QVERIFY(QDir(runs.filePath("runs.blocks")).isEmpty());  // the step file is gone once it is chunks
     const auto rows = store.steps(all[0].id);
     QCOMPARE(rows.size(), steps.size());
     for (std::size_t i = 0; i < rows.size(); ++i)
@@ -767,7 +765,20 @@ class TestHeadless : public QObject {
     QVERIFY2(err.endsWith("ptw: stored 500000 of 500000" + what + "\n"), qPrintable(err));
     QVERIFY(QString::fromUtf8(list.readAllStandardOutput()).contains("interrupted"));
     test::Sql sql(runs.filePath("runs.sqlite").toStdString());
-    QCOMPARE(sql.count("SELECT count(*) FROM steps"), 2 * steps);
+    QCOMPARE(sql.count("SELECT sum(count) FROM step_chunks"), 2 * steps);
+  }
+
+  // run.keep_every past run.keep_all_until: the ranks write the records of those steps only.
+  void keepEveryNthStepRecord() {
+    QTemporaryDir runs;
+    Result r = runPtw({"--set", "hyper.max_steps=25", "--set", "run.keep_every=5", "--set", "run.keep_all_until=10"},
+                      runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    std::vector<std::int64_t> kept[2];
+    for (const auto& s : RunStore(runs.path().toStdString()).steps(1)) kept[s.rank].push_back(s.step);
+    const std::vector<std::int64_t> expected{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 15, 20, 25};
+    QCOMPARE(kept[0], expected);
+    QCOMPARE(kept[1], expected);
   }
 
   // Note [One run lifecycle]: however a run is started, its row holds the final loss and

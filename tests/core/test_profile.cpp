@@ -190,6 +190,25 @@ class TestProfile : public QObject {
     QVERIFY2(problems.isEmpty(), qPrintable("docs/profiles.md is out of step with the profile:\n  " + problems.join("\n  ")));
   }
 
+  // run.keep_every and run.keep_all_until: which steps' records the store keeps; by
+  // default every one, and they travel in the profile's JSON.
+  void keptStepsFollowTheProfile() {
+    Profile p = defaultProfile();
+    for (std::int64_t s : {1, 2, 3, 1000001}) QVERIFY(keepsStep(p.run, s));
+    p = applyOverrides(p, {"run.keep_every=100", "run.keep_all_until=250"});
+    QCOMPARE(p.run.keepEvery, std::int64_t(100));
+    QCOMPARE(p.run.keepAllUntil, std::int64_t(250));
+    std::vector<std::int64_t> kept;
+    for (std::int64_t s = 1; s <= 1000; ++s)
+      if (keepsStep(p.run, s)) kept.push_back(s);
+    QCOMPARE(kept.size(), std::size_t(250 + 8));  // 1..250, then 300, 400, .., 1000
+    QCOMPARE(kept[250], std::int64_t(300));
+    QCOMPARE(kept.back(), std::int64_t(1000));
+    QTemporaryDir dir;
+    saveProfile(p, dir.filePath("p.json").toStdString());
+    QVERIFY(loadProfile(dir.filePath("p.json").toStdString()) == p);
+  }
+
   void invalidProfilesAreRejected_data() {
     QTest::addColumn<QString>("json");
     QTest::addColumn<QString>("expected");
@@ -234,6 +253,10 @@ class TestProfile : public QObject {
                                       << "hyper.schedule: expected one of constant, step, cosine";
     QTest::newRow("eval without split") << R"({"run": {"eval_every": 5}})"
                                         << "run.eval_every: validation needs a held-out split";
+    QTest::newRow("keep no records") << R"({"run": {"keep_every": 0}})"
+                                     << "run.keep_every: must be >= 1 (1 keeps every step's records), got 0";
+    QTest::newRow("keep until a negative step") << R"({"run": {"keep_every": 5, "keep_all_until": -1}})"
+                                                << "run.keep_all_until: must be >= 0, got -1";
     QTest::newRow("csv without path") << R"({"data": {"kind": "csv", "target": "y"}})" << "data.path: csv needs the file";
     QTest::newRow("csv without target") << R"({"data": {"kind": "csv", "path": "d.csv"}})"
                                         << "data.target: csv needs the name of the target column";

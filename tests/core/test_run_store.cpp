@@ -1,11 +1,13 @@
 // The run store: step records are packed in blocks and appended to the run's step file
-// while it goes (Note [Step blocks]), read back exactly from the file, rows or both, and
-// unpacked into plain `steps` rows when the run ends or is found interrupted.
+// while it goes (Note [Step blocks]), read back exactly from the file, chunks or both, and
+// packed into compressed `step_chunks` when the run ends or is found interrupted; the rows
+// of stores of earlier builds are still read.
 #include <QTemporaryDir>
 #include <QTest>
 
 #include <sqlite3.h>
 #include <sys/wait.h>
+#include <xxhash.h>
 #include <unistd.h>
 
 #include <cmath>
@@ -13,17 +15,25 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/profile.h"
+#include "common/error.h"
+#include "common/step_block.h"
 #include "launch/run_store.h"
+#include "launch/step_chunk.h"
 #include "sql_support.h"
 
 using namespace ptw::core;
 using ptw::test::Sql;
 
 namespace {
+
+// The step records a store holds in chunks (Note [Step blocks]), with a WHERE clause to follow.
+const std::string kChunked = "SELECT ifnull(sum(count), 0) FROM step_chunks";
 
 // A record whose every field is its own function of (rank, step, attempt).
 Record stepRecord(int rank, std::int64_t step, int attempt = 0) {
@@ -45,7 +55,73 @@ Record stepRecord(int rank, std::int64_t step, int attempt = 0) {
   return r;
 }
 
-std::uint64_t le(const unsigned char* p, int bytes) {
+// Every field the same to the bit (NaNs and negative zeros included).
+bool sameBits(const StepRecord& a, const StepRecord& b) {
+  bool same = a.rank == b.rank;
+  StepRecord::forEachField([&](const char*, auto m) { same = same && std::memcmp(&(a.*m), &(b.*m), 8) == 0; });
+  return same;
+}
+
+// The schema of a store written before step chunks, verbatim.
+constexpr const char* kRowsSchema = R"sql(
+CREATE TABLE IF NOT EXISTS runs (
+  id INTEGER PRIMARY KEY,
+  dir TEXT NOT NULL,
+  name TEXT NOT NULL,
+  strategy TEXT NOT NULL,
+  world INTEGER NOT NULL,
+  status TEXT NOT NULL,
+  started_at TEXT NOT NULL,
+  ended_at TEXT,
+  message TEXT,
+  final_loss REAL,
+  samples_per_s REAL,
+  attempts INTEGER NOT NULL DEFAULT 1,
+  pid INTEGER NOT NULL,
+  host TEXT NOT NULL,
+  profile TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS steps (
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  epoch INTEGER NOT NULL,
+  loss REAL,
+  samples_per_s REAL,
+  step_ms REAL,
+  data_ms REAL,
+  compute_ms REAL,
+  comm_ms REAL,
+  opt_ms REAL,
+  lr REAL,
+  mem_bytes INTEGER
+);
+CREATE INDEX IF NOT EXISTS steps_by_run ON steps (run_id, rank, step);
+CREATE TABLE IF NOT EXISTS step_blocks (
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  first_step INTEGER NOT NULL,
+  last_step INTEGER NOT NULL,
+  count INTEGER NOT NULL,
+  records BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS step_blocks_by_run ON step_blocks (run_id, rank, first_step);
+CREATE TABLE IF NOT EXISTS step_files (
+  run_id INTEGER PRIMARY KEY REFERENCES runs(id),
+  unpacked_bytes INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS validation (
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  attempt INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  val_loss REAL,
+  val_accuracy REAL
+);
+)sql";
+
+std::uint64_t little(const unsigned char* p, int bytes) {
   std::uint64_t u = 0;
   for (int i = bytes - 1; i >= 0; --i) u = (u << 8) | p[i];
   return u;
@@ -59,25 +135,26 @@ std::vector<unsigned char> fileBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
-struct BlockHeader {
-  std::uint32_t magic, count;
+struct LaidOutBlock {
+  std::uint32_t magic, count, fields;
   int rank, attempt;
   std::int64_t firstStep, lastStep;
   const unsigned char* records;
 };
-std::vector<BlockHeader> blocksOf(const std::vector<unsigned char>& f) {
-  std::vector<BlockHeader> out;
+std::vector<LaidOutBlock> blocksOf(const std::vector<unsigned char>& f) {
+  std::vector<LaidOutBlock> out;
   for (std::size_t at = 0; at + 40 <= f.size();) {
     const unsigned char* h = f.data() + at;
-    BlockHeader b{static_cast<std::uint32_t>(le(h, 4)),
-                  static_cast<std::uint32_t>(le(h + 4, 4)),
-                  static_cast<int>(le(h + 8, 4)),
-                  static_cast<int>(le(h + 12, 4)),
-                  static_cast<std::int64_t>(le(h + 16, 8)),
-                  static_cast<std::int64_t>(le(h + 24, 8)),
+    LaidOutBlock b{static_cast<std::uint32_t>(little(h, 4)),
+                  static_cast<std::uint32_t>(little(h + 4, 2)),
+                  static_cast<std::uint32_t>(little(h + 6, 2)),
+                  static_cast<int>(little(h + 8, 4)),
+                  static_cast<int>(little(h + 12, 4)),
+                  static_cast<std::int64_t>(little(h + 16, 8)),
+                  static_cast<std::int64_t>(little(h + 24, 8)),
                   h + 40};
     out.push_back(b);
-    at += 40 + 88 * std::size_t(b.count);
+    at += 40 + 8 * std::size_t(b.fields) * std::size_t(b.count);
   }
   return out;
 }
@@ -127,8 +204,8 @@ class TestRunStore : public QObject {
       QVERIFY(store.series(id, -1, "loss", 0, 100).empty());
       QCOMPARE(sql.count("SELECT count(*) FROM validation WHERE run_id = " + std::to_string(id)), std::int64_t(2));
     };
-    // Packed: nothing in `steps` yet; in the step file, blocks of at most 8,192 records.
-    QCOMPARE(sql.count("SELECT count(*) FROM steps"), std::int64_t(0));
+    // Packed: nothing in chunks yet; in the step file, blocks of at most 8,192 records.
+    QCOMPARE(sql.count(kChunked), std::int64_t(0));
     const auto blocks = blocksOf(fileBytes(stepFile(dir, id)));
     QCOMPARE(blocks.size(), std::size_t(8));
     std::int64_t most = 0;
@@ -151,19 +228,19 @@ class TestRunStore : public QObject {
     QCOMPARE(store.error(), std::string());
     QVERIFY(!std::filesystem::exists(stepFile(dir, id)));
     QCOMPARE(sql.count("SELECT count(*) FROM step_files"), std::int64_t(0));
-    QCOMPARE(sql.count("SELECT count(*) FROM steps WHERE run_id = " + std::to_string(id)), 2 * steps);
-    // Plain SQL sees the fields, and the run's summary came from them.
-    QCOMPARE(sql.count("SELECT mem_bytes FROM steps WHERE rank = 1 AND step = 777"), std::int64_t(1'000'777));
-    QCOMPARE(sql.count("SELECT count(*) FROM steps WHERE rank = 0 AND step = 20000 AND loss = " +
-                       QString::number(stepRecord(0, 20000).step.loss, 'g', 17).toStdString()),
-             std::int64_t(1));
+    QCOMPARE(sql.count(kChunked + " WHERE run_id = " + std::to_string(id)), 2 * steps);
+    // The chunks are read back with the fields, and the run's summary came from them.
+    const auto packed = store.steps(id);
+    QCOMPARE(packed[steps + 776].memBytes, std::int64_t(1'000'777));
+    QCOMPARE(packed[steps - 1].step, std::int64_t(20000));
+    QCOMPARE(packed[steps - 1].loss, stepRecord(0, 20000).step.loss);
     const auto row = store.run(id);
     QCOMPARE(row.finalLoss, (stepRecord(0, steps).step.loss + stepRecord(1, steps).step.loss) / 2);
     QVERIFY(std::isnan(row.samplesPerS));  // none given: left empty, not averaged over warm-up and all
     check();
   }
 
-  // A step file is blocks of a 40-byte header (magic "PTWB", count, rank, attempt,
+  // A step file is blocks of a 40-byte header (magic "PTWB", count, fields, rank, attempt,
   // first_step, last_step, checksum) and count x 88 bytes, little-endian: step, epoch,
   // 8 doubles, mem_bytes (README).
   void blocksHaveTheDocumentedLayout() {
@@ -176,32 +253,30 @@ class TestRunStore : public QObject {
     QCOMPARE(bytes.size(), std::size_t(40 + 2 * 88));
     const auto blocks = blocksOf(bytes);
     QCOMPARE(blocks.size(), std::size_t(1));
-    const BlockHeader& h = blocks[0];
+    const LaidOutBlock& h = blocks[0];
     QCOMPARE(std::string(reinterpret_cast<const char*>(bytes.data()), 4), std::string("PTWB"));
     QCOMPARE(h.count, std::uint32_t(2));
+    QCOMPARE(h.fields, std::uint32_t(11));
     QCOMPARE(h.rank, 1);
     QCOMPARE(h.attempt, 3);
     QCOMPARE(h.firstStep, std::int64_t(41));
     QCOMPARE(h.lastStep, std::int64_t(42));
     const unsigned char* b = h.records + 88;  // the second record
     auto f64 = [&](int at) {
-      const std::uint64_t u = le(b + at, 8);
+      const std::uint64_t u = little(b + at, 8);
       double d;
       std::memcpy(&d, &u, 8);
       return d;
     };
     const auto expect = stepRecord(1, 42).step;
-    QCOMPARE(static_cast<std::int64_t>(le(b, 8)), expect.step);
-    QCOMPARE(static_cast<std::int64_t>(le(b + 8, 8)), expect.epoch);
+    QCOMPARE(static_cast<std::int64_t>(little(b, 8)), expect.step);
+    QCOMPARE(static_cast<std::int64_t>(little(b + 8, 8)), expect.epoch);
     const double values[8] = {expect.loss,      expect.samplesPerS, expect.stepMs, expect.dataMs,
                               expect.computeMs, expect.commMs,      expect.optMs,  expect.lr};
     for (int i = 0; i < 8; ++i) QCOMPARE(f64(16 + 8 * i), values[i]);
-    QCOMPARE(static_cast<std::int64_t>(le(b + 80, 8)), expect.memBytes);
-    // The checksum as the README gives it: 22 words, 5 fours and 2 left for lane 0.
-    auto mix = [](std::uint64_t l, std::uint64_t w) { return ((l << 7) | (l >> 57)) + w; };
-    std::uint64_t lane[4] = {2 * 88, 1, 2, 3};
-    for (int w = 0; w < 22; ++w) lane[w < 20 ? w % 4 : 0] = mix(lane[w < 20 ? w % 4 : 0], le(h.records + 8 * w, 8));
-    QCOMPARE(le(bytes.data() + 32, 8), mix(mix(mix(lane[0], lane[1]), lane[2]), lane[3]));
+    QCOMPARE(static_cast<std::int64_t>(little(b + 80, 8)), expect.memBytes);
+    // The checksum as the README gives it: XXH3-64 of the records.
+    QCOMPARE(little(bytes.data() + 32, 8), std::uint64_t(XXH3_64bits(h.records, 2 * 88)));
   }
 
   // A crash can leave a block cut short, or pages of the file as zeros: a block cut short
@@ -238,7 +313,7 @@ class TestRunStore : public QObject {
       store.endRun(id, "finished", "", 0.5, 1.0, 1);
       QCOMPARE(store.stepCount(id), std::int64_t(200));
       Sql sql(store.path());
-      QCOMPARE(sql.count("SELECT count(*) FROM steps"), std::int64_t(200));
+      QCOMPARE(sql.count(kChunked), std::int64_t(200));
       QVERIFY(!std::filesystem::exists(path));
     }
   }
@@ -284,8 +359,9 @@ class TestRunStore : public QObject {
       }
       store.endRun(id, "finished", "", 0.5, 1.0, 1);
       Sql sql(store.path());
-      QCOMPARE(sql.count("SELECT count(*) FROM steps"), std::int64_t(300));
-      QCOMPARE(sql.count("SELECT count(*) FROM steps WHERE rank = 1 AND step <= 100"), std::int64_t(0));
+      QCOMPARE(sql.count(kChunked), std::int64_t(300));
+      QCOMPARE(sql.count(kChunked + " WHERE rank = 1 AND first_step <= 100"), std::int64_t(0));
+      QCOMPARE(store.steps(id).size(), expected.size());
       QVERIFY(!std::filesystem::exists(path));
     }
   }
@@ -313,20 +389,21 @@ class TestRunStore : public QObject {
           QCOMPARE(total, 2 * steps);
           QCOMPARE(reader.stepCount(id), 2 * steps);
           QCOMPARE(reader.steps(id).size(), std::size_t(2 * steps));
-          if (done > 0 && ++blocks == 2) throw Stop{};  // two of six blocks are rows
+          if (done > 0 && ++blocks == 2) throw Stop{};  // two of six blocks are chunks
         });
         QFAIL("unpacking was not stopped");
       } catch (const Stop&) {
       }
       Sql sql(store.path());
-      QCOMPARE(sql.count("SELECT count(*) FROM steps"), std::int64_t(2 * 8192));
+      QCOMPARE(sql.count(kChunked), std::int64_t(2 * 8192));
     }
     RunStore again(dir.path().toStdString());
     QCOMPARE(again.stepCount(id), 2 * steps);
     again.unpackBlocks(id);
     Sql sql(again.path());
-    QCOMPARE(sql.count("SELECT count(*) FROM steps"), 2 * steps);
-    QCOMPARE(sql.count("SELECT count(*) FROM (SELECT DISTINCT rank, step FROM steps)"), 2 * steps);
+    // Each record once: as many in chunks as the run has, and that many (rank, step) pairs.
+    QCOMPARE(sql.count(kChunked), 2 * steps);
+    QCOMPARE(again.steps(id).size(), std::size_t(2 * steps));
     QCOMPARE(sql.count("SELECT count(*) FROM step_files"), std::int64_t(0));
     const auto all = again.steps(id);
     QCOMPARE(all.size(), std::size_t(2 * steps));
@@ -355,8 +432,9 @@ class TestRunStore : public QObject {
     });
     QVERIFY(otherDone);
     Sql sql(first.path());
-    QCOMPARE(sql.count("SELECT count(*) FROM steps"), std::int64_t(2 * (8192 + 100)));
-    QCOMPARE(sql.count("SELECT count(*) FROM (SELECT DISTINCT rank, step FROM steps)"), std::int64_t(2 * (8192 + 100)));
+    // Each record once: as many in chunks as the run has, and that many (rank, step) pairs.
+    QCOMPARE(sql.count(kChunked), std::int64_t(2 * (8192 + 100)));
+    QCOMPARE(first.steps(id).size(), std::size_t(2 * (8192 + 100)));
     QCOMPARE(first.stepCount(id), std::int64_t(2 * (8192 + 100)));
     QVERIFY(!std::filesystem::exists(stepFile(dir, id)));
   }
@@ -420,7 +498,7 @@ class TestRunStore : public QObject {
     check();
     store.endRun(id, "finished", "", 0.5, 1.0, 1);
     QCOMPARE(sql.count("SELECT count(*) FROM step_blocks"), std::int64_t(0));
-    QCOMPARE(sql.count("SELECT count(*) FROM steps"), std::int64_t(4));
+    QCOMPARE(sql.count(kChunked), std::int64_t(4));
     check();
   }
 
@@ -451,13 +529,13 @@ class TestRunStore : public QObject {
     QCOMPARE(part[1].second, stepRecord(0, 599, 0).step.stepMs);
     QCOMPARE(part[2].second, stepRecord(0, 600, 1).step.stepMs);
 
-    // Unpacked, each row keeps its attempt, and the run reads the same.
+    // Packed, each chunk keeps its attempt, and the run reads the same.
     store.unpackBlocks(id);
     Sql sql(store.path());
     QVERIFY(!std::filesystem::exists(stepFile(dir, id)));
-    QCOMPARE(sql.count("SELECT count(*) FROM steps WHERE attempt = 1 AND step BETWEEN 600 AND 1200"),
+    QCOMPARE(sql.count(kChunked + " WHERE attempt = 1 AND first_step >= 600 AND last_step <= 1200"),
              std::int64_t(601));
-    QCOMPARE(sql.count("SELECT count(*) FROM steps WHERE attempt = 0 AND step BETWEEN 1 AND 1000"),
+    QCOMPARE(sql.count(kChunked + " WHERE attempt = 0 AND first_step >= 1 AND last_step <= 1000"),
              std::int64_t(1000));
     const auto again = store.steps(id);
     QCOMPARE(again.size(), all.size());
@@ -471,15 +549,23 @@ class TestRunStore : public QObject {
     std::int64_t id = 0;
     std::vector<StepRecord> before;
     {
-      // 10 pages of 64 KiB, 8 of them the empty tables and indexes: the blocks fit in the
-      // step file (528 KB), their rows do not fit in the database.
-      qputenv("PTW_STORE_MAX_KIB", "640");
-      RunStore store(dir.path().toStdString());
-      qunsetenv("PTW_STORE_MAX_KIB");
+      // 10 pages of 64 KiB, all of them the empty tables and indexes: the blocks fit in the
+      // step file (528 KB), their chunks do not fit in the database (doubles of random bits
+      // do not compress: a rank's chunk takes more than a page).
+      RunStore store(dir.path().toStdString(), RunStoreOptions().setSizeLimitKib(640));
       id = store.beginRun(dir.path().toStdString(), defaultProfile());
+      std::uint64_t seed = 99;
       for (int rank = 0; rank < 2; ++rank) {
         std::vector<Record> batch;
-        for (std::int64_t s = 1; s <= 3000; ++s) batch.push_back(stepRecord(rank, s));
+        for (std::int64_t s = 1; s <= 3000; ++s) {
+          batch.push_back(stepRecord(rank, s));
+          StepRecord& r = batch.back().step;
+          for (double* v : {&r.loss, &r.samplesPerS, &r.stepMs, &r.dataMs, &r.computeMs, &r.commMs, &r.optMs, &r.lr}) {
+            seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+            const std::uint64_t bits = (seed >> 12) | 0x3ff0000000000000ULL;  // in [1, 2)
+            std::memcpy(v, &bits, 8);
+          }
+        }
         store.append(id, 0, batch);
       }
       store.flush();
@@ -489,7 +575,7 @@ class TestRunStore : public QObject {
       QCOMPARE(store.run(id).status, std::string("finished"));
       Sql sql(store.path());
       QVERIFY2(std::filesystem::exists(stepFile(dir, id)), "the cap did not stop the unpacking");
-      QVERIFY(sql.count("SELECT count(*) FROM steps") < 6000);
+      QVERIFY(sql.count(kChunked) < 6000);
       before = store.steps(id);
       QCOMPARE(before.size(), std::size_t(6000));
       QCOMPARE(store.stepCount(id), std::int64_t(6000));
@@ -498,7 +584,7 @@ class TestRunStore : public QObject {
     again.unpackEndedRuns();
     Sql sql(again.path());
     QVERIFY(!std::filesystem::exists(stepFile(dir, id)));
-    QCOMPARE(sql.count("SELECT count(*) FROM steps"), std::int64_t(6000));
+    QCOMPARE(sql.count(kChunked), std::int64_t(6000));
     const auto after = again.steps(id);
     QCOMPARE(after.size(), before.size());
     for (std::size_t i = 0; i < after.size(); ++i) QVERIFY(after[i] == before[i]);
@@ -534,12 +620,297 @@ class TestRunStore : public QObject {
     QCOMPARE(blocksOf(fileBytes(stepFile(dir, dead))).size(), std::size_t(2));
     QCOMPARE(again.steps(dead).size(), std::size_t(3));
     again.unpackEndedRuns();
-    QCOMPARE(sql.count("SELECT count(*) FROM steps WHERE run_id = " + std::to_string(dead)), std::int64_t(3));
+    QCOMPARE(sql.count(kChunked + " WHERE run_id = " + std::to_string(dead)), std::int64_t(3));
     QVERIFY(!std::filesystem::exists(stepFile(dir, dead)));
     QCOMPARE(blocksOf(fileBytes(stepFile(dir, live))).size(), std::size_t(1));
-    QCOMPARE(sql.count("SELECT count(*) FROM steps WHERE run_id = " + std::to_string(live)), std::int64_t(0));
+    QCOMPARE(sql.count(kChunked + " WHERE run_id = " + std::to_string(live)), std::int64_t(0));
     QCOMPARE(again.steps(dead).size(), std::size_t(3));
     QCOMPARE(again.steps(live).size(), std::size_t(1));
+  }
+
+  // A store written by the build before chunks: its schema verbatim, one row per record in
+  // `steps`. This build opens it, reads every record back equal, packs nothing of it, and
+  // stores a new run beside it in chunks.
+  void aStoreOfRowsIsReadBackWhole() {
+    QTemporaryDir dir;
+    const std::string db = dir.path().toStdString() + "/runs.sqlite";
+    sqlite3* raw = nullptr;
+    QCOMPARE(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
+    QCOMPARE(sqlite3_exec(raw, kRowsSchema, nullptr, nullptr, nullptr), SQLITE_OK);
+    QCOMPARE(sqlite3_exec(raw,
+                          "INSERT INTO runs (id, dir, name, strategy, world, status, started_at, ended_at, pid, host, "
+                          "profile) VALUES (1, '/old', 'old', 'ddp', 2, 'finished', '2026-01-01T00:00:00Z', "
+                          "'2026-01-01T00:01:00Z', 1, 'h', '{}')",
+                          nullptr, nullptr, nullptr),
+             SQLITE_OK);
+    sqlite3_stmt* insert = nullptr;
+    QCOMPARE(sqlite3_prepare_v2(raw, "INSERT INTO steps VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", -1,
+                                &insert, nullptr),
+             SQLITE_OK);
+    std::vector<StepRecord> expected;
+    for (int rank = 0; rank < 2; ++rank)
+      for (std::int64_t step = 1; step <= 300; ++step) {
+        // Attempt 1 replays steps 201-300: those rows are read, attempt 0's are not.
+        for (int attempt = 0; attempt < (step > 200 ? 2 : 1); ++attempt) {
+          const StepRecord r = stepRecord(rank, step, attempt).step;
+          sqlite3_reset(insert);
+          sqlite3_bind_int(insert, 1, attempt);
+          sqlite3_bind_int(insert, 2, r.rank);
+          sqlite3_bind_int64(insert, 3, r.step);
+          sqlite3_bind_int64(insert, 4, r.epoch);
+          int column = 5;
+          for (double v : {r.loss, r.samplesPerS, r.stepMs, r.dataMs, r.computeMs, r.commMs, r.optMs, r.lr})
+            sqlite3_bind_double(insert, column++, v);
+          sqlite3_bind_int64(insert, 13, r.memBytes);
+          QCOMPARE(sqlite3_step(insert), SQLITE_DONE);
+        }
+        expected.push_back(stepRecord(rank, step, step > 200 ? 1 : 0).step);
+      }
+    sqlite3_finalize(insert);
+    sqlite3_close(raw);
+
+    RunStore store(dir.path().toStdString());
+    QCOMPARE(store.run(1).name, std::string("old"));
+    QCOMPARE(store.stepCount(1), std::int64_t(2 * 300 + 2 * 100));
+    auto check = [&] {
+      const auto all = store.steps(1);
+      QCOMPARE(all.size(), expected.size());
+      for (std::size_t i = 0; i < all.size(); ++i) QVERIFY2(all[i] == expected[i], qPrintable(QString::number(i)));
+      const auto part = store.series(1, 1, "samples_per_s", 199, 202);
+      QCOMPARE(part.size(), std::size_t(4));
+      QCOMPARE(part[3].second, stepRecord(1, 202, 1).step.samplesPerS);
+    };
+    check();
+    const auto id = store.beginRun(dir.path().toStdString(), defaultProfile());
+    store.append(id, 0, {stepRecord(0, 1), stepRecord(0, 2)});
+    store.endRun(id, "finished", "", std::nan(""), std::nan(""), 1);
+    check();
+    Sql sql(store.path());
+    QCOMPARE(sql.count("SELECT count(*) FROM steps"), std::int64_t(2 * 300 + 2 * 100));
+    QCOMPARE(sql.count(kChunked + " WHERE run_id = 1"), std::int64_t(0));
+    QCOMPARE(sql.count(kChunked + " WHERE run_id = " + std::to_string(id)), std::int64_t(2));
+    QCOMPARE(store.run(id).finalLoss, stepRecord(0, 2).step.loss);
+  }
+
+  // Through a step file and into chunks, every field of every record comes back bit for bit,
+  // whatever its value (NaN, infinities, negative zero, subnormals, extremes, and doubles
+  // that no transform fits); a range reads exactly the records in it.
+  void chunksKeepEveryBitAndReadRanges() {
+    QTemporaryDir dir;
+    RunStore store(dir.path().toStdString());
+    const auto id = store.beginRun(dir.path().toStdString(), defaultProfile());
+    const double odd[] = {std::nan(""), -std::nan(""), std::numeric_limits<double>::infinity(),
+                          -std::numeric_limits<double>::infinity(), -0.0, 0.0, 4.9e-324, -1.7976931348623157e308,
+                          1e-300, 0.1, 1e12, -33.000001};
+    const std::int64_t ints[] = {0, -1, std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::min(),
+                                 42, 1LL << 40};
+    std::vector<Record> batch;
+    std::uint64_t seed = 12345;
+    auto next = [&] { return seed = seed * 6364136223846793005ULL + 1442695040888963407ULL; };
+    for (std::int64_t step = 1; step <= 20000; ++step) {
+      Record r = stepRecord(static_cast<int>(step % 3), step);
+      StepRecord& s = r.step;
+      int k = 0;
+      StepRecord::forEachField([&](const char*, auto m) {
+        ++k;
+        if constexpr (std::is_same_v<StepFieldType<decltype(m)>, std::int64_t>)
+          if (m == &StepRecord::step) return;  // the step keeps the range meaningful
+        const std::uint64_t pick = next() >> 33;
+        if (pick % 5 != 0) return;
+        if constexpr (std::is_same_v<StepFieldType<decltype(m)>, double>) {
+          const std::uint64_t bits = next();
+          double v;
+          std::memcpy(&v, &bits, 8);
+          s.*m = pick % 2 ? odd[(pick / 5 + k) % std::size(odd)] : v;
+        } else {
+          s.*m = ints[(pick / 5 + k) % std::size(ints)];
+        }
+      });
+      batch.push_back(r);
+    }
+    store.append(id, 0, batch);
+    store.flush();
+    store.endRun(id, "finished", "", 0.5, 1.0, 1);
+    Sql sql(store.path());
+    QVERIFY(sql.count(kChunked) == 20000 && !std::filesystem::exists(stepFile(dir, id)));
+    std::vector<StepRecord> expected;
+    for (const auto& r : batch) expected.push_back(r.step);
+    std::stable_sort(expected.begin(), expected.end(),
+                     [](const StepRecord& a, const StepRecord& b) { return std::tie(a.rank, a.step) < std::tie(b.rank, b.step); });
+    const auto all = store.steps(id);
+    QCOMPARE(all.size(), expected.size());
+    for (std::size_t i = 0; i < all.size(); ++i)
+      QVERIFY2(sameBits(all[i], expected[i]), qPrintable(QString("record %1 differs").arg(i)));
+    // Ranges across chunk borders (a chunk holds up to 16,384 records over the ranks), at the ends, empty.
+    const std::pair<double, double> ranges[] = {{1, 20000}, {5460, 5470}, {16383, 16390}, {19999, 1e30}, {0, 0}, {7.5, 7.6}};
+    for (const auto& [x0, x1] : ranges)
+      for (int rank = 0; rank < 3; ++rank) {
+        const auto got = store.series(id, rank, "step_ms", x0, x1);
+        std::vector<std::pair<double, double>> want;
+        for (const auto& r : expected)
+          if (r.rank == rank && static_cast<double>(r.step) >= std::floor(x0) &&
+              static_cast<double>(r.step) <= std::ceil(x1))  // series() reads the whole steps the range touches
+            want.emplace_back(static_cast<double>(r.step), r.stepMs);
+        QCOMPARE(got.size(), want.size());
+        for (std::size_t i = 0; i < got.size(); ++i) {
+          QCOMPARE(got[i].first, want[i].first);
+          QVERIFY(std::memcmp(&got[i].second, &want[i].second, 8) == 0);
+        }
+      }
+  }
+
+  // A chunk that is not one (cut short, a byte changed, a count that differs) is an error
+  // that says so, never a crash or a wrong record.
+  void aDamagedChunkIsAnError() {
+    std::vector<StepRecord> records;
+    for (std::int64_t s = 1; s <= 500; ++s) records.push_back(stepRecord(2, s).step);
+    const std::string blob = packChunk(records);
+    std::vector<StepRecord> out;
+    unpackChunk(reinterpret_cast<const unsigned char*>(blob.data()), blob.size(), 500, 2, out);
+    QCOMPARE(out.size(), records.size());
+    for (std::size_t i = 0; i < out.size(); ++i) QVERIFY(sameBits(out[i], records[i]));
+    auto fails = [&](const std::string& bytes, std::int64_t count) {
+      std::vector<StepRecord> got;
+      try {
+        unpackChunk(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), count, 2, got);
+      } catch (const ptw::Error& e) {
+        return got.empty() && QString(e.what()).startsWith("run store: a step chunk");
+      }
+      // A change that still decodes must not be taken for the records written.
+      bool same = got.size() == records.size();
+      for (std::size_t i = 0; same && i < got.size(); ++i) same = sameBits(got[i], records[i]);
+      return !same;
+    };
+    QVERIFY(fails(blob, 499));
+    for (std::size_t cut = 0; cut < blob.size(); cut += 7) QVERIFY2(fails(blob.substr(0, cut), 500), qPrintable(QString::number(cut)));
+    for (std::size_t at = 0; at < blob.size(); ++at) {
+      std::string flipped = blob;
+      flipped[at] = static_cast<char>(flipped[at] ^ 0x5a);
+      fails(flipped, 500);  // must not crash; a flip in a compressed frame may still decode
+    }
+  }
+
+  // The store's cost per record, on records like the default profile's (2 ranks, timings of
+  // whole nanoseconds, a float loss, a constant rate, samples_per_s from the step's time),
+  // stays under kStoredRecordBytes: what the projection before a run counts on.
+  void aRealisticRunCostsFewBytesARecord() {
+    QTemporaryDir dir;
+    RunStore store(dir.path().toStdString());
+    const auto id = store.beginRun(dir.path().toStdString(), defaultProfile());
+    const std::int64_t steps = 50000;
+    std::uint64_t seed = 7;
+    auto noise = [&](int range) {
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      return static_cast<std::int64_t>((seed >> 33) % static_cast<std::uint64_t>(range));
+    };
+    for (std::int64_t at = 1; at <= steps; at += 8000) {  // a commit's worth at a time, as a run's ranks write
+      std::vector<Record> batch;
+      for (std::int64_t step = at; step < std::min(at + 8000, steps + 1); ++step)
+        for (int rank = 0; rank < 2; ++rank) {
+          Record r;
+          StepRecord& s = r.step;
+          s.rank = rank, s.step = step, s.epoch = (step - 1) / 7;
+          const std::int64_t data = 1500 + noise(400), compute = 9000 + noise(3000), comm = 4000 + noise(6000),
+                             opt = 2000 + noise(300);
+          const std::int64_t total = data + compute + comm + opt + noise(200);
+          s.stepMs = static_cast<double>(total) / 1e6;
+          s.dataMs = static_cast<double>(data) / 1e6;
+          s.computeMs = static_cast<double>(compute) / 1e6;
+          s.commMs = static_cast<double>(comm) / 1e6;
+          s.optMs = static_cast<double>(opt) / 1e6;
+          s.samplesPerS = 16 * 1000.0 / s.stepMs;
+          s.loss = static_cast<float>(0.5 / (1.0 + 1e-4 * static_cast<double>(step)) + 1e-3 * static_cast<double>(noise(1000)));
+          s.lr = 0.01;
+          s.memBytes = 150'000'000 + 4096 * (step / 4000);
+          batch.push_back(r);
+        }
+      store.append(id, 0, batch);
+      store.flush();
+    }
+    store.endRun(id, "finished", "", 0.5, 1.0, 1);
+    Sql sql(store.path());
+    const std::int64_t records = sql.count(kChunked);
+    QCOMPARE(records, 2 * steps);
+    const double bytes = static_cast<double>(sql.count("SELECT sum(length(records)) FROM step_chunks"));
+    qInfo("%.2f bytes a record", bytes / static_cast<double>(records));
+    QVERIFY2(bytes / static_cast<double>(records) <= kStoredRecordBytes, qPrintable(QString::number(bytes / records)));
+  }
+
+  // run.keep_every past run.keep_all_until: the store keeps the records of those steps only.
+  void keepEveryNthRecordPastAStep() {
+    QTemporaryDir dir;
+    RunStore store(dir.path().toStdString());
+    Profile p = defaultProfile();
+    p.run.keepEvery = 10;
+    p.run.keepAllUntil = 25;
+    const auto id = store.beginRun(dir.path().toStdString(), p);
+    std::vector<Record> batch;
+    for (std::int64_t s = 1; s <= 100; ++s) batch.push_back(stepRecord(0, s));
+    store.append(id, 0, batch);
+    store.endRun(id, "finished", "", std::nan(""), 1.0, 1);
+    std::vector<std::int64_t> kept;
+    for (const auto& r : store.steps(id)) kept.push_back(r.step);
+    std::vector<std::int64_t> expected;
+    for (std::int64_t s = 1; s <= 25; ++s) expected.push_back(s);
+    for (std::int64_t s = 30; s <= 100; s += 10) expected.push_back(s);
+    QCOMPARE(kept, expected);
+    QCOMPARE(store.run(id).finalLoss, stepRecord(0, 100).step.loss);
+  }
+
+  // The projection before a run: a run whose records would not fit in the free space is
+  // warned of, with the figures and what to do; one that fits, or asks for fewer records, is not.
+  void aRunThatWouldNotFitIsWarnedOf() {
+    Profile p = defaultProfile();
+    p.hyper.maxSteps = 1'000'000;  // 2 ranks: 2e6 records, 208 MB at the end of the run, 32 MB stored
+    const std::string warning = storeSpaceWarning(p, "/runs", 100'000'000);
+    QVERIFY2(QString::fromStdString(warning).contains("this run's 2000000 step records would take 0.2 GB of disk just "
+                                                      "before it ends (0.0 GB once stored), and /runs has 0.1 GB free"),
+             warning.c_str());
+    QVERIFY2(QString::fromStdString(warning).contains("run.keep_every"), warning.c_str());
+    QCOMPARE(storeSpaceWarning(p, "/runs", 300'000'000), std::string());
+    p.run.keepEvery = 4;  // 2 x 250,000 records: 52 MB
+    QCOMPARE(storeSpaceWarning(p, "/runs", 100'000'000), std::string());
+    p.run.keepAllUntil = 900'000;  // 2 x (900,000 + 25,000)
+    QVERIFY(!storeSpaceWarning(p, "/runs", 100'000'000).empty());
+    p.hyper.maxSteps = 0;  // epochs: 100 samples in batches of 16, 7 steps an epoch at most
+    p.hyper.epochs = 10;
+    p.run = RunOptions();
+    QCOMPARE(storeSpaceWarning(p, "/runs", 2 * 70 * 104), std::string());
+    QVERIFY(!storeSpaceWarning(p, "/runs", 2 * 70 * 104 - 1).empty());
+    // The free space of the runs folder itself (a folder not made yet: the nearest above it).
+    QTemporaryDir dir;
+    QCOMPARE(storeSpaceWarning(p, dir.path().toStdString() + "/not/yet"), std::string());
+  }
+
+  // A step file an earlier build wrote (an interrupted run, found by this build): its headers
+  // leave the fields 0 and its checksum is the sum of the records' words with rotations in
+  // four lanes. Its records are read and packed like this build's.
+  void aStepFileOfAnEarlierBuildIsRead() {
+    QTemporaryDir dir;
+    RunStore store(dir.path().toStdString());
+    const auto id = store.beginRun(dir.path().toStdString(), defaultProfile());
+    store.append(id, 0, {stepRecord(1, 41), stepRecord(1, 42), stepRecord(1, 43)});
+    store.flush();
+    const std::string path = stepFile(dir, id);
+    auto bytes = fileBytes(path);
+    QCOMPARE(bytes.size(), std::size_t(40 + 3 * 88));
+    auto mix = [](std::uint64_t l, std::uint64_t w) { return ((l << 7) | (l >> 57)) + w; };
+    std::uint64_t lane[4] = {3 * 88, 1, 2, 3};  // 33 words: 8 fours, then 1 left for lane 0
+    for (int w = 0; w < 33; ++w) lane[w < 32 ? w % 4 : 0] = mix(lane[w < 32 ? w % 4 : 0], little(bytes.data() + 40 + 8 * w, 8));
+    const std::uint64_t sum = mix(mix(mix(lane[0], lane[1]), lane[2]), lane[3]);
+    for (int i = 0; i < 8; ++i) bytes[32 + i] = static_cast<unsigned char>(sum >> (8 * i));
+    bytes[6] = bytes[7] = 0;
+    std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(bytes.data()),
+                                                                  static_cast<std::streamsize>(bytes.size()));
+    RunStore reader(dir.path().toStdString());
+    QCOMPARE(reader.stepCount(id), std::int64_t(3));
+    store.endRun(id, "finished", "", 0.5, 1.0, 1);
+    const auto all = store.steps(id);
+    QCOMPARE(all.size(), std::size_t(3));
+    for (std::size_t i = 0; i < all.size(); ++i) QVERIFY(all[i] == stepRecord(1, 41 + std::int64_t(i)).step);
+    // The same bytes with one of them changed are passed over, by either checksum.
+    QVERIFY(!blockIsWhole(bytes.data() + 40, 3 * 88, sum + 1));
+    QVERIFY(blockIsWhole(bytes.data() + 40, 3 * 88, sum));
   }
 };
 

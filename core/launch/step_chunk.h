@@ -1,0 +1,42 @@
+// Step chunks: how the run store keeps a run's step records once its step file is unpacked
+// (Note [Step blocks] in launch/run_store.h): the records of one rank and attempt, field by
+// field (Note [Step fields]), each field's column transformed and then compressed with
+// zstd, so that a record costs a few bytes rather than the 88 of a block or more as a row
+// of its own, and every field comes back bit for bit.
+//
+// A chunk, little-endian: u32 magic "PTWC" | u32 count | u32 fields | u32 zero, then per
+// field, in the order of the list that wrote it: u8 transform | u32 raw bytes | u32 packed
+// bytes | the packed bytes (a zstd frame of the raw bytes). Transforms of a column:
+//   0 delta: each value minus the one before (the first minus 0), zig-zag, LEB128 varint
+//   1 xor: each value's 64 bits XOR the one before's, then byte planes (all first bytes,
+//     then all second bytes, ...)
+//   2 micros: doubles that are whole nanoseconds in milliseconds (v == n / 1e6, as a
+//     steady_clock duration in ms is): n as in `delta`, shifted left by one; a value that is
+//     not is a varint 1 then its 8 bytes
+//   3 per-ms: samples_per_s as the trainer computes it from the step's samples and step_ms
+//     (v == k * 1000 / step_ms): k as in `micros`, the others also as there
+// The writer tries those that apply and keeps the smallest. A reader of a build with more
+// fields reads the missing ones as 0; one with fewer skips the extra ones.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/record.h"
+
+namespace ptw::core {
+
+/// The `codec` column of a chunk written by packChunk.
+inline constexpr int kChunkCodec = 1;
+
+/// The chunk holding `records` (of one rank and attempt, in step order for the best ratio).
+std::string packChunk(const std::vector<StepRecord>& records);
+
+/// Appends the `count` records of the chunk `blob` (of `size` bytes, codec kChunkCodec), of
+/// rank `rank`, to `out`. Throws ptw::Error when the chunk is not one.
+void unpackChunk(const unsigned char* blob, std::size_t size, std::int64_t count, int rank,
+                 std::vector<StepRecord>& out);
+
+}  // namespace ptw::core
