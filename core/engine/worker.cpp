@@ -342,6 +342,10 @@ struct Fault {
 };
 
 Fault parseFault(const std::string& spec) {
+  const auto malformed = [&] {
+    PTW_FAIL("--fault: expected throw-at-start:RANK, kill-at-step:RANK:STEP or hang-at-step:RANK:STEP, got \"", spec,
+             "\"");
+  };
   auto number = [&](const std::string& s) {
     std::size_t used = 0;
     long long x = -1;
@@ -350,9 +354,7 @@ Fault parseFault(const std::string& spec) {
     } catch (...) {
       used = 0;
     }
-    PTW_CHECK(used == s.size() && x >= 0 && x <= INT_MAX,
-              "--fault: expected throw-at-start:RANK, kill-at-step:RANK:STEP or hang-at-step:RANK:STEP, got \"", spec,
-              "\"");
+    if (used != s.size() || x < 0 || x > INT_MAX) malformed();
     return x;
   };
   Fault f;
@@ -360,9 +362,8 @@ Fault parseFault(const std::string& spec) {
   f.kind = spec.substr(0, first);
   const bool atStep = f.kind == "kill-at-step" || f.kind == "hang-at-step";
   const auto second = first == std::string::npos ? first : spec.find(':', first + 1);
-  PTW_CHECK(first != std::string::npos && (f.kind == "throw-at-start" || atStep) && (second != std::string::npos) == atStep,
-            "--fault: expected throw-at-start:RANK, kill-at-step:RANK:STEP or hang-at-step:RANK:STEP, got \"", spec,
-            "\"");
+  if (first == std::string::npos || (f.kind != "throw-at-start" && !atStep) || (second != std::string::npos) != atStep)
+    malformed();
   f.rank = static_cast<int>(number(spec.substr(first + 1, atStep ? second - first - 1 : std::string::npos)));
   if (atStep) f.step = number(spec.substr(second + 1));
   return f;

@@ -627,9 +627,9 @@ class TestWorkload : public QObject {
     QVERIFY(!frozen->gradientsByHand(torch::randn({3, 4}), torch::randint(0, 2, {3}), 1.0, true).has_value());
   }
 
-  // Runs train the same by hand as with autograd (worker flag --gradients autograd): every rank's loss
-  // at every step, for the strategies that take the chain's gradients; each rank's log says
-  // which it used.
+  // Runs train the same by hand as with autograd (worker flag --gradients autograd): every
+  // rank's loss at every step, for the strategies that take the chain's gradients; each rank's
+  // log says which it used.
   void runsTrainTheSameByHandAsWithAutograd_data() {
     QTest::addColumn<QString>("kind");
     QTest::addColumn<int>("ranks");
@@ -680,6 +680,51 @@ class TestWorkload : public QObject {
                qPrintable(QString("rank %1 step %2: %3 by hand, %4 by autograd")
                               .arg(key.first).arg(key.second).arg(it->second, 0, 'g', 12).arg(loss, 0, 'g', 12)));
     }
+  }
+
+  // The worker's hidden flags take their value after a space or '=' (--gradients autograd
+  // trains by autograd, as its log says), and a malformed one stops the rank with a message
+  // that names the flag.
+  void workerFlagsTakeTheirValueAndNameThemselves_data() {
+    QTest::addColumn<QStringList>("flags");
+    QTest::addColumn<int>("code");
+    QTest::addColumn<QString>("expected");
+    const QString faultSyntax = "--fault: expected throw-at-start:RANK, kill-at-step:RANK:STEP or hang-at-step:RANK:STEP";
+    QTest::newRow("--gradients=autograd") << QStringList{"--gradients=autograd"} << 0 << "; gradients autograd\n";
+    QTest::newRow("no flag") << QStringList{} << 0 << "; gradients by hand\n";
+    QTest::newRow("--gradients, another value")
+        << QStringList{"--gradients", "byhand"} << 2 << "error: --gradients: expected \"autograd\", got \"byhand\"";
+    QTest::newRow("--fault, another kind") << QStringList{"--fault", "explode:0"} << 2 << faultSyntax + ", got \"explode:0\"";
+    QTest::newRow("--fault=, no step")
+        << QStringList{"--fault=kill-at-step:0"} << 2 << faultSyntax + ", got \"kill-at-step:0\"";
+    QTest::newRow("--fault=, a rank that is no number")
+        << QStringList{"--fault=throw-at-start:x"} << 2 << faultSyntax + ", got \"throw-at-start:x\"";
+    QTest::newRow("--fault, this rank at start")
+        << QStringList{"--fault", "throw-at-start:0"} << 1 << "error: injected fault at start (--fault)";
+    QTest::newRow("--fault=, another rank") << QStringList{"--fault=throw-at-start:1"} << 0 << "finished after";
+    QTest::newRow("--metrics-phases=, too short")
+        << QStringList{"--metrics-phases=50"} << 2
+        << "error: [rank 0] --metrics-phases: expected MS:FILE with MS >= 1000, got \"50\"";
+  }
+  void workerFlagsTakeTheirValueAndNameThemselves() {
+    QFETCH(QStringList, flags);
+    QFETCH(int, code);
+    QFETCH(QString, expected);
+    QTemporaryDir dir;
+    Profile p = singleProfile();
+    p.model.kind = "mlp";  // trains by hand unless told otherwise
+    p.model.hidden = {8};
+    p.hyper.maxSteps = 5;
+    QProcess w;
+    w.start(QString::fromStdString(test::workerPath()),
+            QStringList{"--profile", QString::fromStdString(test::writeProfile(dir, p)), "--rank", "0", "--world", "1",
+                        "--port", "0"} +
+                flags);
+    QVERIFY(w.waitForFinished(60000));
+    const QString err = QString::fromUtf8(w.readAllStandardError());
+    QCOMPARE(w.exitStatus(), QProcess::NormalExit);
+    QVERIFY2(w.exitCode() == code, qPrintable(QString("exit code %1:\n%2").arg(w.exitCode()).arg(err)));
+    QVERIFY2(err.contains(expected), qPrintable(err));
   }
 
   void badInputIsCaughtBeforeTraining() {
