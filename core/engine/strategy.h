@@ -2,7 +2,8 @@
 // its gradients are computed and meet the other ranks' before the optimizer steps. One
 // class per strategy and per algorithm within one (single.cpp, data_parallel.cpp, ddp.cpp,
 // ddp_shm.cpp, process_pool.cpp, pool_sync.cpp, pool_hogwild.cpp), chosen by name from one
-// registry, so adding a strategy is a file and a registry line. The Trainer owns the loop and calls, each step:
+// registry, so adding a strategy is a file and a registry line. The Trainer owns the loop
+// and calls, each step:
 //
 //   beginStep(localStop)
 //   zeroGradients(optimizer)
