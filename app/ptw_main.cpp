@@ -159,8 +159,7 @@ int main(int argc, char** argv) {
       "  4  the run finished but an --expect did not hold\n"
       "  5  interrupted: SIGINT, SIGTERM or SIGHUP stopped the run (or the sweep) gracefully\n"
       "\nEnvironment: PTW_RUNS_DIR (runs directory), PTW_WORKER (worker program; default: ptw-worker beside ptw), "
-      "PTW_GRADIENTS=autograd (linear and mlp models on the CPU use autograd instead of their gradients by hand; "
-      "the same gradients up to float rounding, slower), OPENBLAS_CORETYPE (the OpenBLAS kernels ranks use; "
+      "OPENBLAS_CORETYPE (the OpenBLAS kernels ranks use; "
       "unset, OpenBLAS picks, and where it falls back to SSE3 on a newer CPU a rank takes the kernels the CPU "
       "supports).");
   try {

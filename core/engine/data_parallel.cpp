@@ -122,9 +122,6 @@ class DataParallel final : public Strategy {
     if (laneSplitStep(optimizer, clipNorm)) return;
     sumGradients();
     Strategy::optimizerStep(optimizer, clipNorm);
-  }
-
-  void afterOptimizerStep(Model&) override {
     if (m_cpuLanes) return;  // the replicas' parameters are the primary's
     torch::NoGradGuard noGrad;
     for (auto& params : m_replicaParams)

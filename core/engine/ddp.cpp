@@ -26,6 +26,7 @@
 
 #include "common/error.h"
 #include "engine/compat_c10d.h"
+#include "engine/ddp_shm.h"
 #include "engine/model.h"
 #include "engine/peer_wait.h"
 #include "engine/strategy.h"
@@ -233,6 +234,7 @@ class Ddp final : public Strategy {
       std::vector<torch::Tensor> io{m_buckets[m_nextLaunch].buffer};
       m_buckets[m_nextLaunch].work = m_group->allreduce(io);
       ++m_nextLaunch;
+      ++m_exchanges;
     }
   }
 
@@ -251,62 +253,48 @@ class Ddp final : public Strategy {
 
 }  // namespace
 
-std::unique_ptr<Strategy> makeDdpShm(const SyncContext& ctx);
-std::string shmRefusal(const std::vector<torch::Tensor>& params);
-
 namespace {
 
 // Note [Auto backend on CPU]
 // strategy.backend "auto" on CPU ranks means shared memory, which reduces dense float32
 // parameters listed once each. A model it cannot reduce (float64 parameters, say) trains
 // over Gloo instead, rather than failing with advice to set the backend by hand. The choice
-// waits for the model (attach) and is made from it alone, so every rank, having built the
-// same model, makes the same one before any rank touches a segment or a store; rank 0's log
-// says which, and why.
-// It forwards every hook that Ddp or DdpShm overrides; both keep Strategy's defaults for
-// the rest (computesGradients, stepsOptimizer, lanes), which the trainer may ask before attach.
-class AutoCpuDdp final : public Strategy {
+// waits for the model (choose(), Note [Chosen once]) and is made from it alone, so every
+// rank, having built the same model, makes the same one before any rank touches a segment
+// or a store; rank 0's log says which, and why. Shared memory picks its algorithm from the
+// model too (its size), so "shm" chooses the same way, without the fallback.
+class CpuDdpChoice final : public Strategy {
  public:
-  explicit AutoCpuDdp(const SyncContext& ctx) : m_ctx(ctx) {}
+  explicit CpuDdpChoice(const SyncContext& ctx) : m_ctx(ctx) {}
 
-  BatchPlan plan(const core::Profile& p, std::int64_t samples) const override {
-    return shardPlan(p, samples, m_ctx.rank, m_ctx.world);
-  }
-  void attach(Model& model) override {
+  std::unique_ptr<Strategy> choose(Model& model) override {
+    if (m_ctx.profile.strategy.backend != "auto") return makeShmDdp(m_ctx, model);
     const std::string refusal = shmRefusal(model.parameters());
     if (m_ctx.rank == 0)
       std::fprintf(stderr, "[rank 0] strategy.backend auto: %s\n",
                    refusal.empty() ? "shm" : ("gloo, as shared memory " + refusal).c_str());
-    m_inner = refusal.empty() ? makeDdpShm(m_ctx) : std::make_unique<Ddp>(m_ctx);
-    m_inner->setAutocast(m_autocast);
-    m_inner->attach(model);
+    if (refusal.empty()) return makeShmDdp(m_ctx, model);
+    return std::make_unique<Ddp>(m_ctx);
   }
-  void beginStep(bool localStop) override { m_inner->beginStep(localStop); }
-  void setSyncGradients(bool on) override { m_inner->setSyncGradients(on); }
-  double backward(Model& model, const torch::Tensor& x, const torch::Tensor& y, double weight,
-                  bool classification) override {
-    return m_inner->backward(model, x, y, weight, classification);
-  }
-  bool reduce(Model& model, StepState& state) override { return m_inner->reduce(model, state); }
-  void optimizerStep(torch::optim::Optimizer& optimizer, double clipNorm) override {
-    m_inner->optimizerStep(optimizer, clipNorm);
-  }
-  void afterOptimizerStep(Model& model) override { m_inner->afterOptimizerStep(model); }
-  void finish() override { m_inner->finish(); }
-  bool zeroesGradients() const override { return m_inner && m_inner->zeroesGradients(); }
-  const char* gradients() const override { return m_inner ? m_inner->gradients() : nullptr; }
+
+  // Never trains: chooseFor() replaces it by what choose() returns.
+  BatchPlan plan(const core::Profile&, std::int64_t) const override { unchosen(); }
+  void attach(Model&) override { unchosen(); }
+  bool reduce(Model&, StepState&) override { unchosen(); }
 
  private:
+  [[noreturn]] static void unchosen() {
+    PTW_FAIL("internal: DDP on CPU ranks trains through the class chooseFor() picks for the model");
+  }
+
   const SyncContext m_ctx;
-  std::unique_ptr<Strategy> m_inner;
 };
 
 }  // namespace
 
 std::unique_ptr<Strategy> makeDdp(const SyncContext& ctx) {
   const std::string backend = core::collectiveBackend(ctx.profile, kHaveNccl);
-  if (backend == "shm")
-    return ctx.profile.strategy.backend == "auto" ? std::make_unique<AutoCpuDdp>(ctx) : makeDdpShm(ctx);
+  if (backend == "shm") return std::make_unique<CpuDdpChoice>(ctx);
   if (ctx.profile.strategy.backend == "auto" && ctx.rank == 0)
     std::fprintf(stderr, "[rank 0] strategy.backend auto: %s\n", backend.c_str());
   return std::make_unique<Ddp>(ctx);

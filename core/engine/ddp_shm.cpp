@@ -1,4 +1,6 @@
-// DDP for ranks on one machine over POSIX shared memory (strategy.backend "shm").
+// DDP for ranks on one machine over POSIX shared memory (strategy.backend "shm"): a base
+// that holds the segment, and one class per way of stepping over it, chosen once for the
+// model (makeShmDdp; Note [Chosen once]): OneBarrierDdp, ShardedSgdDdp, AllReduceDdp.
 //
 // Note [Shared-memory all-reduce]
 // On loopback a Gloo all-reduce costs ~200 µs even for one float, which is ten times the
@@ -49,7 +51,8 @@
 // passed the next barrier, which no rank reaches before it has read the set. Copying
 // and summing the whole model on every rank costs less than the barrier it saves while
 // the model fits in a few KiB.
-#include <algorithm>
+#include "engine/ddp_shm.h"
+
 #include <cstring>
 #include <optional>
 #include <sstream>
@@ -57,133 +60,78 @@
 
 #include "common/error.h"
 #include "common/shm_names.h"
+#include "engine/kernels.h"
 #include "engine/model.h"
 #include "engine/peer_wait.h"
-#include "engine/kernels.h"
 #include "engine/shared_sgd.h"
 #include "engine/shm_segment.h"
-#include "engine/strategy.h"
 
 namespace ptw::engine {
-
-/// Why DDP over shared memory cannot reduce `params` ("" when it can): it needs dense float32
-/// CPU parameters, each listed once. The auto backend asks too (Note [Auto backend on CPU]).
-std::string shmRefusal(const std::vector<torch::Tensor>& params);
-
 namespace {
 
-class DdpShm final : public Strategy {
+// The segment of one slot per rank (Note [Shared-memory all-reduce]), rank 0's parameters
+// broadcast at attach, and the ranks' meetings: what every algorithm over shared memory shares.
+class ShmDdp : public Strategy {
  public:
-  explicit DdpShm(const SyncContext& ctx)
+  ShmDdp(const SyncContext& ctx, std::size_t gradFloats)
       : m_rank(ctx.rank),
         m_world(ctx.world),
         m_timeout(peerTimeout(ctx.profile)),
         m_name(core::sharedSegmentName(ctx.port, "ddp")),
-        m_sharded(ctx.profile.hyper.optimizer == "sgd" && ctx.profile.hyper.clipNorm <= 0),
         m_momentum(ctx.profile.hyper.momentum != 0),
-        m_chosen(ctx.profile.strategy.backend == "auto" ? "strategy.backend auto chose shm (CPU ranks), which"
-                                                         : "strategy.backend shm") {}
+        m_gradFloats(gradFloats),
+        m_slotFloats(cacheLineFloats(gradFloats + 1)) {}  // the gradients, then the stop wish
 
   BatchPlan plan(const core::Profile& p, std::int64_t samples) const override {
     return shardPlan(p, samples, m_rank, m_world);
   }
 
-  void attach(Model& model) override {
+  void attach(Model& model) final {
     m_params = model.parameters();
-    const std::string refusal = shmRefusal(m_params);
-    PTW_CHECK(refusal.empty(), m_chosen, " ", refusal, ": set strategy.backend to gloo");
-    std::size_t total = 0;
-    for (const auto& p : m_params) total += static_cast<std::size_t>(p.numel());
-    m_gradFloats = total;
-    m_oneBarrier = total <= kOneBarrierFloats;
-    if (m_oneBarrier) m_sharded = false;
-    // A slot: the gradients, then this rank's stop wish, padded to a cache line; two sets of
-    // them for the one-barrier step (Note [One-barrier step]). Sharded: then the parameters
-    // and the momentum buffers (Note [Sharded SGD step]).
-    m_slotFloats = cacheLineFloats(total + 1);
-    const std::size_t regionFloats = cacheLineFloats(total);
-    std::size_t floats = m_slotFloats * static_cast<std::size_t>(m_world) * (m_oneBarrier ? 2 : 1);
-    if (m_sharded) floats += regionFloats * (m_momentum ? 2 : 1);
+    const std::size_t floats = m_slotFloats * static_cast<std::size_t>(m_world) * slotSets() + extraFloats();
     m_segment = std::make_shared<ShmSegment>(m_name, m_rank, m_world, sizeof(float) * floats, m_timeout);
     for (int r = 0; r < m_world; ++r) m_slots.push_back(slot(r));
-    if (m_oneBarrier)
-      for (int r = 0; r < m_world; ++r) m_otherSlots.push_back(slot(m_world + r));
-    float* sharedParams = nullptr;
-    if (m_sharded) {
-      sharedParams = slot(m_world);
-      m_sgd.emplace(m_segment, m_params, sharedParams, m_momentum ? sharedParams + regionFloats : nullptr);
-    }
-    // Broadcast rank 0's parameters: through the shared parameters when sharded, else its slot.
+    placeShared();
+    // Broadcast rank 0's parameters through `staging`.
     torch::NoGradGuard noGrad;
-    float* staging = m_sharded ? sharedParams : slot(0);
+    float* staging = broadcastStaging();
     if (m_rank == 0) forEachParameter([&](torch::Tensor& p, std::size_t off) {
       std::memcpy(staging + off, p.data_ptr<float>(), static_cast<std::size_t>(p.numel()) * sizeof(float));
     });
     meet();
     m_segment->unlink();
+    adopt(staging);
+    meet();
+    attached();
+  }
+
+ protected:
+  /// Sets of slots in the segment, one after the other.
+  virtual std::size_t slotSets() const { return 1; }
+  /// Floats after the slots.
+  virtual std::size_t extraFloats() const { return 0; }
+  /// Before the broadcast, with the segment mapped.
+  virtual void placeShared() {}
+  /// Where rank 0 leaves its parameters for the others: its slot unless said otherwise.
+  virtual float* broadcastStaging() { return slot(0); }
+  /// Takes up rank 0's parameters from `staging`.
+  virtual void adopt(float* staging) {
+    if (m_rank == 0) return;
     forEachParameter([&](torch::Tensor& p, std::size_t off) {
-      if (m_sharded)
-        p.set_data(segmentView(m_segment, sharedParams + off, p.sizes()));
-      else if (m_rank != 0)
-        std::memcpy(p.data_ptr<float>(), staging + off, static_cast<std::size_t>(p.numel()) * sizeof(float));
+      std::memcpy(p.data_ptr<float>(), staging + off, static_cast<std::size_t>(p.numel()) * sizeof(float));
     });
-    meet();
-    // From here on the slot holds this rank's gradients (Note [Shared-memory all-reduce]).
-    if (!m_oneBarrier) bindGradients(m_params, m_segment, slot(m_rank));
   }
+  /// From here on the slot holds this rank's gradients (Note [Shared-memory all-reduce]).
+  virtual void attached() { bindGradients(m_params, m_segment, slot(m_rank)); }
 
-  bool reduce(Model&, StepState&) override {
-    if (m_oneBarrier) return reduceAtOneBarrier();
-    bindGradients(m_params, m_segment, slot(m_rank));
-    // Every wish is read before the second barrier, so no rank can overwrite one first.
-    const bool stop = meet(m_slots);
-    if (!m_sharded) {
-      auto [lo, hi] = share();
-      averageIntoSlots(m_slots.data(), m_world, lo, hi);
-      meet();
-    }
-    return stop;
-  }
-
-  bool zeroesGradients() const override { return m_sharded; }
-
-  void optimizerStep(torch::optim::Optimizer& optimizer, double clipNorm) override {
-    if (!m_sharded) return Strategy::optimizerStep(optimizer, clipNorm);  // every rank its own
-    PTW_CHECK(dynamic_cast<torch::optim::SGD*>(&optimizer) && clipNorm <= 0,
-              "internal: the sharded step needs SGD without clipping");
-    const auto [lo, hi] = share();
-    m_sgd->step(optimizer, m_slots.data(), m_world, lo, hi);
-    meet();
-  }
-
- private:
   /// The ranks' barrier, awake as lock-step ranks are (Note [Lock-step waits]).
   void meet() { m_segment->barrier(m_segment->lockstepAwake()); }
 
-  static constexpr std::size_t kOneBarrierFloats = 4096;
-
-  // Note [One-barrier step]: this step's set of slots, then the other set next step.
-  bool reduceAtOneBarrier() {
-    std::vector<float*>& set = m_parity ? m_otherSlots : m_slots;
-    m_parity = !m_parity;
-    float* mine = set[static_cast<std::size_t>(m_rank)];
-    forEachParameter([&](torch::Tensor& p, std::size_t off) {
-      const std::size_t n = static_cast<std::size_t>(p.numel());
-      torch::Tensor& g = p.mutable_grad();
-      if (!g.defined()) g = torch::zeros_like(p);  // a parameter the loss does not reach
-      else if (!g.is_contiguous()) g = g.contiguous();
-      std::memcpy(mine + off, g.data_ptr<float>(), n * sizeof(float));
-    });
-    const bool stop = meet(set);
-    forEachParameter([&](torch::Tensor& p, std::size_t off) {
-      averageInto(p.mutable_grad().data_ptr<float>(), set.data(), m_world, off, static_cast<std::size_t>(p.numel()));
-    });
-    return stop;
-  }
-
   /// Puts this rank's stop wish after its gradients in `set`, waits for every rank at the
-  /// barrier, and returns whether any rank wished to stop.
+  /// barrier, and returns whether any rank wished to stop. Every wish is read before the
+  /// next barrier, so no rank can overwrite one first.
   bool meet(const std::vector<float*>& set) {
+    ++m_exchanges;
     set[static_cast<std::size_t>(m_rank)][m_gradFloats] = m_localStop ? 1.f : 0.f;
     meet();
     bool stop = false;
@@ -206,27 +154,136 @@ class DdpShm final : public Strategy {
     }
   }
 
-  int m_rank;
-  int m_world;
-  std::chrono::milliseconds m_timeout;
-  std::string m_name;
-  std::string m_chosen;  ///< how the backend was chosen, for messages
-  bool m_sharded;
-  bool m_momentum;
+  const int m_rank;
+  const int m_world;
+  const std::chrono::milliseconds m_timeout;
+  const std::string m_name;
+  const bool m_momentum;
+  const std::size_t m_gradFloats;
+  const std::size_t m_slotFloats;
   std::shared_ptr<ShmSegment> m_segment;
   std::vector<torch::Tensor> m_params;
   std::vector<float*> m_slots;
-  std::vector<float*> m_otherSlots;  ///< the second set of the one-barrier step
-  bool m_oneBarrier = false;         ///< Note [One-barrier step]
-  bool m_parity = false;             ///< the one-barrier step's set for the next step: m_otherSlots when true
-  std::optional<SharedSgd> m_sgd;  ///< the step over the shared parameters (sharded)
-  std::size_t m_gradFloats = 0;
-  std::size_t m_slotFloats = 0;
 };
+
+// Note [One-barrier step]
+class OneBarrierDdp final : public ShmDdp {
+ public:
+  static constexpr std::size_t kOneBarrierFloats = 4096;
+  static bool enabled(const core::Profile&, std::size_t gradFloats) { return gradFloats <= kOneBarrierFloats; }
+  using ShmDdp::ShmDdp;
+
+  // This step's set of slots, then the other set next step.
+  bool reduce(Model&, StepState&) override {
+    std::vector<float*>& set = m_parity ? m_otherSlots : m_slots;
+    m_parity = !m_parity;
+    float* mine = set[static_cast<std::size_t>(m_rank)];
+    forEachParameter([&](torch::Tensor& p, std::size_t off) {
+      const std::size_t n = static_cast<std::size_t>(p.numel());
+      torch::Tensor& g = p.mutable_grad();
+      if (!g.defined()) g = torch::zeros_like(p);  // a parameter the loss does not reach
+      else if (!g.is_contiguous()) g = g.contiguous();
+      std::memcpy(mine + off, g.data_ptr<float>(), n * sizeof(float));
+    });
+    const bool stop = meet(set);
+    forEachParameter([&](torch::Tensor& p, std::size_t off) {
+      averageInto(p.mutable_grad().data_ptr<float>(), set.data(), m_world, off, static_cast<std::size_t>(p.numel()));
+    });
+    return stop;
+  }
+
+ private:
+  std::size_t slotSets() const override { return 2; }
+  // The gradients stay the model's own: they are copied into a slot each step.
+  void attached() override {
+    for (int r = 0; r < m_world; ++r) m_otherSlots.push_back(slot(m_world + r));
+  }
+
+  std::vector<float*> m_otherSlots;  ///< the second set
+  bool m_parity = false;             ///< the set for the next step: m_otherSlots when true
+};
+
+// Note [Sharded SGD step]
+class ShardedSgdDdp final : public ShmDdp {
+ public:
+  static bool enabled(const core::Profile& p, std::size_t) {
+    return p.hyper.optimizer == "sgd" && p.hyper.clipNorm <= 0;
+  }
+  using ShmDdp::ShmDdp;
+
+  /// The step that reads the gradients zeroes them (averageThenSgd).
+  void zeroGradients(torch::optim::Optimizer&) override {}
+
+  bool reduce(Model&, StepState&) override {
+    bindGradients(m_params, m_segment, slot(m_rank));
+    return meet(m_slots);
+  }
+
+  void optimizerStep(torch::optim::Optimizer& optimizer, double clipNorm) override {
+    PTW_CHECK(dynamic_cast<torch::optim::SGD*>(&optimizer) && clipNorm <= 0,
+              "internal: the sharded step needs SGD without clipping");
+    const auto [lo, hi] = share();
+    m_sgd->step(optimizer, m_slots.data(), m_world, lo, hi);
+    meet();
+  }
+
+ private:
+  std::size_t regionFloats() const { return cacheLineFloats(m_gradFloats); }
+  // The parameters, then the momentum buffers.
+  std::size_t extraFloats() const override { return regionFloats() * (m_momentum ? 2 : 1); }
+  void placeShared() override {
+    m_sharedParams = slot(m_world);
+    m_sgd.emplace(m_segment, m_params, m_sharedParams, m_momentum ? m_sharedParams + regionFloats() : nullptr);
+  }
+  float* broadcastStaging() override { return m_sharedParams; }
+  void adopt(float*) override {
+    forEachParameter([&](torch::Tensor& p, std::size_t off) {
+      p.set_data(segmentView(m_segment, m_sharedParams + off, p.sizes()));
+    });
+  }
+
+  float* m_sharedParams = nullptr;
+  std::optional<SharedSgd> m_sgd;
+};
+
+// Note [Shared-memory all-reduce]: Adam, AdamW or clipping, each rank its own optimizer.
+class AllReduceDdp final : public ShmDdp {
+ public:
+  static bool enabled(const core::Profile&, std::size_t) { return true; }
+  using ShmDdp::ShmDdp;
+
+  bool reduce(Model&, StepState&) override {
+    bindGradients(m_params, m_segment, slot(m_rank));
+    const bool stop = meet(m_slots);
+    const auto [lo, hi] = share();
+    averageIntoSlots(m_slots.data(), m_world, lo, hi);
+    meet();
+    return stop;
+  }
+};
+
+template <typename Algorithm>
+std::unique_ptr<Strategy> ifEnabled(const SyncContext& ctx, std::size_t gradFloats) {
+  if (!Algorithm::enabled(ctx.profile, gradFloats)) return nullptr;
+  return std::make_unique<Algorithm>(ctx, gradFloats);
+}
 
 }  // namespace
 
-std::unique_ptr<Strategy> makeDdpShm(const SyncContext& ctx) { return std::make_unique<DdpShm>(ctx); }
+std::unique_ptr<Strategy> makeShmDdp(const SyncContext& ctx, Model& model) {
+  const auto params = model.parameters();
+  const std::string refusal = shmRefusal(params);
+  PTW_CHECK(refusal.empty(),
+            ctx.profile.strategy.backend == "auto" ? "strategy.backend auto chose shm (CPU ranks), which"
+                                                   : "strategy.backend shm",
+            " ", refusal, ": set strategy.backend to gloo");
+  std::size_t gradFloats = 0;
+  for (const auto& p : params) gradFloats += static_cast<std::size_t>(p.numel());
+  // The first that applies, in this order.
+  if (auto s = ifEnabled<OneBarrierDdp>(ctx, gradFloats)) return s;
+  if (auto s = ifEnabled<ShardedSgdDdp>(ctx, gradFloats)) return s;
+  return ifEnabled<AllReduceDdp>(ctx, gradFloats);
+}
 
 std::string shmRefusal(const std::vector<torch::Tensor>& params) {
   std::unordered_set<const void*> seen;

@@ -30,8 +30,8 @@ namespace {
 // test_workload checks the gradients against autograd's. Left to autograd: CUDA tensors
 // (not yet run on a GPU by hand), autocast, DDP over Gloo or NCCL (its buckets start from
 // autograd's hooks), cnn and TorchScript models, frozen layers, and inputs or targets whose
-// type or shape autograd would have to convert or broadcast. PTW_GRADIENTS=autograd turns
-// it off, to compare.
+// type or shape autograd would have to convert or broadcast. The worker flag --gradients
+// autograd turns it off, to compare.
 enum class Activation { None, Relu, Tanh, Gelu };
 
 struct DenseLayer {

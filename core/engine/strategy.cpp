@@ -1,7 +1,6 @@
 #include "engine/strategy.h"
 
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "common/error.h"
@@ -38,6 +37,14 @@ std::unique_ptr<Strategy> makeStrategy(const SyncContext& ctx) {
   if (s->device().is_cuda())  // which GPU, as the engine will use it (strategy.gpus)
     std::fprintf(stderr, "[rank %d] device %s\n", ctx.rank, s->device().str().c_str());
   return s;
+}
+
+std::unique_ptr<Strategy> chooseFor(std::unique_ptr<Strategy> strategy, Model& model) {
+  auto chosen = strategy->choose(model);
+  if (!chosen) return strategy;
+  chosen->setAutocast(strategy->autocast());
+  chosen->setGradientsByHand(strategy->gradientsByHand());
+  return chosen;
 }
 
 BatchPlan shardPlan(const core::Profile& p, std::int64_t samples, int rank, int world) {
@@ -77,11 +84,7 @@ double Strategy::backward(Model& model, const torch::Tensor& x, const torch::Ten
 
 double Strategy::lossAndGradients(Model& model, const torch::Tensor& x, const torch::Tensor& y, double weight,
                                   bool classification) {
-  static const bool autogradOnly = [] {  // PTW_GRADIENTS=autograd: no gradients by hand, to compare
-    const char* v = std::getenv("PTW_GRADIENTS");
-    return v != nullptr && std::string(v) == "autograd";
-  }();
-  if (!m_autocast && !m_needsAutograd && !autogradOnly) {
+  if (!m_autocast && !m_needsAutograd && m_byHand) {
     if (auto loss = model.gradientsByHand(x, y, weight, classification)) {
       m_gradients = "by hand";
       return *loss;

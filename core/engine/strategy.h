@@ -1,16 +1,28 @@
 // Strategy: how one process takes part in a training step: which batches it sees, how
 // its gradients are computed and meet the other ranks' before the optimizer steps. One
-// class per strategy (single.cpp, data_parallel.cpp, ddp.cpp + ddp_shm.cpp,
-// process_pool.cpp), chosen by name from one registry, so adding a strategy is a file
-// and a registry line. The Trainer owns the loop and calls, each step:
+// class per strategy and per algorithm within one (single.cpp, data_parallel.cpp, ddp.cpp,
+// ddp_shm.cpp, process_pool.cpp, pool_sync.cpp, pool_hogwild.cpp), chosen by name from one
+// registry, so adding a strategy is a file and a registry line. The Trainer owns the loop
+// and calls, each step:
 //
 //   beginStep(localStop)
-//   for each micro-batch: setSyncGradients(last); backward(...)
+//   zeroGradients(optimizer)
+//   computeGradients(micro-batches): for each, setSyncGradients(last); backward(...)
 //   reduce(...)                          -> every rank's gradients are the average
-//   optimizerStep(...) (if stepsOptimizer()); afterOptimizerStep(...)
+//   optimizerStep(...)
 //
-// (DDP over shared memory with SGD averages inside optimizerStep instead, each rank its
-// share: after reduce its gradients are still its own; Note [Sharded SGD step].)
+// A strategy owns the phases it differs in (Note [Chosen once]): the pool's coordinator
+// computes nothing in computeGradients, DDP over shared memory with SGD leaves out
+// zero_grad and averages inside optimizerStep, each rank its share (Note [Sharded SGD
+// step]), so after reduce its gradients are still its own.
+//
+// Note [Chosen once]
+// Where a strategy runs one of several algorithms (DDP over shared memory: one barrier,
+// sharded SGD or all-reduce; the pool: sync or hogwild, coordinator or worker, workers'
+// SGD or the coordinator's optimizer), each algorithm is a class of its own, picked once,
+// as Horovod's OperationManager picks the first op whose Enabled() holds: from the
+// profile by the factory, or, where the choice needs the model (its size, its dtype),
+// by choose() on the model before plan() and attach(). No step then branches on a mode.
 #pragma once
 
 #include <atomic>
@@ -71,15 +83,17 @@ class Strategy {
   /// Called once before training, with parameters initialised (or resumed): DDP broadcasts
   /// rank 0's, the pool maps them into shared memory, DataParallel makes its replicas.
   virtual void attach(Model& model) = 0;
-  /// False for a process that only reduces and steps (the pool's coordinator).
-  virtual bool computesGradients() const { return true; }
-  /// False for a process whose parameters are stepped by another (a sync pool worker).
-  virtual bool stepsOptimizer() const { return true; }
-  /// True when every gradient is zero once a step is over, so the next step's zero_grad
-  /// is left out: the step that reads the gradients zeroes them (averageThenSgd).
-  virtual bool zeroesGradients() const { return false; }
+  /// The class that trains `model` when the choice needs the model (Note [Chosen once]);
+  /// null keeps this one. chooseFor() asks it once, before plan() and attach().
+  virtual std::unique_ptr<Strategy> choose(Model& /*model*/) { return nullptr; }
 
   virtual void beginStep(bool localStop) { m_localStop = localStop; }
+  /// Clears the gradients before a step's micro-batches. A strategy whose step leaves every
+  /// gradient zero (it zeroes what it reads: averageThenSgd) leaves this out.
+  virtual void zeroGradients(torch::optim::Optimizer& optimizer) { optimizer.zero_grad(); }
+  /// Runs the step's forward and backward passes (`microBatches`, which calls backward()
+  /// for each); a process that computes no gradients (the pool's coordinator) skips them.
+  virtual void computeGradients(const std::function<void()>& microBatches) { microBatches(); }
   /// False on all but the last micro-batch of an accumulated step (no_sync semantics).
   virtual void setSyncGradients(bool /*on*/) {}
   /// Forward and backward of one micro-batch, its loss scaled by `weight` (its share of the
@@ -90,10 +104,11 @@ class Strategy {
   /// inside optimizerStep, only meets the other ranks). Returns whether any rank asked to
   /// stop, so that every rank leaves after the same step.
   virtual bool reduce(Model& model, StepState& state) = 0;
-  /// Clips the gradients' norm to `clipNorm` (if > 0) and steps `optimizer`. DDP over shared
-  /// memory instead steps its share of parameters that all ranks share.
+  /// Clips the gradients' norm to `clipNorm` (if > 0) and steps `optimizer`, and whatever
+  /// the strategy does around the step: DDP over shared memory steps its share of
+  /// parameters that all ranks share, DataParallel updates its replicas, the pool's
+  /// processes meet or report progress.
   virtual void optimizerStep(torch::optim::Optimizer& optimizer, double clipNorm);
-  virtual void afterOptimizerStep(Model& /*model*/) {}
   /// Called once after the last step (a pool worker says it is done).
   virtual void finish() {}
 
@@ -107,7 +122,15 @@ class Strategy {
   /// before any (and in a process that computes none).
   virtual const char* gradients() const { return m_gradients.load(std::memory_order_relaxed); }
 
+  /// Gradient exchanges this process has launched: a collective per bucket over c10d, a
+  /// meeting of the ranks' gradients over shared memory. With accumulation, one a step.
+  std::int64_t exchanges() const { return m_exchanges; }
+
+  /// False computes every gradient with autograd, as a reference (worker flag --gradients).
+  void setGradientsByHand(bool on) { m_byHand = on; }
+  bool gradientsByHand() const { return m_byHand; }
   void setAutocast(bool on) { m_autocast = on; }
+  bool autocast() const { return m_autocast; }
   void setDevice(torch::Device d) { m_device = d; }
   torch::Device device() const { return m_device; }
 
@@ -120,6 +143,8 @@ class Strategy {
 
   bool m_localStop = false;
   bool m_autocast = false;
+  bool m_byHand = true;
+  std::int64_t m_exchanges = 0;
   bool m_needsAutograd = false;  ///< set by a strategy whose work hangs on autograd's nodes (DDP's hooks)
   std::atomic<const char*> m_gradients{nullptr};  ///< DataParallel's lanes set it at once
   torch::Device m_device = torch::kCPU;
@@ -131,6 +156,9 @@ using StrategyFactory = std::function<std::unique_ptr<Strategy>(const SyncContex
 const std::map<std::string, StrategyFactory>& strategyRegistry();
 
 std::unique_ptr<Strategy> makeStrategy(const SyncContext& ctx);
+
+/// `strategy`, or the class it chooses for `model` (Note [Chosen once]), with its settings.
+std::unique_ptr<Strategy> chooseFor(std::unique_ptr<Strategy> strategy, Model& model);
 
 /// The device of process `rank` under the profile: cpu, or cuda:rank after checking that
 /// LibTorch sees that device. Throws ptw::Error naming strategy.device otherwise.

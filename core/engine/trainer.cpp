@@ -72,6 +72,7 @@ Trainer::Trainer(TrainerOptions options, std::unique_ptr<Strategy> strategy, Rec
       m_data(makeDataset(m_profile.data, m_profile.model)),
       m_model(makeModel(m_profile.model, m_profile.hyper.seed)) {
   checkWorkload(*m_model, m_data, m_profile);
+  m_strategy = chooseFor(std::move(m_strategy), *m_model);
   m_plan = m_options.plan ? m_options.plan : m_strategy->plan(m_profile, m_data.size());
   m_model->to(m_strategy->device());
   m_optimizer = makeOptimizer(m_profile.hyper, m_model->parameters());
@@ -179,113 +180,123 @@ void Trainer::loadCheckpoint(const std::string& path) {
 std::int64_t Trainer::run(const std::atomic<bool>& stopRequested) {
   const auto& h = m_profile.hyper;
   const auto& opts = m_profile.run;
-  const bool primary = m_options.rank == 0;
-  const bool computes = m_strategy->computesGradients();
-  const bool steps = m_strategy->stepsOptimizer();
-  const auto dev = m_strategy->device();
-  const std::string checkpointPath = m_options.outDir.empty() ? "" : m_options.outDir + "/checkpoint.pt";
-  // Read at the end of the first step (what the step took: gradients, optimizer state, the library's
-  // workspaces), then a few times a second; always the device's measure, never the resident set for a GPU.
-  std::int64_t memBytes = 0;
-  std::optional<Clock::time_point> memReadAt;
-  auto validateNow = [&] {
-    if (!primary || m_data.valSize() == 0) return;
-    auto [loss, accuracy] = validate();
-    core::Record v;
-    v.kind = core::Record::Kind::Validation;
-    v.step.rank = 0;
-    v.step.step = m_step;
-    v.valLoss = loss;
-    v.valAccuracy = accuracy;
-    publish(v);
-  };
-
-  bool stop = false;
-  for (; !stop; ++m_epoch, m_batchInEpoch = 0) {
+  for (;; ++m_epoch, m_batchInEpoch = 0) {
     if (h.epochs > 0 && m_epoch >= h.epochs) break;
-    auto batches = m_plan(m_epoch);
-    if (batches.empty()) break;
-    const auto count = static_cast<std::int64_t>(batches.size());
-    while (m_batchInEpoch < count) {
-      if (h.maxSteps > 0 && m_step >= h.maxSteps) { stop = true; break; }
-      auto t0 = Clock::now();
-      const double lr = learningRate(h, m_step);
-      for (auto& group : m_optimizer->param_groups()) group.options().set_lr(lr);
-      m_strategy->beginStep(stopRequested.load(std::memory_order_relaxed));
-      if (!m_strategy->zeroesGradients()) m_optimizer->zero_grad();
-      // The micro-batches of this step: `accumulate` of them, fewer at the end of an epoch.
-      const std::int64_t micro = std::min(h.accumulate, count - m_batchInEpoch);
-      std::int64_t stepSamples = 0;
-      for (std::int64_t k = 0; k < micro; ++k)
-        stepSamples += static_cast<std::int64_t>(batches[static_cast<std::size_t>(m_batchInEpoch + k)].size());
-      double dataMs = 0, computeMs = 0, loss = 0;
-      auto t1 = t0;
-      if (computes) {
-        for (std::int64_t k = 0; k < micro; ++k) {
-          const auto& batch = batches[static_cast<std::size_t>(m_batchInEpoch + k)];
-          auto a = Clock::now();
-          auto x = gatherRows(m_data.x, batch, m_batchX).to(dev);
-          auto y = gatherRows(m_data.y, batch, m_batchY).to(dev);
-          auto b = Clock::now();
-          const double weight = static_cast<double>(batch.size()) / static_cast<double>(stepSamples);
-          m_strategy->setSyncGradients(k + 1 == micro);
-          loss += weight * m_strategy->backward(*m_model, x, y, weight, m_data.classification);
-          auto c = Clock::now();
-          dataMs += ms(a, b);
-          computeMs += ms(b, c);
-        }
-        t1 = Clock::now();
-      }
-      StepState state{false, loss, stepSamples};
-      stop = m_strategy->reduce(*m_model, state);
-      auto t2 = Clock::now();
-      if (steps) m_strategy->optimizerStep(*m_optimizer, h.clipNorm);
-      m_strategy->afterOptimizerStep(*m_model);
-      auto t3 = Clock::now();
-      m_batchInEpoch += micro;
-      ++m_step;
-
-      if (m_sink) {
-        if (!memReadAt || ms(*memReadAt, t3) > 250) {  // /proc is cheap but not free
-          memBytes = memoryBytes(dev);
-          memReadAt = t3;
-        }
-        const double stepMs = ms(t0, t3);
-        auto record = [&](int rank, double l, std::int64_t samples, double compute, double comm) {
-          core::Record r;
-          auto& s = r.step;
-          s.rank = rank;
-          s.step = m_step;
-          s.epoch = m_epoch;
-          s.loss = l;
-          s.stepMs = stepMs;
-          s.samplesPerS = stepMs > 0 ? static_cast<double>(samples) * 1000.0 / stepMs : 0.0;
-          s.dataMs = dataMs;
-          s.computeMs = compute;
-          s.commMs = comm;
-          s.optMs = ms(t2, t3);
-          s.lr = lr;
-          s.memBytes = memBytes;
-          publish(r);
-        };
-        const auto& lanes = m_strategy->lanes();
-        if (lanes.empty()) {
-          record(m_options.rank, state.loss, state.samples, computeMs, ms(t1, t2));
-        } else {
-          for (const auto& lane : lanes) record(lane.lane, lane.loss, lane.samples, lane.computeMs, lane.waitMs + ms(t1, t2));
-        }
-      }
-      if (primary && opts.evalEvery > 0 && m_step % opts.evalEvery == 0) validateNow();
-      if (primary && !checkpointPath.empty() && opts.checkpointEvery > 0 && m_step % opts.checkpointEvery == 0)
-        saveCheckpoint(checkpointPath);
-      if (stop) break;
-    }
-    if (stop) break;
+    const auto batches = m_plan(m_epoch);
+    if (batches.empty() || trainEpoch(batches, stopRequested)) break;
   }
   m_strategy->finish();
-  if (primary && (opts.evalEvery == 0 || m_step % opts.evalEvery != 0)) validateNow();
-  if (primary && !checkpointPath.empty()) saveCheckpoint(checkpointPath);
+  const bool primary = m_options.rank == 0;
+  if (primary && (opts.evalEvery == 0 || m_step % opts.evalEvery != 0)) validateAndPublish();
+  if (primary && !m_options.outDir.empty()) saveCheckpoint(checkpointPath());
   return m_step;
+}
+
+bool Trainer::trainEpoch(const Batches& batches, const std::atomic<bool>& stopRequested) {
+  const auto& h = m_profile.hyper;
+  const auto& opts = m_profile.run;
+  const bool primary = m_options.rank == 0;
+  while (m_batchInEpoch < static_cast<std::int64_t>(batches.size())) {
+    if (h.maxSteps > 0 && m_step >= h.maxSteps) return true;
+    const bool stop = trainStep(batches, stopRequested.load(std::memory_order_relaxed));
+    if (primary && opts.evalEvery > 0 && m_step % opts.evalEvery == 0) validateAndPublish();
+    if (primary && !m_options.outDir.empty() && opts.checkpointEvery > 0 && m_step % opts.checkpointEvery == 0)
+      saveCheckpoint(checkpointPath());
+    if (stop) return true;
+  }
+  return false;
+}
+
+bool Trainer::trainStep(const Batches& batches, bool localStop) {
+  const auto& h = m_profile.hyper;
+  StepTimes t;
+  t.start = Clock::now();
+  const double lr = learningRate(h, m_step);
+  for (auto& group : m_optimizer->param_groups()) group.options().set_lr(lr);
+  m_strategy->beginStep(localStop);
+  m_strategy->zeroGradients(*m_optimizer);
+  // The micro-batches of this step: `accumulate` of them, fewer at the end of an epoch.
+  const std::int64_t micro = std::min(h.accumulate, static_cast<std::int64_t>(batches.size()) - m_batchInEpoch);
+  std::int64_t stepSamples = 0;
+  for (std::int64_t k = 0; k < micro; ++k)
+    stepSamples += static_cast<std::int64_t>(batches[static_cast<std::size_t>(m_batchInEpoch + k)].size());
+  double loss = 0;
+  m_strategy->computeGradients([&] { loss = microBatches(batches, micro, stepSamples, t); });
+  t.computed = Clock::now();
+  StepState state{false, loss, stepSamples};
+  const bool stop = m_strategy->reduce(*m_model, state);
+  t.reduced = Clock::now();
+  m_strategy->optimizerStep(*m_optimizer, h.clipNorm);
+  t.stepped = Clock::now();
+  m_batchInEpoch += micro;
+  ++m_step;
+  if (m_sink) publishStep(state, lr, t);
+  return stop;
+}
+
+double Trainer::microBatches(const Batches& batches, std::int64_t micro, std::int64_t stepSamples, StepTimes& t) {
+  const auto dev = m_strategy->device();
+  double loss = 0;
+  for (std::int64_t k = 0; k < micro; ++k) {
+    const auto& batch = batches[static_cast<std::size_t>(m_batchInEpoch + k)];
+    auto a = Clock::now();
+    auto x = gatherRows(m_data.x, batch, m_batchX).to(dev);
+    auto y = gatherRows(m_data.y, batch, m_batchY).to(dev);
+    auto b = Clock::now();
+    const double weight = static_cast<double>(batch.size()) / static_cast<double>(stepSamples);
+    m_strategy->setSyncGradients(k + 1 == micro);
+    loss += weight * m_strategy->backward(*m_model, x, y, weight, m_data.classification);
+    auto c = Clock::now();
+    t.dataMs += ms(a, b);
+    t.computeMs += ms(b, c);
+  }
+  return loss;
+}
+
+void Trainer::publishStep(const StepState& state, double lr, const StepTimes& t) {
+  // Read at the end of the first step (what the step took: gradients, optimizer state, the library's
+  // workspaces), then a few times a second; always the device's measure, never the resident set for a GPU.
+  if (!m_memReadAt || ms(*m_memReadAt, t.stepped) > 250) {  // /proc is cheap but not free
+    m_memBytes = memoryBytes(m_strategy->device());
+    m_memReadAt = t.stepped;
+  }
+  const double stepMs = ms(t.start, t.stepped);
+  auto record = [&](int rank, double loss, std::int64_t samples, double compute, double comm) {
+    core::Record r;
+    auto& s = r.step;
+    s.rank = rank;
+    s.step = m_step;
+    s.epoch = m_epoch;
+    s.loss = loss;
+    s.stepMs = stepMs;
+    s.samplesPerS = stepMs > 0 ? static_cast<double>(samples) * 1000.0 / stepMs : 0.0;
+    s.dataMs = t.dataMs;
+    s.computeMs = compute;
+    s.commMs = comm;
+    s.optMs = ms(t.reduced, t.stepped);
+    s.lr = lr;
+    s.memBytes = m_memBytes;
+    publish(r);
+  };
+  const double commMs = ms(t.computed, t.reduced);
+  const auto& lanes = m_strategy->lanes();
+  if (lanes.empty()) {
+    record(m_options.rank, state.loss, state.samples, t.computeMs, commMs);
+  } else {
+    for (const auto& lane : lanes) record(lane.lane, lane.loss, lane.samples, lane.computeMs, lane.waitMs + commMs);
+  }
+}
+
+void Trainer::validateAndPublish() {
+  if (m_data.valSize() == 0) return;
+  auto [loss, accuracy] = validate();
+  core::Record v;
+  v.kind = core::Record::Kind::Validation;
+  v.step.rank = 0;
+  v.step.step = m_step;
+  v.valLoss = loss;
+  v.valAccuracy = accuracy;
+  publish(v);
 }
 
 }  // namespace ptw::engine

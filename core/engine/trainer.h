@@ -5,7 +5,9 @@
 
 #include <atomic>
 #include <functional>
+#include <chrono>
 #include <memory>
+#include <optional>
 
 #include <torch/torch.h>
 
@@ -46,6 +48,8 @@ class Trainer {
   Model& model() { return *m_model; }
   /// How the last step's gradients were computed (Strategy::gradients()).
   const char* gradients() const { return m_strategy->gradients(); }
+  /// The strategy that trains, as chosen for the model (Note [Chosen once]).
+  const Strategy& strategy() const { return *m_strategy; }
   std::int64_t step() const { return m_step; }
   /// Validation loss and accuracy (-1 for regression) on the held-out split.
   std::pair<double, double> validate();
@@ -55,6 +59,22 @@ class Trainer {
   void saveCheckpoint(const std::string& path);
 
  private:
+  using Clock = std::chrono::steady_clock;
+  using Batches = std::vector<std::vector<std::int64_t>>;
+  /// Where one step's time went.
+  struct StepTimes {
+    Clock::time_point start, computed, reduced, stepped;
+    double dataMs = 0, computeMs = 0;
+  };
+  /// The steps of one epoch from m_batchInEpoch on; true when training stops.
+  bool trainEpoch(const Batches& batches, const std::atomic<bool>& stopRequested);
+  /// One optimizer step; returns whether any rank asked to stop.
+  bool trainStep(const Batches& batches, bool localStop);
+  /// Forward and backward of the step's `micro` micro-batches; returns their weighted loss.
+  double microBatches(const Batches& batches, std::int64_t micro, std::int64_t stepSamples, StepTimes& t);
+  void publishStep(const StepState& state, double lr, const StepTimes& t);
+  void validateAndPublish();
+  std::string checkpointPath() const { return m_options.outDir + "/checkpoint.pt"; }
   void loadCheckpoint(const std::string& path);
   void publish(const core::Record& r) { if (m_sink) m_sink(r); }
 
@@ -70,6 +90,8 @@ class Trainer {
   std::int64_t m_step = 0;
   std::int64_t m_epoch = 0;
   std::int64_t m_batchInEpoch = 0;  ///< micro-batches of m_epoch already trained
+  std::int64_t m_memBytes = 0;                ///< memory as last read (publishStep)
+  std::optional<Clock::time_point> m_memReadAt;
 };
 
 /// Resident set size of this process in bytes.

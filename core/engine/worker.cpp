@@ -259,8 +259,8 @@ class RecordWriter {
 };
 
 // Note [Metrics in phases]
-// What monitoring costs, measured within one run (bench_monitoring phases): with
-// PTW_METRICS_PHASES=MS:FILE, a rank of a run whose metrics are on sends its step records
+// What monitoring costs, measured within one run (bench_monitoring phases): with the
+// hidden worker flag --metrics-phases MS:FILE, a rank of a run whose metrics are on sends its step records
 // in the even phases of MS milliseconds of the monotonic clock (the same phases for every
 // rank of the machine) and passes them over in the odd ones, as run.metrics false does;
 // the supervisor, the store and the window then have nothing to take either, but are
@@ -273,17 +273,15 @@ class RecordWriter {
 // lines. Not for users: the records of the odd phases are never stored.
 class MetricsPhases {
  public:
-  /// Null unless PTW_METRICS_PHASES is set; throws when it is malformed.
-  static std::unique_ptr<MetricsPhases> fromEnvironment(int rank) {
-    const char* v = std::getenv("PTW_METRICS_PHASES");
-    if (!v || !*v) return nullptr;
-    const std::string s = v;
-    const auto colon = s.find(':');
+  /// Null when `spec` (the value of --metrics-phases) is empty; throws when it is malformed.
+  static std::unique_ptr<MetricsPhases> fromFlag(const std::string& spec, int rank) {
+    if (spec.empty()) return nullptr;
+    const auto colon = spec.find(':');
     char* end = nullptr;
-    const long ms = colon == std::string::npos ? 0 : std::strtol(s.c_str(), &end, 10);
-    PTW_CHECK(ms >= 1000 && end == s.c_str() + colon && colon + 1 < s.size(),
-              "PTW_METRICS_PHASES: expected MS:FILE with MS >= 1000, got \"", s, "\"");
-    return std::make_unique<MetricsPhases>(ms, s.substr(colon + 1) + ".rank" + std::to_string(rank));
+    const long ms = colon == std::string::npos ? 0 : std::strtol(spec.c_str(), &end, 10);
+    PTW_CHECK(ms >= 1000 && end == spec.c_str() + colon && colon + 1 < spec.size(),
+              "--metrics-phases: expected MS:FILE with MS >= 1000, got \"", spec, "\"");
+    return std::make_unique<MetricsPhases>(ms, spec.substr(colon + 1) + ".rank" + std::to_string(rank));
   }
   MetricsPhases(long ms, std::string path) : m_phaseNs(ms * 1000000LL), m_path(std::move(path)) {}
   ~MetricsPhases() {
@@ -333,59 +331,124 @@ class MetricsPhases {
   std::vector<Note> m_notes;
 };
 
+// Note [Injected faults]
+// For the supervisor's tests, the hidden flag --fault SPEC: throw-at-start:R fails rank R
+// at start; kill-at-step:R:S kills rank R (SIGKILL) after step S of the first attempt, so
+// a restart can be seen to recover; hang-at-step:R:S makes rank R stop after step S of the
+// first attempt, alive and heartbeating, as a rank stuck in its own work (the others wait
+// for it). Every rank gets the same SPEC; only rank R acts on it.
+struct Fault {
+  std::string kind;  ///< "" (none), throw-at-start, kill-at-step or hang-at-step
+  int rank = -1;
+  std::int64_t step = -1;
+};
+
+Fault parseFault(const std::string& spec) {
+  const auto malformed = [&] {
+    PTW_FAIL("--fault: expected throw-at-start:RANK, kill-at-step:RANK:STEP or hang-at-step:RANK:STEP, got \"", spec,
+             "\"");
+  };
+  auto number = [&](const std::string& s) {
+    std::size_t used = 0;
+    long long x = -1;
+    try {
+      x = std::stoll(s, &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != s.size() || x < 0 || x > INT_MAX) malformed();
+    return x;
+  };
+  Fault f;
+  const auto first = spec.find(':');
+  f.kind = spec.substr(0, first);
+  const bool atStep = f.kind == "kill-at-step" || f.kind == "hang-at-step";
+  const auto second = first == std::string::npos ? first : spec.find(':', first + 1);
+  if (first == std::string::npos || (f.kind != "throw-at-start" && !atStep) || (second != std::string::npos) != atStep)
+    malformed();
+  f.rank = static_cast<int>(number(spec.substr(first + 1, atStep ? second - first - 1 : std::string::npos)));
+  if (atStep) f.step = number(spec.substr(second + 1));
+  return f;
+}
+
 struct Args {
   std::string profile, out, store, steps;
   long long stepsLimit = 0;
   int rank = -1, world = -1, port = 0, attempt = 0, records = -1;
   bool preflight = false, devices = false, blas = false;
+  // Hidden: for tests and measures, not for users.
+  Fault fault;                ///< --fault SPEC (Note [Injected faults])
+  std::string metricsPhases;  ///< --metrics-phases MS:FILE (Note [Metrics in phases])
+  bool autogradOnly = false;  ///< --gradients autograd: no gradients by hand, to compare
 };
 
+void printUsage() {
+  std::cout << "usage: ptw-worker --profile FILE --rank R --world W --port P [--out DIR] [--store FILE] [--attempt N]\n"
+               "                  [--records FD]   binary records to descriptor FD (else text lines on stdout)\n"
+               "                  [--steps FILE [--steps-limit BYTES]]   append step records to the run's step\n"
+               "                                   file, send groups of them (past BYTES: a full disk)\n"
+               "       ptw-worker --preflight --profile FILE   load the workload, check it, print its shapes (JSON)\n"
+               "       ptw-worker --devices                    print the devices LibTorch sees (JSON lines)\n"
+               "       ptw-worker --blas                       print the OpenBLAS kernels ranks train with (JSON)\n"
+               "One rank of a ptw run; started by ptw's launcher, not by hand.\n";
+}
+
+// The value `v` of flag `k`, an integer.
+long long toLong(const std::string& k, const std::string& v) {
+  try {
+    std::size_t used = 0;
+    long long x = std::stoll(v, &used);
+    if (used == v.size()) return x;
+  } catch (...) {
+  }
+  PTW_FAIL(k, ": expected an integer, got \"", v, "\"");
+}
+
+int toInt(const std::string& k, const std::string& v) {
+  const long long x = toLong(k, v);
+  PTW_CHECK(x >= INT_MIN && x <= INT_MAX, k, ": expected an integer, got \"", v, "\"");
+  return static_cast<int>(x);
+}
+
+// Flag `k` with its value `v`.
+void setArg(Args& a, const std::string& k, const std::string& v) {
+  if (k == "--profile") a.profile = v;
+  else if (k == "--out") a.out = v;
+  else if (k == "--rank") a.rank = toInt(k, v);
+  else if (k == "--world") a.world = toInt(k, v);
+  else if (k == "--port") a.port = toInt(k, v);
+  else if (k == "--attempt") a.attempt = toInt(k, v);
+  else if (k == "--store") a.store = v;
+  else if (k == "--records") a.records = toInt(k, v);
+  else if (k == "--steps") a.steps = v;
+  else if (k == "--steps-limit") a.stepsLimit = toLong(k, v);
+  else if (k == "--fault") a.fault = parseFault(v);
+  else if (k == "--metrics-phases") a.metricsPhases = v;
+  else if (k == "--gradients") {
+    PTW_CHECK(v == "autograd", "--gradients: expected \"autograd\", got \"", v, "\"");
+    a.autogradOnly = true;
+  } else PTW_FAIL("unknown argument ", k, " (see --help)");
+}
+
+// Flags take their value as the next argument or after '=' (--flag value, --flag=value).
 Args parseArgs(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
     std::string k = argv[i];
     if (k == "--help" || k == "-h") {
-      std::cout << "usage: ptw-worker --profile FILE --rank R --world W --port P [--out DIR] [--store FILE] [--attempt N]\n"
-                   "                  [--records FD]   binary records to descriptor FD (else text lines on stdout)\n"
-                   "                  [--steps FILE [--steps-limit BYTES]]   append step records to the run's step\n"
-                   "                                   file, send groups of them (past BYTES: a full disk)\n"
-                   "       ptw-worker --preflight --profile FILE   load the workload, check it, print its shapes (JSON)\n"
-                   "       ptw-worker --devices                    print the devices LibTorch sees (JSON lines)\n"
-                   "       ptw-worker --blas                       print the OpenBLAS kernels ranks train with (JSON)\n"
-                   "One rank of a ptw run; started by ptw's launcher, not by hand.\n";
+      printUsage();
       std::exit(0);
     }
     if (k == "--preflight") { a.preflight = true; continue; }
     if (k == "--devices") { a.devices = true; continue; }
     if (k == "--blas") { a.blas = true; continue; }
+    const auto eq = k.rfind("--", 0) == 0 ? k.find('=') : std::string::npos;
+    if (eq != std::string::npos) {
+      setArg(a, k.substr(0, eq), k.substr(eq + 1));
+      continue;
+    }
     PTW_CHECK(i + 1 < argc, k, ": missing value");
-    std::string v = argv[++i];
-    auto toLong = [&](const std::string& s) {
-      try {
-        std::size_t used = 0;
-        long long x = std::stoll(s, &used);
-        PTW_CHECK(used == s.size(), "");
-        return x;
-      } catch (...) {
-        PTW_FAIL(k, ": expected an integer, got \"", s, "\"");
-      }
-    };
-    auto toInt = [&](const std::string& s) {
-      const long long x = toLong(s);
-      PTW_CHECK(x >= INT_MIN && x <= INT_MAX, k, ": expected an integer, got \"", s, "\"");
-      return static_cast<int>(x);
-    };
-    if (k == "--profile") a.profile = v;
-    else if (k == "--out") a.out = v;
-    else if (k == "--rank") a.rank = toInt(v);
-    else if (k == "--world") a.world = toInt(v);
-    else if (k == "--port") a.port = toInt(v);
-    else if (k == "--attempt") a.attempt = toInt(v);
-    else if (k == "--store") a.store = v;
-    else if (k == "--records") a.records = toInt(v);
-    else if (k == "--steps") a.steps = v;
-    else if (k == "--steps-limit") a.stepsLimit = toLong(v);
-    else PTW_FAIL("unknown argument ", k, " (see --help)");
+    setArg(a, k, argv[++i]);
   }
   PTW_CHECK(a.records < 0 || ::fcntl(a.records, F_GETFD) != -1, "--records: descriptor ", a.records, " is not open");
   if (a.devices || a.blas) return a;
@@ -445,9 +508,8 @@ int preflight(const core::Profile& profile) {
   return 0;
 }
 
-}  // namespace
-
-int workerMain(int argc, char** argv) {
+// SIGTERM and SIGINT ask for a graceful stop; returns them as a set.
+sigset_t installStopHandlers() {
   struct sigaction sa {};
   sa.sa_sigaction = onStopSignal;
   sa.sa_flags = SA_SIGINFO;
@@ -461,9 +523,12 @@ int workerMain(int argc, char** argv) {
   sigaddset(&stopSignals, SIGTERM);
   sigaddset(&stopSignals, SIGINT);
   ::pthread_sigmask(SIG_UNBLOCK, &stopSignals, nullptr);
+  return stopSignals;
+}
 
-  Args args;
-  core::Profile profile;
+// Parses the arguments, takes the best BLAS kernels, and answers the commands that do not
+// train (--devices, --blas, --preflight). Returns their exit code, or -1 to train.
+int prepare(int argc, char** argv, const sigset_t& stopSignals, Args& args, core::Profile& profile) {
   try {
     args = parseArgs(argc, argv);
     if (!args.preflight) {  // Note [BLAS kernels]; a stop now waits for the new image, which unblocks it
@@ -486,78 +551,71 @@ int workerMain(int argc, char** argv) {
     std::fprintf(stderr, "error: %s\n", e.what());
     return 2;
   }
-  const int rank = args.rank;
-  // Fault injection for the supervisor's tests: PTW_FAULT=throw-at-start:R fails rank R
-  // at start; PTW_FAULT=kill-at-step:R:S kills rank R (SIGKILL) after step S of the
-  // first attempt, so a restart can be seen to recover; PTW_FAULT=hang-at-step:R:S makes
-  // rank R stop after step S of the first attempt, alive and heartbeating, as a rank stuck
-  // in its own work (the others wait for it).
-  std::int64_t killAtStep = -1, hangAtStep = -1;
-  if (const char* fault = std::getenv("PTW_FAULT")) {
-    const std::string f = fault, me = std::to_string(rank);
-    if (f == "throw-at-start:" + me) {
-      std::fprintf(stderr, "error: injected fault at start (PTW_FAULT)\n");
-      return 1;
-    }
-    const std::string killPrefix = "kill-at-step:" + me + ":", hangPrefix = "hang-at-step:" + me + ":";
-    if (f.rfind(killPrefix, 0) == 0 && args.attempt == 0) killAtStep = std::atoll(f.c_str() + killPrefix.size());
-    if (f.rfind(hangPrefix, 0) == 0 && args.attempt == 0) hangAtStep = std::atoll(f.c_str() + hangPrefix.size());
-  }
+  return -1;
+}
 
-  torch::set_num_threads(profile.run.threadsPerRank);
-  setBlasThreads(profile.run.threadsPerRank);  // Note [BLAS threads]
-  std::unique_ptr<StepFile> stepFile;
-  if (!args.steps.empty() && profile.run.metrics)
-    stepFile = std::make_unique<StepFile>(args.steps, args.attempt, args.stepsLimit, profile.run);
-  if (stepFile && !stepFile->error().empty()) {
-    std::fprintf(stderr, "error: [rank %d] %s\n", rank, stepFile->error().c_str());
-    return core::kWorkerCannotStoreMetrics;
-  }
-  RecordWriter writer(args.records, std::move(stepFile), core::warmupSteps(profile));
-  std::unique_ptr<MetricsPhases> phases;  // Note [Metrics in phases]
-  try {
-    phases = MetricsPhases::fromEnvironment(rank);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what());
-    return 2;
-  }
-  std::atomic<bool> finished{false};
-  std::mutex hbMutex;
-  std::condition_variable hbWake;
-  std::thread heartbeat([&] {
-    std::unique_lock<std::mutex> lock(hbMutex);
-    while (!hbWake.wait_for(lock, std::chrono::seconds(1), [&] { return finished.load(); }))
-      writer.heartbeat(rank, waitingForPeers().load(std::memory_order_relaxed) ? "comm" : "train");
-  });
-  auto stopHeartbeat = [&] {
+// Tells the launcher every second that this rank lives, and whether it waits for its peers.
+class Heartbeat {
+ public:
+  Heartbeat(RecordWriter& writer, int rank)
+      : m_thread([this, &writer, rank] {
+          std::unique_lock<std::mutex> lock(m_mutex);
+          while (!m_wake.wait_for(lock, std::chrono::seconds(1), [&] { return m_finished; }))
+            writer.heartbeat(rank, waitingForPeers().load(std::memory_order_relaxed) ? "comm" : "train");
+        }) {}
+  ~Heartbeat() { stop(); }
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+  void stop() {
     {
-      std::lock_guard<std::mutex> lock(hbMutex);
-      finished = true;
+      std::lock_guard<std::mutex> lock(m_mutex);
+      m_finished = true;
     }
-    hbWake.notify_all();
-    heartbeat.join();
-  };
+    m_wake.notify_all();
+    if (m_thread.joinable()) m_thread.join();
+  }
 
-  int code = 0;
+ private:
+  std::mutex m_mutex;
+  std::condition_variable m_wake;
+  bool m_finished = false;
+  std::thread m_thread;  ///< last: starts once the members it uses are made
+};
+
+// Where the trainer's records go: to `writer` as run.metrics and --metrics-phases say; and
+// the injected kill or hang (Note [Injected faults]) after its step.
+Trainer::RecordSink recordSink(const core::Profile& profile, RecordWriter& writer, MetricsPhases* phases,
+                               std::int64_t killAtStep, std::int64_t hangAtStep) {
+  return [&profile, &writer, phases, killAtStep, hangAtStep](const core::Record& r) {
+    const bool step = r.kind == core::Record::Kind::Step;
+    if (profile.run.metrics && step && phases) phases->offer(r, writer);
+    else if (profile.run.metrics || r.kind == core::Record::Kind::Done) writer.write(r);
+    else if (step) writer.passed(r.step.step);
+    if (step && r.step.step == killAtStep) {
+      writer.flush();
+      ::raise(SIGKILL);
+    }
+    if (step && r.step.step == hangAtStep) {
+      writer.flush();
+      for (;;) ::pause();  // busy on its own, heartbeats going on: a hang the peers wait for
+    }
+  };
+}
+
+// Trains, saves the results, and reports the end; returns the exit code.
+int trainRank(const Args& args, const core::Profile& profile, RecordWriter& writer, MetricsPhases* phases) {
+  const int rank = args.rank;
+  const bool faulty = args.fault.rank == rank && args.attempt == 0;
+  const std::int64_t killAtStep = faulty && args.fault.kind == "kill-at-step" ? args.fault.step : -1;
+  const std::int64_t hangAtStep = faulty && args.fault.kind == "hang-at-step" ? args.fault.step : -1;
   try {
     std::fprintf(stderr, "[rank %d] %s: %s, world %d, port %d\n", rank, profile.name.c_str(),
                  profile.strategy.kind.c_str(), args.world, args.port);
     SyncContext ctx{profile, rank, args.world, args.port, args.store};
-    Trainer trainer(TrainerOptions(profile, rank, args.world).setOutDir(args.out), makeStrategy(ctx),
-                    [&](const core::Record& r) {
-                      const bool step = r.kind == core::Record::Kind::Step;
-                      if (profile.run.metrics && step && phases) phases->offer(r, writer);
-                      else if (profile.run.metrics || r.kind == core::Record::Kind::Done) writer.write(r);
-                      else if (step) writer.passed(r.step.step);
-                      if (r.kind == core::Record::Kind::Step && r.step.step == killAtStep) {
-                        writer.flush();
-                        ::raise(SIGKILL);
-                      }
-                      if (r.kind == core::Record::Kind::Step && r.step.step == hangAtStep) {
-                        writer.flush();
-                        for (;;) ::pause();  // busy on its own, heartbeats going on: a hang the peers wait for
-                      }
-                    });
+    auto strategy = makeStrategy(ctx);
+    strategy->setGradientsByHand(!args.autogradOnly);
+    Trainer trainer(TrainerOptions(profile, rank, args.world).setOutDir(args.out), std::move(strategy),
+                    recordSink(profile, writer, phases, killAtStep, hangAtStep));
     const auto trainStart = std::chrono::steady_clock::now();
     std::int64_t steps = trainer.run(g_stop);
     const double trainS = std::chrono::duration<double>(std::chrono::steady_clock::now() - trainStart).count();
@@ -578,21 +636,60 @@ int workerMain(int argc, char** argv) {
     if (const int by = g_stoppedBy.load()) {
       const std::string who = by > 0 ? "process " + std::to_string(by) : std::string("the kernel");
       std::fprintf(stderr, "[rank %d] the stop signal came from %s, not from ptw\n", rank, who.c_str());
-      code = core::kWorkerStoppedFromOutside;
+      return core::kWorkerStoppedFromOutside;
     }
+    return 0;
   } catch (const MetricsNotStored& e) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what());
-    code = core::kWorkerCannotStoreMetrics;
+    return core::kWorkerCannotStoreMetrics;
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what_without_backtrace());
-    code = 1;
+    return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what());
-    code = 1;
+    return 1;
   }
-  stopHeartbeat();
+}
+
+// One rank of a run: its step file, record writer and heartbeat around trainRank.
+int runRank(const Args& args, const core::Profile& profile) {
+  const int rank = args.rank;
+  if (args.fault.kind == "throw-at-start" && args.fault.rank == rank) {
+    std::fprintf(stderr, "error: injected fault at start (--fault)\n");
+    return 1;
+  }
+  torch::set_num_threads(profile.run.threadsPerRank);
+  setBlasThreads(profile.run.threadsPerRank);  // Note [BLAS threads]
+  std::unique_ptr<StepFile> stepFile;
+  if (!args.steps.empty() && profile.run.metrics)
+    stepFile = std::make_unique<StepFile>(args.steps, args.attempt, args.stepsLimit, profile.run);
+  if (stepFile && !stepFile->error().empty()) {
+    std::fprintf(stderr, "error: [rank %d] %s\n", rank, stepFile->error().c_str());
+    return core::kWorkerCannotStoreMetrics;
+  }
+  RecordWriter writer(args.records, std::move(stepFile), core::warmupSteps(profile));
+  std::unique_ptr<MetricsPhases> phases;  // Note [Metrics in phases]
+  try {
+    phases = MetricsPhases::fromFlag(args.metricsPhases, rank);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what());
+    return 2;
+  }
+  Heartbeat heartbeat(writer, rank);
+  const int code = trainRank(args, profile, writer, phases.get());
+  heartbeat.stop();
   writer.flush();
   return code;
+}
+
+}  // namespace
+
+int workerMain(int argc, char** argv) {
+  const sigset_t stopSignals = installStopHandlers();
+  Args args;
+  core::Profile profile;
+  if (const int code = prepare(argc, argv, stopSignals, args, profile); code >= 0) return code;
+  return runRank(args, profile);
 }
 
 }  // namespace ptw::engine

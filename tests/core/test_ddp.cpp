@@ -384,14 +384,29 @@ class TestDdp : public QObject {
     wider.model.hidden = {64, 64};
     const auto sharded = trained(wider);
     QVERIFY(!sharded.empty() && backToBack(sharded));
-    {
-      // What it chose says that its step zeroes the gradients, so the ranks skip zero_grad.
-      engine::SyncContext ctx{wider, 0, 1, static_cast<int>(::getpid()) + 1};
-      auto strategy = engine::makeStrategy(ctx);
-      auto model = engine::makeModel(wider.model, wider.hyper.seed);
+    // What it chose zeroes the gradients in its step, so the ranks skip zero_grad: gradients
+    // left before a step stay as they are. The one-barrier step's ranks zero them.
+    auto gradientsAfterZeroing = [](const Profile& profile, int port) {
+      engine::SyncContext ctx{profile, 0, 1, port};
+      auto model = engine::makeModel(profile.model, profile.hyper.seed);
+      auto strategy = engine::chooseFor(engine::makeStrategy(ctx), *model);
       strategy->attach(*model);
-      QVERIFY(strategy->zeroesGradients());
-    }
+      auto params = model->parameters();
+      auto optimizer = engine::makeOptimizer(profile.hyper, params);
+      torch::NoGradGuard noGrad;
+      for (auto& param : params) {
+        if (!param.grad().defined()) param.mutable_grad() = torch::zeros_like(param);
+        param.mutable_grad().fill_(1.0f);
+      }
+      strategy->zeroGradients(*optimizer);
+      double sum = 0;
+      for (const auto& param : params)
+        if (param.grad().defined()) sum += param.grad().sum().item<double>();
+      return sum;
+    };
+    const std::int64_t widerParams = 8 * 64 + 64 + 64 * 64 + 64 + 64 * 3 + 3;
+    QCOMPARE(gradientsAfterZeroing(wider, static_cast<int>(::getpid()) + 1), static_cast<double>(widerParams));
+    QCOMPARE(gradientsAfterZeroing(p, static_cast<int>(::getpid()) + 2), 0.0);
     const auto small = trained(p);
     QVERIFY(!small.empty() && !backToBack(small));
     QVERIFY2(maxAbsDiff(small, referenceParameters(p, 1)) < 1e-5, "the one-barrier step trained other parameters");
@@ -461,6 +476,60 @@ class TestDdp : public QObject {
     QVERIFY2(failure.empty(), failure.c_str());
     QVERIFY2(met.elapsed() < 2000, qPrintable(QString::number(met.elapsed())));
     QVERIFY(::access(("/dev/shm" + name).c_str(), F_OK) != 0);
+  }
+
+  // With gradient accumulation DDP exchanges gradients once per optimizer step, not once per
+  // micro-batch: over c10d (one bucket: one all-reduce a step) and over shared memory (one
+  // meeting of the ranks' gradients a step), for each algorithm there.
+  void accumulationExchangesOncePerStep_data() {
+    QTest::addColumn<QString>("backend");
+    QTest::addColumn<int>("hidden");
+    QTest::newRow("gloo") << "gloo" << 16;
+    QTest::newRow("shm, one barrier") << "shm" << 16;
+    QTest::newRow("shm, sharded SGD") << "shm" << 64;
+  }
+  void accumulationExchangesOncePerStep() {
+    QFETCH(QString, backend);
+    QFETCH(int, hidden);
+    Profile p = mlpProfile();
+    p.model.hidden = {hidden, hidden};
+    p.strategy.kind = "ddp";
+    p.strategy.ranks = 1;
+    p.strategy.backend = backend.toStdString();
+    p.hyper.batchSize = 4;
+    p.hyper.accumulate = 4;
+    QTemporaryDir dir;
+    engine::SyncContext ctx{p, 0, 1, static_cast<int>(::getpid()) + 3,
+                            backend == "gloo" ? dir.filePath("store").toStdString() : std::string()};
+    engine::Trainer t(engine::TrainerOptions(p, 0, 1), engine::makeStrategy(ctx));
+    std::atomic<bool> stop{false};
+    QCOMPARE(t.run(stop), std::int64_t(20));
+    QCOMPARE(t.strategy().exchanges(), std::int64_t(20));
+    QVERIFY2(maxAbsDiff(t.parameters(), referenceParameters(p, 1)) < 1e-5, "accumulated DDP trained otherwise");
+  }
+
+  // The pool shares float32 parameters: a float64 model fails every rank at start with an
+  // error that names the field, before any rank waits for another.
+  void poolRefusesAFloat64ModelNamingTheField() {
+    Profile p = defaultProfile();
+    p.model.kind = "torchscript";
+    p.model.path = test::sourcePath("resources/data/mlp-10-16-1-float64.scripted.pt").toStdString();
+    p.strategy.kind = "pool";
+    p.strategy.ranks = 2;
+    for (int rank : {0, 1}) {
+      engine::SyncContext ctx{p, rank, 3, static_cast<int>(::getpid()) + 4};
+      std::string error = "it built";
+      try {
+        engine::Trainer t(engine::TrainerOptions(p, rank, 3), engine::makeStrategy(ctx));
+      } catch (const Error& e) {
+        error = e.what();
+      } catch (const std::exception& e) {
+        error = std::string("not a ptw::Error: ") + e.what();
+      }
+      QVERIFY2(QString::fromStdString(error).startsWith(
+                   "model.path: the process pool needs float32 CPU parameters, got double on cpu in parameter 0"),
+               error.c_str());
+    }
   }
 
   // Single with 4 micro-batches of 8 per step equals Single with batches of 32.

@@ -55,6 +55,27 @@ std::string trainerError(const Profile& p) {
   return "";
 }
 
+// The parameters `p` ends with, trained on one process ({} when it did not train).
+std::vector<torch::Tensor> trainedParameters(const Profile& p) {
+  engine::SyncContext ctx{p, 0, 1, 0};
+  engine::Trainer t(engine::TrainerOptions(p, 0, 1), engine::makeStrategy(ctx));
+  std::atomic<bool> stop{false};
+  return t.run(stop) == p.hyper.maxSteps ? t.parameters() : std::vector<torch::Tensor>{};
+}
+
+// The largest difference between two parameter lists, laid end to end; infinite when they
+// do not hold as many values.
+double largestDifference(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  auto flat = [](const std::vector<torch::Tensor>& list) {
+    std::vector<torch::Tensor> parts;
+    for (const auto& t : list) parts.push_back(t.detach().flatten());
+    return parts.empty() ? torch::Tensor() : torch::cat(parts);
+  };
+  const auto x = flat(a), y = flat(b);
+  if (!x.defined() || !y.defined() || x.numel() != y.numel()) return std::numeric_limits<double>::infinity();
+  return (x - y).abs().max().item<double>();
+}
+
 // Trains `byHand` by hand and a copy of it by autograd on the same micro-batches (9 samples,
 // 5 classes or 5 regression outputs, of `weights`); "" when every loss is equal and every
 // gradient within 1e-6 of the largest, and gradients that existed were added in place.
@@ -473,6 +494,81 @@ class TestWorkload : public QObject {
   // Note [Gradients by hand]: the chain's gradients are autograd's, for each activation and
   // loss, into gradients that exist (in place, as shared-memory strategies need) or not yet,
   // and added over micro-batches of unequal weight. What the chain cannot take is left alone.
+  // AdamW decays the weights apart from the gradient: one step of makeOptimizer's AdamW is
+  // Adam without decay after p *= 1 - lr * decay (PyTorch's AdamW), step by step; Adam with
+  // the same decay (added to the gradient) trains other parameters, and so does AdamW without it.
+  void adamwDecaysTheWeightsApartFromTheGradient() {
+    core::HyperSpec h;
+    h.optimizer = "adamw";
+    h.lr = 0.01;
+    h.weightDecay = 0.1;
+    torch::manual_seed(3);
+    auto w = torch::randn({5, 4}).requires_grad_(true);
+    auto reference = w.detach().clone().requires_grad_(true);
+    auto adamw = engine::makeOptimizer(h, {w});
+    torch::optim::Adam adam({reference}, torch::optim::AdamOptions(h.lr));
+    for (int step = 0; step < 5; ++step) {
+      const auto g = torch::randn({5, 4});
+      w.mutable_grad() = g.clone();
+      reference.mutable_grad() = g.clone();
+      adamw->step();
+      {
+        torch::NoGradGuard noGrad;
+        reference.mul_(1 - h.lr * h.weightDecay);
+      }
+      adam.step();
+      const double diff = (w - reference).abs().max().item<double>();
+      QVERIFY2(diff <= 1e-7, qPrintable(QString("step %1: |AdamW - hand| = %2").arg(step).arg(diff)));
+    }
+    // In a run: AdamW, Adam with the same decay, and AdamW without decay each end elsewhere.
+    Profile p = test::mlpProfile(10, {16}, 3, 200);
+    p.strategy.kind = "single";
+    p.strategy.ranks = 1;
+    p.hyper.optimizer = "adamw";
+    p.hyper.momentum = 0;
+    p.hyper.lr = 0.01;
+    p.hyper.weightDecay = 0.5;
+    Profile adamSame = p, noDecay = p;
+    adamSame.hyper.optimizer = "adam";
+    noDecay.hyper.weightDecay = 0;
+    const auto decayed = trainedParameters(p);
+    QVERIFY(!decayed.empty());
+    QVERIFY2(largestDifference(decayed, trainedParameters(adamSame)) > 1e-4, "AdamW trained as Adam does");
+    QVERIFY2(largestDifference(decayed, trainedParameters(noDecay)) > 1e-4, "AdamW's decay changed nothing");
+  }
+
+  // Clipping scales the gradient to the clip when its norm is above it (one SGD step on a
+  // gradient of norm 5: lr * g * clip / 5), and leaves it when below; so does a run.
+  void clippingScalesOnlyGradientsAboveTheClip() {
+    core::HyperSpec h;
+    h.optimizer = "sgd";
+    h.lr = 0.1;
+    h.momentum = 0;
+    Profile single = singleProfile();
+    engine::SyncContext ctx{single, 0, 1, 0};
+    auto strategy = engine::makeStrategy(ctx);
+    for (const double clip : {1.0, 10.0}) {
+      auto w = torch::zeros({2}).requires_grad_(true);
+      w.mutable_grad() = torch::tensor({3.0f, 4.0f});
+      auto sgd = engine::makeOptimizer(h, {w});
+      strategy->optimizerStep(*sgd, clip);
+      const double scale = clip < 5 ? clip / 5 : 1.0;
+      const auto expected = torch::tensor({3.0f, 4.0f}) * static_cast<float>(-h.lr * scale);
+      QVERIFY2(torch::allclose(w.detach(), expected, 1e-5, 1e-6),
+               qPrintable(QString("clip %1: got %2 %3").arg(clip).arg(w[0].item<double>()).arg(w[1].item<double>())));
+    }
+    Profile p = test::mlpProfile(10, {16}, 3, 200);
+    p.strategy.kind = "single";
+    p.strategy.ranks = 1;
+    Profile above = p, below = p;
+    above.hyper.clipNorm = 1e-3;  // far below any step's gradient norm
+    below.hyper.clipNorm = 1e9;
+    const auto plain = trainedParameters(p);
+    QVERIFY(!plain.empty());
+    QCOMPARE(largestDifference(plain, trainedParameters(below)), 0.0);
+    QVERIFY2(largestDifference(plain, trainedParameters(above)) > 1e-4, "clipping below the norm changed nothing");
+  }
+
   void gradientsByHandAreAutogradsGradients_data() {
     QTest::addColumn<QString>("kind");
     QTest::addColumn<QString>("activation");
@@ -550,9 +646,9 @@ class TestWorkload : public QObject {
     QVERIFY(!frozen->gradientsByHand(torch::randn({3, 4}), torch::randint(0, 2, {3}), 1.0, true).has_value());
   }
 
-  // Runs train the same by hand as with autograd (the worker's --gradients=autograd): every rank's loss
-  // at every step, for the strategies that take the chain's gradients; each rank's log says
-  // which it used.
+  // Runs train the same by hand as with autograd (worker flag --gradients autograd): every
+  // rank's loss at every step, for the strategies that take the chain's gradients; each rank's
+  // log says which it used.
   void runsTrainTheSameByHandAsWithAutograd_data() {
     QTest::addColumn<QString>("kind");
     QTest::addColumn<int>("ranks");
@@ -580,7 +676,7 @@ class TestWorkload : public QObject {
       QTemporaryDir dir;
       LaunchOptions lo(test::workerPath(), test::writeProfile(dir, p), processCount(p));
       lo.setOutDir(dir.path().toStdString());
-      if (autograd) lo.extraWorkerArgs = {"--gradients=autograd"};
+      if (autograd) lo.extraWorkerArgs = {"--gradients", "autograd"};
       Losses losses;
       const auto status = Launcher(lo).run(losses).status;
       // The pool's rank 0 is its coordinator, which computes no gradients.
@@ -603,6 +699,51 @@ class TestWorkload : public QObject {
                qPrintable(QString("rank %1 step %2: %3 by hand, %4 by autograd")
                               .arg(key.first).arg(key.second).arg(it->second, 0, 'g', 12).arg(loss, 0, 'g', 12)));
     }
+  }
+
+  // The worker's hidden flags take their value after a space or '=' (--gradients autograd
+  // trains by autograd, as its log says), and a malformed one stops the rank with a message
+  // that names the flag.
+  void workerFlagsTakeTheirValueAndNameThemselves_data() {
+    QTest::addColumn<QStringList>("flags");
+    QTest::addColumn<int>("code");
+    QTest::addColumn<QString>("expected");
+    const QString faultSyntax = "--fault: expected throw-at-start:RANK, kill-at-step:RANK:STEP or hang-at-step:RANK:STEP";
+    QTest::newRow("--gradients=autograd") << QStringList{"--gradients=autograd"} << 0 << "; gradients autograd\n";
+    QTest::newRow("no flag") << QStringList{} << 0 << "; gradients by hand\n";
+    QTest::newRow("--gradients, another value")
+        << QStringList{"--gradients", "byhand"} << 2 << "error: --gradients: expected \"autograd\", got \"byhand\"";
+    QTest::newRow("--fault, another kind") << QStringList{"--fault", "explode:0"} << 2 << faultSyntax + ", got \"explode:0\"";
+    QTest::newRow("--fault=, no step")
+        << QStringList{"--fault=kill-at-step:0"} << 2 << faultSyntax + ", got \"kill-at-step:0\"";
+    QTest::newRow("--fault=, a rank that is no number")
+        << QStringList{"--fault=throw-at-start:x"} << 2 << faultSyntax + ", got \"throw-at-start:x\"";
+    QTest::newRow("--fault, this rank at start")
+        << QStringList{"--fault", "throw-at-start:0"} << 1 << "error: injected fault at start (--fault)";
+    QTest::newRow("--fault=, another rank") << QStringList{"--fault=throw-at-start:1"} << 0 << "finished after";
+    QTest::newRow("--metrics-phases=, too short")
+        << QStringList{"--metrics-phases=50"} << 2
+        << "error: [rank 0] --metrics-phases: expected MS:FILE with MS >= 1000, got \"50\"";
+  }
+  void workerFlagsTakeTheirValueAndNameThemselves() {
+    QFETCH(QStringList, flags);
+    QFETCH(int, code);
+    QFETCH(QString, expected);
+    QTemporaryDir dir;
+    Profile p = singleProfile();
+    p.model.kind = "mlp";  // trains by hand unless told otherwise
+    p.model.hidden = {8};
+    p.hyper.maxSteps = 5;
+    QProcess w;
+    w.start(QString::fromStdString(test::workerPath()),
+            QStringList{"--profile", QString::fromStdString(test::writeProfile(dir, p)), "--rank", "0", "--world", "1",
+                        "--port", "0"} +
+                flags);
+    QVERIFY(w.waitForFinished(60000));
+    const QString err = QString::fromUtf8(w.readAllStandardError());
+    QCOMPARE(w.exitStatus(), QProcess::NormalExit);
+    QVERIFY2(w.exitCode() == code, qPrintable(QString("exit code %1:\n%2").arg(w.exitCode()).arg(err)));
+    QVERIFY2(err.contains(expected), qPrintable(err));
   }
 
   void badInputIsCaughtBeforeTraining() {
