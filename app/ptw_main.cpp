@@ -59,17 +59,21 @@ void unpackEnded(ptw::core::RunStore& store) {
   }
 }
 
-}  // namespace
+// What the subcommands take.
+struct ExportArgs {
+  std::int64_t runId = 0;
+  std::string csv, runsDir;
+};
+struct SweepArgs {
+  std::string profile, csv, json, runsDir;
+  std::vector<std::string> strategies, sets;
+  std::vector<int> workers{1, 2};
+  std::int64_t steps = 200;
+  double minEfficiency = 0;
+};
 
-int main(int argc, char** argv) {
-  CLI::App app{"ptw " PTW_VERSION ": Parallel Training Workbench. Configure, launch and watch parallel training "
-               "(single process, DataParallel, DistributedDataParallel, a process pool) on local CPU ranks and GPUs. Opens the "
-               "window where a display is available, else runs headless; --expect, --summary and --junit judge a run "
-               "and always run headless. -p, --set and --runs-dir apply to the window too. Options of a subcommand go "
-               "after its name (ptw sweep --set ...).",
-               "ptw"};
-  bool headless = false;
-  ptw::core::HeadlessOptions opts;
+// The options of a run, headless or in the window.
+void addRunOptions(CLI::App& app, ptw::core::HeadlessOptions& opts, bool& headless) {
   app.add_flag("--headless", headless,
                "Run the profile without a window and exit with a status code (the default when no display "
                "is available)");
@@ -96,6 +100,171 @@ int main(int argc, char** argv) {
       ->group("");
   // The disk-full tests' cap on the run store, in KiB: not for users, so not in --help.
   app.add_option("--store-limit-kib", opts.storeLimitKib, "")->group("")->check(CLI::NonNegativeNumber);
+}
+
+CLI::App* addSweepCommand(CLI::App& app, SweepArgs& a) {
+  auto* sweepCmd = app.add_subcommand(
+      "sweep", "Run a profile under several strategies and worker counts for a fixed number of steps; print "
+               "throughput, scaling efficiency (throughput / (workers x Single)) and the share of a step spent "
+               "waiting for other ranks and reducing gradients, the fastest marked *");
+  // The table of strategies names the sweep's variants, its baseline and what runs by default.
+  std::string sweepNames, sweepDefaults;
+  for (const auto& v : ptw::core::sweepVariants()) {
+    sweepNames += (sweepNames.empty() ? "" : ", ") + v.name;
+    if (v.baseline || !v.byDefault) continue;
+    a.strategies.push_back(v.name);
+    sweepDefaults += (sweepDefaults.empty() ? "" : ",") + v.name;
+  }
+  sweepCmd->add_option("-p,--profile", a.profile, "Profile (default: the built-in seed workload)")
+      ->check(CLI::ExistingFile);
+  sweepCmd->add_option("--set", a.sets, "Override a profile field, as for a run (repeatable)");
+  sweepCmd->add_option("--strategies", a.strategies,
+                       "Comma-separated: " + sweepNames + " (" + ptw::core::sweepBaseline().name +
+                           " always runs as the baseline; ddp is DDP as a profile runs it, backend auto; default " +
+                           sweepDefaults + ")")
+      ->delimiter(',');
+  sweepCmd->add_option("--workers", a.workers, "Comma-separated worker counts (default 1,2)")->delimiter(',');
+  sweepCmd->add_option("--steps", a.steps, "Steps per configuration (default 200)");
+  sweepCmd->add_option("--csv", a.csv, "Write the table as CSV to FILE");
+  sweepCmd->add_option("--json", a.json, "Write the table as JSON to FILE");
+  sweepCmd->add_option("--min-efficiency", a.minEfficiency,
+                       "Fail (exit 4) when any configuration's scaling efficiency is below this (e.g. 0.8)");
+  sweepCmd->add_option("--runs-dir", a.runsDir, "Runs directory (default as above); every configuration is a stored run");
+  return sweepCmd;
+}
+
+constexpr const char* kFooter =
+    "Exit codes (headless):\n"
+    "  0  the run finished\n"
+    "  2  invalid input: profile, --set override, --expect, runs directory, port, worker program,\n"
+    "     or an output file (--summary, --junit; --csv, --json of sweep)\n"
+    "  3  training failed: a rank exited non-zero, died by a signal or stalled (after any\n"
+    "     run.max_restarts), or the metrics store could not be written (disk full)\n"
+    "  4  the run finished but an --expect did not hold\n"
+    "  5  interrupted: SIGINT, SIGTERM or SIGHUP stopped the run (or the sweep) gracefully\n"
+    "\nEnvironment: PTW_RUNS_DIR (runs directory), PTW_WORKER (worker program; default: ptw-worker beside ptw), "
+    "OPENBLAS_CORETYPE (the OpenBLAS kernels ranks use; "
+    "unset, OpenBLAS picks, and where it falls back to SSE3 on a newer CPU a rank takes the kernels the CPU "
+    "supports).";
+
+// Options of the run before a subcommand would be silently dropped: says so, and returns
+// false.
+bool runOptionsLeftOut(const CLI::App& app) {
+  if (app.get_subcommands().empty()) return true;
+  for (const char* name : {"--headless", "--profile", "--set", "--runs-dir", "--expect", "--summary", "--junit",
+                           "--worker-arg",
+#ifdef PTW_WITH_GUI
+                           "--start", "--screenshot", "--screenshot-after",
+#endif
+       }) {
+    if (app.get_option(name)->count() == 0) continue;
+    const std::string sub = app.get_subcommands().front()->get_name();
+    std::fprintf(stderr, "ptw: %s is an option of a run, not of `ptw %s`; %s\n", name, sub.c_str(),
+                 sub == "sweep" || std::string(name) == "--runs-dir"
+                     ? ("give it after the subcommand: ptw " + sub + " " + name + " ...").c_str()
+                     : "leave it out");
+    return false;
+  }
+  return true;
+}
+
+// A read-only command on a folder that holds no runs: a mistyped --runs-dir is said, not
+// made into an empty store.
+std::string existingRuns(const std::string& given) {
+  const std::string dir = given.empty() ? ptw::core::defaultRunsDirectory() : given;
+  PTW_CHECK(::access((dir + "/runs.sqlite").c_str(), F_OK) == 0, "runs directory ", dir,
+            " holds no runs (no runs.sqlite there)",
+            given.empty() ? "; nothing has run yet, or runs went to another --runs-dir"
+                          : "; give the folder that runs were written to");
+  return dir;
+}
+
+int listRuns(const std::string& runsDir) {
+  ptw::core::RunStore store(existingRuns(runsDir));
+  unpackEnded(store);
+  std::printf("%5s  %-11s  %-20s  %-13s  %5s  %12s  %12s  %s\n", "id", "status", "started (UTC)", "strategy",
+              "world", "final loss", "samples/s", "name");
+  for (const auto& r : store.runs())
+    std::printf("%5lld  %-11s  %-20s  %-13s  %5d  %12.6g  %12.1f  %s\n", static_cast<long long>(r.id),
+                r.status.c_str(), r.startedAt.c_str(), r.strategy.c_str(), r.world, r.finalLoss, r.samplesPerS,
+                r.name.c_str());
+  return 0;
+}
+
+int exportRun(const ExportArgs& a) {
+  ptw::core::RunStore store(existingRuns(a.runsDir));
+  unpackEnded(store);
+  store.exportCsv(a.runId, a.csv);
+  std::printf("ptw: run %lld: %lld step records written to %s\n", static_cast<long long>(a.runId),
+              static_cast<long long>(store.stepCount(a.runId)), a.csv.c_str());
+  return 0;
+}
+
+void printSweepRow(const ptw::core::SweepPoint& p, int, int) {
+  char efficiency[32] = "n/a";  // no baseline: Single did not finish
+  if (!std::isnan(p.efficiency)) std::snprintf(efficiency, sizeof efficiency, "%.2f", p.efficiency);
+  std::printf("%-14s %7d %14.1f %11s %9.3f %7.1f  %s%s%s\n", p.strategy.c_str(), p.workers, p.samplesPerS,
+              efficiency, p.stepMs.stepMs, p.stepMs.commPercent(), p.status.c_str(),
+              p.status == "finished" ? "" : ": ", p.status == "finished" ? "" : p.message.c_str());
+  std::fflush(stdout);
+}
+
+// The sweep's exit code: a configuration that failed, or one below --min-efficiency.
+int sweepVerdict(const std::vector<ptw::core::SweepPoint>& points, double minEfficiency) {
+  const std::string baseline = ptw::core::sweepBaseline().name;
+  bool failed = false, belowMin = false;
+  for (const auto& p : points) {
+    failed = failed || p.status != "finished";
+    if (p.strategy != baseline && p.status == "finished" && !std::isnan(p.efficiency) && p.efficiency < minEfficiency) {
+      belowMin = true;
+      std::printf("ptw: %s with %d worker(s): efficiency %.2f is below --min-efficiency %.2f\n", p.strategy.c_str(),
+                  p.workers, p.efficiency, minEfficiency);
+    }
+  }
+  return failed ? ptw::core::kExitTrainingFailed : belowMin ? ptw::core::kExitExpectationFailed : 0;
+}
+
+int runSweep(const SweepArgs& a) {
+  ptw::core::Profile base = a.profile.empty() ? ptw::core::defaultProfile() : ptw::core::loadProfile(a.profile);
+  base = ptw::core::applyOverrides(base, a.sets);
+  ptw::core::Sweep sweep(ptw::core::SweepOptions(base, a.strategies, a.workers).setSteps(a.steps).setRunsDir(a.runsDir));
+  sweep.check();  // an invalid option is said before the table starts
+  if (!a.csv.empty()) ptw::core::checkOutputFile(a.csv, "--csv");
+  if (!a.json.empty()) ptw::core::checkOutputFile(a.json, "--json");
+  std::printf("%-14s %7s %14s %11s %9s %7s  %s\n", "strategy", "workers", "samples/s", "efficiency", "step ms",
+              "comm %", "status");
+  // Ctrl-C, SIGTERM or SIGHUP stops the configuration running now and skips the rest;
+  // what was measured is still printed and written.
+  std::vector<ptw::core::SweepPoint> points;
+  {
+    ptw::core::StopOnSignals stop(sweep);
+    points = sweep.run(printSweepRow);
+  }
+  const int best = ptw::core::Sweep::fastest(points);
+  if (best >= 0)
+    std::printf("* fastest: %s with %d worker(s), %.1f samples/s (run %lld)\n", points[best].strategy.c_str(),
+                points[best].workers, points[best].samplesPerS, static_cast<long long>(points[best].runId));
+  if (!a.csv.empty()) ptw::core::writeOutputFile(a.csv, ptw::core::Sweep::toCsv(points), "--csv");
+  if (!a.json.empty()) ptw::core::writeOutputFile(a.json, ptw::core::Sweep::toJson(points), "--json");
+  if (sweep.stopRequested()) {
+    std::printf("ptw: sweep interrupted after %zu configuration(s)\n", points.size());
+    return ptw::core::kExitInterrupted;
+  }
+  return sweepVerdict(points, a.minEfficiency);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ptw " PTW_VERSION ": Parallel Training Workbench. Configure, launch and watch parallel training "
+               "(single process, DataParallel, DistributedDataParallel, a process pool) on local CPU ranks and GPUs. Opens the "
+               "window where a display is available, else runs headless; --expect, --summary and --junit judge a run "
+               "and always run headless. -p, --set and --runs-dir apply to the window too. Options of a subcommand go "
+               "after its name (ptw sweep --set ...).",
+               "ptw"};
+  bool headless = false;
+  ptw::core::HeadlessOptions opts;
+  addRunOptions(app, opts, headless);
   app.set_version_flag("--version", "ptw " PTW_VERSION);
 #ifdef PTW_WITH_GUI
   ptw::ui::GuiOptions gui;
@@ -110,160 +279,24 @@ int main(int argc, char** argv) {
   std::string listDir;
   runsCmd->add_option("--runs-dir", listDir, "Runs directory (default as above)");
   auto* exportCmd = app.add_subcommand("export", "Export a run's metrics (every step of every rank) as CSV");
-  std::int64_t exportId = 0;
-  std::string exportCsv, exportDir;
-  exportCmd->add_option("run", exportId, "Run id (see `ptw runs`)")->required();
-  exportCmd->add_option("--csv", exportCsv, "Output file")->required();
-  exportCmd->add_option("--runs-dir", exportDir, "Runs directory (default as above)");
-
-  auto* sweepCmd = app.add_subcommand(
-      "sweep", "Run a profile under several strategies and worker counts for a fixed number of steps; print "
-               "throughput, scaling efficiency (throughput / (workers x Single)) and the share of a step spent "
-               "waiting for other ranks and reducing gradients, the fastest marked *");
-  std::string sweepProfile, sweepCsv, sweepJson, sweepDir;
-  // The table of strategies names the sweep's variants, its baseline and what runs by default.
-  std::vector<std::string> sweepStrategies, sweepSets;
-  std::string sweepNames, sweepDefaults;
-  for (const auto& v : ptw::core::sweepVariants()) {
-    sweepNames += (sweepNames.empty() ? "" : ", ") + v.name;
-    if (v.baseline || !v.byDefault) continue;
-    sweepStrategies.push_back(v.name);
-    sweepDefaults += (sweepDefaults.empty() ? "" : ",") + v.name;
-  }
-  const std::string baseline = ptw::core::sweepBaseline().name;
-  std::vector<int> sweepWorkers{1, 2};
-  std::int64_t sweepSteps = 200;
-  double minEfficiency = 0;
-  sweepCmd->add_option("-p,--profile", sweepProfile, "Profile (default: the built-in seed workload)")
-      ->check(CLI::ExistingFile);
-  sweepCmd->add_option("--set", sweepSets, "Override a profile field, as for a run (repeatable)");
-  sweepCmd->add_option("--strategies", sweepStrategies,
-                       "Comma-separated: " + sweepNames + " (" + baseline +
-                           " always runs as the baseline; ddp is DDP as a profile runs it, backend auto; default " +
-                           sweepDefaults + ")")
-      ->delimiter(',');
-  sweepCmd->add_option("--workers", sweepWorkers, "Comma-separated worker counts (default 1,2)")->delimiter(',');
-  sweepCmd->add_option("--steps", sweepSteps, "Steps per configuration (default 200)");
-  sweepCmd->add_option("--csv", sweepCsv, "Write the table as CSV to FILE");
-  sweepCmd->add_option("--json", sweepJson, "Write the table as JSON to FILE");
-  sweepCmd->add_option("--min-efficiency", minEfficiency,
-                       "Fail (exit 4) when any configuration's scaling efficiency is below this (e.g. 0.8)");
-  sweepCmd->add_option("--runs-dir", sweepDir, "Runs directory (default as above); every configuration is a stored run");
-  app.footer(
-      "Exit codes (headless):\n"
-      "  0  the run finished\n"
-      "  2  invalid input: profile, --set override, --expect, runs directory, port, worker program,\n"
-      "     or an output file (--summary, --junit; --csv, --json of sweep)\n"
-      "  3  training failed: a rank exited non-zero, died by a signal or stalled (after any\n"
-      "     run.max_restarts), or the metrics store could not be written (disk full)\n"
-      "  4  the run finished but an --expect did not hold\n"
-      "  5  interrupted: SIGINT, SIGTERM or SIGHUP stopped the run (or the sweep) gracefully\n"
-      "\nEnvironment: PTW_RUNS_DIR (runs directory), PTW_WORKER (worker program; default: ptw-worker beside ptw), "
-      "OPENBLAS_CORETYPE (the OpenBLAS kernels ranks use; "
-      "unset, OpenBLAS picks, and where it falls back to SSE3 on a newer CPU a rank takes the kernels the CPU "
-      "supports).");
+  ExportArgs exportArgs;
+  exportCmd->add_option("run", exportArgs.runId, "Run id (see `ptw runs`)")->required();
+  exportCmd->add_option("--csv", exportArgs.csv, "Output file")->required();
+  exportCmd->add_option("--runs-dir", exportArgs.runsDir, "Runs directory (default as above)");
+  SweepArgs sweepArgs;
+  auto* sweepCmd = addSweepCommand(app, sweepArgs);
+  app.footer(kFooter);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e);
     return code == 0 ? 0 : ptw::core::kExitInvalidInput;
   }
-
-  // Options of the run before a subcommand would be silently dropped: say so instead.
-  if (app.get_subcommands().size() > 0) {
-    for (const char* name : {"--headless", "--profile", "--set", "--runs-dir", "--expect", "--summary", "--junit",
-                             "--worker-arg",
-#ifdef PTW_WITH_GUI
-                             "--start", "--screenshot", "--screenshot-after",
-#endif
-         }) {
-      if (app.get_option(name)->count() == 0) continue;
-      const std::string sub = app.get_subcommands().front()->get_name();
-      std::fprintf(stderr, "ptw: %s is an option of a run, not of `ptw %s`; %s\n", name, sub.c_str(),
-                   sub == "sweep" || std::string(name) == "--runs-dir"
-                       ? ("give it after the subcommand: ptw " + sub + " " + name + " ...").c_str()
-                       : "leave it out");
-      return ptw::core::kExitInvalidInput;
-    }
-  }
-  // A read-only command on a folder that holds no runs: a mistyped --runs-dir is said, not
-  // made into an empty store.
-  auto existingRuns = [](const std::string& given) {
-    const std::string dir = given.empty() ? ptw::core::defaultRunsDirectory() : given;
-    PTW_CHECK(::access((dir + "/runs.sqlite").c_str(), F_OK) == 0, "runs directory ", dir,
-              " holds no runs (no runs.sqlite there)",
-              given.empty() ? "; nothing has run yet, or runs went to another --runs-dir"
-                            : "; give the folder that runs were written to");
-    return dir;
-  };
-
+  if (!runOptionsLeftOut(app)) return ptw::core::kExitInvalidInput;
   try {
-    if (runsCmd->parsed()) {
-      ptw::core::RunStore store(existingRuns(listDir));
-      unpackEnded(store);
-      std::printf("%5s  %-11s  %-20s  %-13s  %5s  %12s  %12s  %s\n", "id", "status", "started (UTC)", "strategy",
-                  "world", "final loss", "samples/s", "name");
-      for (const auto& r : store.runs())
-        std::printf("%5lld  %-11s  %-20s  %-13s  %5d  %12.6g  %12.1f  %s\n", static_cast<long long>(r.id),
-                    r.status.c_str(), r.startedAt.c_str(), r.strategy.c_str(), r.world, r.finalLoss, r.samplesPerS,
-                    r.name.c_str());
-      return 0;
-    }
-    if (sweepCmd->parsed()) {
-      ptw::core::Profile base = sweepProfile.empty() ? ptw::core::defaultProfile() : ptw::core::loadProfile(sweepProfile);
-      base = ptw::core::applyOverrides(base, sweepSets);
-      ptw::core::Sweep sweep(ptw::core::SweepOptions(base, sweepStrategies, sweepWorkers).setSteps(sweepSteps).setRunsDir(sweepDir));
-      sweep.check();  // an invalid option is said before the table starts
-      if (!sweepCsv.empty()) ptw::core::checkOutputFile(sweepCsv, "--csv");
-      if (!sweepJson.empty()) ptw::core::checkOutputFile(sweepJson, "--json");
-      std::printf("%-14s %7s %14s %11s %9s %7s  %s\n", "strategy", "workers", "samples/s", "efficiency", "step ms",
-                  "comm %", "status");
-      auto printRow = [](const ptw::core::SweepPoint& p, int, int) {
-        char efficiency[32] = "n/a";  // no baseline: Single did not finish
-        if (!std::isnan(p.efficiency)) std::snprintf(efficiency, sizeof efficiency, "%.2f", p.efficiency);
-        std::printf("%-14s %7d %14.1f %11s %9.3f %7.1f  %s%s%s\n", p.strategy.c_str(), p.workers, p.samplesPerS,
-                    efficiency, p.stepMs.stepMs, p.stepMs.commPercent(), p.status.c_str(),
-                    p.status == "finished" ? "" : ": ", p.status == "finished" ? "" : p.message.c_str());
-        std::fflush(stdout);
-      };
-      // Ctrl-C, SIGTERM or SIGHUP stops the configuration running now and skips the rest;
-      // what was measured is still printed and written.
-      std::vector<ptw::core::SweepPoint> points;
-      {
-        ptw::core::StopOnSignals stop(sweep);
-        points = sweep.run(printRow);
-      }
-      const bool interrupted = sweep.stopRequested();
-      const int best = ptw::core::Sweep::fastest(points);
-      if (best >= 0)
-        std::printf("* fastest: %s with %d worker(s), %.1f samples/s (run %lld)\n", points[best].strategy.c_str(),
-                    points[best].workers, points[best].samplesPerS, static_cast<long long>(points[best].runId));
-      if (!sweepCsv.empty()) ptw::core::writeOutputFile(sweepCsv, ptw::core::Sweep::toCsv(points), "--csv");
-      if (!sweepJson.empty()) ptw::core::writeOutputFile(sweepJson, ptw::core::Sweep::toJson(points), "--json");
-      if (interrupted) {
-        std::printf("ptw: sweep interrupted after %zu configuration(s)\n", points.size());
-        return ptw::core::kExitInterrupted;
-      }
-      bool failed = false, belowMin = false;
-      for (const auto& p : points) {
-        failed = failed || p.status != "finished";
-        if (p.strategy != baseline && p.status == "finished" && !std::isnan(p.efficiency) &&
-            p.efficiency < minEfficiency) {
-          belowMin = true;
-          std::printf("ptw: %s with %d worker(s): efficiency %.2f is below --min-efficiency %.2f\n", p.strategy.c_str(),
-                      p.workers, p.efficiency, minEfficiency);
-        }
-      }
-      return failed ? ptw::core::kExitTrainingFailed : belowMin ? ptw::core::kExitExpectationFailed : 0;
-    }
-    if (exportCmd->parsed()) {
-      ptw::core::RunStore store(existingRuns(exportDir));
-      unpackEnded(store);
-      store.exportCsv(exportId, exportCsv);
-      std::printf("ptw: run %lld: %lld step records written to %s\n", static_cast<long long>(exportId),
-                  static_cast<long long>(store.stepCount(exportId)), exportCsv.c_str());
-      return 0;
-    }
+    if (runsCmd->parsed()) return listRuns(listDir);
+    if (sweepCmd->parsed()) return runSweep(sweepArgs);
+    if (exportCmd->parsed()) return exportRun(exportArgs);
   } catch (const ptw::Error& e) {
     std::fprintf(stderr, "ptw: %s\n", e.what());
     return ptw::core::kExitInvalidInput;
