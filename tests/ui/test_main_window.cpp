@@ -179,6 +179,42 @@ class TestMainWindow : public QObject {
     QVERIFY(e->field("hyper.nesterov")->toolTip().contains("needs optimizer sgd and momentum > 0"));
   }
 
+  // The form shows the fields the chosen kinds read: data.path for csv (and mnist), not for
+  // synthetic data; bucket_mb for ddp; gpus on cuda. Each label carries the profile's help.
+  void theEditorShowsOnlyTheFieldsThatApply() {
+    ui::ProfileEditor e;
+    auto shown = [&](const char* path) { return e.field(path)->isVisibleTo(&e); };
+    e.setFieldText("data.kind", "synthetic-regression");
+    QVERIFY(!shown("data.path"));
+    QVERIFY(!shown("data.target"));
+    QVERIFY(shown("data.noise"));
+    e.setFieldText("data.kind", "csv");
+    QVERIFY(shown("data.path"));
+    QVERIFY(shown("data.target") && shown("data.features") && shown("data.task"));
+    QVERIFY(!shown("data.noise"));
+    e.setFieldText("data.kind", "mnist");
+    QVERIFY(shown("data.path") && !shown("data.target"));
+    e.setFieldText("data.kind", "synthetic-classification");
+    QVERIFY(!shown("data.path"));
+    e.setFieldText("strategy.kind", "ddp");
+    QVERIFY(shown("strategy.bucket_mb") && shown("strategy.backend") && !shown("strategy.pool_mode"));
+    e.setFieldText("strategy.kind", "pool");
+    QVERIFY(!shown("strategy.bucket_mb") && shown("strategy.pool_mode"));
+    QVERIFY(!shown("strategy.gpus"));
+    e.setFieldText("model.kind", "mlp");
+    QVERIFY(shown("model.hidden") && shown("model.activation") && !shown("model.path"));
+    e.setFieldText("model.kind", "torchscript");
+    QVERIFY(shown("model.path") && !shown("model.hidden"));
+    // Every label's tooltip is the field's help line.
+    int helped = 0;
+    for (auto* label : e.findChildren<QLabel*>())
+      if (label->text() == "bucket_mb") {
+        QCOMPARE(label->toolTip(), QString::fromStdString(core::fieldHelp().at("strategy.bucket_mb")).remove('`'));
+        ++helped;
+      }
+    QCOMPARE(helped, 1);
+  }
+
   // Every editor writes its own field: each field is given a value other than the default
   // (the next choice, a flipped flag, another number, list or text) through its editor, and
   // the profile then holds exactly those values, field by field.
