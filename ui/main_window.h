@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "common/profile.h"
@@ -25,6 +26,7 @@ class QMenu;
 class QPlainTextEdit;
 class QPushButton;
 class QSlider;
+class QStackedWidget;
 class QTabWidget;
 class QTableWidget;
 class QTimer;
@@ -118,7 +120,8 @@ class MainWindow : public QMainWindow {
   void redrawIfDue();
   void resetLive(int ranks);
   void setRankCell(int rank, int column, const QString& text);
-  void appendLog(int rank, const QString& line);
+  /// `again`: a line already taken, shown anew after the log's filter changed.
+  void appendLog(int rank, const QString& line, bool again = false);
   /// Draws a completed window of the mean over ranks and their total throughput.
   void appendMean(const StepSums::Done& done);
   void refilterLog();
@@ -146,6 +149,10 @@ class MainWindow : public QMainWindow {
   QPushButton* m_start = nullptr;
   QPushButton* m_stop = nullptr;
   QLabel* m_status = nullptr;
+  QStackedWidget* m_chartStack = nullptr;  ///< the first-run hint, then the charts
+  QLabel* m_firstRunHint = nullptr;
+  QLabel* m_ranksHint = nullptr;  ///< what the rank table will hold, until a run starts
+  QPlainTextEdit* m_problems = nullptr;  ///< the ranks' warnings and errors, above the log
   MetricChart* m_loss = nullptr;
   MetricChart* m_throughput = nullptr;
   StepSplitChart* m_split = nullptr;
@@ -170,6 +177,7 @@ class MainWindow : public QMainWindow {
     QString text;
   };
   std::deque<LogLine> m_logLines;
+  std::set<QString> m_sharedLines;  ///< rank lines shown once for all ranks
   int m_reportingRanks = 0;
   int m_valSeries = -1;
   int m_meanSeries = -1;

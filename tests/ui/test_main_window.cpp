@@ -33,6 +33,7 @@
 
 #include "launch/run_store.h"
 #include "test_support.h"
+#include "ui/chart_format.h"
 #include "ui/device_picker.h"
 #include "ui/main_window.h"
 #include "ui/metric_chart.h"
@@ -71,6 +72,94 @@ class TestMainWindow : public QObject {
     QCoreApplication::setOrganizationName("ptw-tests");
     QCoreApplication::setApplicationName("test_main_window");
     QSettings().clear();
+  }
+
+  // At first sight the window says what Start will run instead of showing empty axes, and
+  // the loss chart smooths (TensorBoard's 0.6) until the user sets otherwise.
+  void theWindowAtFirstSightSaysWhatStartRuns() {
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    w.show();
+    QCOMPARE(w.findChild<QSlider*>("smoothing")->value(), 60);
+    QCOMPARE(w.lossChart()->smoothing(), 0.6);
+    auto* hint = w.findChild<QLabel*>("firstRunHint");
+    QVERIFY(hint && hint->isVisible());
+    QVERIFY(!w.lossChart()->isVisible());
+    QVERIFY2(hint->text().contains("Start (F5) runs this profile: 2 ranks of DDP on the CPU"), qPrintable(hint->text()));
+    w.editor()->setFieldText("strategy.ranks", "4");
+    QVERIFY2(hint->text().contains("4 ranks of DDP"), qPrintable(hint->text()));
+    w.editor()->setFieldText("strategy.kind", "pool");
+    QVERIFY2(hint->text().contains("a pool of 4 workers (sync) on the CPU"), qPrintable(hint->text()));
+    QVERIFY(w.findChild<QLabel*>("rankTableHint")->isVisible());
+    QVERIFY(!w.findChild<QPlainTextEdit*>("log")->placeholderText().isEmpty());
+  }
+
+  // Numbers read as numbers in tables and on axes: separators or k/M, never an exponent.
+  void numbersReadAsNumbers_data() {
+    QTest::addColumn<double>("value");
+    QTest::addColumn<QString>("cell");
+    QTest::addColumn<QString>("axis");
+    QTest::newRow("million") << 1147950.0 << "1.15M" << "1.15M";
+    QTest::newRow("two million") << 2e6 << "2M" << "2M";
+    QTest::newRow("thousands") << 12345.0 << "12,345" << "12.3k";
+    QTest::newRow("hundreds") << 812.5 << "812.5" << "812.5";
+    QTest::newRow("loss") << 0.01234 << "0.01234" << "0.01234";
+    QTest::newRow("tiny") << 0.0000123 << "0.0000123" << "0.0000123";
+    QTest::newRow("zero") << 0.0 << "0" << "0";
+  }
+  void numbersReadAsNumbers() {
+    QFETCH(double, value);
+    QFETCH(QString, cell);
+    QFETCH(QString, axis);
+    QCOMPARE(ui::readableNumber(value), cell);
+    QCOMPARE(ui::compactNumber(value), axis);
+  }
+
+  // The mean over ranks stands out: on top, thicker, and the ranks lighter behind it.
+  void theMeanStandsOutAmongRanks() {
+    ui::MetricChart chart("loss");
+    chart.setSmoothing(0.6);
+    for (int r = 0; r < 4; ++r) chart.addSeries(QString("rank %1").arg(r), Qt::blue);
+    const int mean = chart.addSeries("mean", Qt::black);
+    chart.setEmphasized(mean);
+    auto* plot = chart.plot();
+    const QCPGraph* meanLine = plot->graph(2 * mean + 1);  // each series: raw, then smoothed
+    const QCPGraph* rankLine = plot->graph(1);
+    QVERIFY(meanLine->pen().widthF() > rankLine->pen().widthF());
+    QVERIFY(rankLine->pen().color().alpha() < 255);
+    QCOMPARE(meanLine->layer()->name(), QString("emphasis"));
+    QVERIFY(meanLine->layer()->index() > rankLine->layer()->index());
+  }
+
+  // Legends sit outside the axis rect, and axes that count workers tick at whole numbers
+  // with labels that read as numbers.
+  void legendsCoverNoDataAndCountsTickWhole() {
+    ui::StepSplitChart split;
+    ui::MetricChart loss("loss");
+    ui::SweepPanel sweepPanel;
+    split.reset(2);
+    loss.addSeries("rank 0", Qt::blue);
+    for (QWidget* widget : std::initializer_list<QWidget*>{&split, &loss, &sweepPanel}) {
+      widget->resize(600, 400);
+      widget->show();
+      QVERIFY(QTest::qWaitForWindowExposed(widget));
+    }
+    for (auto* plot : {split.plot(), loss.plot(), sweepPanel.throughputPlot()}) {
+      plot->replot();
+      QVERIFY(plot->legend->visible());
+      QVERIFY(plot->legend->outerRect().height() > 0);
+      QVERIFY(!plot->legend->outerRect().intersects(plot->axisRect()->rect()));
+    }
+    auto* sweep = sweepPanel.throughputPlot();
+    sweep->xAxis->setRange(0.8, 2.2);
+    sweep->yAxis->setRange(0, 2.5e6);
+    sweep->replot();
+    const auto ticks = sweep->xAxis->tickVector();
+    QVERIFY(!ticks.isEmpty());
+    for (double t : ticks) QVERIFY2(t == std::round(t), qPrintable(QString::number(t)));
+    for (const QString& label : sweep->yAxis->tickVectorLabels())
+      QVERIFY2(!label.contains("10^") && !label.contains('e') && !label.contains(QChar(0xB7)), qPrintable(label));
+    QVERIFY(sweep->yAxis->tickVectorLabels().contains("2M"));
   }
 
   // The mean loss and total throughput of a step are drawn once every rank has reported it,
