@@ -143,6 +143,17 @@ void MainWindow::restoreView(const QSettings& settings) {
 
 MainWindow::~MainWindow() = default;
 
+void MainWindow::fitProfileWidth() {
+  m_profileScroll->setMinimumWidth(m_editor->minimumSizeHint().width() +
+                                   m_profileScroll->verticalScrollBar()->sizeHint().width() +
+                                   2 * m_profileScroll->frameWidth());
+}
+
+bool MainWindow::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == m_editor && event->type() == QEvent::LayoutRequest) QTimer::singleShot(0, this, &MainWindow::fitProfileWidth);
+  return QMainWindow::eventFilter(watched, event);
+}
+
 void MainWindow::buildUi() {
   buildProfileDock();
   auto* tabs = new QTabWidget(this);
@@ -178,10 +189,12 @@ void MainWindow::buildProfileDock() {
   auto* scroll = new QScrollArea(side);
   scroll->setWidget(m_editor);
   scroll->setWidgetResizable(true);
-  // The fields fit across: the panel is as wide as the form needs and only scrolls down.
+  // The fields fit across: the panel is as wide as the form needs and only scrolls down,
+  // also once the devices are listed or a field is shown (eventFilter).
   scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-  scroll->setMinimumWidth(m_editor->minimumSizeHint().width() + scroll->verticalScrollBar()->sizeHint().width() +
-                          2 * scroll->frameWidth());
+  m_profileScroll = scroll;
+  m_editor->installEventFilter(this);
+  fitProfileWidth();
   sideLayout->addWidget(scroll, 1);
   dock->setWidget(side);
   dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable);
@@ -281,7 +294,12 @@ void MainWindow::buildRankTable(QWidget* parent) {
   m_ranks->setSelectionMode(QAbstractItemView::SingleSelection);
   m_ranks->setEditTriggers(QAbstractItemView::NoEditTriggers);
   m_ranks->verticalHeader()->setVisible(false);
-  m_ranks->horizontalHeader()->setStretchLastSection(true);
+  // The columns fit the table's width: the message takes what the figures leave.
+  auto* header = m_ranks->horizontalHeader();
+  const int widths[kColumns] = {44, 72, 64, 84, 80, 0, 84};
+  for (int c = 0; c < kColumns; ++c)
+    if (c != kMessage) header->resizeSection(c, widths[c]);
+  header->setSectionResizeMode(kMessage, QHeaderView::Stretch);
   m_ranksHint = new QLabel(tr("Each rank's state, step, loss, samples/s and last message appear here during a run."),
                            m_ranks->viewport());
   m_ranksHint->setObjectName("rankTableHint");
@@ -622,7 +640,6 @@ void MainWindow::resetLive(int ranks) {
   m_valSeries = m_loss->addSeries(tr("validation"), Qt::black, true);
   m_totalSeries = ranks > 1 && !pool ? m_throughput->addSeries(tr("total"), Qt::black) : -1;
   m_loss->setEmphasized(m_meanSeries);
-  m_throughput->setEmphasized(m_totalSeries);
   m_chartStack->setCurrentIndex(1);
   m_ranksHint->hide();
   m_loss->setSmoothing(m_smoothing->value() / 100.0);

@@ -25,6 +25,7 @@ class QLabel;
 class QMenu;
 class QPlainTextEdit;
 class QPushButton;
+class QScrollArea;
 class QSlider;
 class QStackedWidget;
 class QTabWidget;
@@ -93,10 +94,13 @@ class MainWindow : public QMainWindow {
 
  protected:
   void closeEvent(QCloseEvent* event) override;
+  bool eventFilter(QObject* watched, QEvent* event) override;
 
  private:
   void buildUi();
   void buildProfileDock();
+  /// Widens the profile panel to its fields, so that it never scrolls sideways.
+  void fitProfileWidth();
   QWidget* buildLiveTab(QWidget* parent);
   QWidget* buildLossBox(QWidget* charts);
   void buildRankTable(QWidget* parent);
@@ -146,6 +150,7 @@ class MainWindow : public QMainWindow {
   bool m_chartsPaused = false;
 
   ProfileEditor* m_editor = nullptr;
+  QScrollArea* m_profileScroll = nullptr;
   QPushButton* m_start = nullptr;
   QPushButton* m_stop = nullptr;
   QLabel* m_status = nullptr;

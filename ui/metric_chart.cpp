@@ -62,7 +62,7 @@ int MetricChart::addSeries(const QString& name, const QColor& color, bool dashed
   s->raw = m_plot->addGraph();
   s->raw->setName(name);
   s->smooth = m_plot->addGraph();
-  s->smooth->removeFromLegend();
+  s->smooth->setName(name);
   m_series.push_back(std::move(s));
   m_plot->legend->setVisible(true);
   applyPens();
@@ -153,6 +153,10 @@ void MetricChart::applyPens() {
     // emphasized one (a mean, itself smooth) get one.
     const bool wide = i == m_highlighted || (i == m_emphasized && m_highlighted < 0);
     QPen main(c, wide ? 2.5 : 1, s.dashed ? Qt::DashLine : Qt::SolidLine);
+    // The legend names each series by the line that is read: the smoothed one when smoothing.
+    s.raw->removeFromLegend();
+    s.smooth->removeFromLegend();
+    (m_smoothing > 0 ? s.smooth : s.raw)->addToLegend();
     if (m_smoothing > 0) {
       QColor faint = c;
       faint.setAlpha(std::min(c.alpha(), 60));
