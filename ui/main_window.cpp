@@ -229,8 +229,10 @@ QWidget* MainWindow::buildLiveTab(QWidget* parent) {
   grid->addWidget(m_split, 1, 1);
   grid->setColumnStretch(0, 3);
   grid->setColumnStretch(1, 2);
-  // Set once both charts it applies to exist: the live charts' default.
+  // Set once both charts they apply to exist: the live charts' defaults (a saved value,
+  // restored later, wins).
   lossBox->findChild<QCheckBox*>("outliers")->setChecked(true);
+  m_smoothing->setValue(kDefaultSmoothing);
   auto* bottom = new QSplitter(Qt::Horizontal, live);
   bottom->setObjectName("bottomSplit");
   buildRankTable(bottom);
@@ -252,7 +254,8 @@ QWidget* MainWindow::buildLossBox(QWidget* charts) {
   m_smoothing = new QSlider(Qt::Horizontal, lossBox);
   m_smoothing->setObjectName("smoothing");
   m_smoothing->setRange(0, 99);
-  m_smoothing->setToolTip(tr("Exponential moving average weight (bias-corrected); the raw series stays faint behind"));
+  m_smoothing->setToolTip(tr("Exponential moving average weight (bias-corrected) of the loss and throughput; the raw "
+                             "series stays faint behind"));
   controls->addWidget(m_smoothing, 1);
   m_logX = new QCheckBox(tr("log x"), lossBox);
   m_logX->setObjectName("logX");
@@ -273,10 +276,11 @@ QWidget* MainWindow::buildLossBox(QWidget* charts) {
   m_loss->setObjectName("lossChart");
   lossLayout->addWidget(m_loss, 1);
   connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
-    m_loss->setSmoothing(v / 100.0);
-    m_loss->refresh();
+    for (auto* chart : {m_loss, m_throughput}) {
+      chart->setSmoothing(v / 100.0);
+      chart->refresh();
+    }
   });
-  m_smoothing->setValue(kDefaultSmoothing);  // a saved value, restored later, wins
   connect(m_logX, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogX(on); });
   connect(m_logY, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogY(on); });
   connect(outliers, &QCheckBox::toggled, this, [this](bool on) {
@@ -294,6 +298,7 @@ void MainWindow::buildRankTable(QWidget* parent) {
   m_ranks->setSelectionMode(QAbstractItemView::SingleSelection);
   m_ranks->setEditTriggers(QAbstractItemView::NoEditTriggers);
   m_ranks->verticalHeader()->setVisible(false);
+  m_ranks->setWordWrap(false);  // one line a rank; a long message is elided, its full text in the log
   // The columns fit the table's width: the message takes what the figures leave.
   auto* header = m_ranks->horizontalHeader();
   const int widths[kColumns] = {44, 72, 64, 84, 80, 0, 84};
@@ -642,7 +647,7 @@ void MainWindow::resetLive(int ranks) {
   m_loss->setEmphasized(m_meanSeries);
   m_chartStack->setCurrentIndex(1);
   m_ranksHint->hide();
-  m_loss->setSmoothing(m_smoothing->value() / 100.0);
+  for (auto* chart : {m_loss, m_throughput}) chart->setSmoothing(m_smoothing->value() / 100.0);
   m_split->reset(ranks);
   m_stepSums.reset(ranks);
   m_latest.assign(static_cast<std::size_t>(ranks), RankLatest{});
@@ -830,7 +835,7 @@ void MainWindow::redrawIfDue() {
       if (latest.step < 0) continue;
       setRankCell(r, kThroughput, readableNumber(latest.samplesPerS));
       setRankCell(r, kStep, QString::number(latest.step));  // a step is named, as in the log, not measured
-      setRankCell(r, kLoss, readableNumber(latest.loss, 6));
+      setRankCell(r, kLoss, readableNumber(latest.loss));
     }
     m_loss->refresh();
     m_throughput->refresh();

@@ -159,7 +159,7 @@ void MetricChart::applyPens() {
     (m_smoothing > 0 ? s.smooth : s.raw)->addToLegend();
     if (m_smoothing > 0) {
       QColor faint = c;
-      faint.setAlpha(std::min(c.alpha(), 60));
+      faint.setAlpha(std::min(c.alpha(), 40));
       s.raw->setPen(QPen(faint, 1));
       s.smooth->setPen(main);
       s.smooth->setVisible(true);
