@@ -869,7 +869,7 @@ void MainWindow::appendLog(int rank, const QString& line, bool again) {
   const bool isError = line.contains("error", Qt::CaseInsensitive) || line.contains("failed");
   const bool isWarning = isError || line.contains("warn", Qt::CaseInsensitive);
   const QString shown = rank < 0 ? line : QStringLiteral("[%1] %2").arg(rank).arg(line);
-  if (!again && rank >= 0 && isWarning) {
+  if (!again && isWarning) {
     m_problems->appendPlainText(shown);
     m_problems->show();
   }

@@ -592,12 +592,17 @@ class TestMainWindow : public QObject {
     QVERIFY2(cell(w.rankTable(), 1, 5).contains("signal 9"), qPrintable(cell(w.rankTable(), 1, 5)));
     QVERIFY(w.rankTable()->item(1, 1)->foreground().color() == QColor(176, 0, 32));
     QVERIFY(!test::anyAlive(workers));
+    // The failure comes first, above the log, whatever the log's filter.
+    auto* problems = w.findChild<QPlainTextEdit*>("logProblems");
+    QVERIFY(problems->isVisibleTo(&w));
+    QVERIFY2(problems->toPlainText().contains("rank 1 failed"), qPrintable(problems->toPlainText()));
     // Still responsive: edits apply and a new run can start.
     w.editor()->setFieldText("hyper.max_steps", "30");
     QVERIFY(w.findChild<QPushButton*>("start")->isEnabled());
     QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
     QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 30000);
     QCOMPARE(w.lossChart()->pointCount(0), std::size_t(30));  // the charts were reset for the new run
+    QVERIFY(!problems->isVisibleTo(&w));  // and the new run has had no problem
   }
 
   // Rank 1 is killed after step 12 of the first attempt; the run restarts from the
