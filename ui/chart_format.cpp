@@ -94,6 +94,10 @@ void placeLegendAbove(QCustomPlot* plot) {
   legend->setBorderPen(Qt::NoPen);
   legend->setBrush(Qt::NoBrush);
   legend->setMargins(QMargins(4, 2, 4, 0));
+  // A grid is as wide at most as its narrowest element allows, and an empty legend's own
+  // limit is its margins: a set limit (any below QWIDGETSIZE_MAX counts) keeps the axis rect
+  // full width before the first series.
+  legend->setMaximumSize(1 << 20, QWIDGETSIZE_MAX);
 }
 
 }  // namespace ptw::ui

@@ -47,7 +47,11 @@ RunHistory::RunHistory(QWidget* parent)
   split->addWidget(bottom);
   split->setStretchFactor(0, 1);
   split->setStretchFactor(1, 3);
-  m_overlay->setMinimumHeight(260);
+  // The first sizes come from the panes' size hints, a chart's being tiny: give the shares
+  // outright (a splitter scales them to its size).
+  bottom->setSizes({3000, 1000});
+  split->setSizes({1000, 3000});
+  m_overlay->setMinimumSize(320, 240);
   layout->addWidget(new QLabel(tr("Select several runs to overlay their loss and compare their profiles."), this));
   layout->addWidget(split);
   auto* open = new QPushButton(tr("Open the selected run's profile"), this);
