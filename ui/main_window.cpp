@@ -264,7 +264,8 @@ QWidget* MainWindow::buildLossBox(QWidget* charts) {
   auto* outliers = new QCheckBox(tr("ignore outliers"), lossBox);
   outliers->setObjectName("outliers");
   outliers->setToolTip(tr("Fit the y axes to the 5th-95th percentile of what is shown, so that a few early or "
-                          "stray values do not flatten the rest; they run off the chart"));
+                          "stray values do not flatten the rest; they run off the chart. Smoothed, the axes fit "
+                          "the smoothed curves"));
   controls->addWidget(m_logX);
   controls->addWidget(m_logY);
   controls->addWidget(outliers);

@@ -218,7 +218,9 @@ void MetricChart::refresh() {
   const int columns = std::max(16, m_plot->axisRect()->width());
   double yMin = std::numeric_limits<double>::max(), yMax = std::numeric_limits<double>::lowest();
   const bool logY = m_plot->yAxis->scaleType() == QCPAxis::stLogarithmic;
-  const bool percentiles = m_follow && m_ignoreOutliers;  // only a fitted axis uses them
+  // Only a fitted axis uses them, and only on raw series: a smoothed curve has no outliers,
+  // and cutting its top 5% would cut the descent of a loss that converged early.
+  const bool percentiles = m_follow && m_ignoreOutliers && m_smoothing == 0;
   m_ys.clear();
   auto addBounds = [&](double lo, double hi) {
     if (!logY || lo > 0) yMin = std::min(yMin, lo);

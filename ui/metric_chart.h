@@ -46,7 +46,8 @@ class MetricChart : public QWidget {
   /// Fits the y axis to the 5th-95th percentile of what is shown (TensorBoard's "ignore
   /// outliers in chart scaling"): a loss that starts at 30 and trains to 0.01 is not drawn
   /// as a flat line. Points beyond run off the chart. Off by default (a fit shows every
-  /// point); the window's live charts turn it on.
+  /// point); the window's live charts turn it on. A smoothed chart fits its smoothed curves
+  /// whole instead.
   void setIgnoreOutliers(bool on);
   bool ignoresOutliers() const { return m_ignoreOutliers; }
   void setHighlighted(int series);  ///< -1: none
