@@ -21,6 +21,6 @@ shoot() {  # name profile seconds overrides...
     --screenshot "$out/$name.png" --screenshot-after "$after" "$@"
 }
 
-shoot window-ddp ddp-csv-regression.json 6 --set hyper.max_steps=1000000 --set run.eval_every=200
-shoot window-pool pool-sync-mlp.json 5 --set hyper.max_steps=1000000 --set run.eval_every=500
+shoot window-ddp ddp-csv-regression.json 6
+shoot window-pool pool-sync-mlp.json 5
 echo "screenshot: saved in $out"

@@ -20,8 +20,10 @@
 #include <QScrollArea>
 #include <QSettings>
 #include <QSlider>
+#include <QScrollBar>
 #include <QSpinBox>
 #include <QSplitter>
+#include <QStackedWidget>
 #include <QStatusBar>
 #include <QTabWidget>
 #include <QTableWidget>
@@ -38,6 +40,7 @@
 #include "common/strategies.h"
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
+#include "ui/chart_format.h"
 #include "ui/device_picker.h"
 #include "ui/metric_chart.h"
 #include "ui/palette.h"
@@ -53,6 +56,21 @@ namespace {
 enum RankColumn { kRank, kStatus, kStep, kLoss, kThroughput, kMessage, kExit, kColumns };
 constexpr std::size_t kMaxLogLines = 20000;
 constexpr int kFirstPointMs = 50;  ///< how often records are taken until a rank's first point is drawn
+constexpr int kDefaultSmoothing = 60;  ///< the loss chart's EMA weight in percent, TensorBoard's default
+
+// What Start will run, in a line: "2 ranks of DDP on the CPU".
+QString describeRun(const core::Profile& p) {
+  const auto& s = p.strategy;
+  const int gpus = s.kind == "single" ? 1 : s.ranks;
+  const QString where = s.device != "cuda" ? QObject::tr("on the CPU")
+                        : gpus == 1        ? QObject::tr("on a GPU")
+                                           : QObject::tr("on %1 GPUs").arg(gpus);
+  if (s.kind == "single") return QObject::tr("one process %1").arg(where);
+  if (s.kind == "dataparallel") return QObject::tr("DataParallel with %1 replicas %2").arg(s.ranks).arg(where);
+  if (s.kind == "pool")
+    return QObject::tr("a pool of %1 workers (%2) %3").arg(s.ranks).arg(QString::fromStdString(s.poolMode), where);
+  return QObject::tr("%1 ranks of DDP %2").arg(s.ranks).arg(where);
+}
 
 }  // namespace
 
@@ -126,6 +144,17 @@ void MainWindow::restoreView(const QSettings& settings) {
 
 MainWindow::~MainWindow() = default;
 
+void MainWindow::fitProfileWidth() {
+  m_profileScroll->setMinimumWidth(m_editor->minimumSizeHint().width() +
+                                   m_profileScroll->verticalScrollBar()->sizeHint().width() +
+                                   2 * m_profileScroll->frameWidth());
+}
+
+bool MainWindow::eventFilter(QObject* watched, QEvent* event) {
+  if (watched == m_editor && event->type() == QEvent::LayoutRequest) QTimer::singleShot(0, this, &MainWindow::fitProfileWidth);
+  return QMainWindow::eventFilter(watched, event);
+}
+
 void MainWindow::buildUi() {
   buildProfileDock();
   auto* tabs = new QTabWidget(this);
@@ -161,6 +190,12 @@ void MainWindow::buildProfileDock() {
   auto* scroll = new QScrollArea(side);
   scroll->setWidget(m_editor);
   scroll->setWidgetResizable(true);
+  // The fields fit across: the panel is as wide as the form needs and only scrolls down,
+  // also once the devices are listed or a field is shown (eventFilter).
+  scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  m_profileScroll = scroll;
+  m_editor->installEventFilter(this);
+  fitProfileWidth();
   sideLayout->addWidget(scroll, 1);
   dock->setWidget(side);
   dock->setFeatures(QDockWidget::DockWidgetMovable | QDockWidget::DockWidgetFloatable);
@@ -173,7 +208,17 @@ void MainWindow::buildProfileDock() {
 QWidget* MainWindow::buildLiveTab(QWidget* parent) {
   auto* live = new QSplitter(Qt::Vertical, parent);
   live->setObjectName("liveSplit");
-  auto* charts = new QWidget(live);
+  // Before the first run the chart area says what Start will do instead of showing empty axes.
+  m_chartStack = new QStackedWidget(live);
+  m_chartStack->setObjectName("chartStack");
+  m_firstRunHint = new QLabel(m_chartStack);
+  m_firstRunHint->setObjectName("firstRunHint");
+  m_firstRunHint->setAlignment(Qt::AlignCenter);
+  m_firstRunHint->setWordWrap(true);
+  m_firstRunHint->setStyleSheet("color: palette(dark); font-size: 15pt");
+  m_chartStack->addWidget(m_firstRunHint);
+  auto* charts = new QWidget(m_chartStack);
+  m_chartStack->addWidget(charts);
   auto* grid = new QGridLayout(charts);
   QWidget* lossBox = buildLossBox(charts);
   m_throughput = new MetricChart(tr("samples/s"), charts);
@@ -185,13 +230,15 @@ QWidget* MainWindow::buildLiveTab(QWidget* parent) {
   grid->addWidget(m_split, 1, 1);
   grid->setColumnStretch(0, 3);
   grid->setColumnStretch(1, 2);
-  // Set once both charts it applies to exist: the live charts' default.
+  // Set once both charts they apply to exist: the live charts' defaults (a saved value,
+  // restored later, wins).
   lossBox->findChild<QCheckBox*>("outliers")->setChecked(true);
+  m_smoothing->setValue(kDefaultSmoothing);
   auto* bottom = new QSplitter(Qt::Horizontal, live);
   bottom->setObjectName("bottomSplit");
   buildRankTable(bottom);
   buildLogPane(bottom);
-  live->addWidget(charts);
+  live->addWidget(m_chartStack);
   live->addWidget(bottom);
   live->setStretchFactor(0, 3);
   live->setStretchFactor(1, 1);
@@ -208,7 +255,8 @@ QWidget* MainWindow::buildLossBox(QWidget* charts) {
   m_smoothing = new QSlider(Qt::Horizontal, lossBox);
   m_smoothing->setObjectName("smoothing");
   m_smoothing->setRange(0, 99);
-  m_smoothing->setToolTip(tr("Exponential moving average weight (bias-corrected); the raw series stays faint behind"));
+  m_smoothing->setToolTip(tr("Exponential moving average weight (bias-corrected) of the loss and throughput; the raw "
+                             "series stays faint behind"));
   controls->addWidget(m_smoothing, 1);
   m_logX = new QCheckBox(tr("log x"), lossBox);
   m_logX->setObjectName("logX");
@@ -217,7 +265,8 @@ QWidget* MainWindow::buildLossBox(QWidget* charts) {
   auto* outliers = new QCheckBox(tr("ignore outliers"), lossBox);
   outliers->setObjectName("outliers");
   outliers->setToolTip(tr("Fit the y axes to the 5th-95th percentile of what is shown, so that a few early or "
-                          "stray values do not flatten the rest; they run off the chart"));
+                          "stray values do not flatten the rest; they run off the chart. Smoothed, the axes fit "
+                          "the smoothed curves"));
   controls->addWidget(m_logX);
   controls->addWidget(m_logY);
   controls->addWidget(outliers);
@@ -229,8 +278,10 @@ QWidget* MainWindow::buildLossBox(QWidget* charts) {
   m_loss->setObjectName("lossChart");
   lossLayout->addWidget(m_loss, 1);
   connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
-    m_loss->setSmoothing(v / 100.0);
-    m_loss->refresh();
+    for (auto* chart : {m_loss, m_throughput}) {
+      chart->setSmoothing(v / 100.0);
+      chart->refresh();
+    }
   });
   connect(m_logX, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogX(on); });
   connect(m_logY, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogY(on); });
@@ -249,7 +300,20 @@ void MainWindow::buildRankTable(QWidget* parent) {
   m_ranks->setSelectionMode(QAbstractItemView::SingleSelection);
   m_ranks->setEditTriggers(QAbstractItemView::NoEditTriggers);
   m_ranks->verticalHeader()->setVisible(false);
-  m_ranks->horizontalHeader()->setStretchLastSection(true);
+  m_ranks->setWordWrap(false);  // one line a rank; a long message is elided, its full text in the log
+  // The columns fit the table's width: the message takes what the figures leave.
+  auto* header = m_ranks->horizontalHeader();
+  const int widths[kColumns] = {44, 72, 64, 84, 80, 0, 84};
+  for (int c = 0; c < kColumns; ++c)
+    if (c != kMessage) header->resizeSection(c, widths[c]);
+  header->setSectionResizeMode(kMessage, QHeaderView::Stretch);
+  m_ranksHint = new QLabel(tr("Each rank's state, step, loss, samples/s and last message appear here during a run."),
+                           m_ranks->viewport());
+  m_ranksHint->setObjectName("rankTableHint");
+  m_ranksHint->setWordWrap(true);
+  m_ranksHint->setAlignment(Qt::AlignCenter);
+  m_ranksHint->setStyleSheet("color: palette(dark)");
+  (new QVBoxLayout(m_ranks->viewport()))->addWidget(m_ranksHint);
   connect(m_ranks, &QTableWidget::itemSelectionChanged, this, [this] {
     auto rows = m_ranks->selectionModel()->selectedRows();
     const int rank = rows.isEmpty() ? -1 : rows.front().row();
@@ -275,8 +339,19 @@ void MainWindow::buildLogPane(QWidget* parent) {
   filters->addWidget(m_logLevel);
   filters->addStretch(1);
   logLayout->addLayout(filters);
+  // The ranks' warnings and errors first, above the log, whatever its filter says.
+  m_problems = new QPlainTextEdit(logBox);
+  m_problems->setObjectName("logProblems");
+  m_problems->setReadOnly(true);
+  m_problems->setMaximumBlockCount(200);
+  m_problems->setMaximumHeight(5 * fontMetrics().lineSpacing() + 8);
+  m_problems->setStyleSheet(QStringLiteral("color: %1").arg(failureColor().name()));
+  m_problems->setToolTip(tr("The ranks' warnings and errors; the log below has every line"));
+  m_problems->hide();
+  logLayout->addWidget(m_problems);
   m_log = new QPlainTextEdit(logBox);
   m_log->setObjectName("log");
+  m_log->setPlaceholderText(tr("The ranks' log appears here during a run; their warnings and errors above it."));
   m_log->setReadOnly(true);
   m_log->setMaximumBlockCount(static_cast<int>(kMaxLogLines));
   logLayout->addWidget(m_log);
@@ -465,6 +540,15 @@ void MainWindow::revalidate() {
   if (m_stopAction) m_stopAction->setEnabled(running);
   if (m_pauseAction) m_pauseAction->setEnabled(running);
   if (!running && !m_closeAfterRun) m_status->setText(sweeping ? m_start->toolTip() : m_blockingReason);
+  if (m_chartStack->currentIndex() == 0) {
+    const core::Profile p = profile();
+    const QString steps = p.hyper.maxSteps > 0 ? tr("%1 steps").arg(readableNumber(double(p.hyper.maxSteps)))
+                                               : tr("%1 epochs").arg(p.hyper.epochs);
+    m_firstRunHint->setText(errors.empty() ? tr("Start (F5) runs this profile: %1\n%2 model on %3 data, %4")
+                                                 .arg(describeRun(p), QString::fromStdString(p.model.kind),
+                                                      QString::fromStdString(p.data.kind), steps)
+                                           : tr("Fix the marked fields of the profile, then Start (F5) runs it."));
+  }
 }
 
 void MainWindow::updateTitle() {
@@ -562,7 +646,10 @@ void MainWindow::resetLive(int ranks) {
   m_meanSeries = ranks > 1 && !pool ? m_loss->addSeries(tr("mean"), Qt::black) : -1;
   m_valSeries = m_loss->addSeries(tr("validation"), Qt::black, true);
   m_totalSeries = ranks > 1 && !pool ? m_throughput->addSeries(tr("total"), Qt::black) : -1;
-  m_loss->setSmoothing(m_smoothing->value() / 100.0);
+  m_loss->setEmphasized(m_meanSeries);
+  m_chartStack->setCurrentIndex(1);
+  m_ranksHint->hide();
+  for (auto* chart : {m_loss, m_throughput}) chart->setSmoothing(m_smoothing->value() / 100.0);
   m_split->reset(ranks);
   m_stepSums.reset(ranks);
   m_latest.assign(static_cast<std::size_t>(ranks), RankLatest{});
@@ -575,7 +662,10 @@ void MainWindow::resetLive(int ranks) {
     setRankCell(r, kStatus, m_rankStatus[static_cast<std::size_t>(r)]);
   }
   m_logLines.clear();
+  m_sharedLines.clear();
   m_log->clear();
+  m_problems->clear();
+  m_problems->hide();
   m_logRank->blockSignals(true);
   m_logRank->clear();
   m_logRank->addItem(tr("all ranks"), -2);
@@ -747,9 +837,9 @@ void MainWindow::redrawIfDue() {
     for (int r = 0; r < m_reportingRanks; ++r) {
       const RankLatest& latest = m_latest[static_cast<std::size_t>(r)];
       if (latest.step < 0) continue;
-      setRankCell(r, kThroughput, QString::number(latest.samplesPerS, 'f', 0));
-      setRankCell(r, kStep, QString::number(latest.step));
-      setRankCell(r, kLoss, QString::number(latest.loss, 'g', 6));
+      setRankCell(r, kThroughput, readableNumber(latest.samplesPerS));
+      setRankCell(r, kStep, QString::number(latest.step));  // a step is named, as in the log, not measured
+      setRankCell(r, kLoss, readableNumber(latest.loss));
     }
     m_loss->refresh();
     m_throughput->refresh();
@@ -771,10 +861,10 @@ void MainWindow::appendMean(const StepSums::Done& d) {
   if (m_totalSeries >= 0) m_throughput->appendGroup(m_totalSeries, from, to, d.throughput, d.throughput, d.throughput, steps);
 }
 
-void MainWindow::appendLog(int rank, const QString& line) {
+void MainWindow::appendLog(int rank, const QString& line, bool again) {
   m_logLines.push_back({rank, line});
   if (m_logLines.size() > kMaxLogLines) m_logLines.pop_front();
-  if (rank >= 0 && rank < static_cast<int>(m_lastMessage.size())) {
+  if (!again && rank >= 0 && rank < static_cast<int>(m_lastMessage.size())) {
     m_lastMessage[static_cast<std::size_t>(rank)] = line;
     setRankCell(rank, kMessage, line);
   }
@@ -782,15 +872,24 @@ void MainWindow::appendLog(int rank, const QString& line) {
   const int level = m_logLevel->currentData().toInt();
   const bool isError = line.contains("error", Qt::CaseInsensitive) || line.contains("failed");
   const bool isWarning = isError || line.contains("warn", Qt::CaseInsensitive);
+  const QString shown = rank < 0 ? line : QStringLiteral("[%1] %2").arg(rank).arg(line);
+  if (!again && isWarning) {
+    m_problems->appendPlainText(shown);
+    m_problems->show();
+  }
+  // A routine line that every rank prints (the OpenBLAS kernel note) is shown once when the
+  // log shows all ranks; warnings and errors are each rank's own.
+  if (rank >= 0 && wantRank == -2 && !isWarning && !m_sharedLines.insert(line).second) return;
   if ((wantRank == -2 || wantRank == rank) && (level == 0 || (level == 1 && isWarning) || (level == 2 && isError)))
-    m_log->appendPlainText(rank < 0 ? line : QStringLiteral("[%1] %2").arg(rank).arg(line));
+    m_log->appendPlainText(shown);
 }
 
 void MainWindow::refilterLog() {
   std::deque<LogLine> lines;
   lines.swap(m_logLines);
   m_log->clear();
-  for (const auto& l : lines) appendLog(l.rank, l.text);
+  m_sharedLines.clear();
+  for (const auto& l : lines) appendLog(l.rank, l.text, true);
 }
 
 void MainWindow::onFinished(const QString& status, const QString& message, int failedRank,

@@ -10,6 +10,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "common/profile.h"
@@ -24,7 +25,9 @@ class QLabel;
 class QMenu;
 class QPlainTextEdit;
 class QPushButton;
+class QScrollArea;
 class QSlider;
+class QStackedWidget;
 class QTabWidget;
 class QTableWidget;
 class QTimer;
@@ -91,10 +94,13 @@ class MainWindow : public QMainWindow {
 
  protected:
   void closeEvent(QCloseEvent* event) override;
+  bool eventFilter(QObject* watched, QEvent* event) override;
 
  private:
   void buildUi();
   void buildProfileDock();
+  /// Widens the profile panel to its fields, so that it never scrolls sideways.
+  void fitProfileWidth();
   QWidget* buildLiveTab(QWidget* parent);
   QWidget* buildLossBox(QWidget* charts);
   void buildRankTable(QWidget* parent);
@@ -118,7 +124,8 @@ class MainWindow : public QMainWindow {
   void redrawIfDue();
   void resetLive(int ranks);
   void setRankCell(int rank, int column, const QString& text);
-  void appendLog(int rank, const QString& line);
+  /// `again`: a line already taken, shown anew after the log's filter changed.
+  void appendLog(int rank, const QString& line, bool again = false);
   /// Draws a completed window of the mean over ranks and their total throughput.
   void appendMean(const StepSums::Done& done);
   void refilterLog();
@@ -143,9 +150,14 @@ class MainWindow : public QMainWindow {
   bool m_chartsPaused = false;
 
   ProfileEditor* m_editor = nullptr;
+  QScrollArea* m_profileScroll = nullptr;
   QPushButton* m_start = nullptr;
   QPushButton* m_stop = nullptr;
   QLabel* m_status = nullptr;
+  QStackedWidget* m_chartStack = nullptr;  ///< the first-run hint, then the charts
+  QLabel* m_firstRunHint = nullptr;
+  QLabel* m_ranksHint = nullptr;  ///< what the rank table will hold, until a run starts
+  QPlainTextEdit* m_problems = nullptr;  ///< the ranks' warnings and errors, above the log
   MetricChart* m_loss = nullptr;
   MetricChart* m_throughput = nullptr;
   StepSplitChart* m_split = nullptr;
@@ -170,6 +182,7 @@ class MainWindow : public QMainWindow {
     QString text;
   };
   std::deque<LogLine> m_logLines;
+  std::set<QString> m_sharedLines;  ///< rank lines shown once for all ranks
   int m_reportingRanks = 0;
   int m_valSeries = -1;
   int m_meanSeries = -1;

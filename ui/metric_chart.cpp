@@ -5,6 +5,8 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include "ui/chart_format.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -20,9 +22,12 @@ MetricChart::MetricChart(const QString& yLabel, QWidget* parent) : QWidget(paren
   m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   m_plot->xAxis->setLabel(tr("step"));
   m_plot->yAxis->setLabel(yLabel);
-  m_plot->legend->setVisible(true);
+  m_plot->legend->setVisible(false);  // until there is a series to name
   m_plot->legend->setFont(QFont(font().family(), 8));
-  m_plot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignTop | Qt::AlignRight);
+  placeLegendAbove(m_plot);
+  m_plot->xAxis->setTicker(readableTicker(true));
+  m_plot->yAxis->setTicker(readableTicker());
+  m_plot->addLayer("emphasis", m_plot->layer("main"), QCustomPlot::limAbove);
   m_plot->installEventFilter(this);
   connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] { m_dirty = true; });
   connect(m_plot, &QCustomPlot::mouseDoubleClick, this, [this] { fit(); });
@@ -57,8 +62,9 @@ int MetricChart::addSeries(const QString& name, const QColor& color, bool dashed
   s->raw = m_plot->addGraph();
   s->raw->setName(name);
   s->smooth = m_plot->addGraph();
-  s->smooth->removeFromLegend();
+  s->smooth->setName(name);
   m_series.push_back(std::move(s));
+  m_plot->legend->setVisible(true);
   applyPens();
   m_dirty = true;
   return static_cast<int>(m_series.size()) - 1;
@@ -85,7 +91,9 @@ void MetricChart::truncateAfter(double x) {
 void MetricChart::clear() {
   m_plot->clearGraphs();
   m_series.clear();
+  m_plot->legend->setVisible(false);
   m_highlighted = -1;
+  m_emphasized = -1;
   m_follow = true;
   m_dirty = true;
   m_plot->replot();
@@ -99,13 +107,13 @@ void MetricChart::setSmoothing(double weight) {
 
 void MetricChart::setLogX(bool on) {
   m_plot->xAxis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
-  m_plot->xAxis->setTicker(on ? QSharedPointer<QCPAxisTicker>(new QCPAxisTickerLog) : QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+  m_plot->xAxis->setTicker(on ? readableLogTicker() : readableTicker(true));
   fit();
 }
 
 void MetricChart::setLogY(bool on) {
   m_plot->yAxis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
-  m_plot->yAxis->setTicker(on ? QSharedPointer<QCPAxisTicker>(new QCPAxisTickerLog) : QSharedPointer<QCPAxisTicker>(new QCPAxisTicker));
+  m_plot->yAxis->setTicker(on ? readableLogTicker() : readableTicker());
   fit();
 }
 
@@ -120,18 +128,38 @@ void MetricChart::setHighlighted(int series) {
   m_plot->replot(QCustomPlot::rpQueuedReplot);
 }
 
+void MetricChart::setEmphasized(int series) {
+  m_emphasized = series;
+  for (int i = 0; i < seriesCount(); ++i) {
+    auto& s = *m_series[static_cast<std::size_t>(i)];
+    const char* layer = i == series ? "emphasis" : "main";
+    s.raw->setLayer(layer);
+    s.smooth->setLayer(layer);
+  }
+  applyPens();
+  m_dirty = true;
+}
+
 void MetricChart::applyPens() {
   for (int i = 0; i < seriesCount(); ++i) {
     auto& s = *m_series[static_cast<std::size_t>(i)];
     QColor c = s.color;
     const bool dim = m_highlighted >= 0 && i != m_highlighted;
     if (dim) c.setAlpha(70);
+    // Behind an emphasized series (the mean) the others are lighter, so it reads first.
+    else if (m_highlighted < 0 && m_emphasized >= 0 && i != m_emphasized) c.setAlpha(140);
     // Width 1 is a cosmetic pen, drawn on QPainter's fast path; wider pens are stroked as
-    // polygons and cost ~50x on zigzag series, so only the highlighted series gets one.
-    QPen main(c, i == m_highlighted ? 2 : 1, s.dashed ? Qt::DashLine : Qt::SolidLine);
+    // polygons and cost far more on zigzag series, so only the highlighted series and the
+    // emphasized one (a mean, itself smooth) get one.
+    const bool wide = i == m_highlighted || (i == m_emphasized && m_highlighted < 0);
+    QPen main(c, wide ? 2.5 : 1, s.dashed ? Qt::DashLine : Qt::SolidLine);
+    // The legend names each series by the line that is read: the smoothed one when smoothing.
+    s.raw->removeFromLegend();
+    s.smooth->removeFromLegend();
+    (m_smoothing > 0 ? s.smooth : s.raw)->addToLegend();
     if (m_smoothing > 0) {
       QColor faint = c;
-      faint.setAlpha(std::min(c.alpha(), 60));
+      faint.setAlpha(std::min(c.alpha(), 40));
       s.raw->setPen(QPen(faint, 1));
       s.smooth->setPen(main);
       s.smooth->setVisible(true);
@@ -190,8 +218,18 @@ void MetricChart::refresh() {
   const int columns = std::max(16, m_plot->axisRect()->width());
   double yMin = std::numeric_limits<double>::max(), yMax = std::numeric_limits<double>::lowest();
   const bool logY = m_plot->yAxis->scaleType() == QCPAxis::stLogarithmic;
-  const bool percentiles = m_follow && m_ignoreOutliers;  // only a fitted axis uses them
+  // Only a fitted axis uses them, and only on raw series: a smoothed curve has no outliers,
+  // and cutting its top 5% would cut the descent of a loss that converged early.
+  const bool percentiles = m_follow && m_ignoreOutliers && m_smoothing == 0;
   m_ys.clear();
+  auto addBounds = [&](double lo, double hi) {
+    if (!logY || lo > 0) yMin = std::min(yMin, lo);
+    yMax = std::max(yMax, hi);
+    if (percentiles) {
+      if (!logY || lo > 0) m_ys.push_back(lo);
+      if (hi != lo && (!logY || hi > 0)) m_ys.push_back(hi);
+    }
+  };
   for (int i = 0; i < seriesCount(); ++i) {
     auto& s = *m_series[static_cast<std::size_t>(i)];
     auto cols = s.data.render(range.lower, range.upper, columns);
@@ -218,12 +256,6 @@ void MetricChart::refresh() {
         raw.push_back({c.xAtMax, c.yMax});
         raw.push_back({c.xAtMin, c.yMin});
       }
-      if (!logY || c.yMin > 0) yMin = std::min(yMin, c.yMin);
-      yMax = std::max(yMax, c.yMax);
-      if (percentiles) {
-        if (!logY || c.yMin > 0) m_ys.push_back(c.yMin);
-        if (c.yMax != c.yMin && (!logY || c.yMax > 0)) m_ys.push_back(c.yMax);
-      }
     }
     s.raw->data()->set(raw, true);
     if (m_smoothing > 0) {
@@ -231,8 +263,12 @@ void MetricChart::refresh() {
       smooth.reserve(static_cast<int>(cols.size()));
       for (std::size_t k = 0; k < cols.size(); ++k) smooth.push_back({cols[k].x, ema[k]});
       s.smooth->data()->set(smooth, true);
+      // Smoothed, the curves are what is read: the axis fits them, and the raw noise
+      // behind may run off the chart.
+      for (double y : ema) addBounds(y, y);
     } else {
       s.smooth->data()->clear();
+      for (const auto& c : cols) addBounds(c.yMin, c.yMax);
     }
   }
   // With a few points every one counts; past them, the 5th-95th percentile of the columns'

@@ -2,8 +2,9 @@
 // QCustomPlot. Data goes into per-series SeriesSummary objects as it arrives; refresh()
 // draws what is visible at the plot's width, at a rate the caller bounds. Follows the
 // newest data until the user zooms or pans; a double-click fits the data and follows
-// again. Optional EMA smoothing (the raw series faint behind it), log axes, and a y axis
-// fitted to all the data or to all but its outliers.
+// again. Optional EMA smoothing (the raw series faint behind it, the y axis fitted to the
+// smoothed curves), log axes, and a y axis fitted to all the data or to all but its outliers.
+// The legend sits above the axis rect, shown once there is a series.
 #pragma once
 
 #include <QColor>
@@ -45,10 +46,14 @@ class MetricChart : public QWidget {
   /// Fits the y axis to the 5th-95th percentile of what is shown (TensorBoard's "ignore
   /// outliers in chart scaling"): a loss that starts at 30 and trains to 0.01 is not drawn
   /// as a flat line. Points beyond run off the chart. Off by default (a fit shows every
-  /// point); the window's live charts turn it on.
+  /// point); the window's live charts turn it on. A smoothed chart fits its smoothed curves
+  /// whole instead.
   void setIgnoreOutliers(bool on);
   bool ignoresOutliers() const { return m_ignoreOutliers; }
   void setHighlighted(int series);  ///< -1: none
+  /// The series that stands out among overlapping ones (the mean over ranks): drawn on top,
+  /// thicker, and the others lighter behind it. -1: none.
+  void setEmphasized(int series);
   /// Real points of `series` in [x0, x1], for zooming into the part no longer held raw.
   using DetailProvider = std::function<std::vector<std::pair<double, double>>(int series, double x0, double x1)>;
   void setDetailProvider(DetailProvider provider) { m_detail = std::move(provider); }
@@ -88,6 +93,7 @@ class MetricChart : public QWidget {
   std::vector<std::unique_ptr<Series>> m_series;
   double m_smoothing = 0;
   int m_highlighted = -1;
+  int m_emphasized = -1;
   bool m_dirty = false;
   bool m_follow = true;
   bool m_ignoreOutliers = false;

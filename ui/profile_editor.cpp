@@ -17,6 +17,8 @@
 #include <QToolButton>
 #include <QVBoxLayout>
 
+#include <set>
+
 #include "common/strategies.h"
 #include "launch/launcher.h"
 #include "ui/child_process.h"
@@ -43,6 +45,31 @@ QString groupOf(const QString& path) {
   if (path.startsWith("strategy.")) return QObject::tr("Strategy and devices");
   if (path.startsWith("hyper.")) return QObject::tr("Hyperparameters");
   return QObject::tr("Run, checkpoints and restarts");
+}
+
+// Whether a field means anything for the kinds the profile has chosen; one that does not
+// is hidden, so the form shows what this run will read.
+bool applies(const QString& path, const core::Profile& p) {
+  const auto& d = p.data;
+  const bool synthetic = d.kind.rfind("synthetic", 0) == 0;
+  if (path == "data.path") return d.kind == "csv" || d.kind == "mnist";
+  if (path == "data.features" || path == "data.target" || path == "data.task") return d.kind == "csv";
+  if (path == "data.seed" || path == "data.noise") return synthetic;
+  if (path == "model.hidden" || path == "model.activation") return p.model.kind == "mlp";
+  if (path == "model.path") return p.model.kind == "torchscript";
+  if (path == "strategy.pool_mode") return p.strategy.kind == "pool";
+  if (path == "strategy.backend" || path == "strategy.bucket_mb") return p.strategy.kind == "ddp";
+  if (path == "strategy.gpus") return p.strategy.device == "cuda";
+  if (path == "hyper.momentum" || path == "hyper.nesterov") return p.hyper.optimizer == "sgd";
+  if (path == "hyper.step_size" || path == "hyper.gamma") return p.hyper.schedule == "step";
+  return true;
+}
+
+// The profile's help line as plain text: the Markdown backticks are for the manual.
+QString helpFor(const QString& path) {
+  const auto& help = core::fieldHelp();
+  const auto it = help.find(path.toStdString());
+  return it == help.end() ? QString() : QString::fromStdString(it->second).remove('`');
 }
 
 }  // namespace
@@ -121,7 +148,11 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
     editor->setObjectName(path);
     m_fields[path] = editor;
     const QString label = path.contains('.') ? path.section('.', 1) : path;
-    forms[groupOf(path)]->addRow(label, row ? row : editor);
+    auto* labelWidget = new QLabel(label, this);
+    labelWidget->setToolTip(helpFor(path));
+    editor->setStatusTip(helpFor(path));  // the field's tooltip is kept for its error
+    forms[groupOf(path)]->addRow(labelWidget, row ? row : editor);
+    m_rows[path] = {forms[groupOf(path)], row ? row : editor};
     if (path == "data.val_fraction") {
       auto* check = new QPushButton(tr("Check workload"), this);
       check->setObjectName("preflight");
@@ -223,6 +254,7 @@ void ProfileEditor::collect() {
   m_errors.clear();
   m_profile = core::parseProfileFields(QJsonDocument(root).toJson().toStdString(), m_errors);
   markErrors();
+  showApplicable();
   if (m_devices) {
     m_devices->setSummary(tr("world size %1 · global batch %2")
                               .arg(core::reportingRanks(m_profile))
@@ -234,6 +266,16 @@ void ProfileEditor::collect() {
                         m_profile.strategy.gpus);
       m_filling = false;
     }
+  }
+}
+
+void ProfileEditor::showApplicable() {
+  std::set<QString> wrong;
+  for (const auto& e : m_errors) wrong.insert(QString::fromStdString(e.path));
+  for (auto it = m_rows.begin(); it != m_rows.end(); ++it) {
+    // A field with an error stays in sight, or the user could not fix it.
+    const bool shown = applies(it.key(), m_profile) || wrong.count(it.key());
+    it.value().form->setRowVisible(it.value().widget, shown);
   }
 }
 

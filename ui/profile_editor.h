@@ -1,6 +1,8 @@
 // ProfileEditor: every field of a profile, grouped (workload, strategy and devices,
 // hyperparameters, run), built from the profile's own field list so a new field appears
-// without UI work. Each field's widget is named by its path ("hyper.lr"). Invalid values
+// without UI work. Only the fields that apply to the chosen kinds are shown (data.path for
+// csv and mnist, bucket_mb for ddp, ...); each label's tooltip is the field's help from the
+// profile (core::fieldHelp). Each field's widget is named by its path ("hyper.lr"). Invalid values
 // are marked at the field with the reason; a preflight check loads the model and data in
 // a worker process and shows their shapes.
 #pragma once
@@ -13,6 +15,7 @@
 
 #include "common/profile.h"
 
+class QFormLayout;
 class QLabel;
 class QProcess;
 
@@ -49,10 +52,18 @@ class ProfileEditor : public QWidget {
   QString textOf(const QString& path) const;
   void collect();
   void markErrors();
+  /// Shows the fields that apply to the chosen kinds (data, model, strategy, device,
+  /// optimizer, schedule) and hides the rest.
+  void showApplicable();
 
   core::Profile m_profile;
   std::vector<core::FieldError> m_errors;
   QMap<QString, QWidget*> m_fields;
+  struct Row {
+    QFormLayout* form = nullptr;
+    QWidget* widget = nullptr;  ///< the field's editor, or the box holding it and its browse button
+  };
+  QMap<QString, Row> m_rows;
   QMap<QString, QString> m_kinds;  ///< path -> string | bool | int | double | array
   QLabel* m_summary = nullptr;
   QLabel* m_preflight = nullptr;

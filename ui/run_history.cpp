@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/strategies.h"
 #include "ui/metric_chart.h"
+#include "ui/chart_format.h"
 #include "ui/palette.h"
 
 namespace ptw::ui {
@@ -36,11 +37,22 @@ RunHistory::RunHistory(QWidget* parent)
   m_overlay->setObjectName("overlayChart");
   m_diff->setObjectName("profileDiff");
   m_diff->setEditTriggers(QAbstractItemView::NoEditTriggers);
+  // The overlay is what a comparison is read from: it takes most of the tab, the list of
+  // runs and the profiles' fields the rest.
   auto* bottom = new QSplitter(Qt::Horizontal, this);
   bottom->addWidget(m_overlay);
   bottom->addWidget(m_diff);
+  bottom->setStretchFactor(0, 3);
+  bottom->setStretchFactor(1, 1);
   split->addWidget(m_table);
   split->addWidget(bottom);
+  split->setStretchFactor(0, 1);
+  split->setStretchFactor(1, 3);
+  // The first sizes come from the panes' size hints, a chart's being tiny: give the shares
+  // outright (a splitter scales them to its size).
+  bottom->setSizes({3000, 1000});
+  split->setSizes({1000, 3000});
+  m_overlay->setMinimumSize(320, 240);
   layout->addWidget(new QLabel(tr("Select several runs to overlay their loss and compare their profiles."), this));
   layout->addWidget(split);
   auto* open = new QPushButton(tr("Open the selected run's profile"), this);
@@ -71,7 +83,7 @@ void RunHistory::reload() {
   m_table->setRowCount(static_cast<int>(m_runs.size()));
   for (int row = 0; row < static_cast<int>(m_runs.size()); ++row) {
     const auto& r = m_runs[static_cast<std::size_t>(m_runs.size()) - 1 - static_cast<std::size_t>(row)];  // newest first
-    auto num = [](double v, int prec) { return std::isfinite(v) ? QString::number(v, 'g', prec) : QStringLiteral("–"); };
+    auto num = [](double v, int prec) { return readableNumber(v, prec); };
     const QStringList cells = {QString::number(r.id), QString::fromStdString(r.status), QString::fromStdString(r.startedAt),
                                QString::fromStdString(r.strategy), QString::number(r.world), num(r.finalLoss, 6),
                                num(r.samplesPerS, 6), QString::fromStdString(r.name)};

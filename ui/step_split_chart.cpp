@@ -5,6 +5,8 @@
 #include <QVBoxLayout>
 #include <qcustomplot.h>
 
+#include "ui/chart_format.h"
+
 namespace ptw::ui {
 
 StepSplitChart::StepSplitChart(QWidget* parent) : QWidget(parent), m_plot(new QCustomPlot(this)) {
@@ -25,6 +27,8 @@ StepSplitChart::StepSplitChart(QWidget* parent) : QWidget(parent), m_plot(new QC
   m_plot->yAxis->setLabel(tr("ms per step (recent average)"));
   m_plot->legend->setVisible(true);
   m_plot->legend->setFont(QFont(font().family(), 8));
+  placeLegendAbove(m_plot);  // inside the axis rect it covered rank 1's bar
+  m_plot->yAxis->setTicker(readableTicker());
   m_plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   m_plot->axisRect()->setRangeDrag(Qt::Vertical);
   m_plot->axisRect()->setRangeZoom(Qt::Vertical);

@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "common/strategies.h"
+#include "ui/chart_format.h"
 #include "ui/palette.h"
 
 namespace ptw::ui {
@@ -34,6 +35,9 @@ QCustomPlot* makePlot(QWidget* parent, const QString& y) {
   plot->yAxis->setLabel(y);
   plot->legend->setVisible(true);
   plot->legend->setFont(QFont(parent->font().family(), 8));
+  placeLegendAbove(plot);
+  plot->xAxis->setTicker(readableTicker(true));  // workers come whole
+  plot->yAxis->setTicker(readableTicker());
   plot->setInteractions(QCP::iRangeDrag | QCP::iRangeZoom);
   return plot;
 }
@@ -168,7 +172,7 @@ bool SweepPanel::start() {
         m_status->setText(tr("Fastest: %1 with %2 worker(s), %3 samples/s")
                               .arg(QString::fromStdString(m_points[static_cast<std::size_t>(best)].strategy))
                               .arg(m_points[static_cast<std::size_t>(best)].workers)
-                              .arg(m_points[static_cast<std::size_t>(best)].samplesPerS, 0, 'f', 0));
+                              .arg(readableNumber(m_points[static_cast<std::size_t>(best)].samplesPerS)));
       emit finished();
     }, Qt::QueuedConnection);
   });
@@ -199,7 +203,7 @@ void SweepPanel::redraw() {
   for (int row = 0; row < static_cast<int>(m_points.size()); ++row) {
     const auto& p = m_points[static_cast<std::size_t>(row)];
     const QStringList cells = {QString::fromStdString(p.strategy), QString::number(p.workers),
-                               QString::number(p.samplesPerS, 'f', 0), std::isnan(p.efficiency) ? tr("n/a") : QString::number(p.efficiency, 'f', 2),
+                               readableNumber(p.samplesPerS), std::isnan(p.efficiency) ? tr("n/a") : QString::number(p.efficiency, 'f', 2),
                                QString::number(p.stepMs.stepMs, 'f', 3),
                                QString::number(p.stepMs.commPercent(), 'f', 1),
                                QString::fromStdString(p.status == "finished" ? p.status : p.status + ": " + p.message)};

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -147,6 +148,10 @@ std::vector<std::pair<std::string, std::string>> profileFields(const Profile& pr
 /// The choices of an enumerated field ("strategy.kind" -> single, dataparallel, ...);
 /// empty for free fields.
 std::vector<std::string> fieldChoices(const std::string& path);
+
+/// One line on what each field means, by path ("hyper.lr" -> "learning rate (the peak, with
+/// a schedule)"), Markdown with `code` in backticks: the "meaning" column of docs/profiles.md.
+const std::map<std::string, std::string>& fieldHelp();
 
 /// Reads and parses a file; errors name the file. Relative model.path, data.path and
 /// run.resume_from are resolved against the profile's folder.

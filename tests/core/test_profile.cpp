@@ -125,12 +125,12 @@ class TestProfile : public QObject {
     QFile file(docPath);
     QVERIFY2(file.open(QIODevice::ReadOnly | QIODevice::Text), qPrintable(docPath + ": cannot open"));
     struct Row {
-      QString defaultCell, allowedCell;
+      QString defaultCell, allowedCell, meaningCell;
       int line = 0;
     };
     std::map<QString, Row> doc;
     QStringList problems;
-    static const QRegularExpression rowPattern(R"(^\|\s*`([A-Za-z0-9_.]+)`\s*\|([^|]*)\|([^|]*)\|)");
+    static const QRegularExpression rowPattern(R"(^\|\s*`([A-Za-z0-9_.]+)`\s*\|([^|]*)\|([^|]*)\|([^|]*)\|)");
     int line = 0;
     while (!file.atEnd()) {
       ++line;
@@ -138,7 +138,7 @@ class TestProfile : public QObject {
       if (!m.hasMatch()) continue;
       const QString key = m.captured(1);
       if (doc.count(key)) problems << QString("%1: listed twice in docs/profiles.md (lines %2 and %3)").arg(key).arg(doc[key].line).arg(line);
-      doc[key] = {m.captured(2).trimmed(), m.captured(3).trimmed(), line};
+      doc[key] = {m.captured(2).trimmed(), m.captured(3).trimmed(), m.captured(4).trimmed(), line};
     }
 
     std::map<QString, QJsonValue> fields;  // every key visit() names, with Profile{}'s value
@@ -177,12 +177,23 @@ class TestProfile : public QObject {
           problems << QString("%1: docs/profiles.md line %2 gives the default %3, the profile's is %4")
                           .arg(key).arg(r.line).arg(jsonText(written), jsonText(value));
       }
+      // The editor's help for a field is this cell: one source for both.
+      const auto help = fieldHelp().find(key.toStdString());
+      if (help == fieldHelp().end())
+        problems << QString("%1: no help string in fieldHelp() (core/common/profile.cpp); add the doc's meaning \"%2\"")
+                        .arg(key, r.meaningCell);
+      else if (QString::fromStdString(help->second) != r.meaningCell)
+        problems << QString("%1: docs/profiles.md line %2 gives the meaning \"%3\", fieldHelp() gives \"%4\"")
+                        .arg(key).arg(r.line).arg(r.meaningCell, QString::fromStdString(help->second));
       for (const auto& choice : fieldChoices(key.toStdString())) {
         const QString named = "`" + QString::fromStdString(choice) + "`";
         if (!r.allowedCell.contains(named))
           problems << QString("%1: docs/profiles.md line %2 does not name the allowed value %3").arg(key).arg(r.line).arg(named);
       }
     }
+    for (const auto& [path, text] : fieldHelp())
+      if (!fields.count(QString::fromStdString(path)))
+        problems << QString("%1: fieldHelp() has help for a field the profile does not have").arg(QString::fromStdString(path));
     for (const auto& [key, row] : doc)
       if (!fields.count(key))
         problems << QString("%1: docs/profiles.md line %2 lists a field the profile does not have; remove the row")

@@ -33,6 +33,7 @@
 
 #include "launch/run_store.h"
 #include "test_support.h"
+#include "ui/chart_format.h"
 #include "ui/device_picker.h"
 #include "ui/main_window.h"
 #include "ui/metric_chart.h"
@@ -71,6 +72,94 @@ class TestMainWindow : public QObject {
     QCoreApplication::setOrganizationName("ptw-tests");
     QCoreApplication::setApplicationName("test_main_window");
     QSettings().clear();
+  }
+
+  // At first sight the window says what Start will run instead of showing empty axes, and
+  // the loss chart smooths (TensorBoard's 0.6) until the user sets otherwise.
+  void theWindowAtFirstSightSaysWhatStartRuns() {
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    w.show();
+    QCOMPARE(w.findChild<QSlider*>("smoothing")->value(), 60);
+    QCOMPARE(w.lossChart()->smoothing(), 0.6);
+    auto* hint = w.findChild<QLabel*>("firstRunHint");
+    QVERIFY(hint && hint->isVisible());
+    QVERIFY(!w.lossChart()->isVisible());
+    QVERIFY2(hint->text().contains("Start (F5) runs this profile: 2 ranks of DDP on the CPU"), qPrintable(hint->text()));
+    w.editor()->setFieldText("strategy.ranks", "4");
+    QVERIFY2(hint->text().contains("4 ranks of DDP"), qPrintable(hint->text()));
+    w.editor()->setFieldText("strategy.kind", "pool");
+    QVERIFY2(hint->text().contains("a pool of 4 workers (sync) on the CPU"), qPrintable(hint->text()));
+    QVERIFY(w.findChild<QLabel*>("rankTableHint")->isVisible());
+    QVERIFY(!w.findChild<QPlainTextEdit*>("log")->placeholderText().isEmpty());
+  }
+
+  // Numbers read as numbers in tables and on axes: separators or k/M, never an exponent.
+  void numbersReadAsNumbers_data() {
+    QTest::addColumn<double>("value");
+    QTest::addColumn<QString>("cell");
+    QTest::addColumn<QString>("axis");
+    QTest::newRow("million") << 1147950.0 << "1.15M" << "1.15M";
+    QTest::newRow("two million") << 2e6 << "2M" << "2M";
+    QTest::newRow("thousands") << 12345.0 << "12,345" << "12.3k";
+    QTest::newRow("hundreds") << 812.5 << "812.5" << "812.5";
+    QTest::newRow("loss") << 0.01234 << "0.01234" << "0.01234";
+    QTest::newRow("tiny") << 0.0000123 << "0.0000123" << "0.0000123";
+    QTest::newRow("zero") << 0.0 << "0" << "0";
+  }
+  void numbersReadAsNumbers() {
+    QFETCH(double, value);
+    QFETCH(QString, cell);
+    QFETCH(QString, axis);
+    QCOMPARE(ui::readableNumber(value), cell);
+    QCOMPARE(ui::compactNumber(value), axis);
+  }
+
+  // The mean over ranks stands out: on top, thicker, and the ranks lighter behind it.
+  void theMeanStandsOutAmongRanks() {
+    ui::MetricChart chart("loss");
+    chart.setSmoothing(0.6);
+    for (int r = 0; r < 4; ++r) chart.addSeries(QString("rank %1").arg(r), Qt::blue);
+    const int mean = chart.addSeries("mean", Qt::black);
+    chart.setEmphasized(mean);
+    auto* plot = chart.plot();
+    const QCPGraph* meanLine = plot->graph(2 * mean + 1);  // each series: raw, then smoothed
+    const QCPGraph* rankLine = plot->graph(1);
+    QVERIFY(meanLine->pen().widthF() > rankLine->pen().widthF());
+    QVERIFY(rankLine->pen().color().alpha() < 255);
+    QCOMPARE(meanLine->layer()->name(), QString("emphasis"));
+    QVERIFY(meanLine->layer()->index() > rankLine->layer()->index());
+  }
+
+  // Legends sit outside the axis rect, and axes that count workers tick at whole numbers
+  // with labels that read as numbers.
+  void legendsCoverNoDataAndCountsTickWhole() {
+    ui::StepSplitChart split;
+    ui::MetricChart loss("loss");
+    ui::SweepPanel sweepPanel;
+    split.reset(2);
+    loss.addSeries("rank 0", Qt::blue);
+    for (QWidget* widget : std::initializer_list<QWidget*>{&split, &loss, &sweepPanel}) {
+      widget->resize(600, 400);
+      widget->show();
+      QVERIFY(QTest::qWaitForWindowExposed(widget));
+    }
+    for (auto* plot : {split.plot(), loss.plot(), sweepPanel.throughputPlot()}) {
+      plot->replot();
+      QVERIFY(plot->legend->visible());
+      QVERIFY(plot->legend->outerRect().height() > 0);
+      QVERIFY(!plot->legend->outerRect().intersects(plot->axisRect()->rect()));
+    }
+    auto* sweep = sweepPanel.throughputPlot();
+    sweep->xAxis->setRange(0.8, 2.2);
+    sweep->yAxis->setRange(0, 2.5e6);
+    sweep->replot();
+    const auto ticks = sweep->xAxis->tickVector();
+    QVERIFY(!ticks.isEmpty());
+    for (double t : ticks) QVERIFY2(t == std::round(t), qPrintable(QString::number(t)));
+    for (const QString& label : sweep->yAxis->tickVectorLabels())
+      QVERIFY2(!label.contains("10^") && !label.contains('e') && !label.contains(QChar(0xB7)), qPrintable(label));
+    QVERIFY(sweep->yAxis->tickVectorLabels().contains("2M"));
   }
 
   // The mean loss and total throughput of a step are drawn once every rank has reported it,
@@ -177,6 +266,42 @@ class TestMainWindow : public QObject {
     e->setFieldText("hyper.nesterov", "true");  // needs momentum > 0
     QVERIFY(!start->isEnabled());
     QVERIFY(e->field("hyper.nesterov")->toolTip().contains("needs optimizer sgd and momentum > 0"));
+  }
+
+  // The form shows the fields the chosen kinds read: data.path for csv (and mnist), not for
+  // synthetic data; bucket_mb for ddp; gpus on cuda. Each label carries the profile's help.
+  void theEditorShowsOnlyTheFieldsThatApply() {
+    ui::ProfileEditor e;
+    auto shown = [&](const char* path) { return e.field(path)->isVisibleTo(&e); };
+    e.setFieldText("data.kind", "synthetic-regression");
+    QVERIFY(!shown("data.path"));
+    QVERIFY(!shown("data.target"));
+    QVERIFY(shown("data.noise"));
+    e.setFieldText("data.kind", "csv");
+    QVERIFY(shown("data.path"));
+    QVERIFY(shown("data.target") && shown("data.features") && shown("data.task"));
+    QVERIFY(!shown("data.noise"));
+    e.setFieldText("data.kind", "mnist");
+    QVERIFY(shown("data.path") && !shown("data.target"));
+    e.setFieldText("data.kind", "synthetic-classification");
+    QVERIFY(!shown("data.path"));
+    e.setFieldText("strategy.kind", "ddp");
+    QVERIFY(shown("strategy.bucket_mb") && shown("strategy.backend") && !shown("strategy.pool_mode"));
+    e.setFieldText("strategy.kind", "pool");
+    QVERIFY(!shown("strategy.bucket_mb") && shown("strategy.pool_mode"));
+    QVERIFY(!shown("strategy.gpus"));
+    e.setFieldText("model.kind", "mlp");
+    QVERIFY(shown("model.hidden") && shown("model.activation") && !shown("model.path"));
+    e.setFieldText("model.kind", "torchscript");
+    QVERIFY(shown("model.path") && !shown("model.hidden"));
+    // Every label's tooltip is the field's help line.
+    int helped = 0;
+    for (auto* label : e.findChildren<QLabel*>())
+      if (label->text() == "bucket_mb") {
+        QCOMPARE(label->toolTip(), QString::fromStdString(core::fieldHelp().at("strategy.bucket_mb")).remove('`'));
+        ++helped;
+      }
+    QCOMPARE(helped, 1);
   }
 
   // Every editor writes its own field: each field is given a value other than the default
@@ -467,12 +592,17 @@ class TestMainWindow : public QObject {
     QVERIFY2(cell(w.rankTable(), 1, 5).contains("signal 9"), qPrintable(cell(w.rankTable(), 1, 5)));
     QVERIFY(w.rankTable()->item(1, 1)->foreground().color() == QColor(176, 0, 32));
     QVERIFY(!test::anyAlive(workers));
+    // The failure comes first, above the log, whatever the log's filter.
+    auto* problems = w.findChild<QPlainTextEdit*>("logProblems");
+    QVERIFY(problems->isVisibleTo(&w));
+    QVERIFY2(problems->toPlainText().contains("rank 1 failed"), qPrintable(problems->toPlainText()));
     // Still responsive: edits apply and a new run can start.
     w.editor()->setFieldText("hyper.max_steps", "30");
     QVERIFY(w.findChild<QPushButton*>("start")->isEnabled());
     QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
     QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 30000);
     QCOMPARE(w.lossChart()->pointCount(0), std::size_t(30));  // the charts were reset for the new run
+    QVERIFY(!problems->isVisibleTo(&w));  // and the new run has had no problem
   }
 
   // Rank 1 is killed after step 12 of the first attempt; the run restarts from the
