@@ -213,4 +213,6 @@ class DataParallel final : public Strategy {
 
 std::unique_ptr<Strategy> makeDataParallel(const SyncContext& ctx) { return std::make_unique<DataParallel>(ctx); }
 
+PTW_REGISTER_STRATEGY("dataparallel", makeDataParallel);
+
 }  // namespace ptw::engine

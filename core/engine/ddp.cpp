@@ -300,4 +300,6 @@ std::unique_ptr<Strategy> makeDdp(const SyncContext& ctx) {
   return std::make_unique<Ddp>(ctx);
 }
 
+PTW_REGISTER_STRATEGY("ddp", makeDdp);
+
 }  // namespace ptw::engine

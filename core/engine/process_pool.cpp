@@ -154,4 +154,6 @@ std::unique_ptr<Strategy> makeProcessPool(const SyncContext& ctx) {
   return ctx.profile.strategy.poolMode == "hogwild" ? makeHogwildPool(ctx) : makeSyncPool(ctx);
 }
 
+PTW_REGISTER_STRATEGY("pool", makeProcessPool);
+
 }  // namespace ptw::engine

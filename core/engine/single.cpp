@@ -16,4 +16,6 @@ class Single final : public Strategy {
 
 std::unique_ptr<Strategy> makeSingle(const SyncContext& ctx) { return std::make_unique<Single>(ctx); }
 
+PTW_REGISTER_STRATEGY("single", makeSingle);
+
 }  // namespace ptw::engine

@@ -11,22 +11,18 @@
 
 namespace ptw::engine {
 
-std::unique_ptr<Strategy> makeSingle(const SyncContext&);
-std::unique_ptr<Strategy> makeDataParallel(const SyncContext&);
-std::unique_ptr<Strategy> makeDdp(const SyncContext&);
-std::unique_ptr<Strategy> makeProcessPool(const SyncContext&);
-
-// One line per row of the table of strategies (common/strategies.h), the one place an
-// engine is named; test_workload checks that the two agree.
-const std::map<std::string, StrategyFactory>& strategyRegistry() {
-  static const std::map<std::string, StrategyFactory> registry = {
-      {"single", makeSingle},
-      {"dataparallel", makeDataParallel},
-      {"ddp", makeDdp},
-      {"pool", makeProcessPool},
-  };
-  return registry;
+namespace {
+std::map<std::string, StrategyFactory>& registry() {
+  static std::map<std::string, StrategyFactory> engines;
+  return engines;
 }
+}  // namespace
+
+StrategyRegistration::StrategyRegistration(const char* name, StrategyFactory factory) {
+  registry().emplace(name, std::move(factory));
+}
+
+const std::map<std::string, StrategyFactory>& strategyRegistry() { return registry(); }
 
 std::unique_ptr<Strategy> makeStrategy(const SyncContext& ctx) {
   const auto& reg = strategyRegistry();

@@ -152,8 +152,24 @@ class Strategy {
 
 using StrategyFactory = std::function<std::unique_ptr<Strategy>(const SyncContext&)>;
 
-/// Strategy name (profile strategy.kind) -> factory.
+/// Strategy name (profile strategy.kind) -> factory: every engine registered with
+/// PTW_REGISTER_STRATEGY.
 const std::map<std::string, StrategyFactory>& strategyRegistry();
+
+// Note [Strategy registration]
+// Each engine file registers its own factory under its row's name in the table of strategies
+// (common/strategies.h), so that adding a strategy is that file and that row: no list names
+// the engines. Registration runs while static objects are built, before main(). ptw_engine is
+// an object library, so every engine file is linked into every program that uses the engine
+// and no registration is dropped by the linker; test_workload checks that the registry and
+// the table agree.
+struct StrategyRegistration {
+  StrategyRegistration(const char* name, StrategyFactory factory);
+};
+
+/// Registers `factory` as the engine of strategy `name` (Note [Strategy registration]).
+#define PTW_REGISTER_STRATEGY(name, factory) \
+  static const ::ptw::engine::StrategyRegistration ptwRegisterStrategy_##factory { name, factory }
 
 std::unique_ptr<Strategy> makeStrategy(const SyncContext& ctx);
 
