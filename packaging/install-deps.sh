@@ -8,7 +8,7 @@ PACKAGES=(
   qt6-base-dev libqt6sql6-sqlite libqcustomplot-dev
   libtorch-dev libgloo-dev libopenblas0-pthread
   nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3 libxxhash-dev libzstd-dev
-  clang libclang-rt-14-dev
+  clang clang-format libclang-rt-14-dev
   xvfb xauth
   python3 python3-torch python3-numpy
 )
