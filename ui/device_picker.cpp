@@ -36,10 +36,10 @@ DevicePicker::DevicePicker(QWidget* parent) : QWidget(parent), m_rows(new QVBoxL
 }
 
 // Note [Device probe waits for runs]
-// `ptw-worker --devices` loads LibTorch to list the devices: 1.75 s of CPU on a 2-core Intel
-// Xeon, where OpenBLAS makes it start twice (Note [BLAS kernels]). A window opened with
-// --start, or Start pressed at once, ran it beside the new run's ranks for about 2 s, and
-// ranks that own every core lose whatever CPU another process takes. So the window holds
+// `ptw-worker --devices` loads LibTorch to list the devices: seconds of CPU, more where
+// OpenBLAS makes it start twice (Note [BLAS kernels]). A window opened with --start, or
+// Start pressed at once, would run it beside the new run's ranks, and ranks that own every
+// core lose whatever CPU another process takes. So the window holds
 // the probe while a run or a sweep trains: it starts when they end, and one already running
 // when they start is stopped and asked again then. Until it answers, the picker lists the
 // CPU as Qt sees it; the run itself goes by its profile, not by the picker's list.

@@ -14,10 +14,10 @@ namespace ptw::ui {
 
 int guiMain(int argc, char** argv, const GuiOptions& options) {
   // The supervisor's thread decodes every record into batches of a few MB that the window
-  // takes about once a second and hands back. Freed, such a block went back to the kernel
-  // (above glibc's mmap threshold, or trimmed off the top of a heap) and the next batch
-  // faulted every page of it in again: ~100 faults a second at the shared-memory rate, each
-  // tens of microseconds under virtualisation. Kept in the heap, it is reused as it is.
+  // takes about once a second and hands back. Freed, such a block would go back to the
+  // kernel (above glibc's mmap threshold, or trimmed off the top of a heap) and the next
+  // batch fault every page of it in again, each fault costly under virtualisation. Kept in
+  // the heap, it is reused as it is.
   ::mallopt(M_MMAP_THRESHOLD, 32 << 20);
   ::mallopt(M_TRIM_THRESHOLD, 256 << 20);
   QApplication app(argc, argv);

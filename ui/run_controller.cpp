@@ -136,7 +136,7 @@ void RunController::take(Batch& batch) {
   // rank's batch, each heartbeat), and the window takes them about once a second, so how
   // many are out at once varies. Spares are kept up to a size, not a count: a chunk that
   // is not there when the launcher needs one is grown from nothing, every 4 KiB of it a
-  // page fault (~1.1 MB a second of them at the shared-memory rate with 16 kept).
+  // page fault.
   constexpr std::size_t kMaxSpareBytes = std::size_t(64) << 20;
   std::size_t spareBytes = 0;
   for (const auto& chunk : m_spare) spareBytes += chunk.capacity() * sizeof(core::Record);

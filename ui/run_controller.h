@@ -63,14 +63,14 @@ class RunController : public QObject {
   };
   /// Swaps what arrived since the last call into `batch`. Its previous chunks go back to the
   /// supervisor's thread, emptied, to carry later records: fresh vectors would cost a page
-  /// fault every 4 KiB, and the copy of every record into one vector cost a tenth of the
-  /// window's time at ~50k records/s.
+  /// fault every 4 KiB, and copying every record into one vector would take a sizeable share
+  /// of the window's time at the shared-memory rate.
   void take(Batch& batch);
 
  signals:
   void started(int port);
   /// Every process has ended and the run's step records are being unpacked into rows
-  /// (Note [Step blocks], ~2 µs a record): `done` of `total`, from 0, at most every 100 ms
+  /// (Note [Step blocks]): `done` of `total`, from 0, at most every 100 ms
   /// and at the end.
   void storing(qint64 done, qint64 total);
   /// The run ended; `status` is finished, failed or stopped.

@@ -60,8 +60,8 @@ class SeriesSummary {
   void add(const Point& p);
   /// The newest points, oldest first, in one contiguous run: points past the capacity are
   /// dropped from the front by moving an index, and erased in one move once a quarter of the
-  /// capacity has been dropped (a deque allocated and freed a chunk every 32 points, for each
-  /// of a chart's series).
+  /// capacity has been dropped (a deque would allocate and free a chunk every 32 points, for
+  /// each of a chart's series).
   class Tail {
    public:
     explicit Tail(std::size_t capacity) : m_capacity(capacity), m_slack(std::max<std::size_t>(capacity / 4, 1)) {

@@ -171,7 +171,7 @@ void encodeRecord(const Record& r, std::string& out) {
 std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& malformed) {
   std::size_t at = 0;
   // A quarter more than needed, not twice the capacity: batches are handed on and their
-  // vectors reused, and doubling made them large enough that the reuser dropped some.
+  // vectors reused, and doubling would make them large enough that the reuser drops some.
   const std::size_t need = out.size() + in.size() / kRecordFrameBytes;
   if (out.capacity() < need) out.reserve(need + need / 4);
   for (std::size_t size = kRecordFrameBytes; in.size() - at >= kRecordFrameBytes; at += size) {

@@ -1,8 +1,8 @@
 // What a worker tells its launcher, record by record.
 //
 // Records travel on a pipe of their own (the worker's --records descriptor) as fixed-size
-// binary frames, written in batches: encoding one is a few stores, so a rank stepping
-// every 30 µs pays almost nothing to be watched, and the launcher decodes without parsing
+// binary frames, written in batches: encoding one is a few stores, so a rank that steps in
+// microseconds pays almost nothing to be watched, and the launcher decodes without parsing
 // text. Stray output of libraries on stdout cannot garble them. A worker started by hand,
 // without --records, writes the same records as text lines on stdout instead:
 //

@@ -4,7 +4,7 @@
 //
 // A block is a header of kBlockHeaderBytes, then `count` records of kBlockRecordBytes.
 // The header, little-endian: u32 magic "PTWB", u16 count, u16 fields (0 in files of
-// builds before it was written: their 11), i32 rank, i32 attempt, i64 first_step,
+// older builds, whose records hold 11), i32 rank, i32 attempt, i64 first_step,
 // i64 last_step, u64 checksum of the records (XXH3-64). A record: `fields` step fields
 // (Note [Step fields] in common/record.h: step, epoch (i64), loss, samples_per_s, step_ms,
 // data_ms, compute_ms, comm_ms, opt_ms, lr (f64), mem_bytes (i64)), 8 bytes each,
@@ -27,7 +27,7 @@ inline constexpr std::size_t kBlockHeaderBytes = 40;
 inline constexpr std::size_t kBlockRecordBytes = 8 * StepRecord::fieldCount();
 /// The fields of a record of a block whose header says 0 (the first layout).
 inline constexpr std::size_t kFirstBlockFields = 11;
-/// Records per block at most: a rank stepping every 30 µs fills ~8,000 in 250 ms.
+/// Records per block at most: about what a small model's rank fills between two flushes (250 ms).
 inline constexpr std::int64_t kBlockRecords = 8192;
 
 namespace le {

@@ -6,15 +6,15 @@
 // A rank sizes it like LibTorch's own pool (setBlasThreads).
 //
 // Note [BLAS kernels]
-// OpenBLAS picks its kernels when it loads, from a table of CPU models. A CPU newer than the
-// OpenBLAS release does not appear there, and OpenBLAS then falls back to its Prescott
+// OpenBLAS picks its kernels when it loads, from a table of CPU models. A CPU newer than
+// the OpenBLAS release does not appear there, and OpenBLAS then falls back to its Prescott
 // kernels, plain SSE3: Debian 12's OpenBLAS 0.3.21 does so on Intel's family 6 model 207
-// (Xeon, 5th generation), where a 128x784 by 784x512 product takes 2-3 ms instead of
-// 0.5-0.7 ms with the AVX-512 kernels the CPU supports, and a compute-bound rank trains at
-// a third of its speed. Told a kernel set by OPENBLAS_CORETYPE, OpenBLAS uses it. The
-// variable is read when the library loads, before main, so a worker that finds OpenBLAS
-// fell back on a CPU with AVX or later sets it and executes itself again; it does this
-// only when the user has not set the variable, and says so on its log.
+// (5th-generation Xeon), where a compute-bound rank then trains several times slower than
+// with the AVX-512 kernels the CPU supports (BENCHMARKS.md). Told a kernel set by
+// OPENBLAS_CORETYPE, OpenBLAS uses it. The variable is read when the library loads, before
+// main, so a worker that finds OpenBLAS fell back on a CPU with AVX or later sets it and
+// executes itself again; it does this only when the user has not set the variable, and says
+// so on its log.
 #include "engine/blas.h"
 
 #include <dlfcn.h>

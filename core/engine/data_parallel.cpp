@@ -21,9 +21,10 @@
 // elements over every lane's gradients (in lane order, as the serial sum would), applies
 // SGD's update to its share of the parameters and momentum buffers, and zeroes its share
 // of the replicas' gradients, in one pass (sumThenSgd). Serially, the sum, the zeroing,
-// the optimizer and the copy into the replicas were ~5 passes over the parameters on one
-// thread while the other lanes waited. A model under kLaneSplitFloats a lane is stepped on
-// the calling thread alone (lanesFor): waking the lanes would cost more than the step.
+// the optimizer and the copy into the replicas would be about five passes over the
+// parameters on one thread while the other lanes wait. A model under kLaneSplitFloats a
+// lane is stepped on the calling thread alone (lanesFor): waking the lanes would cost more
+// than the step.
 #include <algorithm>
 #include <chrono>
 #include <unordered_map>

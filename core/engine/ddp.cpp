@@ -13,8 +13,8 @@
 // launched strictly in order (a ready bucket waits for the ones before it), so every
 // rank issues the same collectives in the same order. reduce() then only waits. With
 // gradient accumulation the hooks are disarmed on all but the last micro-batch, so the
-// accumulated gradient is communicated once (no_sync). A Gloo all-reduce over loopback
-// costs ~200 µs however small, so small models get one bucket: one collective a step.
+// accumulated gradient is communicated once (no_sync). A Gloo all-reduce over loopback has
+// a fixed cost however small it is, so small models get one bucket: one collective a step.
 // The bucket holding the first parameter (the last to be ready) carries one extra
 // element, the rank's stop wish, so a graceful stop needs no extra round trip.
 #include <torch/csrc/autograd/function.h>

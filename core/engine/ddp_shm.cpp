@@ -3,8 +3,8 @@
 // model (makeShmDdp; Note [Chosen once]): OneBarrierDdp, ShardedSgdDdp, AllReduceDdp.
 //
 // Note [Shared-memory all-reduce]
-// On loopback a Gloo all-reduce costs ~200 µs even for one float, which is ten times the
-// whole step of a small model. Ranks on the same machine instead share one segment with a
+// On loopback a Gloo all-reduce has a fixed cost, even for one float, many times the whole
+// step of a small model. Ranks on the same machine instead share one segment with a
 // slot per rank, and each rank's gradients live in its own slot: at attach every
 // parameter's .grad becomes a view of the slot, and backward accumulates into it in place
 // (zero_grad zeroes it, it never replaces it), so nothing is packed. At a barrier each
@@ -12,9 +12,9 @@
 // scales by 1/world and writes the average back into every slot; after a second barrier
 // every rank's gradients are the average, bit-identical on all ranks (every element is
 // summed once, in the same order). Each rank moves its share of the gradients once in
-// and world times out, near two passes over the gradients instead of five when they were
-// packed, summed into a result and copied back: the step is memory-bound once gradients
-// are megabytes. Two barriers a step cost a few microseconds. The reduction is one fused
+// and world times out, near two passes over the gradients where packing them, summing into
+// a result and copying back take five: the step is memory-bound once gradients are
+// megabytes. Two barriers a step cost little next to that. The reduction is one fused
 // pass after backward: at these latencies overlapping it with the backward pass (Note
 // [Gradient buckets]) would buy nothing.
 //
@@ -30,7 +30,7 @@
 // Each rank so does 1/world of the optimizer's work, and the averaged gradients are never
 // written anywhere: after backward a rank reads its share from every slot (one pass over
 // the gradients in all) and reads and writes its share of parameters and buffers (4/world
-// passes), where packing, summing, copying back and a whole optimizer step took ~10. What it
+// passes), where packing, summing, copying back and a whole optimizer step take about ten. What it
 // has read it zeroes while it is in cache, for the next backward, so no rank zeroes its
 // whole slot at the start of a step (zero_grad: one more pass over all the gradients). A
 // checkpoint (rank 0) holds the full parameters and buffers, as a torch SGD would; a
@@ -41,8 +41,8 @@
 //
 // Note [One-barrier step]
 // A model of at most kOneBarrierFloats parameters (the seed workload's has 22) steps in
-// ~30 µs, and each barrier costs a few µs and a wait for the slower rank. Such a model
-// skips both schemes above: after backward a rank copies its gradients into its slot,
+// microseconds, and each barrier costs a share of that and a wait for the slower rank. Such
+// a model skips both schemes above: after backward a rank copies its gradients into its slot,
 // meets the others at one barrier, and sums every slot in rank order into its own
 // gradients (averageInto), so every rank holds the same average, bit for bit; each then
 // runs its own optimizer, as with Adam. Without a second barrier a fast rank could write

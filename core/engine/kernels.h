@@ -50,7 +50,7 @@ void averageIntoSlots(float* const* slots, int world, std::size_t lo, std::size_
 /// average over the slots of elements [lo, hi) as the gradient: averageInto and sgdUpdate in
 /// blocks that stay in L1, so the averaged gradient is never written to memory. Each slot's
 /// [lo, hi) is zeroed once read, for the next step's backward to accumulate into: the
-/// ranks' own zero_grad was another pass over all of their gradients (Strategy::zeroGradients).
+/// ranks' own zero_grad would be another pass over all of their gradients (Strategy::zeroGradients).
 void averageThenSgd(float* w, float* buf, float* const* slots, int world, std::size_t lo, std::size_t hi,
                     const SgdScalars& s, bool first);
 

@@ -51,10 +51,9 @@ void LanePool::runLane(int lane) {
 // A lane waits for `ready()` as the shared-memory barrier does (Note [Barrier waits]): it
 // spins, then yields, then sleeps on a condition variable once it has waited kSpinFor. A
 // lane that slept through the microseconds between two of DataParallel's jobs would start
-// each a wake-up late, and on a virtual machine waking an idle core can take hundreds of
-// microseconds. Whoever makes `ready()` true
-// then calls wake(), which takes the mutex, so that a waiter between its last check and its
-// sleep cannot miss the notification.
+// each a wake-up late, and on a virtual machine waking an idle core can take longer than
+// the job. Whoever makes `ready()` true then calls wake(), which takes the mutex, so that a
+// waiter between its last check and its sleep cannot miss the notification.
 template <typename Ready>
 void LanePool::await(const Ready& ready, std::condition_variable& cv) {
   const auto start = std::chrono::steady_clock::now();

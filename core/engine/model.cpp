@@ -24,9 +24,8 @@ namespace {
 // autograd's to the bit; into gradients that already hold a micro-batch's, addmm_ adds
 // inside the product where autograd adds the finished one, which can round differently.
 // What is saved is autograd's bookkeeping (recording the graph, the engine's task and queue,
-// a node per operation) and that temporary: a seed-workload Single step (Linear(10, 2),
-// batch 16) took 17-18 us instead of 38-42 on one core of an Intel Xeon, and the mlp's
-// (784-512-512-10, batch 128) 3.95 ms instead of 4.49 in the benchmark's medians.
+// a node per operation) and that temporary: most of a small model's step, and a noticeable
+// share of the mlp's (BENCHMARKS.md).
 // test_workload checks the gradients against autograd's. Left to autograd: CUDA tensors
 // (not yet run on a GPU by hand), autocast, DDP over Gloo or NCCL (its buckets start from
 // autograd's hooks), cnn and TorchScript models, frozen layers, and inputs or targets whose

@@ -44,8 +44,8 @@ class SyncPoolWorker final : public SyncWorkerBase {
  private:
   // Note [Workers awake through the step]
   // While the coordinator averages and steps, a worker waits at the second barrier: on mlp
-  // around the 1 ms after which a barrier sleeps, so a worker often slept and came back a
-  // futex wake-up late, both workers in turn. Only that wait, whose length is the
+  // about as long as the 1 ms after which a barrier sleeps, so a worker would often sleep and
+  // come back a futex wake-up late, both workers in turn. Only that wait, whose length is the
   // coordinator's step and not another worker's compute, stays awake (yielding) longer; the
   // coordinator, whose wait at the first barrier is the workers' compute, still sleeps after 1 ms.
   static constexpr std::chrono::microseconds kStepAwake{5000};

@@ -10,8 +10,8 @@
 //   (worker r trains shard r-1 of N) into its slot, then all meet at a barrier; the
 //   parameters then take one optimizer step on the average of the slots, and a second
 //   barrier releases the workers onto the new parameters. Mathematically the same as
-//   Single on the full batch: the fix for the `Pool().map(model, data)` idea, where
-//   gradients never flowed back from the workers. With SGD and no clipping the workers step
+//   Single on the full batch, unlike mapping the model over the data with a process
+//   Pool, where gradients never flow back from the workers. With SGD and no clipping the workers step
 //   the shared parameters themselves, each its share (Note [Workers step the pool]); with
 //   Adam or clipping the coordinator averages the slots into its gradients and steps its
 //   optimizer, which writes the shared parameters in place, while the workers wait.

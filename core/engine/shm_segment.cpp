@@ -189,23 +189,21 @@ std::atomic<std::uint32_t>& ShmSegment::doneFlag(int rank) { return m_header->do
 // Ranks in lock-step (DDP over shared memory, the sync pool's workers) that each own a core
 // stay awake at a barrier for 20 ms (lockstepAwake()), not 1 ms. What another program takes
 // from one of them, the window's process or anything else, stops them all; and on a virtual
-// machine a partner that went to sleep on the futex after 1 ms came back late (its virtual
-// CPU halted and had to be woken), so the stall cost more than the time taken. Measured on
-// the seed workload (2 ranks, 2 cores, 300,000 steps, 10 alternated rounds), beside a
-// program that spins 1.2 ms every 50 ms (2.4% of one core): 1 ms awake lost 15.4% of the
-// steps a second (median paired ratio 0.846), 20 ms awake lost 3.5% (0.965); with nothing
-// beside them the two ran alike (0.99). The live window, whose work comes in longer pieces,
-// still costs them more than its share of a core (bench_monitoring, BENCHMARKS.md). Waiting
-// ranks still yield, so a program queued on a rank's core runs at once; the cost is a core
-// kept busy for up to 20 ms by a rank whose partner is slow, which lock-step ranks own
-// anyway.
+// machine a partner that goes to sleep on the futex after 1 ms comes back late (its virtual
+// CPU halted and has to be woken), so the stall costs more than the time taken. Beside a
+// program that takes a small share of one core, the longer window loses far fewer steps;
+// with nothing beside them the two run alike (BENCHMARKS.md). The live window, whose work
+// comes in longer pieces, still costs them more than its share of a core (bench_monitoring).
+// Waiting ranks still yield, so a program queued on a rank's core runs at once; the cost is
+// a core kept busy for up to 20 ms by a rank whose partner is slow, which lock-step ranks
+// own anyway.
 //
 // While every rank has a core of its own (m_spinFor), a rank spins for 50 µs before it
 // yields: on a virtual machine a sched_yield is a system call of a few microseconds, and a
-// partner that arrives during one is seen only after it. The seed workload's ranks, whose
-// compute times differ by a few µs from step to step, went from ~900k to ~1,040k samples/s
-// (six alternated runs of each). When ranks outnumber cores they yield after the first
-// spins, as before, so that a partner queued on this core runs.
+// partner that arrives during one is seen only after it; the seed workload's ranks, whose
+// compute times differ by a few microseconds from step to step, gain a noticeable share of
+// their throughput from it (BENCHMARKS.md). When ranks outnumber cores they yield after the
+// first spins, so that a partner queued on this core runs.
 void ShmSegment::barrier(std::chrono::microseconds awake, Among among) {
   Barrier& b = words(among);
   const int first = among == Among::All ? 0 : 1;

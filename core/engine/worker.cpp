@@ -49,11 +49,11 @@ extern "C" void onStopSignal(int, siginfo_t* info, void*) {
 // In a stored run the launcher names the run's step file (--steps FILE), and a rank packs
 // its step records into blocks (common/step_block.h) and appends them to that file itself,
 // a block in one write, sending its launcher Group records in their place (Note [Step
-// groups]). Before, every record went through the record pipe to the launcher, which
-// decoded it, packed it again, checksummed it and wrote it, and handed it on to the window
-// for the charts: at the shared-memory rate (~100k records/s) ~2.5% of a core in the
-// window's process, which ranks in lock-step that own every core pay about twice over in
-// throughput. A rank pays for the file what it paid for the pipe. The ranks' blocks
+// groups]). Sending every record through the record pipe instead, for the launcher to
+// decode, pack again, checksum and write, and hand on to the window for the charts, costs
+// the window's process a noticeable share of a core at the shared-memory rate, which ranks
+// in lock-step that own every core pay about twice over in throughput. A rank pays for the
+// file about what it would pay for the pipe. The ranks' blocks
 // interleave in the file, each whole; one that a rank's death cuts short is passed over by
 // the store's readers. The blocks of a flush are written before its groups leave, so a
 // group's records are in the file before anyone hears of them. A write that fails (a full
@@ -244,7 +244,8 @@ class RecordWriter {
     m_buffer.clear();
     m_lastFlush = now;
   }
-  // 250 ms of a rank stepping every 30 µs; with one frame more, still within the launcher's 1 MiB pipe.
+  // 250 ms of a small model's rank stepping flat out; with one frame more, still within the
+  // launcher's 1 MiB pipe.
   static constexpr std::size_t kFlushBytes = 896 * 1024;
   const int m_fd;
   const bool m_binary;
@@ -264,8 +265,9 @@ class RecordWriter {
 // in the even phases of MS milliseconds of the monotonic clock (the same phases for every
 // rank of the machine) and passes them over in the odd ones, as run.metrics false does;
 // the supervisor, the store and the window then have nothing to take either, but are
-// there. The run's own changes of speed (±10-25% between runs here, which paired whole
-// runs cannot cancel) are then the same on both sides of a phase boundary. Every 16th step
+// there. The run's own changes of speed (larger from run to run than what monitoring costs,
+// and which paired whole runs cannot cancel) are then the same on both sides of a phase
+// boundary. Every 16th step
 // in both kinds of phase reads the clock. A rank sends what it holds as a phase of sending
 // ends, so that the others take it at once, not seconds into the next phase. At a phase's
 // start, and 300 ms into it (past that hand-over), the rank notes its step and the time,

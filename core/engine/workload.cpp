@@ -268,9 +268,9 @@ SgdScalars sgdScalars(const torch::optim::SGDOptions& o) {
 }
 
 // Note [Fused SGD]
-// torch::optim::SGD spends ~10 small operator calls per parameter and step (each
+// torch::optim::SGD spends about ten small operator calls per parameter and step (each
 // dispatched, some wrapping the scalar into a tensor and converting it), which on a small
-// model is a tenth of the whole step. For the common case (dense float32 parameters and
+// model is a noticeable share of the whole step. For the common case (dense float32 parameters and
 // gradients on the CPU, contiguous) this does the same arithmetic in one pass over each
 // tensor (sgdUpdate, kernels.h), in float like the kernels do, and keeps its momentum buffers where SGD does
 // (state_, one SGDParamState per parameter), so checkpoints load into either. Anything

@@ -36,7 +36,7 @@ struct HeadlessOptions {
   long long storeLimitKib = 0;  ///< the run store's size limit (the disk-full tests); 0: none
 };
 
-/// What a terminal shows while step records become rows (Note [Step blocks], ~2 µs a record):
+/// What a terminal shows while step records become rows (Note [Step blocks]; long for a large run):
 /// nothing under half a million, else a line at the start and one a second, to `out`;
 /// `what` names them ("step records", "step records of run 7").
 std::function<void(std::int64_t done, std::int64_t total)> unpackReporter(std::ostream& out, std::string what);

@@ -42,10 +42,10 @@ void setNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONB
 // The descriptor a worker writes its records to (--records).
 constexpr int kRecordFd = 3;
 
-// A rank's unread record bytes. The pipe is read straight into it, a worker's batch of up to
-// ~900 KiB (worker.cpp) in one read: no bounce buffer and no zero-filling before each read,
-// which at ~50k records/s were a tenth of the window's time. What decoding leaves (a partial
-// frame) moves to the front.
+// A rank's unread record bytes. The pipe is read straight into it, a worker's batch of up
+// to ~900 KiB (worker.cpp) in one read: no bounce buffer and no zero-filling before each
+// read, which at the shared-memory rate would take a sizeable share of the window's time.
+// What decoding leaves (a partial frame) moves to the front.
 class RecordBuffer {
  public:
   // Reads what is available; returns false at end of file.

@@ -277,7 +277,7 @@ RunStore::RunStore(const std::string& runsDir, const RunStoreOptions& options)
   PTW_CHECK(!ec, "runs directory ", runsDir, ": cannot create (", ec.message(),
             "); choose another with --runs-dir or PTW_RUNS_DIR");
   // One thread at a time uses a store (run_store.h), so SQLite's own per-call locking
-  // (taken ~20 times a stored record) is left out.
+  // (taken many times a stored record) is left out.
   if (sqlite3_open_v2(m_path.c_str(), &m_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                       nullptr) != SQLITE_OK) {
     std::string why = m_db ? sqlite3_errmsg(m_db) : "out of memory";

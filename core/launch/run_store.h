@@ -8,22 +8,21 @@
 // (it may be handed from one to another); readers elsewhere open their own.
 //
 // Note [Step blocks]
-// A rank of a small model steps every ~30 µs, and SQLite takes ~3 µs to insert an indexed
-// row: on a machine whose cores all train, one row per record would take a tenth of a
-// core from the ranks. While a run is going, its step records are therefore packed in
-// blocks, one per rank per commit holding that rank's records (kBlockRecordBytes each,
-// little-endian, layout in common/step_block.h and the README), and appended to the run's
-// step file, <runs dir>/runs.blocks/<run id>, in one write a commit; in a supervised run by
-// the ranks themselves (Note [Ranks write their steps] in engine/worker.cpp). Blocks used to be rows of
-// `step_blocks` in the database; in WAL mode every byte of them was then written twice
-// (to the WAL, then copied back into the database) besides SQLite's own work, about a
-// third of the window's CPU per record at the shared-memory rate. An old database's
-// `step_blocks` rows are still read, and unpacked like a file's blocks.
+// A rank of a small model steps in microseconds, and an indexed SQLite row per record costs
+// a sizeable fraction of that: on a machine whose cores all train, one row per record would
+// take a noticeable share of a core from the ranks (BENCHMARKS.md). While a run is going,
+// its step records are therefore packed in blocks, one per rank per commit holding that
+// rank's records (kBlockRecordBytes each, little-endian, layout in common/step_block.h and
+// the README), and appended to the run's step file, <runs dir>/runs.blocks/<run id>, in one
+// write a commit; in a supervised run by the ranks themselves
+// (Note [Ranks write their steps] in engine/worker.cpp). The blocks stay out of the
+// database: in WAL mode every byte written there is written twice (to the WAL, then copied
+// back into the database), besides SQLite's own work.
 // When the run ends (endRun) its blocks are packed into `step_chunks`, 16,384 records or
 // fewer a transaction, as a row per rank and attempt, the records compressed field by field
 // (launch/step_chunk.h), a few bytes each; an interrupted run's when the next run ends, or
-// at `ptw runs` or `ptw export`. Stores of earlier builds hold `steps`, one row per record,
-// and an old database's `step_blocks` rows: both are still read, and step_blocks rows are
+// at `ptw runs` or `ptw export`. Stores of older builds hold `steps`, one row per record,
+// or blocks as rows of `step_blocks` in the database: both are still read, and step_blocks rows are
 // packed like a file's blocks. Chunks are committed with the file's unpacked length
 // (`step_files`), so a reader reads the file only past what is chunks, and an unpacking cut
 // short resumes where it stopped; the file is removed once all of it is chunks. Every
@@ -111,7 +110,7 @@ class RunStore {
   /// (RunStoreOptions::sizeLimitKib); 0: no limit.
   long long stepFileLimit() const { return m_maxStepFileBytes; }
   /// Called as step records become chunks: `done` of `total`, from 0 (before the first block)
-  /// to `total`, once a block (at most 8,192 records, ~20 ms).
+  /// to `total`, once a block (at most 8,192 records).
   using UnpackProgress = std::function<void(std::int64_t done, std::int64_t total)>;
 
   /// Marks the run ended and unpacks its step blocks (reporting to `progress`). A final loss
@@ -127,7 +126,7 @@ class RunStore {
   void unpackBlocks(std::int64_t runId, const UnpackProgress& progress = {});
   /// Unpacks the blocks of every run that is not running (interrupted, or whose unpacking
   /// failed), reporting each run's unpacking to `progress` with its id. endRun does it, after
-  /// its own run; ~2 µs a record, so not on a window's thread.
+  /// its own run; long for a large run, so not on a window's thread.
   using RunUnpackProgress = std::function<void(std::int64_t runId, std::int64_t done, std::int64_t total)>;
   void unpackEndedRuns(const RunUnpackProgress& progress = {});
 

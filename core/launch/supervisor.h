@@ -7,8 +7,9 @@
 // checkpoint.pt (written atomically by rank 0, with checkpoint.step beside it), so the
 // run continues from the step of that checkpoint and ends with the parameters of a run
 // that never failed. A run that fails before its first checkpoint restarts from where it
-// started: the profile's own run.resume_from (the user's checkpoint), else the start. Records are stored with their attempt number; where attempts
-// overlap (steps after the checkpoint that were replayed), the later attempt's count.
+// started: the profile's own run.resume_from (the user's checkpoint), else the start.
+// Records are stored with their attempt number; where attempts overlap (steps after the
+// checkpoint that were replayed), the later attempt's count.
 // Observers hear onRestart(attempt, step) and drop what they drew past that step; the
 // supervisor's throughput() counts each rank's warm-up again (Note [Warm-up steps]).
 #pragma once

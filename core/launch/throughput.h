@@ -11,14 +11,13 @@
 namespace ptw::core {
 
 // Note [Warm-up steps]
-// A rank's first steps pay for lazy initialisation. On a GPU the first step took ~245 ms and
-// the second ~12 ms, against ~1 ms a step after (an H200, LibTorch 2.11); on a CPU the first
-// is a few times the rest. Counted, they made a 300-step GPU run report 58% of its speed, and a
-// sweep's short runs measure mostly start-up. So throughput leaves out each rank's first
-// warmupSteps() step records after every start, restarts included: a tenth of hyper.max_steps,
-// at most 10 (10 for a run set by epochs). A rank that did no more steps than that is counted
-// whole. (warmupSteps() is in common/profile.h: a rank that groups its steps, Note [Step
-// groups], ends a group there.)
+// A rank's first steps pay for lazy initialisation: on a GPU the first two take many times
+// a later step, on a CPU the first a few times the rest. Counted, they would make a short
+// GPU run report well under its speed, and a sweep's short runs measure mostly start-up. So
+// throughput leaves out each rank's first warmupSteps() step records after every start,
+// restarts included: a tenth of hyper.max_steps, at most 10 (10 for a run set by epochs). A
+// rank that did no more steps than that is counted whole. (warmupSteps() is in
+// common/profile.h: a rank that groups its steps, Note [Step groups], ends a group there.)
 
 /// A rank's mean step time (ms) and how it splits: loading the batch, forward and backward,
 /// waiting for and reducing gradients, the optimizer (common/record.h).

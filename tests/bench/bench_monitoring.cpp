@@ -19,8 +19,8 @@
 // (View > Pause Live Charts: the run goes on, every record stored, the window's thread
 // asleep). Paused, the window's process does what a headless stored run's does; live, it
 // also takes, draws and tabulates. Each live phase's rate is set against the mean of the
-// paused phases on either side, seconds away: the machine's drift over minutes and its changes of
-// speed between runs (±10-25% here) cancel, which paired whole runs cannot do. The rate of a
+// paused phases on either side, seconds away: the machine's drift over minutes and its
+// changes of speed between runs cancel, which paired whole runs cannot do. The rate of a
 // phase is steps ÷ the mean over both ranks of their step times (run store, every step),
 // past the first 300 ms of the phase: a phase boundary is known from the steps the window
 // has seen, which the ranks send every 250 ms. Pausing and resuming each draw once, at the
@@ -37,8 +37,8 @@
 // engine/worker.cpp), in a live window and in headless stored runs, in turn. A phase's rate
 // is the ranks' own count of steps from 300 ms into it to the next phase's start, and each
 // phase with records is set against the phases without on either side. Adjacent phases of
-// 2 s differed about as much as adjacent phases of 4.5 s here (standard deviation of the
-// ratio 0.12 and 0.11), so shorter phases give more pairs in the same time; what the
+// 2 s differ about as much as adjacent phases of 4.5 s (BENCHMARKS.md), so shorter phases
+// give more pairs in the same time; what the
 // ranks last buffered is handed over at the end of a phase, within the 300 ms left out.
 // What the window does with a phase's records partly falls in the next phase (it draws
 // every 2 s), so the window's own part is `alternate`'s to measure.

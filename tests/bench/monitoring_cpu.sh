@@ -22,11 +22,11 @@
 #   idle                     no sample: a CPU with nothing to run
 # The ranks own every core, so whatever else runs takes its time from a rank, and a rank that
 # is held up holds up its peer at the next step: what monitoring's CPU alone costs throughput
-# is about that CPU in cores (its share of the machine times the number of CPUs; a burner's
-# cost per core-% in monitoring_pairs.sh is 0.86-1.27 here). Timed pairs found the window
-# costing more than that (BENCHMARKS.md, "Monitoring"): this counts the
-# CPU, not every cost. Unlike an on/off throughput ratio it is a share within one stretch of
-# one run, so the machine's drift from minute to minute (±5-25% here) does not enter it. Needs perf (Debian: linux-perf) and
+# is about that CPU in cores (its share of the machine times the number of CPUs; compare a
+# burner's cost in monitoring_pairs.sh). Timed pairs find the window costing more than that
+# (BENCHMARKS.md, "Monitoring"): this counts the CPU, not every cost. Unlike an on/off
+# throughput ratio it is a share within one stretch of one run, so the machine's drift from
+# minute to minute does not enter it. Needs perf (Debian: linux-perf) and
 # permission to sample every CPU (root, or kernel.perf_event_paranoid <= 0).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)

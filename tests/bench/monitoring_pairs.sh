@@ -85,7 +85,7 @@ run() {  # run WAY DIR
       QT_QPA_PLATFORM=offscreen "$ptw" --start --runs-dir "$2" "${common[@]}" > /dev/null 2>&1 &
       local pid=$! fd f lines
       # Waits for rank 0's last line with builtins only: a grep and a sleep started five times a
-      # second took 1-1.5% of the machine (perf), more than the window itself. `read -t` on a
+      # second takes a share of the machine (perf) larger than the window's own. `read -t` on a
       # pipe nobody writes sleeps without starting a process.
       exec {fd}<> <(:)
       while :; do

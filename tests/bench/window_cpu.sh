@@ -5,7 +5,7 @@
 #   tests/bench/window_cpu.sh BASELINE_PTW [ROUNDS] [SECONDS]
 #
 # Each round starts the window offscreen (`ptw --start`, the default profile: 2 DDP ranks
-# over shared memory, the seed workload, ~60k records a second) once with BASELINE_PTW and
+# over shared memory, the seed workload, tens of thousands of records a second) once with BASELINE_PTW and
 # once with this build's build/bin/ptw, both with this build's ptw-worker, lets the ranks
 # train for 7 s, then reads each thread's CPU time (/proc/PID/task/*/schedstat) and the
 # records stored (the run store's rows, step blocks and step files) over SECONDS (default 12)

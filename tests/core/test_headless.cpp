@@ -726,7 +726,7 @@ class TestHeadless : public QObject {
   }
 
   // `ptw runs` turns an interrupted run's step records into rows, and says how far it is
-  // when that takes a while (half a million records and more, ~2 µs each).
+  // when that takes a while (half a million records and more).
   void runsShowsProgressWhileUnpackingALongInterruptedRun() {
     QTemporaryDir runs;
     const std::int64_t steps = 250'000;

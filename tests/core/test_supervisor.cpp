@@ -310,7 +310,7 @@ class TestSupervisor : public QObject {
 
   void sigstopOneRankIsReportedStalled() {
     Profile p = test::endlessProfile(2);
-    p.run.timeoutS = 5;  // also bounds the start: two ranks took ~1.6 s to meet here
+    p.run.timeoutS = 5;  // also bounds the start: two ranks can take seconds to meet
     StoredRun run(p);
     Supervisor launcher(run.options());
     Watcher w;
@@ -345,7 +345,7 @@ class TestSupervisor : public QObject {
     Profile p = test::endlessProfile(3);
     p.strategy.backend = backend.toStdString();
     // The timeout also bounds the start (from launch to every rank's first step): three
-    // Gloo ranks took over 3 s to meet on a busy machine.
+    // Gloo ranks can take several seconds to meet on a busy machine.
     p.run.timeoutS = 8;
     StoredRun run(p);
     Supervisor launcher(run.options().setWorkerArgs({"--fault=hang-at-step:1:30"}));
@@ -650,7 +650,7 @@ class TestSupervisor : public QObject {
     QTemporaryDir runs;
     RunStore store(runs.path().toStdString(), RunStoreOptions().setSizeLimitKib(640));  // 10 pages of 64 KiB
     Profile p = test::endlessProfile(2);
-    // Gloo's ~1,000 steps/s: the store fills over several commits (over shared memory one
+    // Gloo's slower steps: the store fills over several commits (over shared memory one
     // commit's records can be more than fits, and then nothing is kept to check).
     p.strategy.backend = "gloo";
     p.run.maxRestarts = 2;  // a full disk is not restarted into

@@ -14,8 +14,8 @@
 # Checks (model: MLP 32-256-256-10, cross-entropy, SGD momentum 0.9, batch 64, 200 steps):
 #   devices        ptw-worker --devices lists a CUDA device
 #   cuda=cpu       Single on cuda:0 follows Single on the CPU step by step within 1e-4 (fp32; TF32 is off)
-#                  over the first 60 steps; rounding differences (~1e-7 at step 2, ~1e-6 by step 50)
-#                  grow with this learning rate until the runs part ways after ~100 steps
+#                  over the first 60 steps; rounding differences, tiny at first, grow with this
+#                  learning rate until the runs part ways some steps later
 #   nccl=single    DDP over NCCL, 1 rank: every step's loss equals Single's on cuda:0
 #   gloo=single    DDP over Gloo with CUDA tensors, 1 rank: the same (gloo-absent where LibTorch came
 #                  without gloo's headers, as pip wheels do: the run fails at once and says so)
@@ -157,9 +157,9 @@ EOF
 read -r mem_min mem_max < <(python3 -c 'import csv,sys
 m = [int(r["mem_bytes"]) for r in csv.DictReader(open(sys.argv[1]))]; print(min(m), max(m))' "$work/single-cuda.csv" 2>/dev/null)
 params=$(( (32*256 + 256 + 256*256 + 256 + 256*10 + 10) * 4 ))
-# Every step's: parameters, gradients and momentum at least, plus cuBLAS's workspace (~64 MiB on an H200);
-# a LibTorch process's resident set (what a CPU rank reports) is above 256 MiB (359-480 MiB on 2.11), so a
-# first step that reported it instead (as before the engine read the allocator from the start) fails.
+# Every step's: parameters, gradients and momentum at least, plus cuBLAS's workspace (tens of MiB);
+# a LibTorch process's resident set (what a CPU rank reports) is above 256 MiB, so a first step that
+# reported it instead of the allocator's figure fails.
 [ -n "$mem_max" ] && [ "$mem_min" -ge $((3 * params)) ] && [ "$mem_max" -lt $((256 << 20)) ]
 check memory $? "mem_bytes ${mem_min:-none} to ${mem_max:-none} over the run (parameters alone: $params bytes)"
 
