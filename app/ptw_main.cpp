@@ -77,8 +77,9 @@ void addRunOptions(CLI::App& app, ptw::core::HeadlessOptions& opts, bool& headle
   app.add_flag("--headless", headless,
                "Run the profile without a window and exit with a status code (the default when no display "
                "is available)");
-  app.add_option("-p,--profile", opts.profilePath, "Profile to open or run (JSON); default: the built-in "
-                                                    "seed workload, DDP on 2 CPU ranks")
+  app.add_option("-p,--profile", opts.profilePath,
+                 "Profile to open or run (JSON); default: the built-in "
+                 "seed workload, DDP on 2 CPU ranks")
       ->check(CLI::ExistingFile);
   app.add_option("--set", opts.overrides,
                  "Override a profile field by its path, e.g. --set hyper.lr=0.05 --set strategy.ranks=4 "
@@ -96,17 +97,17 @@ void addRunOptions(CLI::App& app, ptw::core::HeadlessOptions& opts, bool& headle
   app.add_option("--junit", opts.junitPath, "Write JUnit XML (one test case for the run, one per --expect) to FILE");
   // Hidden (no group, so not in --help): extra worker arguments for tests and benchmarks,
   // e.g. --worker-arg=--fault=kill-at-step:1:12.
-  app.add_option("--worker-arg", opts.workerArgs, "Append ARG to every worker's command line (repeatable)")
-      ->group("");
+  app.add_option("--worker-arg", opts.workerArgs, "Append ARG to every worker's command line (repeatable)")->group("");
   // The disk-full tests' cap on the run store, in KiB: not for users, so not in --help.
   app.add_option("--store-limit-kib", opts.storeLimitKib, "")->group("")->check(CLI::NonNegativeNumber);
 }
 
 CLI::App* addSweepCommand(CLI::App& app, SweepArgs& a) {
   auto* sweepCmd = app.add_subcommand(
-      "sweep", "Run a profile under several strategies and worker counts for a fixed number of steps; print "
-               "throughput, scaling efficiency (throughput / (workers x Single)) and the share of a step spent "
-               "waiting for other ranks and reducing gradients, the fastest marked *");
+      "sweep",
+      "Run a profile under several strategies and worker counts for a fixed number of steps; print "
+      "throughput, scaling efficiency (throughput / (workers x Single)) and the share of a step spent "
+      "waiting for other ranks and reducing gradients, the fastest marked *");
   // The table of strategies names the sweep's variants, its baseline and what runs by default.
   std::string sweepNames, sweepDefaults;
   for (const auto& v : ptw::core::sweepVariants()) {
@@ -118,10 +119,11 @@ CLI::App* addSweepCommand(CLI::App& app, SweepArgs& a) {
   sweepCmd->add_option("-p,--profile", a.profile, "Profile (default: the built-in seed workload)")
       ->check(CLI::ExistingFile);
   sweepCmd->add_option("--set", a.sets, "Override a profile field, as for a run (repeatable)");
-  sweepCmd->add_option("--strategies", a.strategies,
-                       "Comma-separated: " + sweepNames + " (" + ptw::core::sweepBaseline().name +
-                           " always runs as the baseline; ddp is DDP as a profile runs it, backend auto; default " +
-                           sweepDefaults + ")")
+  sweepCmd
+      ->add_option("--strategies", a.strategies,
+                   "Comma-separated: " + sweepNames + " (" + ptw::core::sweepBaseline().name +
+                       " always runs as the baseline; ddp is DDP as a profile runs it, backend auto; default " +
+                       sweepDefaults + ")")
       ->delimiter(',');
   sweepCmd->add_option("--workers", a.workers, "Comma-separated worker counts (default 1,2)")->delimiter(',');
   sweepCmd->add_option("--steps", a.steps, "Steps per configuration (default 200)");
@@ -129,7 +131,8 @@ CLI::App* addSweepCommand(CLI::App& app, SweepArgs& a) {
   sweepCmd->add_option("--json", a.json, "Write the table as JSON to FILE");
   sweepCmd->add_option("--min-efficiency", a.minEfficiency,
                        "Fail (exit 4) when any configuration's scaling efficiency is below this (e.g. 0.8)");
-  sweepCmd->add_option("--runs-dir", a.runsDir, "Runs directory (default as above); every configuration is a stored run");
+  sweepCmd->add_option("--runs-dir", a.runsDir,
+                       "Runs directory (default as above); every configuration is a stored run");
   return sweepCmd;
 }
 
@@ -151,10 +154,19 @@ constexpr const char* kFooter =
 // false.
 bool runOptionsLeftOut(const CLI::App& app) {
   if (app.get_subcommands().empty()) return true;
-  for (const char* name : {"--headless", "--profile", "--set", "--runs-dir", "--expect", "--summary", "--junit",
-                           "--worker-arg",
+  for (const char* name : {
+           "--headless",
+           "--profile",
+           "--set",
+           "--runs-dir",
+           "--expect",
+           "--summary",
+           "--junit",
+           "--worker-arg",
 #ifdef PTW_WITH_GUI
-                           "--start", "--screenshot", "--screenshot-after",
+           "--start",
+           "--screenshot",
+           "--screenshot-after",
 #endif
        }) {
     if (app.get_option(name)->count() == 0) continue;
@@ -182,12 +194,11 @@ std::string existingRuns(const std::string& given) {
 int listRuns(const std::string& runsDir) {
   ptw::core::RunStore store(existingRuns(runsDir));
   unpackEnded(store);
-  std::printf("%5s  %-11s  %-20s  %-13s  %5s  %12s  %12s  %s\n", "id", "status", "started (UTC)", "strategy",
-              "world", "final loss", "samples/s", "name");
+  std::printf("%5s  %-11s  %-20s  %-13s  %5s  %12s  %12s  %s\n", "id", "status", "started (UTC)", "strategy", "world",
+              "final loss", "samples/s", "name");
   for (const auto& r : store.runs())
-    std::printf("%5lld  %-11s  %-20s  %-13s  %5d  %12.6g  %12.1f  %s\n", static_cast<long long>(r.id),
-                r.status.c_str(), r.startedAt.c_str(), r.strategy.c_str(), r.world, r.finalLoss, r.samplesPerS,
-                r.name.c_str());
+    std::printf("%5lld  %-11s  %-20s  %-13s  %5d  %12.6g  %12.1f  %s\n", static_cast<long long>(r.id), r.status.c_str(),
+                r.startedAt.c_str(), r.strategy.c_str(), r.world, r.finalLoss, r.samplesPerS, r.name.c_str());
   return 0;
 }
 
@@ -203,9 +214,9 @@ int exportRun(const ExportArgs& a) {
 void printSweepRow(const ptw::core::SweepPoint& p, int, int) {
   char efficiency[32] = "n/a";  // no baseline: Single did not finish
   if (!std::isnan(p.efficiency)) std::snprintf(efficiency, sizeof efficiency, "%.2f", p.efficiency);
-  std::printf("%-14s %7d %14.1f %11s %9.3f %7.1f  %s%s%s\n", p.strategy.c_str(), p.workers, p.samplesPerS,
-              efficiency, p.stepMs.stepMs, p.stepMs.commPercent(), p.status.c_str(),
-              p.status == "finished" ? "" : ": ", p.status == "finished" ? "" : p.message.c_str());
+  std::printf("%-14s %7d %14.1f %11s %9.3f %7.1f  %s%s%s\n", p.strategy.c_str(), p.workers, p.samplesPerS, efficiency,
+              p.stepMs.stepMs, p.stepMs.commPercent(), p.status.c_str(), p.status == "finished" ? "" : ": ",
+              p.status == "finished" ? "" : p.message.c_str());
   std::fflush(stdout);
 }
 
@@ -227,7 +238,8 @@ int sweepVerdict(const std::vector<ptw::core::SweepPoint>& points, double minEff
 int runSweep(const SweepArgs& a) {
   ptw::core::Profile base = a.profile.empty() ? ptw::core::defaultProfile() : ptw::core::loadProfile(a.profile);
   base = ptw::core::applyOverrides(base, a.sets);
-  ptw::core::Sweep sweep(ptw::core::SweepOptions(base, a.strategies, a.workers).setSteps(a.steps).setRunsDir(a.runsDir));
+  ptw::core::Sweep sweep(
+      ptw::core::SweepOptions(base, a.strategies, a.workers).setSteps(a.steps).setRunsDir(a.runsDir));
   sweep.check();  // an invalid option is said before the table starts
   if (!a.csv.empty()) ptw::core::checkOutputFile(a.csv, "--csv");
   if (!a.json.empty()) ptw::core::checkOutputFile(a.json, "--json");
@@ -256,12 +268,14 @@ int runSweep(const SweepArgs& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ptw " PTW_VERSION ": Parallel Training Workbench. Configure, launch and watch parallel training "
-               "(single process, DataParallel, DistributedDataParallel, a process pool) on local CPU ranks and GPUs. Opens the "
-               "window where a display is available, else runs headless; --expect, --summary and --junit judge a run "
-               "and always run headless. -p, --set and --runs-dir apply to the window too. Options of a subcommand go "
-               "after its name (ptw sweep --set ...).",
-               "ptw"};
+  CLI::App app{
+      "ptw " PTW_VERSION
+      ": Parallel Training Workbench. Configure, launch and watch parallel training "
+      "(single process, DataParallel, DistributedDataParallel, a process pool) on local CPU ranks and GPUs. Opens the "
+      "window where a display is available, else runs headless; --expect, --summary and --junit judge a run "
+      "and always run headless. -p, --set and --runs-dir apply to the window too. Options of a subcommand go "
+      "after its name (ptw sweep --set ...).",
+      "ptw"};
   bool headless = false;
   ptw::core::HeadlessOptions opts;
   addRunOptions(app, opts, headless);

@@ -1,7 +1,7 @@
 #include "ui/chart_format.h"
 
-#include <QLocale>
 #include <qcustomplot.h>
+#include <QLocale>
 
 #include <algorithm>
 #include <cmath>

@@ -56,7 +56,7 @@ void DevicePicker::setProbeHeld(bool held) {
 
 void DevicePicker::updateNoGpuNote() {
   if (!m_noGpu) return;
-  m_noGpu->setText(m_listed       ? tr("No CUDA device visible to LibTorch.")
+  m_noGpu->setText(m_listed      ? tr("No CUDA device visible to LibTorch.")
                    : m_probeHeld ? tr("CUDA devices are listed when the run ends (listing them would take a core "
                                       "from its ranks).")
                                  : tr("Looking for CUDA devices…"));
@@ -76,7 +76,7 @@ void DevicePicker::startProbe() {
   });
   connect(probe, &QProcess::errorOccurred, this, [this, probe](QProcess::ProcessError error) {
     if (error != QProcess::FailedToStart) return;  // else finished() follows
-    m_probe = nullptr;  // no worker to ask: the CPU as Qt sees it stays
+    m_probe = nullptr;                             // no worker to ask: the CPU as Qt sees it stays
     m_listed = true;
     updateNoGpuNote();
     probe->deleteLater();
@@ -149,7 +149,8 @@ void DevicePicker::rebuild() {
       connect(m_cpu, &QCheckBox::toggled, this, [this](bool on) {
         if (m_updating) return;
         m_updating = true;
-        if (on) for (const auto& g : m_gpus) g.box->setChecked(false);
+        if (on)
+          for (const auto& g : m_gpus) g.box->setChecked(false);
         m_updating = false;
         emit changed();
       });
@@ -157,10 +158,8 @@ void DevicePicker::rebuild() {
         if (!m_updating) emit changed();
       });
     } else {
-      auto* box = new QCheckBox(tr("cuda:%1: %2, %3 (%4 in use)")
-                                    .arg(d.index)
-                                    .arg(d.name, gib(d.memoryBytes), gib(d.usedBytes)),
-                                this);
+      auto* box = new QCheckBox(
+          tr("cuda:%1: %2, %3 (%4 in use)").arg(d.index).arg(d.name, gib(d.memoryBytes), gib(d.usedBytes)), this);
       box->setObjectName(QStringLiteral("device.cuda.%1").arg(d.index));
       m_gpus.push_back({d.index, box});
       m_rows->addWidget(box);

@@ -1,5 +1,6 @@
 #include "ui/main_window.h"
 
+#include <qcustomplot.h>
 #include <QAction>
 #include <QApplication>
 #include <QCheckBox>
@@ -18,9 +19,9 @@
 #include <QPlainTextEdit>
 #include <QPushButton>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSettings>
 #include <QSlider>
-#include <QScrollBar>
 #include <QSpinBox>
 #include <QSplitter>
 #include <QStackedWidget>
@@ -30,7 +31,6 @@
 #include <QTimer>
 #include <QToolButton>
 #include <QVBoxLayout>
-#include <qcustomplot.h>
 
 #include <algorithm>
 #include <chrono>
@@ -55,7 +55,7 @@ namespace {
 
 enum RankColumn { kRank, kStatus, kStep, kLoss, kThroughput, kMessage, kExit, kColumns };
 constexpr std::size_t kMaxLogLines = 20000;
-constexpr int kFirstPointMs = 50;  ///< how often records are taken until a rank's first point is drawn
+constexpr int kFirstPointMs = 50;      ///< how often records are taken until a rank's first point is drawn
 constexpr int kDefaultSmoothing = 60;  ///< the loss chart's EMA weight in percent, TensorBoard's default
 
 // What Start will run, in a line: "2 ranks of DDP on the CPU".
@@ -80,9 +80,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new 
   m_drainTimer = new QTimer(this);
   m_drainTimer->setInterval(kFirstPointMs);  // then as often as the charts are redrawn (Note [Redraw budget])
   connect(m_drainTimer, &QTimer::timeout, this, &MainWindow::drainRun);
-  connect(m_controller, &RunController::started, this, [this](int) {
-    m_status->setText(tr("Running %1 series…").arg(m_reportingRanks));
-  });
+  connect(m_controller, &RunController::started, this,
+          [this](int) { m_status->setText(tr("Running %1 series…").arg(m_reportingRanks)); });
   connect(m_controller, &RunController::storing, this, [this](qint64 done, qint64 total) {
     m_status->setText(tr("All processes ended; storing step records as rows: %L1 of %L2 (%3%)…")
                           .arg(done)
@@ -128,8 +127,10 @@ void MainWindow::saveView(QSettings& settings) const {
   for (auto* w : findChildren<QWidget*>()) {
     if (!keptInView(w)) continue;
     const QString key = "view/" + w->objectName();
-    if (auto* split = qobject_cast<QSplitter*>(w)) settings.setValue(key, split->saveState());
-    else settings.setValue(key, w->property(stateProperty(w)));
+    if (auto* split = qobject_cast<QSplitter*>(w))
+      settings.setValue(key, split->saveState());
+    else
+      settings.setValue(key, w->property(stateProperty(w)));
   }
 }
 
@@ -137,8 +138,10 @@ void MainWindow::restoreView(const QSettings& settings) {
   for (auto* w : findChildren<QWidget*>()) {
     const QString key = "view/" + w->objectName();
     if (!keptInView(w) || !settings.contains(key)) continue;
-    if (auto* split = qobject_cast<QSplitter*>(w)) split->restoreState(settings.value(key).toByteArray());
-    else w->setProperty(stateProperty(w), settings.value(key));
+    if (auto* split = qobject_cast<QSplitter*>(w))
+      split->restoreState(settings.value(key).toByteArray());
+    else
+      w->setProperty(stateProperty(w), settings.value(key));
   }
 }
 
@@ -151,7 +154,8 @@ void MainWindow::fitProfileWidth() {
 }
 
 bool MainWindow::eventFilter(QObject* watched, QEvent* event) {
-  if (watched == m_editor && event->type() == QEvent::LayoutRequest) QTimer::singleShot(0, this, &MainWindow::fitProfileWidth);
+  if (watched == m_editor && event->type() == QEvent::LayoutRequest)
+    QTimer::singleShot(0, this, &MainWindow::fitProfileWidth);
   return QMainWindow::eventFilter(watched, event);
 }
 
@@ -255,8 +259,9 @@ QWidget* MainWindow::buildLossBox(QWidget* charts) {
   m_smoothing = new QSlider(Qt::Horizontal, lossBox);
   m_smoothing->setObjectName("smoothing");
   m_smoothing->setRange(0, 99);
-  m_smoothing->setToolTip(tr("Exponential moving average weight (bias-corrected) of the loss and throughput; the raw "
-                             "series stays faint behind"));
+  m_smoothing->setToolTip(
+      tr("Exponential moving average weight (bias-corrected) of the loss and throughput; the raw "
+         "series stays faint behind"));
   controls->addWidget(m_smoothing, 1);
   m_logX = new QCheckBox(tr("log x"), lossBox);
   m_logX->setObjectName("logX");
@@ -264,9 +269,10 @@ QWidget* MainWindow::buildLossBox(QWidget* charts) {
   m_logY->setObjectName("logY");
   auto* outliers = new QCheckBox(tr("ignore outliers"), lossBox);
   outliers->setObjectName("outliers");
-  outliers->setToolTip(tr("Fit the y axes to the 5th-95th percentile of what is shown, so that a few early or "
-                          "stray values do not flatten the rest; they run off the chart. Smoothed, the axes fit "
-                          "the smoothed curves"));
+  outliers->setToolTip(
+      tr("Fit the y axes to the 5th-95th percentile of what is shown, so that a few early or "
+         "stray values do not flatten the rest; they run off the chart. Smoothed, the axes fit "
+         "the smoothed curves"));
   controls->addWidget(m_logX);
   controls->addWidget(m_logY);
   controls->addWidget(outliers);
@@ -412,8 +418,10 @@ void MainWindow::buildMenus() {
   };
   file->addAction(tr("&Save Profile"), QKeySequence::Save, this, [this, saveAs] {
     QString error;
-    if (m_path.isEmpty()) saveAs();
-    else if (!saveProfile(m_path, &error)) warn(tr("Cannot save profile"), error);
+    if (m_path.isEmpty())
+      saveAs();
+    else if (!saveProfile(m_path, &error))
+      warn(tr("Cannot save profile"), error);
   });
   file->addAction(tr("Save Profile &As…"), QKeySequence::SaveAs, this, saveAs);
   file->addSeparator();
@@ -427,7 +435,8 @@ void MainWindow::buildMenus() {
     auto ids = m_history->selectedRuns();
     const qint64 id = !ids.empty() ? ids.front() : m_controller->runId();
     if (id <= 0) {
-      ask(QMessageBox::Information, tr("Export run"), tr("Select a run in the Runs tab, or start one."), QMessageBox::Ok);
+      ask(QMessageBox::Information, tr("Export run"), tr("Select a run in the Runs tab, or start one."),
+          QMessageBox::Ok);
       return;
     }
     QString path = QFileDialog::getSaveFileName(this, tr("Export run %1").arg(id), QStringLiteral("run%1.csv").arg(id),
@@ -458,8 +467,9 @@ void MainWindow::buildMenus() {
   m_pauseAction->setShortcut(QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_P));
   m_pauseAction->setEnabled(false);
   m_pauseAction->setIconText(tr("Pause charts"));
-  m_pauseAction->setToolTip(tr("Freeze the charts, the rank table and the log while the run goes on; every record is "
-                               "still stored (Ctrl+Shift+P)"));
+  m_pauseAction->setToolTip(
+      tr("Freeze the charts, the rank table and the log while the run goes on; every record is "
+         "still stored (Ctrl+Shift+P)"));
   connect(m_pauseAction, &QAction::toggled, this, &MainWindow::setChartsPaused);
   m_pauseButton->setDefaultAction(m_pauseAction);
 }
@@ -533,8 +543,8 @@ void MainWindow::revalidate() {
   const bool running = m_controller->isRunning(), sweeping = m_sweep->isRunning();
   m_start->setEnabled(errors.empty() && !running && !sweeping);
   m_start->setToolTip(!m_blockingReason.isEmpty() ? m_blockingReason
-                      : sweeping                 ? tr("A scaling sweep is running; stop it before starting a run.")
-                                                 : tr("Start the run (F5)"));
+                      : sweeping                  ? tr("A scaling sweep is running; stop it before starting a run.")
+                                                  : tr("Start the run (F5)"));
   m_stop->setEnabled(running);
   if (m_startAction) m_startAction->setEnabled(m_start->isEnabled());
   if (m_stopAction) m_stopAction->setEnabled(running);
@@ -808,7 +818,8 @@ void MainWindow::applyRecord(const core::Record& rec) {
   if (s.step >= latest.step) latest.step = s.step, latest.loss = s.loss;
   // The mean loss and the total throughput of a window of steps, once every rank has reported all of it.
   const std::int64_t first = group ? rec.group.first : s.step;
-  if (StepSums::Done d; m_meanSeries >= 0 && m_stepSums.add(first, lossSum, rate * static_cast<double>(count), count, d))
+  if (StepSums::Done d;
+      m_meanSeries >= 0 && m_stepSums.add(first, lossSum, rate * static_cast<double>(count), count, d))
     appendMean(d);
 }
 
@@ -858,7 +869,8 @@ void MainWindow::appendMean(const StepSums::Done& d) {
   const double from = static_cast<double>(d.first), to = static_cast<double>(d.step);
   const auto steps = static_cast<std::size_t>(d.step - d.first + 1);
   m_loss->appendGroup(m_meanSeries, from, to, d.loss, d.loss, d.loss, steps);
-  if (m_totalSeries >= 0) m_throughput->appendGroup(m_totalSeries, from, to, d.throughput, d.throughput, d.throughput, steps);
+  if (m_totalSeries >= 0)
+    m_throughput->appendGroup(m_totalSeries, from, to, d.throughput, d.throughput, d.throughput, steps);
 }
 
 void MainWindow::appendLog(int rank, const QString& line, bool again) {
@@ -939,7 +951,7 @@ void MainWindow::closeEvent(QCloseEvent* event) {
       }
       if (answer == QMessageBox::Save) {
         QString path = m_path.isEmpty() ? QFileDialog::getSaveFileName(this, tr("Save profile"), QString(),
-                                                                        tr("ptw profiles (*.json)"))
+                                                                       tr("ptw profiles (*.json)"))
                                         : m_path;
         QString error;
         if (path.isEmpty()) {

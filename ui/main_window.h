@@ -156,7 +156,7 @@ class MainWindow : public QMainWindow {
   QLabel* m_status = nullptr;
   QStackedWidget* m_chartStack = nullptr;  ///< the first-run hint, then the charts
   QLabel* m_firstRunHint = nullptr;
-  QLabel* m_ranksHint = nullptr;  ///< what the rank table will hold, until a run starts
+  QLabel* m_ranksHint = nullptr;         ///< what the rank table will hold, until a run starts
   QPlainTextEdit* m_problems = nullptr;  ///< the ranks' warnings and errors, above the log
   MetricChart* m_loss = nullptr;
   MetricChart* m_throughput = nullptr;
@@ -187,7 +187,7 @@ class MainWindow : public QMainWindow {
   int m_valSeries = -1;
   int m_meanSeries = -1;
   int m_totalSeries = -1;
-  StepSums m_stepSums;  ///< the mean loss and total throughput per step
+  StepSums m_stepSums;           ///< the mean loss and total throughput per step
   RunController::Batch m_batch;  ///< the last records taken; kept for its capacity
   struct RankLatest {
     std::int64_t step = -1;  ///< the highest step seen (-1: none yet), and its loss
@@ -199,7 +199,7 @@ class MainWindow : public QMainWindow {
   std::vector<QString> m_rankStatus;
   std::chrono::steady_clock::time_point m_lastRedraw{};
   std::chrono::steady_clock::time_point m_runStarted{};
-  double m_redrawMs = 0;      ///< cost of the last redraw (Note [Redraw budget])
+  double m_redrawMs = 0;        ///< cost of the last redraw (Note [Redraw budget])
   double m_redrawShare = 0.02;  ///< of the time drawing may take (Note [Redraw budget])
   bool m_forceRedraw = false;
 };

@@ -1,9 +1,9 @@
 #include "ui/metric_chart.h"
 
+#include <qcustomplot.h>
 #include <QEvent>
 #include <QTimer>
 #include <QVBoxLayout>
-#include <qcustomplot.h>
 
 #include "ui/chart_format.h"
 
@@ -37,8 +37,7 @@ MetricChart::MetricChart(const QString& yLabel, QWidget* parent) : QWidget(paren
 bool MetricChart::eventFilter(QObject* watched, QEvent* event) {
   // The user takes the view: stop following the newest data until a double-click.
   if (watched == m_plot && (event->type() == QEvent::Wheel || event->type() == QEvent::MouseMove))
-    if (event->type() == QEvent::Wheel || static_cast<QMouseEvent*>(event)->buttons() != Qt::NoButton)
-      m_follow = false;
+    if (event->type() == QEvent::Wheel || static_cast<QMouseEvent*>(event)->buttons() != Qt::NoButton) m_follow = false;
   return QWidget::eventFilter(watched, event);
 }
 
@@ -147,7 +146,8 @@ void MetricChart::applyPens() {
     const bool dim = m_highlighted >= 0 && i != m_highlighted;
     if (dim) c.setAlpha(70);
     // Behind an emphasized series (the mean) the others are lighter, so it reads first.
-    else if (m_highlighted < 0 && m_emphasized >= 0 && i != m_emphasized) c.setAlpha(140);
+    else if (m_highlighted < 0 && m_emphasized >= 0 && i != m_emphasized)
+      c.setAlpha(140);
     // Width 1 is a cosmetic pen, drawn on QPainter's fast path; wider pens are stroked as
     // polygons and cost far more on zigzag series, so only the highlighted series and the
     // emphasized one (a mean, itself smooth) get one.

@@ -92,7 +92,8 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
           if (m_filling) return;
           m_filling = true;
           if (auto* c = qobject_cast<QComboBox*>(field("strategy.device"))) c->setCurrentText(m_devices->device());
-          if (auto* e = qobject_cast<QLineEdit*>(field("strategy.ranks"))) e->setText(QString::number(m_devices->ranks()));
+          if (auto* e = qobject_cast<QLineEdit*>(field("strategy.ranks")))
+            e->setText(QString::number(m_devices->ranks()));
           if (auto* e = qobject_cast<QLineEdit*>(field("strategy.gpus"))) {
             QStringList listed;
             for (std::int64_t g : m_devices->gpus()) listed << QString::number(g);
@@ -116,16 +117,31 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
         if (const core::StrategyInfo* s = pathStd == "strategy.kind" ? core::findStrategy(choice) : nullptr)
           c->setItemData(c->count() - 1, QString::fromStdString(s->label), Qt::ToolTipRole);  // its label
       }
-      connect(c, &QComboBox::currentTextChanged, this, [this] { if (!m_filling) { collect(); emit edited(); } });
+      connect(c, &QComboBox::currentTextChanged, this, [this] {
+        if (!m_filling) {
+          collect();
+          emit edited();
+        }
+      });
       editor = c;
     } else if (kind == "bool") {
       auto* c = new QCheckBox(this);
-      connect(c, &QCheckBox::toggled, this, [this] { if (!m_filling) { collect(); emit edited(); } });
+      connect(c, &QCheckBox::toggled, this, [this] {
+        if (!m_filling) {
+          collect();
+          emit edited();
+        }
+      });
       editor = c;
     } else {
       auto* e = new QLineEdit(this);
       if (kind == "array") e->setPlaceholderText(tr("comma-separated, e.g. 64, 64"));
-      connect(e, &QLineEdit::textChanged, this, [this] { if (!m_filling) { collect(); emit edited(); } });
+      connect(e, &QLineEdit::textChanged, this, [this] {
+        if (!m_filling) {
+          collect();
+          emit edited();
+        }
+      });
       editor = e;
       if (kFileFields.contains(path)) {
         auto* box = new QWidget(this);
@@ -183,13 +199,17 @@ void ProfileEditor::setProfile(const core::Profile& profile) {
     const QString kind = m_kinds.value(path);
     const QJsonDocument doc = QJsonDocument::fromJson(QByteArray::fromStdString("[" + json + "]"));
     const QJsonValue v = doc.array().at(0);
-    if (auto* c = qobject_cast<QComboBox*>(w)) c->setCurrentText(v.toString());
-    else if (auto* b = qobject_cast<QCheckBox*>(w)) b->setChecked(v.toBool());
+    if (auto* c = qobject_cast<QComboBox*>(w))
+      c->setCurrentText(v.toString());
+    else if (auto* b = qobject_cast<QCheckBox*>(w))
+      b->setChecked(v.toBool());
     else if (auto* e = qobject_cast<QLineEdit*>(w)) {
-      if (kind == "string") e->setText(v.toString());
+      if (kind == "string")
+        e->setText(v.toString());
       else if (kind == "array") {
         QStringList parts;
-        for (const auto& x : v.toArray()) parts << (x.isString() ? x.toString() : QString::number(x.toDouble(), 'g', 17));
+        for (const auto& x : v.toArray())
+          parts << (x.isString() ? x.toString() : QString::number(x.toDouble(), 'g', 17));
         e->setText(parts.join(kListSeparator));
       } else {
         e->setText(QString::fromStdString(json));
@@ -202,9 +222,12 @@ void ProfileEditor::setProfile(const core::Profile& profile) {
 
 void ProfileEditor::setFieldText(const QString& path, const QString& text) {
   QWidget* w = m_fields.value(path);
-  if (auto* c = qobject_cast<QComboBox*>(w)) c->setCurrentText(text);
-  else if (auto* b = qobject_cast<QCheckBox*>(w)) b->setChecked(text == "true");
-  else if (auto* e = qobject_cast<QLineEdit*>(w)) e->setText(text);
+  if (auto* c = qobject_cast<QComboBox*>(w))
+    c->setCurrentText(text);
+  else if (auto* b = qobject_cast<QCheckBox*>(w))
+    b->setChecked(text == "true");
+  else if (auto* e = qobject_cast<QLineEdit*>(w))
+    e->setText(text);
 }
 
 QString ProfileEditor::textOf(const QString& path) const {
@@ -284,8 +307,10 @@ void ProfileEditor::markErrors() {
   QStringList general;
   for (const auto& e : m_errors) {
     const QString path = QString::fromStdString(e.path);
-    if (m_fields.contains(path)) byField[path] << QString::fromStdString(e.message);
-    else general << QString::fromStdString(e.text());
+    if (m_fields.contains(path))
+      byField[path] << QString::fromStdString(e.message);
+    else
+      general << QString::fromStdString(e.text());
   }
   for (auto it = m_fields.begin(); it != m_fields.end(); ++it) {
     const bool bad = byField.contains(it.key());

@@ -17,7 +17,8 @@ class RunController::Observer : public core::LaunchObserver {
  public:
   explicit Observer(RunController* c) : m_c(c) {}
   void onStarted(int port, const std::vector<int>&) override {
-    QMetaObject::invokeMethod(m_c, [c = m_c, port] { emit c->started(port); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        m_c, [c = m_c, port] { emit c->started(port); }, Qt::QueuedConnection);
   }
   void onRecords(std::vector<core::Record>& batch) override {
     std::vector<core::Record> spare;
@@ -82,7 +83,8 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
     const auto now = std::chrono::steady_clock::now();
     if (done != 0 && done != total && now - lastShown < std::chrono::milliseconds(100)) return;
     lastShown = now;
-    QMetaObject::invokeMethod(this, [this, done, total] { emit storing(done, total); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        this, [this, done, total] { emit storing(done, total); }, Qt::QueuedConnection);
   };
   auto session = std::make_unique<core::RunSession>(core::RunSessionOptions(profile)
                                                         .setRunsDir(runsDir.toStdString())
@@ -105,7 +107,7 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
   // The supervisor's thread lives until every worker is reaped (Note [Worker lifetime]).
   m_thread = std::thread([this] {
     ::pthread_setname_np(::pthread_self(), "ptw-supervisor");  // as top -H and /proc name it
-    const core::RunResult r = m_session->run(*m_observer);  // Note [One run lifecycle]
+    const core::RunResult r = m_session->run(*m_observer);     // Note [One run lifecycle]
     const QString status = core::statusName(r.report.status);
     const QString message = QString::fromStdString(r.report.message);
     const int failedRank = r.report.failedRank;

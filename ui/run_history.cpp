@@ -13,21 +13,23 @@
 
 #include "common/error.h"
 #include "common/strategies.h"
-#include "ui/metric_chart.h"
 #include "ui/chart_format.h"
+#include "ui/metric_chart.h"
 #include "ui/palette.h"
 
 namespace ptw::ui {
 
 RunHistory::RunHistory(QWidget* parent)
-    : QWidget(parent), m_table(new QTableWidget(this)), m_overlay(new MetricChart(tr("loss (mean over ranks)"), this)),
+    : QWidget(parent),
+      m_table(new QTableWidget(this)),
+      m_overlay(new MetricChart(tr("loss (mean over ranks)"), this)),
       m_diff(new QTableWidget(this)) {
   auto* layout = new QVBoxLayout(this);
   auto* split = new QSplitter(Qt::Vertical, this);
   m_table->setObjectName("runHistory");
   m_table->setColumnCount(8);
-  m_table->setHorizontalHeaderLabels(
-      {tr("id"), tr("status"), tr("started (UTC)"), tr("strategy"), tr("world"), tr("final loss"), tr("samples/s"), tr("name")});
+  m_table->setHorizontalHeaderLabels({tr("id"), tr("status"), tr("started (UTC)"), tr("strategy"), tr("world"),
+                                      tr("final loss"), tr("samples/s"), tr("name")});
   m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
   m_table->setSelectionMode(QAbstractItemView::ExtendedSelection);
   m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -82,11 +84,17 @@ void RunHistory::reload() {
   m_table->blockSignals(true);
   m_table->setRowCount(static_cast<int>(m_runs.size()));
   for (int row = 0; row < static_cast<int>(m_runs.size()); ++row) {
-    const auto& r = m_runs[static_cast<std::size_t>(m_runs.size()) - 1 - static_cast<std::size_t>(row)];  // newest first
+    const auto& r =
+        m_runs[static_cast<std::size_t>(m_runs.size()) - 1 - static_cast<std::size_t>(row)];  // newest first
     auto num = [](double v, int prec) { return readableNumber(v, prec); };
-    const QStringList cells = {QString::number(r.id), QString::fromStdString(r.status), QString::fromStdString(r.startedAt),
-                               QString::fromStdString(r.strategy), QString::number(r.world), num(r.finalLoss, 6),
-                               num(r.samplesPerS, 6), QString::fromStdString(r.name)};
+    const QStringList cells = {QString::number(r.id),
+                               QString::fromStdString(r.status),
+                               QString::fromStdString(r.startedAt),
+                               QString::fromStdString(r.strategy),
+                               QString::number(r.world),
+                               num(r.finalLoss, 6),
+                               num(r.samplesPerS, 6),
+                               QString::fromStdString(r.name)};
     for (int c = 0; c < cells.size(); ++c) {
       auto* item = new QTableWidgetItem(cells[c]);
       item->setData(Qt::UserRole, static_cast<qlonglong>(r.id));
@@ -143,7 +151,8 @@ void RunHistory::showSelection() {
       acc.first += s.loss;
       acc.second += 1;
     }
-    for (const auto& [step, acc] : perStep) m_overlay->append(series, static_cast<double>(step), acc.first / acc.second);
+    for (const auto& [step, acc] : perStep)
+      m_overlay->append(series, static_cast<double>(step), acc.first / acc.second);
   }
   m_overlay->fit();
   // Profiles side by side; rows whose values differ are highlighted.
@@ -163,7 +172,9 @@ void RunHistory::showSelection() {
   for (int row = 0; row < rows; ++row) {
     const QString path = QString::fromStdString(fields.front()[static_cast<std::size_t>(row)].first);
     bool differs = false;
-    for (const auto& f : fields) differs = differs || f[static_cast<std::size_t>(row)].second != fields.front()[static_cast<std::size_t>(row)].second;
+    for (const auto& f : fields)
+      differs =
+          differs || f[static_cast<std::size_t>(row)].second != fields.front()[static_cast<std::size_t>(row)].second;
     if (differs) m_differing << path;
     auto* name = new QTableWidgetItem(path);
     m_diff->setItem(row, 0, name);

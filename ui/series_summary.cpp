@@ -11,8 +11,14 @@ void SeriesSummary::Bucket::add(const Point& p) {
     yMin = p.yMin, yMax = p.yMax;
     xAtMin = xAtMax = p.x;
   } else {
-    if (p.yMin < yMin) { yMin = p.yMin; xAtMin = p.x; }
-    if (p.yMax > yMax) { yMax = p.yMax; xAtMax = p.x; }
+    if (p.yMin < yMin) {
+      yMin = p.yMin;
+      xAtMin = p.x;
+    }
+    if (p.yMax > yMax) {
+      yMax = p.yMax;
+      xAtMax = p.x;
+    }
   }
   x1 = p.x;
   sum += p.y * static_cast<double>(p.count);
@@ -21,9 +27,18 @@ void SeriesSummary::Bucket::add(const Point& p) {
 
 void SeriesSummary::Bucket::merge(const Bucket& b) {
   if (b.count == 0) return;
-  if (count == 0) { *this = b; return; }
-  if (b.yMin < yMin) { yMin = b.yMin; xAtMin = b.xAtMin; }
-  if (b.yMax > yMax) { yMax = b.yMax; xAtMax = b.xAtMax; }
+  if (count == 0) {
+    *this = b;
+    return;
+  }
+  if (b.yMin < yMin) {
+    yMin = b.yMin;
+    xAtMin = b.xAtMin;
+  }
+  if (b.yMax > yMax) {
+    yMax = b.yMax;
+    xAtMax = b.xAtMax;
+  }
   x1 = b.x1;
   sum += b.sum;
   count += b.count;
@@ -87,8 +102,10 @@ void SeriesSummary::truncateAfter(double x) {
   }
   m_count = 0;
   for (const auto& b : m_buckets) m_count += b.count;
-  if (m_count == 0) clear();
-  else m_xLast = std::min(m_xLast, x);
+  if (m_count == 0)
+    clear();
+  else
+    m_xLast = std::min(m_xLast, x);
 }
 
 std::vector<SeriesSummary::Column> SeriesSummary::render(double x0, double x1, int columns) const {
@@ -113,7 +130,8 @@ std::vector<SeriesSummary::Column> SeriesSummary::render(double x0, double x1, i
   };
   // Buckets cover everything; where the raw tail starts, its points are finer.
   const double rawStart = m_tail.empty() ? m_xLast + 1 : m_tail.front().x;
-  auto first = std::lower_bound(m_buckets.begin(), m_buckets.end(), x0, [](const Bucket& b, double v) { return b.x1 < v; });
+  auto first =
+      std::lower_bound(m_buckets.begin(), m_buckets.end(), x0, [](const Bucket& b, double v) { return b.x1 < v; });
   for (auto it = first; it != m_buckets.end() && it->x0 <= x1; ++it) {
     if (it->x0 >= rawStart) break;
     cols[column(0.5 * (it->x0 + it->x1))].merge(*it);
@@ -127,7 +145,8 @@ std::vector<SeriesSummary::Column> SeriesSummary::render(double x0, double x1, i
   }
   for (const auto& c : cols) {
     if (c.count == 0) continue;
-    out.push_back({0.5 * (c.x0 + c.x1), c.yMin, c.yMax, c.xAtMin, c.xAtMax, c.sum / static_cast<double>(c.count), c.count});
+    out.push_back(
+        {0.5 * (c.x0 + c.x1), c.yMin, c.yMax, c.xAtMin, c.xAtMax, c.sum / static_cast<double>(c.count), c.count});
   }
   return out;
 }

@@ -37,7 +37,7 @@ class SeriesSummary {
   double rawFrom() const { return m_tail.empty() ? m_xLast : m_tail.front().x; }
 
   struct Column {
-    double x;       ///< where to draw the mean
+    double x;  ///< where to draw the mean
     double yMin, yMax;
     double xAtMin, xAtMax;
     double mean;

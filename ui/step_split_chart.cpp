@@ -2,8 +2,8 @@
 
 #include <cmath>
 
-#include <QVBoxLayout>
 #include <qcustomplot.h>
+#include <QVBoxLayout>
 
 #include "ui/chart_format.h"
 
@@ -58,8 +58,7 @@ void StepSplitChart::add(int rank, const std::array<double, 4>& meanMs, std::int
   auto& a = m_average[static_cast<std::size_t>(rank)];
   // ~50-step window: each step moves the average 2% of the way; `steps` of them at their mean
   // move it as far as those steps would at that mean.
-  const double alpha =
-      m_seen[static_cast<std::size_t>(rank)] ? 1.0 - std::pow(0.98, static_cast<double>(steps)) : 1.0;
+  const double alpha = m_seen[static_cast<std::size_t>(rank)] ? 1.0 - std::pow(0.98, static_cast<double>(steps)) : 1.0;
   for (std::size_t i = 0; i < 4; ++i) a[i] += alpha * (meanMs[i] - a[i]);
   m_seen[static_cast<std::size_t>(rank)] = true;
   m_dirty = true;
@@ -67,7 +66,7 @@ void StepSplitChart::add(int rank, const std::array<double, 4>& meanMs, std::int
 
 std::array<double, 4> StepSplitChart::split(int rank) const {
   return rank >= 0 && rank < static_cast<int>(m_average.size()) ? m_average[static_cast<std::size_t>(rank)]
-                                                                 : std::array<double, 4>{0, 0, 0, 0};
+                                                                : std::array<double, 4>{0, 0, 0, 0};
 }
 
 void StepSplitChart::refresh() {

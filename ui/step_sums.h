@@ -20,9 +20,9 @@ class StepSums {
  public:
   struct Done {
     std::int64_t first = 0;  ///< the window's first step
-    std::int64_t step = 0;  ///< the window's last step, where its point is drawn
-    double loss = 0;        ///< mean over the ranks and steps of the window
-    double throughput = 0;  ///< sum over the ranks of each one's mean over the window
+    std::int64_t step = 0;   ///< the window's last step, where its point is drawn
+    double loss = 0;         ///< mean over the ranks and steps of the window
+    double throughput = 0;   ///< sum over the ranks of each one's mean over the window
   };
 
   void reset(int ranks) {
@@ -59,7 +59,8 @@ class StepSums {
     for (const auto& [from, s] : m_open) {
       if (s.count % m_ranks != 0) continue;
       const std::int64_t steps = s.count / m_ranks;
-      out.push_back({from, from + steps - 1, s.loss / static_cast<double>(s.count), s.throughput / static_cast<double>(steps)});
+      out.push_back(
+          {from, from + steps - 1, s.loss / static_cast<double>(s.count), s.throughput / static_cast<double>(steps)});
     }
     m_open.clear();
     return out;

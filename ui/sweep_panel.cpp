@@ -1,5 +1,6 @@
 #include "ui/sweep_panel.h"
 
+#include <qcustomplot.h>
 #include <QCheckBox>
 #include <QFormLayout>
 #include <QHBoxLayout>
@@ -11,7 +12,6 @@
 #include <QSplitter>
 #include <QTableWidget>
 #include <QVBoxLayout>
-#include <qcustomplot.h>
 
 #include <cmath>
 #include <map>
@@ -156,25 +156,30 @@ bool SweepPanel::start() {
     QString error;
     try {
       m_sweep->run([this](const core::SweepPoint& p, int done, int total) {
-        QMetaObject::invokeMethod(this, [this, p, done, total] { addPoint(p, done, total); }, Qt::QueuedConnection);
+        QMetaObject::invokeMethod(
+            this, [this, p, done, total] { addPoint(p, done, total); }, Qt::QueuedConnection);
       });
     } catch (const std::exception& e) {
       error = QString::fromStdString(e.what());
     }
-    QMetaObject::invokeMethod(this, [this, error] {
-      m_running = false;
-      m_run->setEnabled(true);
-      m_stop->setEnabled(false);
-      const int best = core::Sweep::fastest(m_points);
-      m_open->setEnabled(best >= 0);
-      if (!error.isEmpty()) m_status->setText(error);
-      else if (best >= 0)
-        m_status->setText(tr("Fastest: %1 with %2 worker(s), %3 samples/s")
-                              .arg(QString::fromStdString(m_points[static_cast<std::size_t>(best)].strategy))
-                              .arg(m_points[static_cast<std::size_t>(best)].workers)
-                              .arg(readableNumber(m_points[static_cast<std::size_t>(best)].samplesPerS)));
-      emit finished();
-    }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        this,
+        [this, error] {
+          m_running = false;
+          m_run->setEnabled(true);
+          m_stop->setEnabled(false);
+          const int best = core::Sweep::fastest(m_points);
+          m_open->setEnabled(best >= 0);
+          if (!error.isEmpty())
+            m_status->setText(error);
+          else if (best >= 0)
+            m_status->setText(tr("Fastest: %1 with %2 worker(s), %3 samples/s")
+                                  .arg(QString::fromStdString(m_points[static_cast<std::size_t>(best)].strategy))
+                                  .arg(m_points[static_cast<std::size_t>(best)].workers)
+                                  .arg(readableNumber(m_points[static_cast<std::size_t>(best)].samplesPerS)));
+          emit finished();
+        },
+        Qt::QueuedConnection);
   });
   emit started();
   return true;
@@ -202,8 +207,10 @@ void SweepPanel::redraw() {
   m_table->setRowCount(static_cast<int>(m_points.size()));
   for (int row = 0; row < static_cast<int>(m_points.size()); ++row) {
     const auto& p = m_points[static_cast<std::size_t>(row)];
-    const QStringList cells = {QString::fromStdString(p.strategy), QString::number(p.workers),
-                               readableNumber(p.samplesPerS), std::isnan(p.efficiency) ? tr("n/a") : QString::number(p.efficiency, 'f', 2),
+    const QStringList cells = {QString::fromStdString(p.strategy),
+                               QString::number(p.workers),
+                               readableNumber(p.samplesPerS),
+                               std::isnan(p.efficiency) ? tr("n/a") : QString::number(p.efficiency, 'f', 2),
                                QString::number(p.stepMs.stepMs, 'f', 3),
                                QString::number(p.stepMs.commPercent(), 'f', 1),
                                QString::fromStdString(p.status == "finished" ? p.status : p.status + ": " + p.message)};

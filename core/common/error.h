@@ -26,8 +26,8 @@ std::string concat(const Args&... args) {
 }  // namespace ptw
 
 /// PTW_CHECK(cond, "hyper.lr: must be > 0, got ", lr) throws ptw::Error when cond is false.
-#define PTW_CHECK(cond, ...)                                 \
-  do {                                                       \
+#define PTW_CHECK(cond, ...)                                             \
+  do {                                                                   \
     if (!(cond)) throw ::ptw::Error(::ptw::detail::concat(__VA_ARGS__)); \
   } while (false)
 

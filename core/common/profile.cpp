@@ -6,14 +6,14 @@
 #include "common/profile.h"
 
 #include <algorithm>
-#include <cmath>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <limits>
-#include <map>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -27,7 +27,8 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-template <class F> void visit(ModelSpec& m, F&& f) {
+template <class F>
+void visit(ModelSpec& m, F&& f) {
   f("kind", m.kind);
   f("in_features", m.inFeatures);
   f("out_features", m.outFeatures);
@@ -35,7 +36,8 @@ template <class F> void visit(ModelSpec& m, F&& f) {
   f("activation", m.activation);
   f("path", m.path);
 }
-template <class F> void visit(DataSpec& d, F&& f) {
+template <class F>
+void visit(DataSpec& d, F&& f) {
   f("kind", d.kind);
   f("samples", d.samples);
   f("seed", d.seed);
@@ -46,7 +48,8 @@ template <class F> void visit(DataSpec& d, F&& f) {
   f("task", d.task);
   f("val_fraction", d.valFraction);
 }
-template <class F> void visit(StrategySpec& s, F&& f) {
+template <class F>
+void visit(StrategySpec& s, F&& f) {
   f("kind", s.kind);
   f("ranks", s.ranks);
   f("backend", s.backend);
@@ -55,7 +58,8 @@ template <class F> void visit(StrategySpec& s, F&& f) {
   f("bucket_mb", s.bucketMb);
   f("pool_mode", s.poolMode);
 }
-template <class F> void visit(HyperSpec& h, F&& f) {
+template <class F>
+void visit(HyperSpec& h, F&& f) {
   f("lr", h.lr);
   f("batch_size", h.batchSize);
   f("max_steps", h.maxSteps);
@@ -75,7 +79,8 @@ template <class F> void visit(HyperSpec& h, F&& f) {
   f("shuffle", h.shuffle);
   f("drop_last", h.dropLast);
 }
-template <class F> void visit(RunOptions& r, F&& f) {
+template <class F>
+void visit(RunOptions& r, F&& f) {
   f("timeout_s", r.timeoutS);
   f("threads_per_rank", r.threadsPerRank);
   f("port", r.port);
@@ -87,7 +92,8 @@ template <class F> void visit(RunOptions& r, F&& f) {
   f("keep_every", r.keepEvery);
   f("keep_all_until", r.keepAllUntil);
 }
-template <class F> void visitSections(Profile& p, F&& f) {
+template <class F>
+void visitSections(Profile& p, F&& f) {
   f("model", p.model);
   f("data", p.data);
   f("strategy", p.strategy);
@@ -120,8 +126,7 @@ void read(const Json& v, const std::string& path, double& out) {
 }
 template <class Int>
 void readInt(const Json& v, const std::string& path, Int& out) {
-  bool integral = v.is_number_integer() ||
-                  (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
+  bool integral = v.is_number_integer() || (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>());
   PTW_CHECK(integral, path, ": expected an integer, got ", describe(v));
   if (std::is_unsigned<Int>::value) {
     PTW_CHECK(!(v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0) &&
@@ -141,8 +146,8 @@ void readInt(const Json& v, const std::string& path, Int& out) {
     const double d = v.get<double>();
     inRange = d >= static_cast<double>(Limits::min()) && d < std::ldexp(1.0, Limits::digits);
   }
-  PTW_CHECK(inRange, path, ": integer out of range for this field (", Limits::min(), " to ", Limits::max(),
-            "), got ", describe(v));
+  PTW_CHECK(inRange, path, ": integer out of range for this field (", Limits::min(), " to ", Limits::max(), "), got ",
+            describe(v));
   out = v.is_number_float() ? static_cast<Int>(v.get<double>()) : v.get<Int>();
 }
 void read(const Json& v, const std::string& path, int& out) { readInt(v, path, out); }
@@ -176,11 +181,14 @@ void readSection(const Json& obj, const std::string& path, Section& section) {
     if (it != obj.end()) read(*it, path + "." + name, field);
   });
   for (auto it = obj.begin(); it != obj.end(); ++it) {
-    PTW_CHECK(known.count(it.key()), path, ".", it.key(), ": unknown field (known: ", [&] {
-      std::string all;
-      for (const auto& k : known) all += (all.empty() ? "" : ", ") + k;
-      return all;
-    }(), ")");
+    PTW_CHECK(
+        known.count(it.key()), path, ".", it.key(), ": unknown field (known: ",
+        [&] {
+          std::string all;
+          for (const auto& k : known) all += (all.empty() ? "" : ", ") + k;
+          return all;
+        }(),
+        ")");
   }
 }
 
@@ -205,8 +213,7 @@ Profile fromJsonValue(const Json& root) {
     if (auto it = root.find(sectionName); it != root.end()) readSection(*it, sectionName, section);
   });
   for (auto it = root.begin(); it != root.end(); ++it) {
-    PTW_CHECK(known.count(it.key()), it.key(),
-              ": unknown section (known: name, model, data, strategy, hyper, run)");
+    PTW_CHECK(known.count(it.key()), it.key(), ": unknown section (known: name, model, data, strategy, hyper, run)");
   }
   auto errors = validate(p);
   if (!errors.empty()) throw Error(errors.front().text());
@@ -254,7 +261,12 @@ Profile fromJsonCollecting(const Json& root, std::vector<FieldError>& errors) {
 std::pair<int, int> lineColumn(const std::string& text, std::size_t byte) {
   int line = 1, col = 1;
   for (std::size_t i = 0; i < text.size() && i + 1 < byte; ++i) {
-    if (text[i] == '\n') { ++line; col = 1; } else { ++col; }
+    if (text[i] == '\n') {
+      ++line;
+      col = 1;
+    } else {
+      ++col;
+    }
   }
   return {line, col};
 }
@@ -270,16 +282,14 @@ std::string str(const T& v) {
 template <class Need>
 void validateStrategy(const StrategyInfo& info, const Profile& p, Need& need) {
   const auto& s = p.strategy;
-  if (info.oneRank)
-    need(s.ranks == 1, "strategy.ranks", s.kind + " runs one process: must be 1, got " + str(s.ranks));
+  if (info.oneRank) need(s.ranks == 1, "strategy.ranks", s.kind + " runs one process: must be 1, got " + str(s.ranks));
   const auto choices = fieldChoices("strategy.device");
   if (std::find(choices.begin(), choices.end(), s.device) != choices.end() &&  // else said already
       std::find(info.devices.begin(), info.devices.end(), s.device) == info.devices.end())
-    need(false, "strategy.device", info.deviceAdvice.empty() ? s.kind + " does not run on " + s.device
-                                                              : info.deviceAdvice);
+    need(false, "strategy.device",
+         info.deviceAdvice.empty() ? s.kind + " does not run on " + s.device : info.deviceAdvice);
   if (info.backends.empty()) return;
-  if (s.backend == "shm")
-    need(s.device == "cpu", "strategy.backend", "shm reduces CPU gradients; use nccl for cuda");
+  if (s.backend == "shm") need(s.device == "cpu", "strategy.backend", "shm reduces CPU gradients; use nccl for cuda");
   if (s.backend == "nccl")
     need(s.device == "cuda", "strategy.backend", "nccl needs strategy.device \"cuda\"; use gloo on cpu");
 }
@@ -300,7 +310,8 @@ void validateStrategySection(const Profile& p, Need& need, OneOf& oneOf) {
          "lists GPUs, but strategy.device is \"" + s.device + "\"; leave it empty, or set the device to \"cuda\"");
     const std::size_t wanted = static_cast<std::size_t>(std::max(trainingRanks(p), 1));
     need(s.gpus.size() == wanted, "strategy.gpus",
-         "lists " + str(static_cast<std::int64_t>(s.gpus.size())) + " GPU(s) for " + str(static_cast<std::int64_t>(wanted)) +
+         "lists " + str(static_cast<std::int64_t>(s.gpus.size())) + " GPU(s) for " +
+             str(static_cast<std::int64_t>(wanted)) +
              " rank(s)/lane(s); list one per rank, or none for cuda:0 onwards");
     std::set<std::int64_t> seen;
     for (auto g : s.gpus) {
@@ -321,9 +332,7 @@ void validateStrategySection(const Profile& p, Need& need, OneOf& oneOf) {
 
 }  // namespace
 
-bool Profile::operator==(const Profile& other) const {
-  return toJsonValue(*this) == toJsonValue(other);
-}
+bool Profile::operator==(const Profile& other) const { return toJsonValue(*this) == toJsonValue(other); }
 
 std::vector<FieldError> validate(const Profile& p) {
   std::vector<FieldError> e;
@@ -332,7 +341,8 @@ std::vector<FieldError> validate(const Profile& p) {
   };
   auto oneOf = [&](const std::string& v, const char* path) {
     const auto allowed = fieldChoices(path);
-    for (const auto& a : allowed) if (v == a) return;
+    for (const auto& a : allowed)
+      if (v == a) return;
     std::string list;
     for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
     e.push_back({path, "expected one of " + list + ", got \"" + v + "\""});
@@ -380,22 +390,24 @@ std::vector<FieldError> validate(const Profile& p) {
   need(h.maxSteps > 0 || h.epochs > 0, "hyper.max_steps", "set hyper.max_steps or hyper.epochs to a positive number");
   oneOf(h.optimizer, "hyper.optimizer");
   need(h.momentum >= 0 && h.momentum < 1, "hyper.momentum", "must be in [0, 1), got " + str(h.momentum));
-  if (h.nesterov) need(h.optimizer == "sgd" && h.momentum > 0, "hyper.nesterov", "needs optimizer sgd and momentum > 0");
+  if (h.nesterov)
+    need(h.optimizer == "sgd" && h.momentum > 0, "hyper.nesterov", "needs optimizer sgd and momentum > 0");
   need(h.weightDecay >= 0, "hyper.weight_decay", "must be >= 0, got " + str(h.weightDecay));
   oneOf(h.schedule, "hyper.schedule");
   need(h.warmupSteps >= 0, "hyper.warmup_steps", "must be >= 0, got " + str(h.warmupSteps));
   need(h.stepSize >= 1, "hyper.step_size", "must be >= 1, got " + str(h.stepSize));
   need(h.gamma > 0 && h.gamma <= 1, "hyper.gamma", "must be in (0, 1], got " + str(h.gamma));
-  if (h.schedule == "cosine")
-    need(h.maxSteps > 0, "hyper.schedule", "cosine decays to hyper.max_steps: set it");
+  if (h.schedule == "cosine") need(h.maxSteps > 0, "hyper.schedule", "cosine decays to hyper.max_steps: set it");
   need(h.accumulate >= 1, "hyper.accumulate", "must be >= 1, got " + str(h.accumulate));
-  need(h.clipNorm >= 0 && std::isfinite(h.clipNorm), "hyper.clip_norm", "must be >= 0 (0 = off), got " + str(h.clipNorm));
+  need(h.clipNorm >= 0 && std::isfinite(h.clipNorm), "hyper.clip_norm",
+       "must be >= 0 (0 = off), got " + str(h.clipNorm));
   oneOf(h.precision, "hyper.precision");
   if (h.precision != "fp32")
     need(s.device == "cuda", "hyper.precision",
          "mixed precision runs on cuda; on cpu use \"fp32\" (CPU autocast is slower than fp32 for these models)");
   if (readsPoolMode && s.poolMode == "hogwild") {
-    need(h.accumulate == 1, "hyper.accumulate", "hogwild workers step on their own: must be 1, got " + str(h.accumulate));
+    need(h.accumulate == 1, "hyper.accumulate",
+         "hogwild workers step on their own: must be 1, got " + str(h.accumulate));
     need(h.clipNorm == 0, "hyper.clip_norm", "hogwild workers step on their own: must be 0, got " + str(h.clipNorm));
   }
 
@@ -423,8 +435,7 @@ Profile parseProfile(const std::string& text, const std::string& origin) {
     std::string what = ex.what();
     // nlohmann prefixes "[json.exception.parse_error.101] parse error at line L, column C: ".
     auto pos = what.find("syntax error");
-    PTW_FAIL(origin, ":", line, ":", col, ": invalid JSON: ",
-             pos == std::string::npos ? what : what.substr(pos));
+    PTW_FAIL(origin, ":", line, ":", col, ": invalid JSON: ", pos == std::string::npos ? what : what.substr(pos));
   } catch (const nlohmann::json::exception& ex) {
     // Not a syntax error but a value JSON cannot hold here, e.g. a number beyond double range.
     std::string what = ex.what();
@@ -487,104 +498,84 @@ const std::map<std::string, std::string>& fieldHelp() {
   // docs/profiles.md's "meaning" column holds these same lines (tests/core/test_profile.cpp
   // compares them), so the editor's tooltips and the manual cannot drift apart.
   static const std::map<std::string, std::string> help = {
-      {"name",
-       "shown in run folder names and the run history"},
+      {"name", "shown in run folder names and the run history"},
       {"model.kind",
-       "`linear`: one Linear layer; `mlp`: Linear layers with `hidden` widths and `activation` between them; `cnn`: LeNet-5 on 1×28×28 images; `torchscript`: a model made in Python"},
-      {"model.in_features",
-       "inputs per sample"},
-      {"model.out_features",
-       "outputs per sample; for classification, the number of classes"},
-      {"model.hidden",
-       "`mlp`: the hidden layers' widths, e.g. `[64, 64]`"},
-      {"model.activation",
-       "`mlp`: the activation between layers"},
+       "`linear`: one Linear layer; `mlp`: Linear layers with `hidden` widths and `activation` between them; `cnn`: "
+       "LeNet-5 on 1×28×28 images; `torchscript`: a model made in Python"},
+      {"model.in_features", "inputs per sample"},
+      {"model.out_features", "outputs per sample; for classification, the number of classes"},
+      {"model.hidden", "`mlp`: the hidden layers' widths, e.g. `[64, 64]`"},
+      {"model.activation", "`mlp`: the activation between layers"},
       {"model.path",
-       "`torchscript`: a `.pt` from `torch.jit.script(m).save(path)` or `torch.jit.trace`; trained and saved back as TorchScript (`model.final.pt`); a weight tied to two names is one parameter, as in PyTorch"},
+       "`torchscript`: a `.pt` from `torch.jit.script(m).save(path)` or `torch.jit.trace`; trained and saved back as "
+       "TorchScript (`model.final.pt`); a weight tied to two names is one parameter, as in PyTorch"},
       {"data.kind",
-       "generated regression data (the seed workload); Gaussian blobs, one per class; a CSV file; IDX files (`train-images-idx3-ubyte`, `train-labels-idx1-ubyte`) in a folder"},
+       "generated regression data (the seed workload); Gaussian blobs, one per class; a CSV file; IDX files "
+       "(`train-images-idx3-ubyte`, `train-labels-idx1-ubyte`) in a folder"},
       {"data.samples",
-       "synthetic: how many samples; `csv`, `mnist`: the first N rows, 0 = all; the training part must hold at least `strategy.ranks` samples"},
-      {"data.seed",
-       "synthetic: the generator's seed"},
-      {"data.noise",
-       "synthetic: the noise scale"},
-      {"data.path",
-       "where the data is"},
-      {"data.features",
-       "`csv`: the feature columns; empty = every column but the target"},
-      {"data.target",
-       "`csv`: the target column"},
-      {"data.task",
-       "`csv`: regression (MSE) or classification (cross-entropy on integer class labels)"},
+       "synthetic: how many samples; `csv`, `mnist`: the first N rows, 0 = all; the training part must hold at least "
+       "`strategy.ranks` samples"},
+      {"data.seed", "synthetic: the generator's seed"},
+      {"data.noise", "synthetic: the noise scale"},
+      {"data.path", "where the data is"},
+      {"data.features", "`csv`: the feature columns; empty = every column but the target"},
+      {"data.target", "`csv`: the target column"},
+      {"data.task", "`csv`: regression (MSE) or classification (cross-entropy on integer class labels)"},
       {"data.val_fraction",
-       "the share held out from the end of the data for validation: its loss (and accuracy) every `run.eval_every` steps and at the end"},
+       "the share held out from the end of the data for validation: its loss (and accuracy) every `run.eval_every` "
+       "steps and at the end"},
       {"strategy.kind",
-       "one process; one process with a replica per CPU lane or GPU; one process per rank, gradients all-reduced; a coordinator and workers on parameters in shared memory"},
+       "one process; one process with a replica per CPU lane or GPU; one process per rank, gradients all-reduced; a "
+       "coordinator and workers on parameters in shared memory"},
       {"strategy.ranks",
        "`ddp`: processes; `dataparallel`: replicas (lanes); `pool`: workers (plus a coordinator process)"},
       {"strategy.backend",
-       "`ddp`: how gradients are reduced. `auto` is `shm` on `cpu` (or `gloo` for a model whose parameters are not all dense float32), `nccl` on `cuda` (`gloo` where this build has no NCCL); rank 0's log names the choice. `shm`: same-machine CPU ranks through a segment in `/dev/shm`, reserved at start (too small a `/dev/shm` fails the run at once)"},
-      {"strategy.device",
-       "rank or lane *i* uses `cuda:i`, or the *i*-th of `strategy.gpus`"},
+       "`ddp`: how gradients are reduced. `auto` is `shm` on `cpu` (or `gloo` for a model whose parameters are not all "
+       "dense float32), `nccl` on `cuda` (`gloo` where this build has no NCCL); rank 0's log names the choice. `shm`: "
+       "same-machine CPU ranks through a segment in `/dev/shm`, reserved at start (too small a `/dev/shm` fails the "
+       "run at once)"},
+      {"strategy.device", "rank or lane *i* uses `cuda:i`, or the *i*-th of `strategy.gpus`"},
       {"strategy.gpus",
-       "the GPU of each rank or lane, e.g. `[2, 3]`; empty = `cuda:0` onwards; a sweep gives each configuration the first of them it needs"},
+       "the GPU of each rank or lane, e.g. `[2, 3]`; empty = `cuda:0` onwards; a sweep gives each configuration the "
+       "first of them it needs"},
       {"strategy.bucket_mb",
        "`ddp` over Gloo or NCCL: gradient bucket size; buckets are all-reduced from autograd hooks as they fill"},
       {"strategy.pool_mode",
-       "`pool`: `sync` averages the workers' gradients every step (Single's result); `hogwild` lets each worker step the shared parameters without locks (a resume restores the parameters and the step, not the workers' momentum)"},
-      {"hyper.lr",
-       "learning rate (the peak, with a schedule)"},
-      {"hyper.batch_size",
-       "batch per rank, lane or worker; the global batch is ranks × this"},
-      {"hyper.max_steps",
-       "stop after this many optimizer steps; 0 = no limit"},
-      {"hyper.epochs",
-       "stop after this many epochs; 0 = no limit"},
-      {"hyper.optimizer",
-       "the optimizer"},
-      {"hyper.momentum",
-       "`sgd`: momentum"},
-      {"hyper.nesterov",
-       "`sgd`: Nesterov momentum"},
-      {"hyper.weight_decay",
-       "weight decay (decoupled for `adamw`)"},
+       "`pool`: `sync` averages the workers' gradients every step (Single's result); `hogwild` lets each worker step "
+       "the shared parameters without locks (a resume restores the parameters and the step, not the workers' "
+       "momentum)"},
+      {"hyper.lr", "learning rate (the peak, with a schedule)"},
+      {"hyper.batch_size", "batch per rank, lane or worker; the global batch is ranks × this"},
+      {"hyper.max_steps", "stop after this many optimizer steps; 0 = no limit"},
+      {"hyper.epochs", "stop after this many epochs; 0 = no limit"},
+      {"hyper.optimizer", "the optimizer"},
+      {"hyper.momentum", "`sgd`: momentum"},
+      {"hyper.nesterov", "`sgd`: Nesterov momentum"},
+      {"hyper.weight_decay", "weight decay (decoupled for `adamw`)"},
       {"hyper.schedule",
-       "the learning rate over steps: constant; × `gamma` every `step_size` steps; cosine decay to `max_steps`; each times a linear warm-up"},
-      {"hyper.warmup_steps",
-       "linear warm-up from 0 to `lr` over this many steps"},
-      {"hyper.step_size",
-       "`step` schedule: steps between decays"},
-      {"hyper.gamma",
-       "`step` schedule: the decay factor"},
-      {"hyper.accumulate",
-       "micro-batches per optimizer step; DDP communicates once per step"},
-      {"hyper.clip_norm",
-       "clip the global gradient norm to this; 0 = off"},
-      {"hyper.precision",
-       "`bf16`: autocast on CUDA"},
-      {"hyper.seed",
-       "seeds the model's initial parameters and the sampler"},
+       "the learning rate over steps: constant; × `gamma` every `step_size` steps; cosine decay to `max_steps`; each "
+       "times a linear warm-up"},
+      {"hyper.warmup_steps", "linear warm-up from 0 to `lr` over this many steps"},
+      {"hyper.step_size", "`step` schedule: steps between decays"},
+      {"hyper.gamma", "`step` schedule: the decay factor"},
+      {"hyper.accumulate", "micro-batches per optimizer step; DDP communicates once per step"},
+      {"hyper.clip_norm", "clip the global gradient norm to this; 0 = off"},
+      {"hyper.precision", "`bf16`: autocast on CUDA"},
+      {"hyper.seed", "seeds the model's initial parameters and the sampler"},
       {"hyper.shuffle",
        "sampler: shuffle every epoch (a permutation seeded with seed + epoch, as `DistributedSampler`)"},
-      {"hyper.drop_last",
-       "sampler: drop the tail that does not divide evenly over the ranks instead of padding it"},
+      {"hyper.drop_last", "sampler: drop the tail that does not divide evenly over the ranks instead of padding it"},
       {"run.timeout_s",
-       "a rank silent this long, or no rank past a step this long, is reported stalled; the ranks' own collective timeout is 5 s more"},
-      {"run.threads_per_rank",
-       "intra-op (and OpenBLAS) threads per worker process"},
-      {"run.port",
-       "0: ranks meet through a `FileStore` in the run folder; else a `TCPStore` on this port"},
-      {"run.eval_every",
-       "validation every N steps, and at the end; 0 = only at the end"},
-      {"run.checkpoint_every",
-       "checkpoint every N steps, and at the end; 0 = only at the end"},
+       "a rank silent this long, or no rank past a step this long, is reported stalled; the ranks' own collective "
+       "timeout is 5 s more"},
+      {"run.threads_per_rank", "intra-op (and OpenBLAS) threads per worker process"},
+      {"run.port", "0: ranks meet through a `FileStore` in the run folder; else a `TCPStore` on this port"},
+      {"run.eval_every", "validation every N steps, and at the end; 0 = only at the end"},
+      {"run.checkpoint_every", "checkpoint every N steps, and at the end; 0 = only at the end"},
       {"run.resume_from",
        "continue from it exactly (parameters, optimizer state, step, epoch position, RNG); empty starts fresh"},
-      {"run.max_restarts",
-       "after a failure, restart the whole run from its last checkpoint this many times"},
-      {"run.metrics",
-       "stream every step's record; `false` sends only heartbeats (to measure what watching costs)"},
+      {"run.max_restarts", "after a failure, restart the whole run from its last checkpoint this many times"},
+      {"run.metrics", "stream every step's record; `false` sends only heartbeats (to measure what watching costs)"},
   };
   return help;
 }

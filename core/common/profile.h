@@ -13,9 +13,9 @@ namespace ptw::core {
 
 /// Example: ModelSpec{}.kind = "mlp"; hidden = {64, 64};
 struct ModelSpec {
-  std::string kind = "linear";  ///< linear | mlp | cnn (LeNet-5 on 1×28×28) | torchscript
-  std::int64_t inFeatures = 10;  ///< inputs per sample (cnn: 784)
-  std::int64_t outFeatures = 1;  ///< outputs per sample (classification: number of classes)
+  std::string kind = "linear";            ///< linear | mlp | cnn (LeNet-5 on 1×28×28) | torchscript
+  std::int64_t inFeatures = 10;           ///< inputs per sample (cnn: 784)
+  std::int64_t outFeatures = 1;           ///< outputs per sample (classification: number of classes)
   std::vector<std::int64_t> hidden = {};  ///< mlp only: hidden layer widths
   std::string activation = "relu";        ///< mlp only: relu | tanh | gelu
   std::string path = "";                  ///< torchscript only: a .pt from torch.jit.script/trace
@@ -24,27 +24,27 @@ struct ModelSpec {
 /// Example: DataSpec{}.samples = 1000;
 struct DataSpec {
   std::string kind = "synthetic-regression";  ///< synthetic-regression | synthetic-classification | csv | mnist
-  std::int64_t samples = 100;  ///< synthetic: how many; csv/mnist: the first N rows, 0 = all
+  std::int64_t samples = 100;                 ///< synthetic: how many; csv/mnist: the first N rows, 0 = all
   std::uint64_t seed = 0;
   double noise = 0.1;
-  std::string path = "";                 ///< csv: the file; mnist: the folder with the IDX files
+  std::string path = "";                   ///< csv: the file; mnist: the folder with the IDX files
   std::vector<std::string> features = {};  ///< csv: feature columns; empty = every column but the target
-  std::string target = "";               ///< csv: the target column
-  std::string task = "regression";       ///< csv: regression | classification (integer class labels)
-  double valFraction = 0.0;              ///< held out from the end of the data for validation
+  std::string target = "";                 ///< csv: the target column
+  std::string task = "regression";         ///< csv: regression | classification (integer class labels)
+  double valFraction = 0.0;                ///< held out from the end of the data for validation
 };
 
 /// Example: StrategySpec{}.ranks = 4;
 struct StrategySpec {
-  std::string kind = "ddp";      ///< single | dataparallel | ddp | pool
-  int ranks = 2;                 ///< ddp: processes; dataparallel: replicas (lanes); pool: workers; single: 1
+  std::string kind = "ddp";  ///< single | dataparallel | ddp | pool
+  int ranks = 2;             ///< ddp: processes; dataparallel: replicas (lanes); pool: workers; single: 1
   /// ddp: auto | gloo | nccl | shm (same-machine CPU ranks, shared memory); auto is shm on
   /// cpu, nccl on cuda (gloo where LibTorch has no NCCL): see collectiveBackend().
   std::string backend = "auto";
-  std::string device = "cpu";    ///< cpu | cuda (rank/lane i uses cuda:i, or cuda:gpus[i])
+  std::string device = "cpu";  ///< cpu | cuda (rank/lane i uses cuda:i, or cuda:gpus[i])
   /// cuda: the GPU of each rank/lane, one per rank, e.g. {2, 3}; empty = cuda:0 .. cuda:ranks-1.
   std::vector<std::int64_t> gpus = {};
-  double bucketMb = 25.0;        ///< ddp: gradient bucket size
+  double bucketMb = 25.0;         ///< ddp: gradient bucket size
   std::string poolMode = "sync";  ///< pool: sync (gradients averaged every step) | hogwild (lock-free)
 };
 
@@ -59,12 +59,12 @@ struct HyperSpec {
   bool nesterov = false;          ///< sgd only; needs momentum > 0
   double weightDecay = 0.0;
   std::string schedule = "constant";  ///< constant | step | cosine (to max_steps)
-  std::int64_t warmupSteps = 0;   ///< linear warm-up from 0 to lr over this many steps
-  std::int64_t stepSize = 100;    ///< step schedule: multiply lr by gamma every this many steps
-  double gamma = 0.1;             ///< step schedule factor
-  std::int64_t accumulate = 1;    ///< micro-batches per optimizer step; gradients communicated once
-  double clipNorm = 0.0;          ///< clip the global gradient norm to this; 0 = off
-  std::string precision = "fp32";  ///< fp32 | bf16 (autocast, cuda only)
+  std::int64_t warmupSteps = 0;       ///< linear warm-up from 0 to lr over this many steps
+  std::int64_t stepSize = 100;        ///< step schedule: multiply lr by gamma every this many steps
+  double gamma = 0.1;                 ///< step schedule factor
+  std::int64_t accumulate = 1;        ///< micro-batches per optimizer step; gradients communicated once
+  double clipNorm = 0.0;              ///< clip the global gradient norm to this; 0 = off
+  std::string precision = "fp32";     ///< fp32 | bf16 (autocast, cuda only)
   std::uint64_t seed = 0;
   bool shuffle = true;
   bool dropLast = false;
@@ -72,16 +72,16 @@ struct HyperSpec {
 
 /// Example: RunOptions{}.timeoutS = 30;
 struct RunOptions {
-  double timeoutS = 120.0;     ///< a rank silent this long is reported stalled
-  int threadsPerRank = 1;      ///< intra-op threads per worker process
-  int port = 0;                ///< store port; 0 picks a free one
-  std::int64_t evalEvery = 0;  ///< validation every N steps (and at the end); needs data.val_fraction
+  double timeoutS = 120.0;           ///< a rank silent this long is reported stalled
+  int threadsPerRank = 1;            ///< intra-op threads per worker process
+  int port = 0;                      ///< store port; 0 picks a free one
+  std::int64_t evalEvery = 0;        ///< validation every N steps (and at the end); needs data.val_fraction
   std::int64_t checkpointEvery = 0;  ///< checkpoint every N steps (and at the end); 0 = only at the end
-  std::string resumeFrom = "";  ///< a checkpoint file to continue from; "" starts fresh
-  int maxRestarts = 0;          ///< after a failure, restart the run from its last checkpoint this many times
-  bool metrics = true;          ///< stream per-step records; false sends only heartbeats (to measure their cost)
-  std::int64_t keepEvery = 1;     ///< past keep_all_until, the store keeps the record of every Nth step (1: all)
-  std::int64_t keepAllUntil = 0;  ///< the store keeps the records of every step up to this one
+  std::string resumeFrom = "";       ///< a checkpoint file to continue from; "" starts fresh
+  int maxRestarts = 0;               ///< after a failure, restart the run from its last checkpoint this many times
+  bool metrics = true;               ///< stream per-step records; false sends only heartbeats (to measure their cost)
+  std::int64_t keepEvery = 1;        ///< past keep_all_until, the store keeps the record of every Nth step (1: all)
+  std::int64_t keepAllUntil = 0;     ///< the store keeps the records of every step up to this one
 };
 
 /// Whether the run store keeps the step records of `step` (run.keep_every, run.keep_all_until).

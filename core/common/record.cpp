@@ -24,8 +24,10 @@ void appendFields(std::string& out, const StepRecord& s, std::size_t from = 0) {
   std::size_t i = 0;
   StepRecord::forEachField([&](const char*, auto m) {
     if (i++ < from) return;
-    if constexpr (std::is_same_v<StepFieldType<decltype(m)>, double>) appendNumber(out, s.*m);
-    else appendInt(out, s.*m);
+    if constexpr (std::is_same_v<StepFieldType<decltype(m)>, double>)
+      appendNumber(out, s.*m);
+    else
+      appendInt(out, s.*m);
   });
 }
 
@@ -142,14 +144,12 @@ void encodeRecord(const Record& r, std::string& out) {
       const StepGroup& g = r.group;
       put<std::int64_t>(f, kGroupAt, g.first);
       put<std::int64_t>(f, kGroupAt + 8, g.count);
-      const double sums[9] = {g.lossSum, g.lossMin, g.lossMax,   g.samples, g.stepMs,
-                              g.dataMs,  g.computeMs, g.commMs, g.optMs};
+      const double sums[9] = {g.lossSum, g.lossMin,   g.lossMax, g.samples, g.stepMs,
+                              g.dataMs,  g.computeMs, g.commMs,  g.optMs};
       std::memcpy(f + kGroupAt + 16, sums, sizeof sums);
     }
       [[fallthrough]];  // then the last step's record, as a step frame holds it
-    case Record::Kind::Step:
-      putFields(f, s);
-      break;
+    case Record::Kind::Step: putFields(f, s); break;
     case Record::Kind::Validation:
       put<std::int64_t>(f, kStepAt, s.step);
       put(f, kValuesAt, r.valLoss);
@@ -161,9 +161,7 @@ void encodeRecord(const Record& r, std::string& out) {
       std::memcpy(f + kValuesAt, state.data(), std::min(state.size(), kStateBytes));
       break;
     }
-    case Record::Kind::Done:
-      put<std::int64_t>(f, kStepAt, s.step);
-      break;
+    case Record::Kind::Done: put<std::int64_t>(f, kStepAt, s.step); break;
   }
   out.append(f, r.kind == Record::Kind::Group ? kGroupFrameBytes : kRecordFrameBytes);
 }
@@ -188,9 +186,9 @@ std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& m
     }
     // The vector's memory was last touched long ago (the window takes batches about once a
     // second): ask for the lines of a record a few ahead, so that their misses overlap.
-    __builtin_prefetch(reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(out.data() + out.size()) +
-                                                     8 * sizeof(Record)),
-                       1);
+    __builtin_prefetch(
+        reinterpret_cast<const void*>(reinterpret_cast<std::uintptr_t>(out.data() + out.size()) + 8 * sizeof(Record)),
+        1);
     Record& r = out.emplace_back();
     r.step.rank = rank;
     r.step.step = step;

@@ -17,8 +17,8 @@
 //   u32 magic "PTWR" | u8 kind 'S'/'V'/'H'/'D' | 3 zero bytes | i32 rank | 4 zero bytes |
 //   i64 step | i64 epoch | f64 x 8 (S: loss .. lr; V: val_loss, val_accuracy; H: the state,
 //   up to 16 letters) | i64 mem_bytes: the step fields, in the order of Note [Step fields];
-//   G frames (kind 'G') then add kGroupFrameBytes - kRecordFrameBytes bytes: i64 first | i64 count | f64 loss_sum, loss_min, loss_max, samples, then the sums of
-//   step_ms, data_ms, compute_ms, comm_ms, opt_ms
+//   G frames (kind 'G') then add kGroupFrameBytes - kRecordFrameBytes bytes: i64 first | i64 count | f64 loss_sum,
+//   loss_min, loss_max, samples, then the sums of step_ms, data_ms, compute_ms, comm_ms, opt_ms
 //
 // Note [Step groups]
 // A rank of a stored run writes its step records to the run's step file itself (Note [Ranks
@@ -101,7 +101,8 @@ struct StepRecord {
 
 /// The type of the field that `member` (a StepRecord member pointer) points at.
 template <class M>
-using StepFieldType = std::remove_cv_t<std::remove_reference_t<decltype(std::declval<StepRecord&>().*std::declval<M>())>>;
+using StepFieldType =
+    std::remove_cv_t<std::remove_reference_t<decltype(std::declval<StepRecord&>().*std::declval<M>())>>;
 
 namespace detail {
 template <class M>
@@ -155,10 +156,10 @@ struct Record {
   static constexpr std::size_t kStateBytes = 16;
   enum class Kind { Step, Validation, Heartbeat, Done, Group };
   Kind kind = Kind::Step;
-  StepRecord step;          ///< Step: all fields; Group: the group's last step; others: rank and step
-  StepGroup group;          ///< Group
-  double valLoss = 0;       ///< Validation
-  double valAccuracy = -1;  ///< Validation
+  StepRecord step;                   ///< Step: all fields; Group: the group's last step; others: rank and step
+  StepGroup group;                   ///< Group
+  double valLoss = 0;                ///< Validation
+  double valAccuracy = -1;           ///< Validation
   char state[kStateBytes + 1] = {};  ///< Heartbeat: a lower-case word of at most 16 letters, NUL-terminated
 
   /// Sets `state`, cut to kStateBytes.

@@ -36,9 +36,12 @@ template <class T>
 using WordOf = std::conditional_t<sizeof(T) == 8, std::uint64_t, std::uint32_t>;
 template <class U>
 U fromNative(U u) {
-  if constexpr (kLittleEndian) return u;
-  else if constexpr (sizeof(U) == 8) return __builtin_bswap64(u);
-  else return __builtin_bswap32(u);
+  if constexpr (kLittleEndian)
+    return u;
+  else if constexpr (sizeof(U) == 8)
+    return __builtin_bswap64(u);
+  else
+    return __builtin_bswap32(u);
 }
 }  // namespace le
 

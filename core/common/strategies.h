@@ -16,9 +16,9 @@ namespace ptw::core {
 /// One configuration the scaling sweep runs: a strategy with some fields of the profile set.
 /// Example: SweepVariant{"ddp-gloo", "DDP over Gloo", "ddp", "gloo"}
 struct SweepVariant {
-  std::string name;      ///< as --strategies and the sweep panel name it, e.g. "ddp-gloo"
-  std::string label;     ///< the sweep panel's tooltip
-  std::string strategy;  ///< its row's name (strategy.kind)
+  std::string name;           ///< as --strategies and the sweep panel name it, e.g. "ddp-gloo"
+  std::string label;          ///< the sweep panel's tooltip
+  std::string strategy;       ///< its row's name (strategy.kind)
   std::string backend = "";   ///< strategy.backend it sets; "" leaves the profile's
   std::string poolMode = "";  ///< strategy.pool_mode it sets; "" leaves the profile's
   bool baseline = false;      ///< the run every other is compared with (efficiency); always runs
@@ -38,7 +38,7 @@ struct StrategyInfo {
   /// its series stands for the run, the others are its workers'.
   bool coordinator = false;
   std::vector<std::string> devices = {"cpu", "cuda"};  ///< strategy.device values it runs on
-  std::string deviceAdvice = "";  ///< said when strategy.device is not one of them
+  std::string deviceAdvice = "";                       ///< said when strategy.device is not one of them
   /// strategy.backend values it reads (auto first); empty when it reads none.
   std::vector<std::string> backends = {};
   bool readsPoolMode = false;  ///< strategy.pool_mode means something to it (and is stored)

@@ -11,7 +11,7 @@ namespace ptw::engine {
 /// The x86 instruction sets OpenBLAS picks its kernels by, as this CPU and OS support them.
 struct CpuFeatures {
   bool avx = false;
-  bool avx2 = false;  ///< with FMA, as the Haswell kernels need
+  bool avx2 = false;    ///< with FMA, as the Haswell kernels need
   bool avx512 = false;  ///< F, BW, DQ and VL, as the SkylakeX kernels need
 };
 CpuFeatures cpuFeatures();

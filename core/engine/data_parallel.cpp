@@ -140,8 +140,10 @@ class DataParallel final : public Strategy {
         auto& g = params[k].mutable_grad();
         if (!g.defined()) continue;
         auto& primary = m_primary[k];
-        if (primary.grad().defined()) primary.mutable_grad().add_(g.to(primary.device()));
-        else primary.mutable_grad() = g.to(primary.device()).clone();
+        if (primary.grad().defined())
+          primary.mutable_grad().add_(g.to(primary.device()));
+        else
+          primary.mutable_grad() = g.to(primary.device()).clone();
         g.zero_();
       }
     }
@@ -175,7 +177,7 @@ class DataParallel final : public Strategy {
       for (auto& params : m_replicaParams)
         if (params[k].grad().defined()) replicas.push_back(params[k].mutable_grad().data_ptr<float>());
       if (!p.grad().defined()) {
-        if (replicas.empty()) return false;  // SGD skips a parameter without a gradient
+        if (replicas.empty()) return false;       // SGD skips a parameter without a gradient
         p.mutable_grad() = torch::zeros_like(p);  // zeroed by the Trainer from now on
       }
       parts.push_back({p.mutable_grad().data_ptr<float>()});
@@ -201,9 +203,9 @@ class DataParallel final : public Strategy {
 
   int m_lanes;
   bool m_cpuLanes = false;
-  std::vector<torch::Tensor> m_primary;  ///< lane 0's parameters: the model the Trainer owns
+  std::vector<torch::Tensor> m_primary;                     ///< lane 0's parameters: the model the Trainer owns
   std::vector<std::vector<torch::Tensor>> m_replicaParams;  ///< lanes 1.. in the primary's order
-  std::unordered_map<const void*, std::size_t> m_index;    ///< a primary parameter -> its position
+  std::unordered_map<const void*, std::size_t> m_index;     ///< a primary parameter -> its position
   std::vector<torch::Device> m_devices;
   std::vector<std::unique_ptr<Model>> m_replicas;
   std::unique_ptr<LanePool> m_pool;

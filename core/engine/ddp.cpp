@@ -60,7 +60,8 @@ struct Bucket {
 
 class Ddp final : public Strategy {
  public:
-  explicit Ddp(const SyncContext& ctx) : m_rank(ctx.rank), m_world(ctx.world), m_bucketMb(ctx.profile.strategy.bucketMb) {
+  explicit Ddp(const SyncContext& ctx)
+      : m_rank(ctx.rank), m_world(ctx.world), m_bucketMb(ctx.profile.strategy.bucketMb) {
     m_needsAutograd = true;  // the buckets are launched from hooks on autograd's AccumulateGrad nodes
     const auto& p = ctx.profile;
     setDevice(deviceFor(p, ctx.rank));  // before rendezvous: a missing GPU fails fast
@@ -83,19 +84,21 @@ class Ddp final : public Strategy {
 #if PTW_HAVE_NCCL
       m_group = compat::makeNccl(store, ctx.rank, ctx.world, timeout);
 #else
-      PTW_FAIL("strategy.backend: this build of ptw has no NCCL (its LibTorch has no CUDA, or nccl.h was not found "
-               "when ptw was built: see the \"ptw: LibTorch\" line of its configure); ",
-               PTW_HAVE_GLOO ? "use \"gloo\"" : "it has no Gloo either, so it cannot run DDP on GPUs");
+      PTW_FAIL(
+          "strategy.backend: this build of ptw has no NCCL (its LibTorch has no CUDA, or nccl.h was not found "
+          "when ptw was built: see the \"ptw: LibTorch\" line of its configure); ",
+          PTW_HAVE_GLOO ? "use \"gloo\"" : "it has no Gloo either, so it cannot run DDP on GPUs");
 #endif
     } else {
 #if PTW_HAVE_GLOO
       m_group = compat::makeGloo(store, ctx.rank, ctx.world, timeout);
 #else
-      PTW_FAIL("strategy.backend: this build of ptw has no Gloo (its LibTorch came without the gloo headers: see the "
-               "\"ptw: LibTorch\" line of its configure); ",
-               p.strategy.device == "cpu" ? "use \"shm\" with float32 models"
-               : PTW_HAVE_NCCL            ? "use \"nccl\""
-                                          : "it has no NCCL either, so it cannot run DDP on GPUs");
+      PTW_FAIL(
+          "strategy.backend: this build of ptw has no Gloo (its LibTorch came without the gloo headers: see the "
+          "\"ptw: LibTorch\" line of its configure); ",
+          p.strategy.device == "cpu" ? "use \"shm\" with float32 models"
+          : PTW_HAVE_NCCL            ? "use \"nccl\""
+                                     : "it has no NCCL either, so it cannot run DDP on GPUs");
 #endif
     }
   }
@@ -137,8 +140,10 @@ class Ddp final : public Strategy {
         for (std::size_t k = 0; k < b.params.size(); ++k) {
           const auto& g = m_params[b.params[k]].grad();
           auto slot = b.buffer.narrow(0, b.offsets[k], m_params[b.params[k]].numel());
-          if (g.defined()) slot.copy_(g.reshape({-1}));
-          else slot.zero_();
+          if (g.defined())
+            slot.copy_(g.reshape({-1}));
+          else
+            slot.zero_();
         }
         markReady(b);
       }
@@ -153,8 +158,10 @@ class Ddp final : public Strategy {
       for (std::size_t k = 0; k < b.params.size(); ++k) {
         auto& p = m_params[b.params[k]];
         auto slot = b.buffer.narrow(0, b.offsets[k], p.numel()).view_as(p);
-        if (p.grad().defined()) p.mutable_grad().copy_(slot);
-        else p.mutable_grad() = slot.clone();
+        if (p.grad().defined())
+          p.mutable_grad().copy_(slot);
+        else
+          p.mutable_grad() = slot.clone();
       }
     }
     // The stop element was divided with the rest: any rank's wish leaves it > 0.

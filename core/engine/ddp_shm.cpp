@@ -95,9 +95,10 @@ class ShmDdp : public Strategy {
     // Broadcast rank 0's parameters through `staging`.
     torch::NoGradGuard noGrad;
     float* staging = broadcastStaging();
-    if (m_rank == 0) forEachParameter([&](torch::Tensor& p, std::size_t off) {
-      std::memcpy(staging + off, p.data_ptr<float>(), static_cast<std::size_t>(p.numel()) * sizeof(float));
-    });
+    if (m_rank == 0)
+      forEachParameter([&](torch::Tensor& p, std::size_t off) {
+        std::memcpy(staging + off, p.data_ptr<float>(), static_cast<std::size_t>(p.numel()) * sizeof(float));
+      });
     meet();
     m_segment->unlink();
     adopt(staging);
@@ -139,7 +140,9 @@ class ShmDdp : public Strategy {
     return stop;
   }
 
-  float* slot(int r) const { return static_cast<float*>(m_segment->payload()) + static_cast<std::size_t>(r) * m_slotFloats; }
+  float* slot(int r) const {
+    return static_cast<float*>(m_segment->payload()) + static_cast<std::size_t>(r) * m_slotFloats;
+  }
 
   /// This rank's share of the gradient elements: [lo, hi). Shares start on a cache line (16
   /// floats; slots and regions are aligned so), so that no two ranks write the same line.
@@ -181,8 +184,10 @@ class OneBarrierDdp final : public ShmDdp {
     forEachParameter([&](torch::Tensor& p, std::size_t off) {
       const std::size_t n = static_cast<std::size_t>(p.numel());
       torch::Tensor& g = p.mutable_grad();
-      if (!g.defined()) g = torch::zeros_like(p);  // a parameter the loss does not reach
-      else if (!g.is_contiguous()) g = g.contiguous();
+      if (!g.defined())
+        g = torch::zeros_like(p);  // a parameter the loss does not reach
+      else if (!g.is_contiguous())
+        g = g.contiguous();
       std::memcpy(mine + off, g.data_ptr<float>(), n * sizeof(float));
     });
     const bool stop = meet(set);

@@ -6,10 +6,10 @@
 // so results do not depend on the vector width.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <utility>
-#include <algorithm>
 
 namespace ptw::engine {
 
@@ -20,7 +20,8 @@ constexpr std::size_t cacheLineFloats(std::size_t floats) { return (floats + 15)
 /// Part `index` of `parts` near-equal parts of [0, total): [lo, hi), starting on a cache line
 /// (buffers are aligned so) so that no two parts write the same line of one buffer.
 inline std::pair<std::size_t, std::size_t> shareOf(std::size_t total, int parts, int index) {
-  const std::size_t each = cacheLineFloats((total + static_cast<std::size_t>(parts) - 1) / static_cast<std::size_t>(parts));
+  const std::size_t each =
+      cacheLineFloats((total + static_cast<std::size_t>(parts) - 1) / static_cast<std::size_t>(parts));
   const std::size_t lo = std::min(total, each * static_cast<std::size_t>(index));
   return {lo, std::min(total, lo + each)};
 }
@@ -29,8 +30,8 @@ inline std::pair<std::size_t, std::size_t> shareOf(std::size_t total, int parts,
 struct SgdScalars {
   float lr = 0;
   float momentum = 0;
-  float decay = 0;      ///< weight decay
-  float keep = 1;       ///< 1 - dampening
+  float decay = 0;  ///< weight decay
+  float keep = 1;   ///< 1 - dampening
   bool nesterov = false;
 };
 

@@ -93,7 +93,10 @@ class SequentialModel final : public Model {
       switch (layer.after) {
         case Activation::Relu: a = saved[i] = at::relu(a); break;
         case Activation::Tanh: a = saved[i] = at::tanh(a); break;
-        case Activation::Gelu: saved[i] = a; a = at::gelu(a, layer.geluApproximate); break;
+        case Activation::Gelu:
+          saved[i] = a;
+          a = at::gelu(a, layer.geluApproximate);
+          break;
         case Activation::None: break;
       }
     }
@@ -119,11 +122,15 @@ class SequentialModel final : public Model {
       }
       const auto& w = layer.linear->weight;
       const auto& b = layer.linear->bias;
-      if (auto& g = w.mutable_grad(); g.defined()) g.addmm_(grad.t(), inputs[i]);
-      else g = at::mm(grad.t(), inputs[i]);
+      if (auto& g = w.mutable_grad(); g.defined())
+        g.addmm_(grad.t(), inputs[i]);
+      else
+        g = at::mm(grad.t(), inputs[i]);
       if (b.defined()) {
-        if (auto& g = b.mutable_grad(); g.defined()) g.add_(grad.sum(0));
-        else g = grad.sum(0);
+        if (auto& g = b.mutable_grad(); g.defined())
+          g.add_(grad.sum(0));
+        else
+          g = grad.sum(0);
       }
       if (i > 0) grad = at::mm(grad, w);
     }

@@ -48,7 +48,8 @@ class HogwildPoolCoordinator final : public PoolCoordinator {
       bool behind = false, endedEarly = false;
       for (int w = 1; w <= m_workers; ++w) {
         const bool done = m_segment->doneFlag(w).load(std::memory_order_acquire) != 0;
-        const bool lagging = m_segment->progress(w).load(std::memory_order_acquire) < static_cast<std::int64_t>(m_steps);
+        const bool lagging =
+            m_segment->progress(w).load(std::memory_order_acquire) < static_cast<std::int64_t>(m_steps);
         if (lagging && done) endedEarly = true;  // a worker stopped before this step: stop too
         if (lagging && !done) behind = true;
       }

@@ -34,8 +34,8 @@ class SyncPoolWorker final : public SyncWorkerBase {
 
   bool reduce(Model&, StepState& state) override {
     offer(state);
-    m_segment->barrier();             // gradients offered
-    m_segment->barrier(kStepAwake);   // coordinator stepped (its optimizerStep)
+    m_segment->barrier();            // gradients offered
+    m_segment->barrier(kStepAwake);  // coordinator stepped (its optimizerStep)
     return stopFlagSet();
   }
   /// The coordinator has stepped the shared parameters.

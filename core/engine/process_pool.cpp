@@ -78,11 +78,9 @@ namespace {
 void checkFloat32(const std::string& field, const std::vector<torch::Tensor>& params) {
   for (std::size_t i = 0; i < params.size(); ++i) {
     const auto& p = params[i];
-    PTW_CHECK(p.scalar_type() == torch::kFloat && p.device().is_cpu(),
-              field,
-              ": the process pool needs float32 CPU parameters, got ", p.dtype(), " on ", p.device(),
-              " in parameter ", i, " (shape ", p.sizes(),
-              "); save the model in float32, or train it with strategy.kind ddp or single");
+    PTW_CHECK(p.scalar_type() == torch::kFloat && p.device().is_cpu(), field,
+              ": the process pool needs float32 CPU parameters, got ", p.dtype(), " on ", p.device(), " in parameter ",
+              i, " (shape ", p.sizes(), "); save the model in float32, or train it with strategy.kind ddp or single");
   }
 }
 }  // namespace

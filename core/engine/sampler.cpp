@@ -50,8 +50,7 @@ std::vector<std::vector<std::int64_t>> globalBatches(SamplerOptions o, std::int6
     o.rank = r;
     auto mine = shardBatches(o, batchSize);
     if (merged.size() < mine.size()) merged.resize(mine.size());
-    for (std::size_t k = 0; k < mine.size(); ++k)
-      merged[k].insert(merged[k].end(), mine[k].begin(), mine[k].end());
+    for (std::size_t k = 0; k < mine.size(); ++k) merged[k].insert(merged[k].end(), mine[k].begin(), mine[k].end());
   }
   return merged;
 }

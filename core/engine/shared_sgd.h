@@ -31,8 +31,8 @@ class SharedSgd {
   void step(torch::optim::Optimizer& optimizer, float* const* slots, int count, std::size_t lo, std::size_t hi);
 
  private:
-  float* bindMomentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& p, std::size_t off,
-                            std::size_t a, std::size_t b, bool& first);
+  float* bindMomentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& p, std::size_t off, std::size_t a,
+                            std::size_t b, bool& first);
 
   std::shared_ptr<ShmSegment> m_segment;
   std::unordered_map<const void*, std::size_t> m_offset;  ///< parameter -> its first element

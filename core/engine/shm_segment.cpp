@@ -4,9 +4,9 @@
 #include <linux/futex.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/syscall.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,7 +38,7 @@ inline void cpuRelax() {
   asm volatile("yield");
 #endif
 }
-}
+}  // namespace
 
 struct ShmSegment::Barrier {
   alignas(64) std::atomic<std::uint32_t> arrived;
@@ -66,7 +66,7 @@ ShmSegment::ShmSegment(std::string name, int rank, int world, std::size_t payloa
   CPU_ZERO(&cpus);
   const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
   if ((lockstep > 0 ? lockstep : world) <= cores) {
-    m_spinFor = std::chrono::microseconds(50);     // Note [Barrier waits]
+    m_spinFor = std::chrono::microseconds(50);        // Note [Barrier waits]
     m_lockstepAwake = std::chrono::milliseconds(20);  // Note [Lock-step waits]
   }
   PTW_CHECK(world <= kMaxRanks, "shm: at most ", kMaxRanks, " processes share a segment, got ", world);
@@ -221,8 +221,10 @@ void ShmSegment::barrier(std::chrono::microseconds awake, Among among) {
       yielding = waited >= m_spinFor;
       if (waited >= awake) break;
     }
-    if (yielding) ::sched_yield();
-    else cpuRelax();
+    if (yielding)
+      ::sched_yield();
+    else
+      cpuRelax();
   }
   sleepPast(b, gen, first, start);
 }
@@ -261,8 +263,8 @@ void ShmSegment::sleepPast(Barrier& b, std::uint32_t gen, int first, std::chrono
       for (int r = first; r < m_world; ++r)
         if (!(b.arrivedMask[r / 64].load() & (1ull << (r % 64))))
           missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-      PTW_FAIL("shared-memory barrier timed out after ", m_timeout.count() / 1000.0, " s waiting for rank(s) ",
-               missing, " (run.timeout_s and 5 s)");
+      PTW_FAIL("shared-memory barrier timed out after ", m_timeout.count() / 1000.0, " s waiting for rank(s) ", missing,
+               " (run.timeout_s and 5 s)");
     }
   }
 }
@@ -272,8 +274,7 @@ torch::Tensor segmentView(const std::shared_ptr<ShmSegment>& segment, float* at,
       at, sizes, [keep = segment](void*) { (void)keep; }, torch::TensorOptions().dtype(torch::kFloat));
 }
 
-void bindGradients(const std::vector<torch::Tensor>& params, const std::shared_ptr<ShmSegment>& segment,
-                   float* slot) {
+void bindGradients(const std::vector<torch::Tensor>& params, const std::shared_ptr<ShmSegment>& segment, float* slot) {
   std::size_t off = 0;
   for (const auto& p : params) {
     const auto& g = p.grad();

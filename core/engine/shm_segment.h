@@ -97,7 +97,6 @@ torch::Tensor segmentView(const std::shared_ptr<ShmSegment>& segment, float* at,
 /// keeping its values; a gradient that is already that view is left alone, so calling this
 /// each step only rebinds one that something replaced. Backward then accumulates straight
 /// into the slot (zero_grad zeroes gradients in place, it never replaces them).
-void bindGradients(const std::vector<torch::Tensor>& params, const std::shared_ptr<ShmSegment>& segment,
-                   float* slot);
+void bindGradients(const std::vector<torch::Tensor>& params, const std::shared_ptr<ShmSegment>& segment, float* slot);
 
 }  // namespace ptw::engine

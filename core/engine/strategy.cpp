@@ -62,8 +62,7 @@ torch::Device deviceFor(const core::Profile& p, int index) {
   if (p.strategy.device != "cuda") return torch::kCPU;
   const auto count = static_cast<int>(torch::cuda::device_count());
   PTW_CHECK(count > 0, "strategy.device: \"cuda\" but LibTorch sees no CUDA device on this machine",
-            torch::cuda::is_available() ? "" : " (this LibTorch has no CUDA, or no driver is loaded)",
-            "; use \"cpu\"");
+            torch::cuda::is_available() ? "" : " (this LibTorch has no CUDA, or no driver is loaded)", "; use \"cpu\"");
   const std::int64_t gpu = core::cudaIndexFor(p, index);
   const bool listed = !p.strategy.gpus.empty();
   PTW_CHECK(gpu < count, listed ? "strategy.gpus" : "strategy.device", ": rank/lane ", index,
@@ -92,8 +91,10 @@ double Strategy::lossAndGradients(Model& model, const torch::Tensor& x, const to
     compat::CudaAutocastGuard autocast(m_autocast);
     loss = computeLoss(model.forward(x), y, classification);
   }
-  if (weight == 1.0) loss.backward();  // no extra node in the graph for the usual step of one micro-batch
-  else (loss * weight).backward();
+  if (weight == 1.0)
+    loss.backward();  // no extra node in the graph for the usual step of one micro-batch
+  else
+    (loss * weight).backward();
   return loss.item<double>();
 }
 

@@ -52,9 +52,9 @@ SamplerOptions samplerOptions(const core::Profile& profile, std::int64_t samples
 
 struct SyncContext {
   const core::Profile& profile;
-  int rank = 0;   ///< this process
-  int world = 1;  ///< processes in the run (core::processCount)
-  int port = 0;   ///< the run's store port; also names its shared-memory segments
+  int rank = 0;                ///< this process
+  int world = 1;               ///< processes in the run (core::processCount)
+  int port = 0;                ///< the run's store port; also names its shared-memory segments
   std::string storeFile = "";  ///< rendezvous through this c10d FileStore; "" uses a TCPStore on `port`
 };
 
@@ -70,8 +70,8 @@ struct LaneReport {
 /// What a step produced, as reduce() sees and may complete it.
 struct StepState {
   bool localStop = false;
-  double loss = 0;            ///< this process's loss; the pool coordinator sets the workers' mean
-  std::int64_t samples = 0;   ///< this process's samples; likewise
+  double loss = 0;           ///< this process's loss; the pool coordinator sets the workers' mean
+  std::int64_t samples = 0;  ///< this process's samples; likewise
 };
 
 class Strategy {

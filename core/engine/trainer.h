@@ -4,8 +4,8 @@
 #pragma once
 
 #include <atomic>
-#include <functional>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -21,15 +21,20 @@ namespace ptw::engine {
 
 /// Example: TrainerOptions(profile, 0, 1).outDir("runs/x").plan(myPlan)
 struct TrainerOptions {
-  TrainerOptions(core::Profile profile, int rank, int world)
-      : profile(std::move(profile)), rank(rank), world(world) {}
+  TrainerOptions(core::Profile profile, int rank, int world) : profile(std::move(profile)), rank(rank), world(world) {}
   core::Profile profile;
   int rank;
   int world;
   std::string outDir = "";  ///< checkpoints go here; "" writes none
   BatchPlan plan = {};      ///< overrides the strategy's plan (equivalence references)
-  TrainerOptions& setOutDir(std::string v) { outDir = std::move(v); return *this; }
-  TrainerOptions& setPlan(BatchPlan v) { plan = std::move(v); return *this; }
+  TrainerOptions& setOutDir(std::string v) {
+    outDir = std::move(v);
+    return *this;
+  }
+  TrainerOptions& setPlan(BatchPlan v) {
+    plan = std::move(v);
+    return *this;
+  }
 };
 
 class Trainer {
@@ -76,7 +81,9 @@ class Trainer {
   void validateAndPublish();
   std::string checkpointPath() const { return m_options.outDir + "/checkpoint.pt"; }
   void loadCheckpoint(const std::string& path);
-  void publish(const core::Record& r) { if (m_sink) m_sink(r); }
+  void publish(const core::Record& r) {
+    if (m_sink) m_sink(r);
+  }
 
   TrainerOptions m_options;
   const core::Profile& m_profile;
@@ -90,7 +97,7 @@ class Trainer {
   std::int64_t m_step = 0;
   std::int64_t m_epoch = 0;
   std::int64_t m_batchInEpoch = 0;  ///< micro-batches of m_epoch already trained
-  std::int64_t m_memBytes = 0;                ///< memory as last read (publishStep)
+  std::int64_t m_memBytes = 0;      ///< memory as last read (publishStep)
   std::optional<Clock::time_point> m_memReadAt;
 };
 

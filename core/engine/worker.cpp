@@ -7,8 +7,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <climits>
 #include <chrono>
+#include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
@@ -164,8 +164,10 @@ class RecordWriter {
   void write(const core::Record& r) {
     std::lock_guard<std::mutex> lock(m_mutex);
     if (r.kind == core::Record::Kind::Done) writeSteps();  // every step told of before the end
-    if (m_steps && r.kind == core::Record::Kind::Step) group(r.step);
-    else append(r);
+    if (m_steps && r.kind == core::Record::Kind::Step)
+      group(r.step);
+    else
+      append(r);
     if (r.kind == core::Record::Kind::Step) passed(r.step.step);
     auto now = std::chrono::steady_clock::now();
     if (m_buffer.size() >= kFlushBytes || now - m_lastFlush > std::chrono::milliseconds(250)) flushLocked(now);
@@ -191,9 +193,9 @@ class RecordWriter {
 
  private:
   struct Open {
-    core::Record record;          ///< kind Group: the group so far and its last step
-    std::int64_t windowEnd = 0;   ///< the first step past the group's window
-    std::int64_t seen = 0;        ///< step records of this rank since the start
+    core::Record record;         ///< kind Group: the group so far and its last step
+    std::int64_t windowEnd = 0;  ///< the first step past the group's window
+    std::int64_t seen = 0;       ///< step records of this rank since the start
   };
   // Note [Step groups]
   void group(const core::StepRecord& s) {
@@ -220,8 +222,10 @@ class RecordWriter {
     o.record.group = core::StepGroup{};
   }
   void append(const core::Record& r) {
-    if (m_binary) core::encodeRecord(r, m_buffer);
-    else core::formatRecord(r, m_buffer);
+    if (m_binary)
+      core::encodeRecord(r, m_buffer);
+    else
+      core::formatRecord(r, m_buffer);
   }
   // The step records held go to the step file, then the groups that tell of them to the buffer.
   void writeSteps() {
@@ -414,22 +418,35 @@ int toInt(const std::string& k, const std::string& v) {
 
 // Flag `k` with its value `v`.
 void setArg(Args& a, const std::string& k, const std::string& v) {
-  if (k == "--profile") a.profile = v;
-  else if (k == "--out") a.out = v;
-  else if (k == "--rank") a.rank = toInt(k, v);
-  else if (k == "--world") a.world = toInt(k, v);
-  else if (k == "--port") a.port = toInt(k, v);
-  else if (k == "--attempt") a.attempt = toInt(k, v);
-  else if (k == "--store") a.store = v;
-  else if (k == "--records") a.records = toInt(k, v);
-  else if (k == "--steps") a.steps = v;
-  else if (k == "--steps-limit") a.stepsLimit = toLong(k, v);
-  else if (k == "--fault") a.fault = parseFault(v);
-  else if (k == "--metrics-phases") a.metricsPhases = v;
+  if (k == "--profile")
+    a.profile = v;
+  else if (k == "--out")
+    a.out = v;
+  else if (k == "--rank")
+    a.rank = toInt(k, v);
+  else if (k == "--world")
+    a.world = toInt(k, v);
+  else if (k == "--port")
+    a.port = toInt(k, v);
+  else if (k == "--attempt")
+    a.attempt = toInt(k, v);
+  else if (k == "--store")
+    a.store = v;
+  else if (k == "--records")
+    a.records = toInt(k, v);
+  else if (k == "--steps")
+    a.steps = v;
+  else if (k == "--steps-limit")
+    a.stepsLimit = toLong(k, v);
+  else if (k == "--fault")
+    a.fault = parseFault(v);
+  else if (k == "--metrics-phases")
+    a.metricsPhases = v;
   else if (k == "--gradients") {
     PTW_CHECK(v == "autograd", "--gradients: expected \"autograd\", got \"", v, "\"");
     a.autogradOnly = true;
-  } else PTW_FAIL("unknown argument ", k, " (see --help)");
+  } else
+    PTW_FAIL("unknown argument ", k, " (see --help)");
 }
 
 // Flags take their value as the next argument or after '=' (--flag value, --flag=value).
@@ -441,9 +458,18 @@ Args parseArgs(int argc, char** argv) {
       printUsage();
       std::exit(0);
     }
-    if (k == "--preflight") { a.preflight = true; continue; }
-    if (k == "--devices") { a.devices = true; continue; }
-    if (k == "--blas") { a.blas = true; continue; }
+    if (k == "--preflight") {
+      a.preflight = true;
+      continue;
+    }
+    if (k == "--devices") {
+      a.devices = true;
+      continue;
+    }
+    if (k == "--blas") {
+      a.blas = true;
+      continue;
+    }
     const auto eq = k.rfind("--", 0) == 0 ? k.find('=') : std::string::npos;
     if (eq != std::string::npos) {
       setArg(a, k.substr(0, eq), k.substr(eq + 1));
@@ -466,9 +492,10 @@ Args parseArgs(int argc, char** argv) {
 int printDevices() {
   long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   long long memory = static_cast<long long>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
-  std::printf("{\"kind\": \"cpu\", \"index\": 0, \"name\": \"CPU\", \"cores\": %ld, \"memory_bytes\": %lld, "
-              "\"openblas_core\": \"%s\"}\n",
-              cores, memory, openblasCore().c_str());
+  std::printf(
+      "{\"kind\": \"cpu\", \"index\": 0, \"name\": \"CPU\", \"cores\": %ld, \"memory_bytes\": %lld, "
+      "\"openblas_core\": \"%s\"}\n",
+      cores, memory, openblasCore().c_str());
 #ifdef PTW_WITH_CUDA
   const int n = static_cast<int>(torch::cuda::device_count());
   for (int i = 0; i < n; ++i) {
@@ -481,8 +508,8 @@ int printDevices() {
       std::fprintf(stderr, "ptw-worker: cuda:%d: %s\n", i, cudaGetErrorString(status));
       continue;
     }
-    std::printf("{\"kind\": \"cuda\", \"index\": %d, \"name\": \"%s\", \"memory_bytes\": %zu, \"used_bytes\": %zu}\n", i,
-                prop.name, totalBytes, totalBytes - freeBytes);
+    std::printf("{\"kind\": \"cuda\", \"index\": %d, \"name\": \"%s\", \"memory_bytes\": %zu, \"used_bytes\": %zu}\n",
+                i, prop.name, totalBytes, totalBytes - freeBytes);
   }
 #endif
   return 0;
@@ -502,11 +529,12 @@ int preflight(const core::Profile& profile) {
     for (std::size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
     return o + "]";
   };
-  std::printf("{\"train_samples\": %lld, \"val_samples\": %lld, \"input\": %s, \"output\": %s, "
-              "\"classification\": %s, \"parameters\": %lld}\n",
-              static_cast<long long>(data.size()), static_cast<long long>(data.valSize()),
-              dims(data.x.sizes().slice(1)).c_str(), dims(out.sizes().slice(1)).c_str(),
-              data.classification ? "true" : "false", static_cast<long long>(params));
+  std::printf(
+      "{\"train_samples\": %lld, \"val_samples\": %lld, \"input\": %s, \"output\": %s, "
+      "\"classification\": %s, \"parameters\": %lld}\n",
+      static_cast<long long>(data.size()), static_cast<long long>(data.valSize()),
+      dims(data.x.sizes().slice(1)).c_str(), dims(out.sizes().slice(1)).c_str(), data.classification ? "true" : "false",
+      static_cast<long long>(params));
   return 0;
 }
 
@@ -590,9 +618,12 @@ Trainer::RecordSink recordSink(const core::Profile& profile, RecordWriter& write
                                std::int64_t killAtStep, std::int64_t hangAtStep) {
   return [&profile, &writer, phases, killAtStep, hangAtStep](const core::Record& r) {
     const bool step = r.kind == core::Record::Kind::Step;
-    if (profile.run.metrics && step && phases) phases->offer(r, writer);
-    else if (profile.run.metrics || r.kind == core::Record::Kind::Done) writer.write(r);
-    else if (step) writer.passed(r.step.step);
+    if (profile.run.metrics && step && phases)
+      phases->offer(r, writer);
+    else if (profile.run.metrics || r.kind == core::Record::Kind::Done)
+      writer.write(r);
+    else if (step)
+      writer.passed(r.step.step);
     if (step && r.step.step == killAtStep) {
       writer.flush();
       ::raise(SIGKILL);

@@ -46,8 +46,8 @@ void loadCsv(const core::DataSpec& spec, Dataset& d) {
   for (std::size_t i = 0; i < header.size(); ++i) column[header[i]] = i;
   auto find = [&](const std::string& name, const char* field) {
     auto it = column.find(name);
-    PTW_CHECK(it != column.end(), field, ": column \"", name, "\" is not in \"", spec.path, "\" (columns: ",
-              joined(header), ")");
+    PTW_CHECK(it != column.end(), field, ": column \"", name, "\" is not in \"", spec.path,
+              "\" (columns: ", joined(header), ")");
     return it->second;
   };
   const std::size_t target = find(spec.target, "data.target");
@@ -73,9 +73,8 @@ void loadCsv(const core::DataSpec& spec, Dataset& d) {
       char* end = nullptr;
       errno = 0;
       double v = std::strtod(cell.c_str(), &end);
-      PTW_CHECK(!cell.empty() && end == cell.c_str() + cell.size() && errno == 0 && std::isfinite(v),
-                "data.path: \"", spec.path, "\" line ", lineNo, ", column \"", header[c],
-                "\": expected a number, got \"", cell, "\"");
+      PTW_CHECK(!cell.empty() && end == cell.c_str() + cell.size() && errno == 0 && std::isfinite(v), "data.path: \"",
+                spec.path, "\" line ", lineNo, ", column \"", header[c], "\": expected a number, got \"", cell, "\"");
       return v;
     };
     for (auto c : features) xs.push_back(static_cast<float>(number(c)));
@@ -122,8 +121,8 @@ void loadMnist(const core::DataSpec& spec, Dataset& d) {
   const auto need = static_cast<std::size_t>(16 + n * 784);
   PTW_CHECK(images.size() >= need, "data.path: \"", imagesPath, "\" is truncated: ", n, " images need ", need,
             " bytes, the file has ", images.size());
-  PTW_CHECK(labels.size() >= static_cast<std::size_t>(8 + n), "data.path: \"", labelsPath,
-            "\" is truncated: ", n, " labels need ", 8 + n, " bytes, the file has ", labels.size());
+  PTW_CHECK(labels.size() >= static_cast<std::size_t>(8 + n), "data.path: \"", labelsPath, "\" is truncated: ", n,
+            " labels need ", 8 + n, " bytes, the file has ", labels.size());
   const std::int64_t use = spec.samples > 0 ? std::min(spec.samples, n) : n;
   auto x = torch::from_blob(images.data() + 16, {use, 784}, torch::kUInt8).to(torch::kFloat32);
   d.x = (x / 255.0 - 0.1307) / 0.3081;  // the usual MNIST normalisation
@@ -225,15 +224,15 @@ torch::Tensor* findMomentumBuffer(torch::optim::Optimizer& optimizer, const torc
 torch::Tensor& addMomentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& param, torch::Tensor buffer) {
   auto st = std::make_unique<torch::optim::SGDParamState>();
   st->momentum_buffer(std::move(buffer));
-  auto& added = *optimizer.state().insert_or_assign(compat::optimizerStateKey(param), std::move(st))
-                     .first->second;
+  auto& added = *optimizer.state().insert_or_assign(compat::optimizerStateKey(param), std::move(st)).first->second;
   return static_cast<torch::optim::SGDParamState&>(added).momentum_buffer();
 }
 
 float* momentumBuffer(torch::optim::Optimizer& optimizer, const torch::Tensor& param, bool& first) {
   torch::Tensor* b = findMomentumBuffer(optimizer, param);
   first = b == nullptr;
-  if (first) b = &addMomentumBuffer(optimizer, param, torch::empty_like(param, torch::MemoryFormat::Contiguous).detach());
+  if (first)
+    b = &addMomentumBuffer(optimizer, param, torch::empty_like(param, torch::MemoryFormat::Contiguous).detach());
   return b->data_ptr<float>();
 }
 
@@ -307,8 +306,8 @@ class FusedSgd final : public torch::optim::SGD {
       for (const auto& p : group.params()) {
         const auto& g = p.grad();
         if (!p.device().is_cpu() || p.scalar_type() != torch::kFloat || !p.is_contiguous()) return false;
-        if (g.defined() && (g.is_sparse() || g.scalar_type() != torch::kFloat || !g.is_contiguous() ||
-                            g.numel() != p.numel()))
+        if (g.defined() &&
+            (g.is_sparse() || g.scalar_type() != torch::kFloat || !g.is_contiguous() || g.numel() != p.numel()))
           return false;
       }
     return true;
@@ -322,8 +321,7 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const core::HyperSpec& h,
   if (h.optimizer == "adam")
     return std::make_unique<torch::optim::Adam>(params, torch::optim::AdamOptions(h.lr).weight_decay(h.weightDecay));
   if (h.optimizer == "adamw")
-    return std::make_unique<torch::optim::AdamW>(params,
-                                                 torch::optim::AdamWOptions(h.lr).weight_decay(h.weightDecay));
+    return std::make_unique<torch::optim::AdamW>(params, torch::optim::AdamWOptions(h.lr).weight_decay(h.weightDecay));
   return std::make_unique<FusedSgd>(
       params, torch::optim::SGDOptions(h.lr).momentum(h.momentum).nesterov(h.nesterov).weight_decay(h.weightDecay));
 }

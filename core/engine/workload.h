@@ -64,7 +64,7 @@ struct SgdPiece {
   std::size_t at = 0;    ///< first element among the parameters laid end to end
   std::size_t n = 0;
   SgdScalars scalars;
-  bool first = false;    ///< SGD had no momentum buffer for it yet (momentumBuffer)
+  bool first = false;  ///< SGD had no momentum buffer for it yet (momentumBuffer)
 };
 
 /// One piece per parameter of `sgd` that `take` accepts (it may prepare the parameter, or

@@ -13,7 +13,8 @@ const std::map<std::string, std::string>& knownMetrics() {
       {"final.step", "optimizer steps taken"},
       {"final.val_loss", "validation loss at the end (needs data.val_fraction > 0)"},
       {"final.val_accuracy", "validation accuracy at the end, 0-1 (classification with data.val_fraction > 0)"},
-      {"throughput.samples_per_s", "samples per second over all ranks (sum of per-rank throughput; warm-up steps left out)"},
+      {"throughput.samples_per_s",
+       "samples per second over all ranks (sum of per-rank throughput; warm-up steps left out)"},
       {"throughput.steps_per_s", "optimizer steps per second (slowest rank; warm-up steps left out)"},
       {"wall_s", "wall time of the run in seconds, start to end"},
   };
@@ -47,8 +48,8 @@ Expectation Expectation::parse(const std::string& text) {
   }
   char* end = nullptr;
   e.threshold = std::strtod(number.c_str(), &end);
-  PTW_CHECK(!number.empty() && end == number.c_str() + number.size() && std::isfinite(e.threshold), "--expect '",
-            text, "': expected a number after ", e.op, ", got \"", number, "\"");
+  PTW_CHECK(!number.empty() && end == number.c_str() + number.size() && std::isfinite(e.threshold), "--expect '", text,
+            "': expected a number after ", e.op, ", got \"", number, "\"");
   return e;
 }
 

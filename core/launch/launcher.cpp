@@ -2,10 +2,10 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -33,9 +33,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double secondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 void setNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
@@ -123,7 +121,8 @@ std::string RankExit::describe() const {
     const char* name = ::strsignal(signal);
     return "signal " + std::to_string(signal) + " (" + (name ? name : "unknown") + ")";
   }
-  if (exitCode == kWorkerStoppedFromOutside) return "exit code " + std::to_string(exitCode) + " (stopped from outside ptw)";
+  if (exitCode == kWorkerStoppedFromOutside)
+    return "exit code " + std::to_string(exitCode) + " (stopped from outside ptw)";
   if (exitCode == kWorkerCannotStoreMetrics)
     return "exit code " + std::to_string(exitCode) + " (could not write the run's metrics)";
   return "exit code " + std::to_string(exitCode);
@@ -247,7 +246,10 @@ void Launcher::checkWorker(const std::string& path) {
 class Launcher::Impl {
  public:
   Impl(const LaunchOptions& options, LaunchObserver& observer, int wakeFd, const std::atomic<bool>& stopRequested)
-      : o(options), m_observer(observer), m_wakeFd(wakeFd), m_stopRequested(stopRequested),
+      : o(options),
+        m_observer(observer),
+        m_wakeFd(wakeFd),
+        m_stopRequested(stopRequested),
         m_ranks(static_cast<std::size_t>(options.worldSize)) {}
   ~Impl();
   Impl(const Impl&) = delete;
@@ -362,9 +364,17 @@ void Launcher::Impl::openRendezvous() {
 }
 
 std::vector<std::string> Launcher::Impl::workerArgs(int rank) const {
-  std::vector<std::string> a = {o.workerPath, "--profile", o.profilePath, "--rank", std::to_string(rank),
-                                "--world", std::to_string(o.worldSize), "--port", std::to_string(m_port),
-                                "--records", std::to_string(kRecordFd)};
+  std::vector<std::string> a = {o.workerPath,
+                                "--profile",
+                                o.profilePath,
+                                "--rank",
+                                std::to_string(rank),
+                                "--world",
+                                std::to_string(o.worldSize),
+                                "--port",
+                                std::to_string(m_port),
+                                "--records",
+                                std::to_string(kRecordFd)};
   if (!o.outDir.empty()) a.insert(a.end(), {"--out", o.outDir});
   if (!m_storeFile.empty()) a.insert(a.end(), {"--store", m_storeFile});
   if (!o.stepFile.empty()) {
@@ -486,7 +496,8 @@ void Launcher::Impl::waitForActivity() {
       if (fd >= 0) fds.push_back({fd, POLLIN, 0});
   ::poll(fds.data(), fds.size(), 100);
   char sink[64];
-  while (::read(m_wakeFd, sink, sizeof sink) > 0) {}
+  while (::read(m_wakeFd, sink, sizeof sink) > 0) {
+  }
 }
 
 void Launcher::Impl::handleStopRequest() {
@@ -516,15 +527,17 @@ void Launcher::Impl::takeRecords(Rank& rk) {
     Record& rec = m_batch[i];
     // A worker speaks only for itself; a run of one process (DataParallel) reports one
     // series per replica, which it numbers itself.
-    if (o.worldSize > 1 || (rec.kind != Record::Kind::Step && rec.kind != Record::Kind::Group))
-      rec.step.rank = rk.rank;
+    if (o.worldSize > 1 || (rec.kind != Record::Kind::Step && rec.kind != Record::Kind::Group)) rec.step.rank = rk.rank;
     rk.lastStep = std::max(rk.lastStep, rec.step.step);
   }
   if (m_batch.size() > first) {
     const Record& last = m_batch.back();
-    if (last.kind == Record::Kind::Heartbeat) rk.state = last.state;
-    else if (last.kind == Record::Kind::Done) rk.state = "done";
-    else rk.state = "train";
+    if (last.kind == Record::Kind::Heartbeat)
+      rk.state = last.state;
+    else if (last.kind == Record::Kind::Done)
+      rk.state = "done";
+    else
+      rk.state = "train";
   }
   if (malformed) {
     rk.recMalformed = true;
@@ -585,8 +598,10 @@ void Launcher::Impl::onExited(Rank& rk, int status, Rank*& firstFailed) {
   --m_alive;
   rk.exit.rank = rk.rank;
   rk.exit.pid = rk.pid;
-  if (WIFSIGNALED(status)) rk.exit.signal = WTERMSIG(status);
-  else rk.exit.exitCode = WEXITSTATUS(status);
+  if (WIFSIGNALED(status))
+    rk.exit.signal = WTERMSIG(status);
+  else
+    rk.exit.exitCode = WEXITSTATUS(status);
   m_observer.onRankExit(rk.exit);
   // Stopped by a signal someone sent to the rank, not to ptw: the ranks agreed on a step
   // and stopped there, which is a stop, not a failure (no restart), said as such.
@@ -615,8 +630,10 @@ void Launcher::Impl::detectStalls(Clock::time_point now) {
     if (rk.exited || m_tearingDown) continue;
     const double silent = std::chrono::duration<double>(now - rk.lastSeen).count();
     if (silent > o.stallTimeoutS)
-      fail(rk, "stalled: no output for " + std::to_string(static_cast<int>(silent)) +
-                   " s (stopped or hung) after step " + std::to_string(rk.lastStep), true);
+      fail(rk,
+           "stalled: no output for " + std::to_string(static_cast<int>(silent)) + " s (stopped or hung) after step " +
+               std::to_string(rk.lastStep),
+           true);
   }
   if (!m_tearingDown && minStep != INT64_MAX &&
       std::chrono::duration<double>(now - m_progressAt).count() > o.stallTimeoutS)
@@ -634,21 +651,29 @@ void Launcher::Impl::blameNoProgress(std::int64_t minStep) {
   std::string waiting;
   for (auto& rk : m_ranks) {
     if (rk.exited || rk.lastStep != minStep) continue;
-    if (rk.state == "comm") waiting += (waiting.empty() ? "" : ", ") + std::to_string(rk.rank);
-    else if (!stuck) stuck = &rk;
+    if (rk.state == "comm")
+      waiting += (waiting.empty() ? "" : ", ") + std::to_string(rk.rank);
+    else if (!stuck)
+      stuck = &rk;
   }
   const std::string seconds = std::to_string(static_cast<int>(o.stallTimeoutS)) + " s";
   if (stuck && minStep <= 0) {
-    fail(*stuck, "did not finish its first step within " + seconds +
-                     " of the start (loading, or meeting the other ranks; run.timeout_s)", true);
+    fail(*stuck,
+         "did not finish its first step within " + seconds +
+             " of the start (loading, or meeting the other ranks; run.timeout_s)",
+         true);
   } else if (stuck) {
-    fail(*stuck, "stopped making progress: stuck in its own work after step " + std::to_string(minStep) + " for " +
-                     seconds + (waiting.empty() ? "" : "; rank(s) " + waiting + " waited for it"), true);
+    fail(*stuck,
+         "stopped making progress: stuck in its own work after step " + std::to_string(minStep) + " for " + seconds +
+             (waiting.empty() ? "" : "; rank(s) " + waiting + " waited for it"),
+         true);
   } else {
     for (auto& rk : m_ranks)
       if (!rk.exited && rk.lastStep == minStep) {
-        fail(rk, "stopped making progress: every rank waits for the others after step " + std::to_string(minStep) +
-                     " for " + seconds + " (a collective that never completes)", true);
+        fail(rk,
+             "stopped making progress: every rank waits for the others after step " + std::to_string(minStep) +
+                 " for " + seconds + " (a collective that never completes)",
+             true);
         break;
       }
   }

@@ -26,21 +26,37 @@ struct LaunchOptions {
   std::string workerPath;
   std::string profilePath;  ///< the resolved profile each worker reads
   int worldSize = 1;
-  std::string outDir = "";  ///< per-rank logs and results; "" keeps nothing on disk
-  int port = 0;             ///< store port; 0 picks a free one on 127.0.0.1
+  std::string outDir = "";       ///< per-rank logs and results; "" keeps nothing on disk
+  int port = 0;                  ///< store port; 0 picks a free one on 127.0.0.1
   double stallTimeoutS = 120.0;  ///< a rank silent or stuck this long is reported stalled
   double stopGraceS = 10.0;      ///< a user stop waits this long before SIGKILL
   double failGraceS = 2.0;       ///< after a failure, peers get this long before SIGKILL
   std::size_t logTail = 50;      ///< log lines kept per rank for the failure report
   std::vector<std::string> extraWorkerArgs = {};
-  std::string stepFile = "";     ///< where ranks append their step records (Note [Ranks write their steps]); "": they send them
-  long long stepFileLimit = 0;   ///< bytes the step file may reach (a full disk past them); 0: no limit
+  std::string stepFile =
+      "";  ///< where ranks append their step records (Note [Ranks write their steps]); "": they send them
+  long long stepFileLimit = 0;  ///< bytes the step file may reach (a full disk past them); 0: no limit
 
-  LaunchOptions& setStepFile(std::string path, long long limit) { stepFile = std::move(path), stepFileLimit = limit; return *this; }
-  LaunchOptions& setOutDir(std::string v) { outDir = std::move(v); return *this; }
-  LaunchOptions& setPort(int v) { port = v; return *this; }
-  LaunchOptions& setStallTimeoutS(double v) { stallTimeoutS = v; return *this; }
-  LaunchOptions& setStopGraceS(double v) { stopGraceS = v; return *this; }
+  LaunchOptions& setStepFile(std::string path, long long limit) {
+    stepFile = std::move(path), stepFileLimit = limit;
+    return *this;
+  }
+  LaunchOptions& setOutDir(std::string v) {
+    outDir = std::move(v);
+    return *this;
+  }
+  LaunchOptions& setPort(int v) {
+    port = v;
+    return *this;
+  }
+  LaunchOptions& setStallTimeoutS(double v) {
+    stallTimeoutS = v;
+    return *this;
+  }
+  LaunchOptions& setStopGraceS(double v) {
+    stopGraceS = v;
+    return *this;
+  }
 };
 
 struct RankExit {

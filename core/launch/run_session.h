@@ -44,11 +44,26 @@ struct RunSessionOptions {
   /// Told how unpacking the step records into rows goes when the run ends (RunStore::endRun).
   std::function<void(std::int64_t done, std::int64_t total)> unpackProgress = {};
 
-  RunSessionOptions& setRunsDir(std::string v) { runsDir = std::move(v); return *this; }
-  RunSessionOptions& setWorkerPath(std::string v) { workerPath = std::move(v); return *this; }
-  RunSessionOptions& setWorkerArgs(std::vector<std::string> v) { workerArgs = std::move(v); return *this; }
-  RunSessionOptions& setStore(RunStore* v) { store = v; return *this; }
-  RunSessionOptions& setStoreOptions(RunStoreOptions v) { storeOptions = v; return *this; }
+  RunSessionOptions& setRunsDir(std::string v) {
+    runsDir = std::move(v);
+    return *this;
+  }
+  RunSessionOptions& setWorkerPath(std::string v) {
+    workerPath = std::move(v);
+    return *this;
+  }
+  RunSessionOptions& setWorkerArgs(std::vector<std::string> v) {
+    workerArgs = std::move(v);
+    return *this;
+  }
+  RunSessionOptions& setStore(RunStore* v) {
+    store = v;
+    return *this;
+  }
+  RunSessionOptions& setStoreOptions(RunStoreOptions v) {
+    storeOptions = v;
+    return *this;
+  }
   RunSessionOptions& setUnpackProgress(std::function<void(std::int64_t, std::int64_t)> v) {
     unpackProgress = std::move(v);
     return *this;

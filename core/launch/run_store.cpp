@@ -140,7 +140,8 @@ bool nextBlockAfter(int fd, long long from, long long size, FileBlock& b) {
       const void* hit = std::memchr(chunk.data() + i, magic[0], n - sizeof magic + 1 - i);
       if (!hit) break;
       i = static_cast<std::size_t>(static_cast<const char*>(hit) - chunk.data());
-      if (std::memcmp(chunk.data() + i, magic, sizeof magic) == 0 && blockAt(fd, at + static_cast<long long>(i), size, b))
+      if (std::memcmp(chunk.data() + i, magic, sizeof magic) == 0 &&
+          blockAt(fd, at + static_cast<long long>(i), size, b))
         return true;
     }
     if (n < chunk.size()) return false;
@@ -172,8 +173,10 @@ void forEachFileBlock(int fd, long long from, F&& each) {
     }
     if (!each(b)) return;
     if (b.end() == size) return;
-    if (blockAt(fd, b.end(), size, next)) b = next;
-    else if (!nextBlockAfter(fd, b.records, size, b)) return;
+    if (blockAt(fd, b.end(), size, next))
+      b = next;
+    else if (!nextBlockAfter(fd, b.records, size, b))
+      return;
   }
 }
 
@@ -315,7 +318,9 @@ RunStore::RunStore(const std::string& runsDir, const RunStoreOptions& options)
     for (auto id : gone)
       exec(("UPDATE runs SET status = 'interrupted', message = 'the supervisor ended without closing the run "
             "(killed, crashed, or the machine stopped); metrics up to the last second before are kept' "
-            "WHERE id = " + std::to_string(id)).c_str());
+            "WHERE id = " +
+            std::to_string(id))
+               .c_str());
     PTW_CHECK(sqlite3_prepare_v2(m_db, "INSERT INTO validation VALUES (?, ?, ?, ?, ?)", -1, &m_insertValidation,
                                  nullptr) == SQLITE_OK,
               "run store: ", sqlite3_errmsg(m_db));
@@ -337,8 +342,10 @@ void RunStore::unpackEndedRuns(const RunUnpackProgress& progress) {
     PTW_CHECK(rc == SQLITE_DONE, "run store ", m_path, ": cannot list step blocks (", sqlite3_errmsg(m_db), ")");
   }
   for (auto id : packed) {
-    if (!progress) unpackBlocks(id);
-    else unpackBlocks(id, [&](std::int64_t done, std::int64_t total) { progress(id, done, total); });
+    if (!progress)
+      unpackBlocks(id);
+    else
+      unpackBlocks(id, [&](std::int64_t done, std::int64_t total) { progress(id, done, total); });
   }
 }
 
@@ -446,8 +453,8 @@ bool RunStore::registerStepFile(std::int64_t runId, std::string& why) {
   }
   struct stat st {};
   const bool fresh = ::stat(file.c_str(), &st) != 0 || st.st_size == 0;
-  const std::string sql = std::string(fresh ? "INSERT OR REPLACE" : "INSERT OR IGNORE") +
-                          " INTO step_files VALUES (" + std::to_string(runId) + ", 0)";
+  const std::string sql = std::string(fresh ? "INSERT OR REPLACE" : "INSERT OR IGNORE") + " INTO step_files VALUES (" +
+                          std::to_string(runId) + ", 0)";
   if (sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
     why = metricsWriteError(m_path, sqlite3_errmsg(m_db), sqlite3_errcode(m_db) == SQLITE_FULL ? ENOSPC : 0);
     return false;
@@ -474,8 +481,10 @@ void RunStore::commitBuffer() {
       sqlite3_bind_int(s, 2, v.attempt);
       sqlite3_bind_int64(s, 3, v.record.step.step);
       sqlite3_bind_double(s, 4, v.record.valLoss);
-      if (v.record.valAccuracy >= 0) sqlite3_bind_double(s, 5, v.record.valAccuracy);
-      else sqlite3_bind_null(s, 5);
+      if (v.record.valAccuracy >= 0)
+        sqlite3_bind_double(s, 5, v.record.valAccuracy);
+      else
+        sqlite3_bind_null(s, 5);
       if (sqlite3_step(s) != SQLITE_DONE) return fail("writing metrics");
     }
     if (sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) return fail("COMMIT");
@@ -613,8 +622,8 @@ void RunStore::unpackBlockRows(std::int64_t runId, const std::vector<std::pair<s
       one[0].attempt = sqlite3_column_int(read, 0);
       one[0].rank = sqlite3_column_int(read, 1);
       forEachPacked(static_cast<const unsigned char*>(sqlite3_column_blob(read, 3)),
-                    static_cast<std::size_t>(sqlite3_column_bytes(read, 3)), sqlite3_column_int64(read, 2),
-                    one[0].rank, kFirstBlockFields, [&](const StepRecord& r) { one[0].records.push_back(r); });
+                    static_cast<std::size_t>(sqlite3_column_bytes(read, 3)), sqlite3_column_int64(read, 2), one[0].rank,
+                    kFirstBlockFields, [&](const StepRecord& r) { one[0].records.push_back(r); });
       sqlite3_reset(read);
       if (!insertChunks(runId, one, -1)) fail(true);
     } else if (rc != SQLITE_DONE) {  // SQLITE_DONE: already packed by another connection
@@ -683,7 +692,8 @@ void RunStore::unpackBlocks(std::int64_t runId, const UnpackProgress& progress) 
     PendingBlock& p = pending.emplace_back();
     p.attempt = b.attempt, p.rank = b.rank, p.end = b.end();
     if (readFileBlock(fd.fd, b, bytes))
-      forEachPacked(bytes.data(), bytes.size(), b.count, b.rank, b.fields, [&](const StepRecord& r) { p.records.push_back(r); });
+      forEachPacked(bytes.data(), bytes.size(), b.count, b.rank, b.fields,
+                    [&](const StepRecord& r) { p.records.push_back(r); });
     pendingRecords += b.count;
     done += b.count;
     if (pendingRecords < kChunkRecords && i + 1 < fileBlocks.size()) {
@@ -765,10 +775,14 @@ void RunStore::endRun(std::int64_t runId, const std::string& status, const std::
   sqlite3_bind_text(s, 1, status.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(s, 2, now.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(s, 3, message.c_str(), -1, SQLITE_TRANSIENT);
-  if (std::isfinite(finalLoss)) sqlite3_bind_double(s, 4, finalLoss);
-  else sqlite3_bind_null(s, 4);
-  if (std::isfinite(samplesPerS)) sqlite3_bind_double(s, 5, samplesPerS);
-  else sqlite3_bind_null(s, 5);
+  if (std::isfinite(finalLoss))
+    sqlite3_bind_double(s, 4, finalLoss);
+  else
+    sqlite3_bind_null(s, 4);
+  if (std::isfinite(samplesPerS))
+    sqlite3_bind_double(s, 5, samplesPerS);
+  else
+    sqlite3_bind_null(s, 5);
   sqlite3_bind_int(s, 6, attempts);
   sqlite3_bind_int64(s, 7, runId);
   if (sqlite3_step(s) != SQLITE_DONE && m_error.empty())
@@ -777,9 +791,10 @@ void RunStore::endRun(std::int64_t runId, const std::string& status, const std::
 
 // The runs `where` selects (bound to `id` when it has a parameter), oldest first.
 std::vector<RunRow> RunStore::selectRuns(const char* where, std::int64_t id) {
-  const std::string sql = std::string("SELECT id, dir, name, strategy, world, status, started_at, ifnull(ended_at, ''), "
-                                      "ifnull(message, ''), ifnull(final_loss, 'nan'), ifnull(samples_per_s, 'nan'), "
-                                      "attempts, profile FROM runs ") +
+  const std::string sql = std::string(
+                              "SELECT id, dir, name, strategy, world, status, started_at, ifnull(ended_at, ''), "
+                              "ifnull(message, ''), ifnull(final_loss, 'nan'), ifnull(samples_per_s, 'nan'), "
+                              "attempts, profile FROM runs ") +
                           where + " ORDER BY id";
   Statement s(m_db, sql.c_str());
   if (sqlite3_bind_parameter_count(s) > 0) sqlite3_bind_int64(s, 1, id);
@@ -830,12 +845,12 @@ std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int
   // (run_id, rank, step) index rather than an `?2 < 0 OR` that defeats it.
   const char* byRank = rank < 0 ? "" : " AND rank = ?2";
   auto done = [&](int rc) {
-    PTW_CHECK(rc == SQLITE_DONE, "run store ", m_path, ": cannot read run ", runId, "'s steps (",
-              sqlite3_errmsg(m_db), ")");
+    PTW_CHECK(rc == SQLITE_DONE, "run store ", m_path, ": cannot read run ", runId, "'s steps (", sqlite3_errmsg(m_db),
+              ")");
   };
   {
-    const std::string sql = "SELECT " + m_stepsColumns + " FROM steps WHERE run_id = ?1" + byRank +
-                            " AND step BETWEEN ?3 AND ?4";
+    const std::string sql =
+        "SELECT " + m_stepsColumns + " FROM steps WHERE run_id = ?1" + byRank + " AND step BETWEEN ?3 AND ?4";
     Statement s(m_db, sql.c_str());
     bindRange(s);
     int rc;
@@ -844,16 +859,19 @@ std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int
       f.r.rank = sqlite3_column_int(s, 1);
       int column = 2;
       StepRecord::forEachField([&](const char*, auto m) {
-        if constexpr (std::is_same_v<StepFieldType<decltype(m)>, double>) f.r.*m = sqlite3_column_double(s, column++);
-        else f.r.*m = sqlite3_column_int64(s, column++);
+        if constexpr (std::is_same_v<StepFieldType<decltype(m)>, double>)
+          f.r.*m = sqlite3_column_double(s, column++);
+        else
+          f.r.*m = sqlite3_column_int64(s, column++);
       });
       found.push_back(f);
     }
     done(rc);
   }
   {
-    const std::string sql = std::string("SELECT attempt, rank, count, codec, records FROM step_chunks WHERE run_id = ?1") +
-                            byRank + " AND last_step >= ?3 AND first_step <= ?4";
+    const std::string sql =
+        std::string("SELECT attempt, rank, count, codec, records FROM step_chunks WHERE run_id = ?1") + byRank +
+        " AND last_step >= ?3 AND first_step <= ?4";
     Statement s(m_db, sql.c_str());
     bindRange(s);
     std::vector<StepRecord> chunk;
@@ -905,8 +923,10 @@ std::vector<StepRecord> RunStore::collect(std::int64_t runId, int rank, std::int
   std::vector<StepRecord> out;
   out.reserve(found.size());
   for (const auto& f : found) {
-    if (!out.empty() && out.back().rank == f.r.rank && out.back().step == f.r.step) out.back() = f.r;
-    else out.push_back(f.r);
+    if (!out.empty() && out.back().rank == f.r.rank && out.back().step == f.r.step)
+      out.back() = f.r;
+    else
+      out.push_back(f.r);
   }
   return out;
 }
@@ -934,7 +954,7 @@ std::int64_t RunStore::stepCount(std::int64_t runId) {
 }
 
 std::vector<std::pair<double, double>> RunStore::series(std::int64_t runId, int rank, const std::string& column,
-                                                       double x0, double x1) {
+                                                        double x0, double x1) {
   double StepRecord::*field = column == "loss"            ? &StepRecord::loss
                               : column == "samples_per_s" ? &StepRecord::samplesPerS
                               : column == "step_ms"       ? &StepRecord::stepMs

@@ -64,7 +64,7 @@ struct RunRow {
   std::string name;
   std::string strategy;
   int world = 0;
-  std::string status;  ///< running | finished | failed | stopped | interrupted
+  std::string status;              ///< running | finished | failed | stopped | interrupted
   std::string startedAt, endedAt;  ///< UTC, ISO 8601
   std::string message;
   double finalLoss = 0;
@@ -79,7 +79,10 @@ struct RunStoreOptions {
   /// The KiB the database, and each run's step file, may reach before writes fail as on a
   /// full disk (the disk-full tests); 0: no limit.
   long long sizeLimitKib = 0;
-  RunStoreOptions& setSizeLimitKib(long long kib) { sizeLimitKib = kib; return *this; }
+  RunStoreOptions& setSizeLimitKib(long long kib) {
+    sizeLimitKib = kib;
+    return *this;
+  }
 };
 
 class RunStore {
@@ -163,7 +166,7 @@ class RunStore {
   std::string m_path;
   sqlite3* m_db = nullptr;
   std::map<std::int64_t, RunOptions> m_keep;  ///< the runs begun here: which step records they keep
-  std::string m_stepsColumns;  ///< what collect() selects from `steps` (stepsColumns())
+  std::string m_stepsColumns;                 ///< what collect() selects from `steps` (stepsColumns())
   sqlite3_stmt* m_insertValidation = nullptr;
   struct Block {
     std::int64_t runId;
@@ -177,7 +180,7 @@ class RunStore {
     int attempt;
     Record record;
   };
-  std::vector<Block> m_blocks;  ///< a few: one per rank (and attempt) since the last commit
+  std::vector<Block> m_blocks;       ///< a few: one per rank (and attempt) since the last commit
   std::vector<std::string> m_spare;  ///< emptied block buffers, kept for their mapped pages
   std::vector<Validation> m_validation;
   std::chrono::steady_clock::time_point m_lastCommit = std::chrono::steady_clock::now();

@@ -160,9 +160,8 @@ std::string packChunk(const std::vector<StepRecord>& records) {
       tryColumn(kXor, xorColumn(bits));
       tryColumn(kMicros, escapedColumn(bits, [&](std::size_t i) { return wholeMicros(records[i].*m); }));
       if (m == &StepRecord::samplesPerS)
-        tryColumn(kPerMs, escapedColumn(bits, [&](std::size_t i) {
-                    return wholePerMs(records[i].*m, records[i].stepMs);
-                  }));
+        tryColumn(kPerMs,
+                  escapedColumn(bits, [&](std::size_t i) { return wholePerMs(records[i].*m, records[i].stepMs); }));
       out += best;
     }
   });
@@ -188,7 +187,8 @@ void decodeColumn(const StoredColumn& c, StepRecord* r, std::size_t count, M m) 
               " bytes, expected ", 8 * count);
     for (std::size_t i = 0; i < count; ++i) {
       std::uint64_t x = 0;
-      for (std::size_t b = 0; b < 8; ++b) x |= std::uint64_t(static_cast<unsigned char>(c.raw[b * count + i])) << (8 * b);
+      for (std::size_t b = 0; b < 8; ++b)
+        x |= std::uint64_t(static_cast<unsigned char>(c.raw[b * count + i])) << (8 * b);
       prev ^= x;
       r[i].*m = fromBits<T>(prev);
     }
@@ -212,7 +212,8 @@ void decodeColumn(const StoredColumn& c, StepRecord* r, std::size_t count, M m) 
     const auto n = static_cast<double>(static_cast<std::int64_t>(prev));
     if constexpr (std::is_same_v<T, double>)
       r[i].*m = c.transform == kMicros ? n / 1e6 : n * 1000.0 / r[i].stepMs;
-    else PTW_FAIL("run store: a step chunk's integer column has transform ", int(c.transform));
+    else
+      PTW_FAIL("run store: a step chunk's integer column has transform ", int(c.transform));
   }
   PTW_CHECK(in.p == in.end, "run store: a step chunk's column holds bytes past its ", count, " values");
 }

@@ -73,12 +73,13 @@ RunReport Supervisor::run(LaunchObserver& observer) {
       profilePath = o.runDir + "/profile.attempt" + std::to_string(attempt) + ".json";
       saveProfile(resumed, profilePath);
       std::string why = report.message;
-      observer.onLog(-1, "ptw: restarting (attempt " + std::to_string(attempt + 1) + " of " +
-                             std::to_string(maxRestarts + 1) + ") from " +
-                             (step >= 0                        ? "the checkpoint at step " + std::to_string(step)
-                              : o.profile.run.resumeFrom.empty() ? std::string("the start")
-                                                                 : "the checkpoint it started from, " + o.profile.run.resumeFrom) +
-                             " after: " + why);
+      observer.onLog(
+          -1, "ptw: restarting (attempt " + std::to_string(attempt + 1) + " of " + std::to_string(maxRestarts + 1) +
+                  ") from " +
+                  (step >= 0                          ? "the checkpoint at step " + std::to_string(step)
+                   : o.profile.run.resumeFrom.empty() ? std::string("the start")
+                                                      : "the checkpoint it started from, " + o.profile.run.resumeFrom) +
+                  " after: " + why);
       storing.onRestart(attempt, std::max<std::int64_t>(step, 0));
     }
     storing.setAttempt(attempt);
@@ -112,8 +113,7 @@ RunReport Supervisor::run(LaunchObserver& observer) {
       }
     }
     // A rank that could not write the run's metrics would meet the same full disk again.
-    const bool unrecorded =
-        report.failedExit.signal == 0 && report.failedExit.exitCode == kWorkerCannotStoreMetrics;
+    const bool unrecorded = report.failedExit.signal == 0 && report.failedExit.exitCode == kWorkerCannotStoreMetrics;
     if (report.status != RunReport::Status::Failed || attempt >= maxRestarts || m_stopRequested.load() || unrecorded)
       break;
   }

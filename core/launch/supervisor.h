@@ -31,15 +31,22 @@ class RunStore;
 struct SupervisorOptions {
   SupervisorOptions(Profile profile, std::string runDir, std::string workerPath)
       : profile(std::move(profile)), runDir(std::move(runDir)), workerPath(std::move(workerPath)) {}
-  Profile profile;         ///< resolved; written to runDir/profile.json
+  Profile profile;  ///< resolved; written to runDir/profile.json
   std::string runDir;
   std::string workerPath;
   RunStore* store = nullptr;  ///< records go here when set
   std::int64_t runId = 0;
   /// Appended to every worker's command line, every attempt (RunSessionOptions::workerArgs).
   std::vector<std::string> workerArgs = {};
-  SupervisorOptions& setStore(RunStore* s, std::int64_t id) { store = s; runId = id; return *this; }
-  SupervisorOptions& setWorkerArgs(std::vector<std::string> v) { workerArgs = std::move(v); return *this; }
+  SupervisorOptions& setStore(RunStore* s, std::int64_t id) {
+    store = s;
+    runId = id;
+    return *this;
+  }
+  SupervisorOptions& setWorkerArgs(std::vector<std::string> v) {
+    workerArgs = std::move(v);
+    return *this;
+  }
 };
 
 class Supervisor {

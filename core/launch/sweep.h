@@ -39,8 +39,14 @@ struct SweepOptions {
   std::int64_t steps = 200;
   std::string runsDir = "";     ///< "" uses defaultRunsDirectory(); every point is a stored run
   std::string workerPath = "";  ///< "" uses Launcher::defaultWorkerPath()
-  SweepOptions& setSteps(std::int64_t v) { steps = v; return *this; }
-  SweepOptions& setRunsDir(std::string v) { runsDir = std::move(v); return *this; }
+  SweepOptions& setSteps(std::int64_t v) {
+    steps = v;
+    return *this;
+  }
+  SweepOptions& setRunsDir(std::string v) {
+    runsDir = std::move(v);
+    return *this;
+  }
 };
 
 class Sweep {

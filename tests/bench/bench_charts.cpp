@@ -5,9 +5,9 @@
 // record (100k points per graph, far short of an hour).
 //
 //   QT_QPA_PLATFORM=offscreen build/bin/bench_charts [seconds of run, default 3600] [smoothing, default 0.6]
+#include <qcustomplot.h>
 #include <QApplication>
 #include <QElapsedTimer>
-#include <qcustomplot.h>
 
 #include <cmath>
 #include <cstdio>
@@ -78,8 +78,8 @@ int main(int argc, char** argv) {
   const auto liveFrame = [&] {
     for (long k = 0; k < perFrame; ++k, ++step)
       for (int s = 0; s < kSeries; ++s) chart.append(s, static_cast<double>(step + 1), value(s, step));
-    chart.refresh();           // summaries to graph data, layers drawn
-    chart.plot()->repaint();   // and onto the widget, as the baseline's immediate refresh does
+    chart.refresh();          // summaries to graph data, layers drawn
+    chart.plot()->repaint();  // and onto the widget, as the baseline's immediate refresh does
   };
   const double fps = framesPerSecond(liveFrame, 60);  // y fitted to all but outliers, as the window draws
   chart.setIgnoreOutliers(false);
@@ -104,8 +104,9 @@ int main(int argc, char** argv) {
   raw.rescaleAxes();
   const double baseFps = framesPerSecond([&] { raw.replot(QCustomPlot::rpImmediateRefresh); }, 10);
 
-  std::printf("chart benchmark: %d series (%d ranks x %d), %d records/s each, %ld s of run (%.1fM records per series)\n",
-              kSeries, kRanks, kSeriesPerRank, kRate, seconds, steps / 1e6);
+  std::printf(
+      "chart benchmark: %d series (%d ranks x %d), %d records/s each, %ld s of run (%.1fM records per series)\n",
+      kSeries, kRanks, kSeriesPerRank, kRate, seconds, steps / 1e6);
   std::printf("  ingest:          %.1fM records/s (%.2f s for %.0fM records; the run produces %.0f records/s)\n",
               records / ingestS / 1e6, ingestS, records / 1e6, static_cast<double>(kSeries) * kRate);
   std::printf("  replot at end:   %.1f frames/s with live data arriving (target >= 30); %d points drawn\n", fps, drawn);

@@ -185,8 +185,9 @@ int main(int argc, char** argv) {
                 lockstep.back(), ddp.back());
     std::fflush(stdout);
   }
-  std::printf("medians of the paired ratios: apart / (2 x single) %.3f, lockstep / (2 x single) %.3f, "
-              "ddp / (2 x single) %.3f, lockstep / apart %.3f, ddp / lockstep %.3f\n",
-              median(apart), median(lockstep), median(ddp), median(lockstepApart), median(ddpLockstep));
+  std::printf(
+      "medians of the paired ratios: apart / (2 x single) %.3f, lockstep / (2 x single) %.3f, "
+      "ddp / (2 x single) %.3f, lockstep / apart %.3f, ddp / lockstep %.3f\n",
+      median(apart), median(lockstep), median(ddp), median(lockstepApart), median(ddpLockstep));
   return 0;
 }

@@ -55,8 +55,8 @@
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <unistd.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -238,9 +238,10 @@ int metricsInPhases(int runs, long steps, int phaseMs) {
     std::fflush(stdout);
     neighbourRatios(on, rate, inWindow ? windowRatios : storedRatios);
   }
-  std::printf("metrics on ÷ off within runs (the ranks send their records in every other phase), seed workload, DDP "
-              "shm, 2 ranks, %d runs of %ld steps, phases of %d ms:\n",
-              runs, steps, phaseMs);
+  std::printf(
+      "metrics on ÷ off within runs (the ranks send their records in every other phase), seed workload, DDP "
+      "shm, 2 ranks, %d runs of %ld steps, phases of %d ms:\n",
+      runs, steps, phaseMs);
   if (!windowRatios.empty()) printRatios("stored and in a live window", windowRatios, "on phases");
   if (!storedRatios.empty()) printRatios("stored, headless", storedRatios, "on phases");
   if (windowRatios.empty() && storedRatios.empty()) {
@@ -292,8 +293,8 @@ int alternate(int runs, long steps, int phaseMs) {
       double ms = 0;
       std::size_t n = 0;
       for (int rank : {0, 1})
-        for (const auto& [step, stepMs] : store.series(runId, rank, "step_ms", static_cast<double>(from + 1),
-                                                        static_cast<double>(p.to)))
+        for (const auto& [step, stepMs] :
+             store.series(runId, rank, "step_ms", static_cast<double>(from + 1), static_cast<double>(p.to)))
           ms += stepMs, ++n;
       rate[i] = n > 0 ? 1000.0 * static_cast<double>(n) / ms : 0;  // steps a second, by both ranks' mean step
       (p.live ? liveShare : pausedShare).push_back(p.cpuS / p.wallS);
@@ -312,9 +313,10 @@ int alternate(int runs, long steps, int phaseMs) {
     std::fprintf(stderr, "bench_monitoring: no live phase had a paused one beside it; give more steps\n");
     return 1;
   }
-  std::printf("the live window within stored runs, seed workload, DDP shm, 2 ranks, %d runs of %ld steps, phases of "
-              "%d ms:\n",
-              runs, steps, phaseMs);
+  std::printf(
+      "the live window within stored runs, seed workload, DDP shm, 2 ranks, %d runs of %ld steps, phases of "
+      "%d ms:\n",
+      runs, steps, phaseMs);
   printRatios("live ÷ paused", ratios, "live phases");
   std::printf("  the window's process: %.2f%% of one core live, %.2f%% paused (medians over phases)\n",
               100 * median(liveShare), 100 * median(pausedShare));
@@ -447,7 +449,7 @@ int main(int argc, char** argv) {
       onRate = trainingRate(w.controller()->runDirectory());
     };
     const std::vector<std::function<void()>> ways = {metricsOff, sentOnly, storedNoWindow, offBesideABurner,
-                                                      inTheWindow};
+                                                     inTheWindow};
     for (std::size_t k = 0; k < ways.size(); ++k) ways[(static_cast<std::size_t>(i) + k) % ways.size()]();
     off.push_back(offRate);
     on.push_back(onRate);
@@ -463,8 +465,10 @@ int main(int argc, char** argv) {
     ratio.push_back(onRate / offRate);
   }
 
-  std::printf("time from Start to the first loss point (default profile: 2 DDP ranks, shared memory): median %.2f s, max %.2f s over 5 (target <= 3 s)\n",
-              median(firstPoint), *std::max_element(firstPoint.begin(), firstPoint.end()));
+  std::printf(
+      "time from Start to the first loss point (default profile: 2 DDP ranks, shared memory): median %.2f s, max %.2f "
+      "s over 5 (target <= 3 s)\n",
+      median(firstPoint), *std::max_element(firstPoint.begin(), firstPoint.end()));
   std::printf("monitoring cost, seed workload, DDP %s, 2 ranks, %ld steps, %d rounds:\n", backend, steps, rounds);
   std::printf("  metrics off (no records, no store, no window):  %.0f steps/s (median)\n", median(off));
   std::printf("  every record to the store and a live window:    %.0f steps/s (median)\n", median(on));
@@ -475,9 +479,10 @@ int main(int argc, char** argv) {
   std::printf("\n");
   std::printf("  records sent and read, not stored or shown: ratio %.3f to off (median)\n", median(recordsOnly));
   std::printf("  records stored (a headless run), no window: ratio %.3f to off (median)\n", median(storedOnly));
-  std::printf("  metrics off beside a program burning 2.4%% of one core (1.2 ms every 50 ms): ratio %.3f to off "
-              "(median)\n",
-              median(burned));
+  std::printf(
+      "  metrics off beside a program burning 2.4%% of one core (1.2 ms every 50 ms): ratio %.3f to off "
+      "(median)\n",
+      median(burned));
   std::printf("  CPU per rank step: %.1f us with metrics off, %.1f us on (rank processes, start-up included)\n",
               median(rankOffUs), median(rankOnUs));
   std::printf("  CPU per record in the window's process (supervisor, store, charts): %.2f us\n", median(monitorUs));
@@ -510,9 +515,10 @@ int main(int argc, char** argv) {
     const double cpuUs = (threadCpuUs() - cpu0) / total;
     const double rate = 2.0 * median(on);
     // Wall time includes waiting for the disk, which takes no core.
-    std::printf("  run store alone: %.2f us of CPU per record (%.2f us wall, disk waits included); at the run's %.0f "
-                "records/s that is %.1f%% of one core\n",
-                cpuUs, us, rate, cpuUs * rate / 1e4);
+    std::printf(
+        "  run store alone: %.2f us of CPU per record (%.2f us wall, disk waits included); at the run's %.0f "
+        "records/s that is %.1f%% of one core\n",
+        cpuUs, us, rate, cpuUs * rate / 1e4);
   }
   return 0;
 }

@@ -20,9 +20,9 @@
 #include <torch/torch.h>
 
 #include "common/error.h"
+#include "engine/sampler.h"
 #include "engine/shm_segment.h"
 #include "engine/strategy.h"
-#include "engine/sampler.h"
 #include "engine/trainer.h"
 #include "engine/workload.h"
 #include "launch/launcher.h"
@@ -118,8 +118,10 @@ class TestDdp : public QObject {
         QJsonArray expected = perRank[r].toArray();
         QCOMPARE(static_cast<int>(mine.size()), expected.size());
         for (int i = 0; i < expected.size(); ++i)
-          QVERIFY2(mine[static_cast<std::size_t>(i)] == expected[i].toInt(),
-                   qPrintable(QStringLiteral("n=%1 world=%2 rank=%3 index %4").arg(row["n"].toInt()).arg(world).arg(r).arg(i)));
+          QVERIFY2(
+              mine[static_cast<std::size_t>(i)] == expected[i].toInt(),
+              qPrintable(
+                  QStringLiteral("n=%1 world=%2 rank=%3 index %4").arg(row["n"].toInt()).arg(world).arg(r).arg(i)));
       }
     }
   }
@@ -282,7 +284,9 @@ class TestDdp : public QObject {
         const double mean = lossSum / samples;
         QVERIFY2(std::abs(coordinator->second.loss - mean) <= 1e-6 * std::max(1.0, std::abs(mean)),
                  qPrintable(QStringLiteral("step %1: the coordinator reports %2, its workers' mean is %3")
-                                .arg(step).arg(coordinator->second.loss, 0, 'g', 9).arg(mean, 0, 'g', 9)));
+                                .arg(step)
+                                .arg(coordinator->second.loss, 0, 'g', 9)
+                                .arg(mean, 0, 'g', 9)));
       }
     }
 
@@ -319,8 +323,7 @@ class TestDdp : public QObject {
     QCOMPARE(launch(tied, p, quiet).status, RunReport::Status::Finished);
     QVERIFY2(log(tied).contains("strategy.backend auto: shm\n"), qPrintable(log(tied)));
 
-    p.model.path =
-        test::sourcePath("resources/data/mlp-10-16-1-float64.scripted.pt").toStdString();
+    p.model.path = test::sourcePath("resources/data/mlp-10-16-1-float64.scripted.pt").toStdString();
     QTemporaryDir gloo;
     QCOMPARE(launch(gloo, p, quiet).status, RunReport::Status::Finished);
     QVERIFY2(log(gloo).contains("strategy.backend auto: gloo, as shared memory reduces dense float32 CPU parameters; "
@@ -588,7 +591,11 @@ class TestDdp : public QObject {
     std::sort(losses.begin(), losses.end());
     QVERIFY2(losses[1] <= 1.2 * singleLoss,
              qPrintable(QStringLiteral("hogwild val loss %1 (median of %2, %3, %4), single %5")
-                            .arg(losses[1]).arg(losses[0]).arg(losses[1]).arg(losses[2]).arg(singleLoss)));
+                            .arg(losses[1])
+                            .arg(losses[0])
+                            .arg(losses[1])
+                            .arg(losses[2])
+                            .arg(singleLoss)));
     // Not trivially equal: the model learned something from the initial loss of ~1.1 (3 classes).
     QVERIFY2(singleLoss < 0.9, qPrintable(QStringLiteral("single val loss %1").arg(singleLoss)));
   }
@@ -644,17 +651,27 @@ class TestDdp : public QObject {
     QTest::addColumn<QString>("backend");
     QTest::addColumn<QString>("optimizer");
     QTest::addColumn<int>("hidden");
-    QTest::newRow("ddp gloo, Adam") << "ddp" << "gloo" << "adam" << 16;
+    QTest::newRow("ddp gloo, Adam") << "ddp"
+                                    << "gloo"
+                                    << "adam" << 16;
     // Each rank's own momentum buffers (Note [One-barrier step]); buffers shared by the ranks,
     // each stepping its share (Note [Sharded SGD step]): the checkpoint must hold all of them
     // and the resumed run must start from them.
-    QTest::newRow("ddp shm, SGD momentum, one barrier") << "ddp" << "shm" << "sgd" << 16;
-    QTest::newRow("ddp shm, SGD momentum, sharded") << "ddp" << "shm" << "sgd" << 64;
+    QTest::newRow("ddp shm, SGD momentum, one barrier") << "ddp"
+                                                        << "shm"
+                                                        << "sgd" << 16;
+    QTest::newRow("ddp shm, SGD momentum, sharded") << "ddp"
+                                                    << "shm"
+                                                    << "sgd" << 64;
     // Steps split over lanes or pool workers (a model of 18,051 floats), on momentum buffers
     // the resumed optimizer brings back: the pool's live in its segment, and its coordinator's
     // checkpoint must hold them though it steps no share.
-    QTest::newRow("dataparallel, SGD momentum, lane-split step") << "dataparallel" << "auto" << "sgd" << 128;
-    QTest::newRow("pool sync, SGD momentum, workers step shares") << "pool" << "auto" << "sgd" << 128;
+    QTest::newRow("dataparallel, SGD momentum, lane-split step") << "dataparallel"
+                                                                 << "auto"
+                                                                 << "sgd" << 128;
+    QTest::newRow("pool sync, SGD momentum, workers step shares") << "pool"
+                                                                  << "auto"
+                                                                  << "sgd" << 128;
   }
   void resumeContinuesExactly() {
     QFETCH(QString, kind);

@@ -137,7 +137,9 @@ class TestProfile : public QObject {
       const auto m = rowPattern.match(QString::fromUtf8(file.readLine()));
       if (!m.hasMatch()) continue;
       const QString key = m.captured(1);
-      if (doc.count(key)) problems << QString("%1: listed twice in docs/profiles.md (lines %2 and %3)").arg(key).arg(doc[key].line).arg(line);
+      if (doc.count(key))
+        problems
+            << QString("%1: listed twice in docs/profiles.md (lines %2 and %3)").arg(key).arg(doc[key].line).arg(line);
       doc[key] = {m.captured(2).trimmed(), m.captured(3).trimmed(), m.captured(4).trimmed(), line};
     }
 
@@ -157,8 +159,9 @@ class TestProfile : public QObject {
     for (const auto& [key, value] : fields) {
       auto row = doc.find(key);
       if (row == doc.end()) {
-        problems << QString("%1: a profile field (default %2) missing from docs/profiles.md; add the row "
-                            "| `%1` | `%2` | allowed | meaning |")
+        problems << QString(
+                        "%1: a profile field (default %2) missing from docs/profiles.md; add the row "
+                        "| `%1` | `%2` | allowed | meaning |")
                         .arg(key, jsonText(value));
         continue;
       }
@@ -166,7 +169,9 @@ class TestProfile : public QObject {
       const auto cell = quoted.match(r.defaultCell);
       if (!cell.hasMatch()) {
         problems << QString("%1: docs/profiles.md line %2: the default cell must be one value in backticks, got \"%3\"")
-                        .arg(key).arg(r.line).arg(r.defaultCell);
+                        .arg(key)
+                        .arg(r.line)
+                        .arg(r.defaultCell);
       } else {
         QJsonParseError error{};
         const QJsonDocument parsed = QJsonDocument::fromJson("[" + cell.captured(1).toUtf8() + "]", &error);
@@ -175,7 +180,9 @@ class TestProfile : public QObject {
                                        : QJsonValue(cell.captured(1));
         if (!sameJson(written, value))
           problems << QString("%1: docs/profiles.md line %2 gives the default %3, the profile's is %4")
-                          .arg(key).arg(r.line).arg(jsonText(written), jsonText(value));
+                          .arg(key)
+                          .arg(r.line)
+                          .arg(jsonText(written), jsonText(value));
       }
       // The editor's help for a field is this cell: one source for both.
       const auto help = fieldHelp().find(key.toStdString());
@@ -184,21 +191,29 @@ class TestProfile : public QObject {
                         .arg(key, r.meaningCell);
       else if (QString::fromStdString(help->second) != r.meaningCell)
         problems << QString("%1: docs/profiles.md line %2 gives the meaning \"%3\", fieldHelp() gives \"%4\"")
-                        .arg(key).arg(r.line).arg(r.meaningCell, QString::fromStdString(help->second));
+                        .arg(key)
+                        .arg(r.line)
+                        .arg(r.meaningCell, QString::fromStdString(help->second));
       for (const auto& choice : fieldChoices(key.toStdString())) {
         const QString named = "`" + QString::fromStdString(choice) + "`";
         if (!r.allowedCell.contains(named))
-          problems << QString("%1: docs/profiles.md line %2 does not name the allowed value %3").arg(key).arg(r.line).arg(named);
+          problems << QString("%1: docs/profiles.md line %2 does not name the allowed value %3")
+                          .arg(key)
+                          .arg(r.line)
+                          .arg(named);
       }
     }
     for (const auto& [path, text] : fieldHelp())
       if (!fields.count(QString::fromStdString(path)))
-        problems << QString("%1: fieldHelp() has help for a field the profile does not have").arg(QString::fromStdString(path));
+        problems << QString("%1: fieldHelp() has help for a field the profile does not have")
+                        .arg(QString::fromStdString(path));
     for (const auto& [key, row] : doc)
       if (!fields.count(key))
         problems << QString("%1: docs/profiles.md line %2 lists a field the profile does not have; remove the row")
-                        .arg(key).arg(row.line);
-    QVERIFY2(problems.isEmpty(), qPrintable("docs/profiles.md is out of step with the profile:\n  " + problems.join("\n  ")));
+                        .arg(key)
+                        .arg(row.line);
+    QVERIFY2(problems.isEmpty(),
+             qPrintable("docs/profiles.md is out of step with the profile:\n  " + problems.join("\n  ")));
   }
 
   // run.keep_every and run.keep_all_until: which steps' records the store keeps; by
@@ -223,24 +238,33 @@ class TestProfile : public QObject {
   void invalidProfilesAreRejected_data() {
     QTest::addColumn<QString>("json");
     QTest::addColumn<QString>("expected");
-    QTest::newRow("bad JSON names line and column")
-        << "{\n  \"strategy\": {\n    \"ranks\": 2,,\n  }\n}" << "p.json:3:16: invalid JSON";
-    QTest::newRow("unknown strategy") << R"({"strategy": {"kind": "horovod"}})"
-                                      << "strategy.kind: expected one of single, dataparallel, ddp, pool, got \"horovod\"";
-    QTest::newRow("negative learning rate") << R"({"hyper": {"lr": -1}})" << "hyper.lr: must be > 0, got -1";
-    QTest::newRow("zero ranks") << R"({"strategy": {"ranks": 0}})" << "strategy.ranks: must be >= 1, got 0";
+    QTest::newRow("bad JSON names line and column") << "{\n  \"strategy\": {\n    \"ranks\": 2,,\n  }\n}"
+                                                    << "p.json:3:16: invalid JSON";
+    QTest::newRow("unknown strategy")
+        << R"({"strategy": {"kind": "horovod"}})"
+        << "strategy.kind: expected one of single, dataparallel, ddp, pool, got \"horovod\"";
+    QTest::newRow("negative learning rate") << R"({"hyper": {"lr": -1}})"
+                                            << "hyper.lr: must be > 0, got -1";
+    QTest::newRow("zero ranks") << R"({"strategy": {"ranks": 0}})"
+                                << "strategy.ranks: must be >= 1, got 0";
     QTest::newRow("wrong type") << R"({"strategy": {"ranks": "two"}})"
                                 << "strategy.ranks: expected an integer, got \"two\"";
     QTest::newRow("fractional integer") << R"({"hyper": {"batch_size": 1.5}})"
                                         << "hyper.batch_size: expected an integer, got 1.5";
-    QTest::newRow("unknown field") << R"({"hyper": {"learning_rate": 0.1}})" << "hyper.learning_rate: unknown field";
-    QTest::newRow("unknown section") << R"({"hyperparams": {}})" << "hyperparams: unknown section";
-    QTest::newRow("not an object") << "[1, 2]" << "expected a JSON object at the top level";
+    QTest::newRow("unknown field") << R"({"hyper": {"learning_rate": 0.1}})"
+                                   << "hyper.learning_rate: unknown field";
+    QTest::newRow("unknown section") << R"({"hyperparams": {}})"
+                                     << "hyperparams: unknown section";
+    QTest::newRow("not an object") << "[1, 2]"
+                                   << "expected a JSON object at the top level";
     QTest::newRow("more ranks than samples") << R"({"strategy": {"ranks": 8}, "data": {"samples": 4}})"
                                              << "strategy.ranks: more ranks (8) than training samples (4)";
-    QTest::newRow("no steps") << R"({"hyper": {"max_steps": 0, "epochs": 0}})" << "hyper.max_steps: set hyper.max_steps";
-    QTest::newRow("nccl on cpu") << R"({"strategy": {"backend": "nccl"}})" << "strategy.backend: nccl needs";
-    QTest::newRow("number beyond double range") << R"({"hyper": {"lr": 1e999}})" << "p.json: invalid JSON: number overflow";
+    QTest::newRow("no steps") << R"({"hyper": {"max_steps": 0, "epochs": 0}})"
+                              << "hyper.max_steps: set hyper.max_steps";
+    QTest::newRow("nccl on cpu") << R"({"strategy": {"backend": "nccl"}})"
+                                 << "strategy.backend: nccl needs";
+    QTest::newRow("number beyond double range") << R"({"hyper": {"lr": 1e999}})"
+                                                << "p.json: invalid JSON: number overflow";
     QTest::newRow("unknown pool mode") << R"({"strategy": {"kind": "pool", "pool_mode": "async"}})"
                                        << "strategy.pool_mode: expected one of sync, hogwild, got \"async\"";
     QTest::newRow("pool on cuda") << R"({"strategy": {"kind": "pool", "device": "cuda"}})"
@@ -259,7 +283,8 @@ class TestProfile : public QObject {
                                             << "hyper.precision: mixed precision runs on cuda";
     QTest::newRow("nesterov without momentum") << R"({"hyper": {"nesterov": true}})"
                                                << "hyper.nesterov: needs optimizer sgd and momentum > 0";
-    QTest::newRow("zero accumulation") << R"({"hyper": {"accumulate": 0}})" << "hyper.accumulate: must be >= 1, got 0";
+    QTest::newRow("zero accumulation") << R"({"hyper": {"accumulate": 0}})"
+                                       << "hyper.accumulate: must be >= 1, got 0";
     QTest::newRow("unknown schedule") << R"({"hyper": {"schedule": "cyclic"}})"
                                       << "hyper.schedule: expected one of constant, step, cosine";
     QTest::newRow("eval without split") << R"({"run": {"eval_every": 5}})"
@@ -268,7 +293,8 @@ class TestProfile : public QObject {
                                      << "run.keep_every: must be >= 1 (1 keeps every step's records), got 0";
     QTest::newRow("keep until a negative step") << R"({"run": {"keep_every": 5, "keep_all_until": -1}})"
                                                 << "run.keep_all_until: must be >= 0, got -1";
-    QTest::newRow("csv without path") << R"({"data": {"kind": "csv", "target": "y"}})" << "data.path: csv needs the file";
+    QTest::newRow("csv without path") << R"({"data": {"kind": "csv", "target": "y"}})"
+                                      << "data.path: csv needs the file";
     QTest::newRow("csv without target") << R"({"data": {"kind": "csv", "path": "d.csv"}})"
                                         << "data.target: csv needs the name of the target column";
     QTest::newRow("torchscript without file") << R"({"model": {"kind": "torchscript"}})"
@@ -281,8 +307,9 @@ class TestProfile : public QObject {
                                               << "hyper.max_steps: integer out of range for this field";
     QTest::newRow("steps past int64") << R"({"hyper": {"max_steps": 9223372036854775808}})"
                                       << "hyper.max_steps: integer out of range for this field";
-    QTest::newRow("ranks past int") << R"({"strategy": {"ranks": 4294967296}})"
-                                    << "strategy.ranks: integer out of range for this field (-2147483648 to 2147483647)";
+    QTest::newRow("ranks past int")
+        << R"({"strategy": {"ranks": 4294967296}})"
+        << "strategy.ranks: integer out of range for this field (-2147483648 to 2147483647)";
     QTest::newRow("hogwild with clipping")
         << R"({"strategy": {"kind": "pool", "pool_mode": "hogwild"}, "hyper": {"clip_norm": 1}})"
         << "hyper.clip_norm: hogwild workers step on their own: must be 0, got 1";
@@ -379,15 +406,15 @@ class TestProfile : public QObject {
       const std::size_t used = decodeRecords(s, got, bad);
       return bad && used == frame * kRecordFrameBytes && got.size() == frame;
     };
-    QVERIFY(corrupt(0, 0, 'x'));                         // magic
-    QVERIFY(corrupt(1, 4, 'Q'));                         // kind
-    QVERIFY(corrupt(1, 5, 1));                           // reserved
-    QVERIFY(corrupt(2, 11, '\x80'));                     // negative rank
-    QVERIFY(corrupt(3, 23, '\x80'));                     // negative step
-    QVERIFY(corrupt(2, 32, 'C'));                        // "Comm": not a word
-    QVERIFY(corrupt(2, 33, '\x1b'));                     // an escape in the state
-    QVERIFY(corrupt(3, 60, 1));                          // a Done frame carrying values
-    QVERIFY(!corrupt(0, 40, 1));                         // a step's loss may be any double
+    QVERIFY(corrupt(0, 0, 'x'));      // magic
+    QVERIFY(corrupt(1, 4, 'Q'));      // kind
+    QVERIFY(corrupt(1, 5, 1));        // reserved
+    QVERIFY(corrupt(2, 11, '\x80'));  // negative rank
+    QVERIFY(corrupt(3, 23, '\x80'));  // negative step
+    QVERIFY(corrupt(2, 32, 'C'));     // "Comm": not a word
+    QVERIFY(corrupt(2, 33, '\x1b'));  // an escape in the state
+    QVERIFY(corrupt(3, 60, 1));       // a Done frame carrying values
+    QVERIFY(!corrupt(0, 40, 1));      // a step's loss may be any double
 
     // The text form, for a worker run by hand.
     std::string line;
@@ -433,11 +460,11 @@ class TestProfile : public QObject {
       bool bad = false;
       return decodeRecords(s, got, bad) == 0 && bad && got.empty();
     };
-    QVERIFY(corrupt(kRecordFrameBytes + 8, 0));     // no steps
-    QVERIFY(corrupt(kRecordFrameBytes, 4101));      // first after last
-    QVERIFY(corrupt(kRecordFrameBytes, -1));        // a negative first step
-    QVERIFY(corrupt(kRecordFrameBytes, 4097));      // 5 steps from 4097 to 4100
-    QVERIFY(!corrupt(kRecordFrameBytes, 4090));     // 5 of the steps from 4090 to 4100
+    QVERIFY(corrupt(kRecordFrameBytes + 8, 0));  // no steps
+    QVERIFY(corrupt(kRecordFrameBytes, 4101));   // first after last
+    QVERIFY(corrupt(kRecordFrameBytes, -1));     // a negative first step
+    QVERIFY(corrupt(kRecordFrameBytes, 4097));   // 5 steps from 4097 to 4100
+    QVERIFY(!corrupt(kRecordFrameBytes, 4090));  // 5 of the steps from 4090 to 4100
     std::string line;
     formatRecord(g, line);
     QCOMPARE(QString::fromStdString(line),

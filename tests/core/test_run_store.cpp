@@ -7,8 +7,8 @@
 
 #include <sqlite3.h>
 #include <sys/wait.h>
-#include <xxhash.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <cmath>
 #include <cstring>
@@ -20,8 +20,8 @@
 #include <tuple>
 #include <vector>
 
-#include "common/profile.h"
 #include "common/error.h"
+#include "common/profile.h"
 #include "common/step_block.h"
 #include "launch/run_store.h"
 #include "launch/step_chunk.h"
@@ -145,20 +145,15 @@ std::vector<LaidOutBlock> blocksOf(const std::vector<unsigned char>& f) {
   std::vector<LaidOutBlock> out;
   for (std::size_t at = 0; at + 40 <= f.size();) {
     const unsigned char* h = f.data() + at;
-    LaidOutBlock b{static_cast<std::uint32_t>(little(h, 4)),
-                  static_cast<std::uint32_t>(little(h + 4, 2)),
-                  static_cast<std::uint32_t>(little(h + 6, 2)),
-                  static_cast<int>(little(h + 8, 4)),
-                  static_cast<int>(little(h + 12, 4)),
-                  static_cast<std::int64_t>(little(h + 16, 8)),
-                  static_cast<std::int64_t>(little(h + 24, 8)),
-                  h + 40};
+    LaidOutBlock b{static_cast<std::uint32_t>(little(h, 4)),     static_cast<std::uint32_t>(little(h + 4, 2)),
+                   static_cast<std::uint32_t>(little(h + 6, 2)), static_cast<int>(little(h + 8, 4)),
+                   static_cast<int>(little(h + 12, 4)),          static_cast<std::int64_t>(little(h + 16, 8)),
+                   static_cast<std::int64_t>(little(h + 24, 8)), h + 40};
     out.push_back(b);
     at += 40 + 8 * std::size_t(b.fields) * std::size_t(b.count);
   }
   return out;
 }
-
 
 }  // namespace
 
@@ -301,15 +296,16 @@ class TestRunStore : public QObject {
       } else {
         std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
         f.seekp(static_cast<std::streamoff>(whole) - (std::string(damage) == "zeros" ? 4096 : 300));
-        if (std::string(damage) == "zeros") f << std::string(4096, '\0');
-        else f << 'x';
+        if (std::string(damage) == "zeros")
+          f << std::string(4096, '\0');
+        else
+          f << 'x';
       }
       RunStore reader(dir.path().toStdString());
       QCOMPARE(reader.stepCount(id), std::int64_t(200));
       const auto read = reader.steps(id);
       QCOMPARE(read.size(), std::size_t(200));
-      for (std::size_t i = 0; i < read.size(); ++i)
-        QVERIFY(read[i] == stepRecord(0, std::int64_t(i) + 1).step);
+      for (std::size_t i = 0; i < read.size(); ++i) QVERIFY(read[i] == stepRecord(0, std::int64_t(i) + 1).step);
       store.endRun(id, "finished", "", 0.5, 1.0, 1);
       QCOMPARE(store.stepCount(id), std::int64_t(200));
       Sql sql(store.path());
@@ -533,10 +529,8 @@ class TestRunStore : public QObject {
     store.unpackBlocks(id);
     Sql sql(store.path());
     QVERIFY(!std::filesystem::exists(stepFile(dir, id)));
-    QCOMPARE(sql.count(kChunked + " WHERE attempt = 1 AND first_step >= 600 AND last_step <= 1200"),
-             std::int64_t(601));
-    QCOMPARE(sql.count(kChunked + " WHERE attempt = 0 AND first_step >= 1 AND last_step <= 1000"),
-             std::int64_t(1000));
+    QCOMPARE(sql.count(kChunked + " WHERE attempt = 1 AND first_step >= 600 AND last_step <= 1200"), std::int64_t(601));
+    QCOMPARE(sql.count(kChunked + " WHERE attempt = 0 AND first_step >= 1 AND last_step <= 1000"), std::int64_t(1000));
     const auto again = store.steps(id);
     QCOMPARE(again.size(), all.size());
     for (std::size_t i = 0; i < all.size(); ++i) QVERIFY(again[i] == all[i]);
@@ -644,8 +638,8 @@ class TestRunStore : public QObject {
                           nullptr, nullptr, nullptr),
              SQLITE_OK);
     sqlite3_stmt* insert = nullptr;
-    QCOMPARE(sqlite3_prepare_v2(raw, "INSERT INTO steps VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", -1,
-                                &insert, nullptr),
+    QCOMPARE(sqlite3_prepare_v2(raw, "INSERT INTO steps VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", -1, &insert,
+                                nullptr),
              SQLITE_OK);
     std::vector<StepRecord> expected;
     for (int rank = 0; rank < 2; ++rank)
@@ -699,11 +693,20 @@ class TestRunStore : public QObject {
     QTemporaryDir dir;
     RunStore store(dir.path().toStdString());
     const auto id = store.beginRun(dir.path().toStdString(), defaultProfile());
-    const double odd[] = {std::nan(""), -std::nan(""), std::numeric_limits<double>::infinity(),
-                          -std::numeric_limits<double>::infinity(), -0.0, 0.0, 4.9e-324, -1.7976931348623157e308,
-                          1e-300, 0.1, 1e12, -33.000001};
-    const std::int64_t ints[] = {0, -1, std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::min(),
-                                 42, 1LL << 40};
+    const double odd[] = {std::nan(""),
+                          -std::nan(""),
+                          std::numeric_limits<double>::infinity(),
+                          -std::numeric_limits<double>::infinity(),
+                          -0.0,
+                          0.0,
+                          4.9e-324,
+                          -1.7976931348623157e308,
+                          1e-300,
+                          0.1,
+                          1e12,
+                          -33.000001};
+    const std::int64_t ints[] = {
+        0, -1, std::numeric_limits<std::int64_t>::max(), std::numeric_limits<std::int64_t>::min(), 42, 1LL << 40};
     std::vector<Record> batch;
     std::uint64_t seed = 12345;
     auto next = [&] { return seed = seed * 6364136223846793005ULL + 1442695040888963407ULL; };
@@ -735,14 +738,16 @@ class TestRunStore : public QObject {
     QVERIFY(sql.count(kChunked) == 20000 && !std::filesystem::exists(stepFile(dir, id)));
     std::vector<StepRecord> expected;
     for (const auto& r : batch) expected.push_back(r.step);
-    std::stable_sort(expected.begin(), expected.end(),
-                     [](const StepRecord& a, const StepRecord& b) { return std::tie(a.rank, a.step) < std::tie(b.rank, b.step); });
+    std::stable_sort(expected.begin(), expected.end(), [](const StepRecord& a, const StepRecord& b) {
+      return std::tie(a.rank, a.step) < std::tie(b.rank, b.step);
+    });
     const auto all = store.steps(id);
     QCOMPARE(all.size(), expected.size());
     for (std::size_t i = 0; i < all.size(); ++i)
       QVERIFY2(sameBits(all[i], expected[i]), qPrintable(QString("record %1 differs").arg(i)));
     // Ranges across chunk borders (a chunk holds up to 16,384 records over the ranks), at the ends, empty.
-    const std::pair<double, double> ranges[] = {{1, 20000}, {5460, 5470}, {16383, 16390}, {19999, 1e30}, {0, 0}, {7.5, 7.6}};
+    const std::pair<double, double> ranges[] = {{1, 20000},    {5460, 5470}, {16383, 16390},
+                                                {19999, 1e30}, {0, 0},       {7.5, 7.6}};
     for (const auto& [x0, x1] : ranges)
       for (int rank = 0; rank < 3; ++rank) {
         const auto got = store.series(id, rank, "step_ms", x0, x1);
@@ -782,7 +787,8 @@ class TestRunStore : public QObject {
       return !same;
     };
     QVERIFY(fails(blob, 499));
-    for (std::size_t cut = 0; cut < blob.size(); cut += 7) QVERIFY2(fails(blob.substr(0, cut), 500), qPrintable(QString::number(cut)));
+    for (std::size_t cut = 0; cut < blob.size(); cut += 7)
+      QVERIFY2(fails(blob.substr(0, cut), 500), qPrintable(QString::number(cut)));
     for (std::size_t at = 0; at < blob.size(); ++at) {
       std::string flipped = blob;
       flipped[at] = static_cast<char>(flipped[at] ^ 0x5a);
@@ -819,7 +825,8 @@ class TestRunStore : public QObject {
           s.commMs = static_cast<double>(comm) / 1e6;
           s.optMs = static_cast<double>(opt) / 1e6;
           s.samplesPerS = 16 * 1000.0 / s.stepMs;
-          s.loss = static_cast<float>(0.5 / (1.0 + 1e-4 * static_cast<double>(step)) + 1e-3 * static_cast<double>(noise(1000)));
+          s.loss = static_cast<float>(0.5 / (1.0 + 1e-4 * static_cast<double>(step)) +
+                                      1e-3 * static_cast<double>(noise(1000)));
           s.lr = 0.01;
           s.memBytes = 150'000'000 + 4096 * (step / 4000);
           batch.push_back(r);
@@ -896,12 +903,13 @@ class TestRunStore : public QObject {
     QCOMPARE(bytes.size(), std::size_t(40 + 3 * 88));
     auto mix = [](std::uint64_t l, std::uint64_t w) { return ((l << 7) | (l >> 57)) + w; };
     std::uint64_t lane[4] = {3 * 88, 1, 2, 3};  // 33 words: 8 fours, then 1 left for lane 0
-    for (int w = 0; w < 33; ++w) lane[w < 32 ? w % 4 : 0] = mix(lane[w < 32 ? w % 4 : 0], little(bytes.data() + 40 + 8 * w, 8));
+    for (int w = 0; w < 33; ++w)
+      lane[w < 32 ? w % 4 : 0] = mix(lane[w < 32 ? w % 4 : 0], little(bytes.data() + 40 + 8 * w, 8));
     const std::uint64_t sum = mix(mix(mix(lane[0], lane[1]), lane[2]), lane[3]);
     for (int i = 0; i < 8; ++i) bytes[32 + i] = static_cast<unsigned char>(sum >> (8 * i));
     bytes[6] = bytes[7] = 0;
-    std::ofstream(path, std::ios::binary | std::ios::trunc).write(reinterpret_cast<const char*>(bytes.data()),
-                                                                  static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
     RunStore reader(dir.path().toStdString());
     QCOMPARE(reader.stepCount(id), std::int64_t(3));
     store.endRun(id, "finished", "", 0.5, 1.0, 1);

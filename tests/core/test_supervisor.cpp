@@ -44,7 +44,7 @@ class Watcher : public LaunchObserver {
   std::int64_t stepRecords = 0;
   std::vector<std::pair<int, std::int64_t>> restarts;
   std::vector<std::vector<StepRecord>> attempts{1};  ///< each attempt's step records, in arrival order
-  std::vector<std::pair<int, qint64>> exitsAtMs;  ///< (rank, ms since the start) as the launcher reaped them
+  std::vector<std::pair<int, qint64>> exitsAtMs;     ///< (rank, ms since the start) as the launcher reaped them
   QElapsedTimer sinceStart;
   void onStarted(int port, const std::vector<int>& p) override {
     pids = p;
@@ -114,7 +114,8 @@ QStringList socketAddresses(int pid) {
   QDir fds(QStringLiteral("/proc/%1/fd").arg(pid));
   for (const auto& fd : fds.entryList(QDir::System | QDir::NoDotAndDotDot)) {
     QString target = QFile::symLinkTarget(fds.filePath(fd));
-    if (target.contains("socket:[")) target = target.mid(target.indexOf('[') + 1).chopped(1);
+    if (target.contains("socket:["))
+      target = target.mid(target.indexOf('[') + 1).chopped(1);
     else {
       QByteArray link(256, 0);
       auto n = ::readlink(fds.filePath(fd).toLocal8Bit().constData(), link.data(), 255);
@@ -220,9 +221,12 @@ class TestSupervisor : public QObject {
   void sigkillOneRankStopsTheOthers_data() {
     QTest::addColumn<QString>("kind");
     QTest::addColumn<QString>("backend");
-    QTest::newRow("ddp, auto (shared memory)") << "ddp" << "auto";
-    QTest::newRow("ddp, gloo") << "ddp" << "gloo";
-    QTest::newRow("pool sync") << "pool" << "auto";
+    QTest::newRow("ddp, auto (shared memory)") << "ddp"
+                                               << "auto";
+    QTest::newRow("ddp, gloo") << "ddp"
+                               << "gloo";
+    QTest::newRow("pool sync") << "pool"
+                               << "auto";
   }
   void sigkillOneRankStopsTheOthers() {
     QFETCH(QString, kind);
@@ -353,7 +357,8 @@ class TestSupervisor : public QObject {
     RunReport r = launcher.run(w);
     QVERIFY2(r.status == RunReport::Status::Failed && r.failedRank == 1 && r.stalled, r.message.c_str());
     const QString message = QString::fromStdString(r.message);
-    QVERIFY2(message.contains("rank 1 stopped making progress: stuck in its own work after step 30"), r.message.c_str());
+    QVERIFY2(message.contains("rank 1 stopped making progress: stuck in its own work after step 30"),
+             r.message.c_str());
     QVERIFY2(message.contains("rank(s) 0, 2 waited for it"), r.message.c_str());
     QVERIFY(!test::anyAlive(w.pids));
   }
@@ -606,9 +611,12 @@ class TestSupervisor : public QObject {
         const auto words = line.split(' ');
         QCOMPARE(words.size(), qsizetype(4));
         const Start n{words[1].toLongLong(), words[2].toLongLong(), words[3].toDouble()};
-        if (words[0] == "start") starts.push_back(n);
-        else if (words[0] == "settled") settled[n.phase] = {n.step, n.at};
-        else QFAIL(line.constData());
+        if (words[0] == "start")
+          starts.push_back(n);
+        else if (words[0] == "settled")
+          settled[n.phase] = {n.step, n.at};
+        else
+          QFAIL(line.constData());
       }
       QVERIFY2(starts.size() >= 2, qPrintable(QString::number(starts.size())));  // a whole phase at least
       const auto& steps = stored[static_cast<std::size_t>(rank)];
@@ -626,7 +634,8 @@ class TestSupervisor : public QObject {
         }
         // Steps [a.step, the next phase's first): all stored in an even phase, none in an odd one.
         const std::int64_t end = i + 1 < starts.size() ? starts[i + 1].step : last + 1;
-        const auto inPhase = static_cast<std::int64_t>(std::distance(steps.lower_bound(a.step), steps.lower_bound(end)));
+        const auto inPhase =
+            static_cast<std::int64_t>(std::distance(steps.lower_bound(a.step), steps.lower_bound(end)));
         QCOMPARE(inPhase, a.phase % 2 == 0 ? end - a.step : 0);
       }
       // Before the first whole phase, the one the rank started in.
@@ -666,8 +675,9 @@ class TestSupervisor : public QObject {
     // The ranks write their steps (Note [Ranks write their steps]): the one that found the
     // disk full is named, with the file and the advice, not a rank whose collective broke.
     const QString message = QString::fromStdString(r.message);
-    QVERIFY2(message.contains(QRegularExpression("^rank [01] could not write the run's metrics: run store .*runs.blocks/" +
-                                                 QString::number(id) + ": writing metrics failed \\(No space left on device\\)")),
+    QVERIFY2(message.contains(
+                 QRegularExpression("^rank [01] could not write the run's metrics: run store .*runs.blocks/" +
+                                    QString::number(id) + ": writing metrics failed \\(No space left on device\\)")),
              r.message.c_str());
     QVERIFY2(message.contains("is full") && message.contains("free space"), r.message.c_str());
     QCOMPARE(r.failedExit.exitCode, kWorkerCannotStoreMetrics);
@@ -706,7 +716,8 @@ class TestSupervisor : public QObject {
     QCOMPARE(w.stepRecords, std::int64_t(2));
     QCOMPARE(w.lastStep[0], std::int64_t(2));
     auto logged = [&](const char* text) {
-      return std::count_if(w.logs.begin(), w.logs.end(), [&](const std::string& l) { return l.find(text) != std::string::npos; });
+      return std::count_if(w.logs.begin(), w.logs.end(),
+                           [&](const std::string& l) { return l.find(text) != std::string::npos; });
     };
     QCOMPARE(logged("a library says hello"), 1L);
     QCOMPARE(logged("malformed data on this rank's record pipe"), 1L);
@@ -730,7 +741,8 @@ class TestSupervisor : public QObject {
       launcher.run(w);
       QFAIL("expected an error");
     } catch (const Error& e) {
-      QVERIFY2(QString(e.what()).contains(QStringLiteral("port %1 on 127.0.0.1 is already in use").arg(port)), e.what());
+      QVERIFY2(QString(e.what()).contains(QStringLiteral("port %1 on 127.0.0.1 is already in use").arg(port)),
+               e.what());
     }
     QVERIFY(w.pids.empty());
   }

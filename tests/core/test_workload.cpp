@@ -5,6 +5,7 @@
 #include <QJsonObject>
 #include <QProcess>
 #include <QScopeGuard>
+#include <QtTest>
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -13,7 +14,6 @@
 #include <sstream>
 #include <tuple>
 #include <vector>
-#include <QtTest>
 
 #include <torch/torch.h>
 
@@ -136,11 +136,12 @@ struct PyParameter {
 };
 std::vector<PyParameter> pythonParameters(const QString& path) {
   QProcess py;
-  py.start("/usr/bin/python3",
-           {"-c", "import sys, torch\nm = torch.jit.load(sys.argv[1])\n"
-                  "for p in m.parameters():\n"
-                  "    print(' '.join(map(str, p.shape)) + ';' + ' '.join(repr(x) for x in p.detach().double().flatten().tolist()))",
-            path});
+  py.start("/usr/bin/python3", {"-c",
+                                "import sys, torch\nm = torch.jit.load(sys.argv[1])\n"
+                                "for p in m.parameters():\n"
+                                "    print(' '.join(map(str, p.shape)) + ';' + ' '.join(repr(x) for x in "
+                                "p.detach().double().flatten().tolist()))",
+                                path});
   if (!py.waitForFinished(60000) || py.exitCode() != 0) {
     qWarning() << py.readAllStandardError();
     return {};
@@ -182,7 +183,8 @@ class TestWorkload : public QObject {
       for (const auto& n : names) all += (all.empty() ? "" : ", ") + n;
       return all;
     };
-    QVERIFY2(rows == engines, qPrintable(QString::fromStdString("table: " + joined(rows) + "; engines: " + joined(engines))));
+    QVERIFY2(rows == engines,
+             qPrintable(QString::fromStdString("table: " + joined(rows) + "; engines: " + joined(engines))));
     const auto kinds = fieldChoices("strategy.kind");
     QCOMPARE(std::set<std::string>(kinds.begin(), kinds.end()), rows);
     for (const auto& v : sweepVariants()) QVERIFY2(rows.count(v.strategy) == 1, v.name.c_str());
@@ -227,7 +229,8 @@ class TestWorkload : public QObject {
     double moved = 0;
     for (std::size_t i = 0; i < saved.size(); ++i) {
       const double difference = differenceFrom(trained[i], saved[i]);  // float32 values printed as doubles
-      QVERIFY2(difference < 1e-7, qPrintable(QStringLiteral("parameter %1: python and ptw differ by %2").arg(i).arg(difference)));
+      QVERIFY2(difference < 1e-7,
+               qPrintable(QStringLiteral("parameter %1: python and ptw differ by %2").arg(i).arg(difference)));
       moved = std::max(moved, differenceFrom(trained[i], before[i]));
     }
     QVERIFY2(moved > 1e-3, "the saved model still holds the untrained parameters");
@@ -252,8 +255,9 @@ class TestWorkload : public QObject {
     std::atomic<bool> stop{false};
     t.run(stop);
     auto [loss, accuracy] = t.validate();
-    QVERIFY2(accuracy >= 0.9, qPrintable(QStringLiteral("val accuracy %1 (before %2), loss %3")
-                                             .arg(accuracy).arg(accuracyBefore).arg(loss)));
+    QVERIFY2(
+        accuracy >= 0.9,
+        qPrintable(QStringLiteral("val accuracy %1 (before %2), loss %3").arg(accuracy).arg(accuracyBefore).arg(loss)));
     QVERIFY(accuracyBefore < 0.5);
   }
 
@@ -274,7 +278,8 @@ class TestWorkload : public QObject {
       whole.data.valFraction = 0;
       const engine::Dataset all = engine::makeDataset(whole.data, whole.model);
       const auto x = all.x.narrow(0, 150, 50), y = all.y.narrow(0, 150, 50);
-      std::vector<std::tuple<std::int64_t, double, double, double, double>> seen;  // step, ours, theirs (loss, accuracy)
+      std::vector<std::tuple<std::int64_t, double, double, double, double>>
+          seen;  // step, ours, theirs (loss, accuracy)
       engine::Trainer* trainer = nullptr;
       engine::SyncContext ctx{p, 0, 1, 0};
       engine::Trainer t(engine::TrainerOptions(p, 0, 1), engine::makeStrategy(ctx), [&](const Record& r) {
@@ -293,7 +298,8 @@ class TestWorkload : public QObject {
       for (std::size_t k = 0; k < seen.size(); ++k) {
         const auto& [step, valLoss, loss, valAccuracy, accuracy] = seen[k];
         QCOMPARE(step, std::int64_t(10 * (k + 1)));
-        QVERIFY2(std::abs(valLoss - loss) <= 1e-6 * std::abs(loss), qPrintable(QString("%1 vs %2").arg(valLoss).arg(loss)));
+        QVERIFY2(std::abs(valLoss - loss) <= 1e-6 * std::abs(loss),
+                 qPrintable(QString("%1 vs %2").arg(valLoss).arg(loss)));
         QCOMPARE(valAccuracy, accuracy);
       }
       QVERIFY(std::get<2>(seen.back()) < std::get<2>(seen.front()));  // it learned, seen on rows it never trained on
@@ -460,7 +466,11 @@ class TestWorkload : public QObject {
           for (std::size_t k = 0; k < ours.size(); ++k)
             QVERIFY2(torch::allclose(ours[k], theirs[k], 1e-5, 1e-6),
                      qPrintable(QStringLiteral("momentum %1 decay %2 nesterov %3: parameter %4 differs at step %5")
-                                    .arg(c.momentum).arg(c.decay).arg(c.nesterov).arg(k).arg(s)));
+                                    .arg(c.momentum)
+                                    .arg(c.decay)
+                                    .arg(c.nesterov)
+                                    .arg(k)
+                                    .arg(s)));
         }
       };
       stepBoth(*fused, reference, 6);
@@ -575,13 +585,20 @@ class TestWorkload : public QObject {
     QTest::addColumn<bool>("classification");
     QTest::addColumn<QVector<double>>("weights");  // one micro-batch each
     QTest::addColumn<bool>("gradsExist");
-    QTest::newRow("linear, cross-entropy") << "linear" << "relu" << true << QVector<double>{1.0} << true;
-    QTest::newRow("linear, mse, no grads yet") << "linear" << "relu" << false << QVector<double>{1.0} << false;
-    QTest::newRow("mlp relu, cross-entropy") << "mlp" << "relu" << true << QVector<double>{1.0} << true;
-    QTest::newRow("mlp tanh, mse") << "mlp" << "tanh" << false << QVector<double>{1.0} << true;
-    QTest::newRow("mlp gelu, cross-entropy") << "mlp" << "gelu" << true << QVector<double>{1.0} << false;
-    QTest::newRow("mlp relu, 3 micro-batches") << "mlp" << "relu" << true << QVector<double>{0.5, 0.25, 0.25} << true;
-    QTest::newRow("mlp gelu, mse, 2 micro-batches") << "mlp" << "gelu" << false << QVector<double>{0.75, 0.25} << false;
+    QTest::newRow("linear, cross-entropy") << "linear"
+                                           << "relu" << true << QVector<double>{1.0} << true;
+    QTest::newRow("linear, mse, no grads yet") << "linear"
+                                               << "relu" << false << QVector<double>{1.0} << false;
+    QTest::newRow("mlp relu, cross-entropy") << "mlp"
+                                             << "relu" << true << QVector<double>{1.0} << true;
+    QTest::newRow("mlp tanh, mse") << "mlp"
+                                   << "tanh" << false << QVector<double>{1.0} << true;
+    QTest::newRow("mlp gelu, cross-entropy") << "mlp"
+                                             << "gelu" << true << QVector<double>{1.0} << false;
+    QTest::newRow("mlp relu, 3 micro-batches") << "mlp"
+                                               << "relu" << true << QVector<double>{0.5, 0.25, 0.25} << true;
+    QTest::newRow("mlp gelu, mse, 2 micro-batches") << "mlp"
+                                                    << "gelu" << false << QVector<double>{0.75, 0.25} << false;
   }
   void gradientsByHandAreAutogradsGradients() {
     QFETCH(QString, kind);
@@ -596,8 +613,8 @@ class TestWorkload : public QObject {
     if (kind == "mlp") spec.hidden = {24, 16};
     spec.activation = activation.toStdString();
     auto byHand = engine::makeModel(spec, 7);
-    const QString differs = byHandAgainstAutograd(*byHand, std::vector<double>(weights.begin(), weights.end()),
-                                                  classification, gradsExist);
+    const QString differs =
+        byHandAgainstAutograd(*byHand, std::vector<double>(weights.begin(), weights.end()), classification, gradsExist);
     QVERIFY2(differs.isEmpty(), qPrintable(differs));
   }
 
@@ -606,10 +623,9 @@ class TestWorkload : public QObject {
   void gradientsByHandTakeAnyLinearChain() {
     namespace nn = torch::nn;
     for (bool classification : {true, false}) {
-      auto model = engine::makeSequentialModel(
-          nn::Sequential(nn::Linear(nn::LinearOptions(12, 10).bias(false)), nn::ReLU(nn::ReLUOptions(true)),
-                         nn::Linear(10, 8), nn::GELU(nn::GELUOptions().approximate("tanh")), nn::Linear(8, 6),
-                         nn::Linear(6, 5)));
+      auto model = engine::makeSequentialModel(nn::Sequential(
+          nn::Linear(nn::LinearOptions(12, 10).bias(false)), nn::ReLU(nn::ReLUOptions(true)), nn::Linear(10, 8),
+          nn::GELU(nn::GELUOptions().approximate("tanh")), nn::Linear(8, 6), nn::Linear(6, 5)));
       const QString differs = byHandAgainstAutograd(*model, {0.5, 0.5}, classification, true);
       QVERIFY2(differs.isEmpty(), qPrintable(differs));
     }
@@ -697,7 +713,10 @@ class TestWorkload : public QObject {
       QVERIFY(it != byHand.end());
       QVERIFY2(std::abs(it->second - loss) <= 1e-6 * std::max(1.0, std::abs(loss)),
                qPrintable(QString("rank %1 step %2: %3 by hand, %4 by autograd")
-                              .arg(key.first).arg(key.second).arg(it->second, 0, 'g', 12).arg(loss, 0, 'g', 12)));
+                              .arg(key.first)
+                              .arg(key.second)
+                              .arg(it->second, 0, 'g', 12)
+                              .arg(loss, 0, 'g', 12)));
     }
   }
 
@@ -708,14 +727,16 @@ class TestWorkload : public QObject {
     QTest::addColumn<QStringList>("flags");
     QTest::addColumn<int>("code");
     QTest::addColumn<QString>("expected");
-    const QString faultSyntax = "--fault: expected throw-at-start:RANK, kill-at-step:RANK:STEP or hang-at-step:RANK:STEP";
+    const QString faultSyntax =
+        "--fault: expected throw-at-start:RANK, kill-at-step:RANK:STEP or hang-at-step:RANK:STEP";
     QTest::newRow("--gradients=autograd") << QStringList{"--gradients=autograd"} << 0 << "; gradients autograd\n";
     QTest::newRow("no flag") << QStringList{} << 0 << "; gradients by hand\n";
     QTest::newRow("--gradients, another value")
         << QStringList{"--gradients", "byhand"} << 2 << "error: --gradients: expected \"autograd\", got \"byhand\"";
-    QTest::newRow("--fault, another kind") << QStringList{"--fault", "explode:0"} << 2 << faultSyntax + ", got \"explode:0\"";
-    QTest::newRow("--fault=, no step")
-        << QStringList{"--fault=kill-at-step:0"} << 2 << faultSyntax + ", got \"kill-at-step:0\"";
+    QTest::newRow("--fault, another kind")
+        << QStringList{"--fault", "explode:0"} << 2 << faultSyntax + ", got \"explode:0\"";
+    QTest::newRow("--fault=, no step") << QStringList{"--fault=kill-at-step:0"} << 2
+                                       << faultSyntax + ", got \"kill-at-step:0\"";
     QTest::newRow("--fault=, a rank that is no number")
         << QStringList{"--fault=throw-at-start:x"} << 2 << faultSyntax + ", got \"throw-at-start:x\"";
     QTest::newRow("--fault, this rank at start")
@@ -856,8 +877,7 @@ class TestWorkload : public QObject {
     QVERIFY(report.wallS < 30);
     std::string all;
     for (const auto& l : report.lastLines) all += l + "\n";
-    QVERIFY2(all.find("strategy.device: \"cuda\" but LibTorch sees no CUDA device") != std::string::npos,
-             all.c_str());
+    QVERIFY2(all.find("strategy.device: \"cuda\" but LibTorch sees no CUDA device") != std::string::npos, all.c_str());
   }
 };
 

@@ -1,6 +1,7 @@
 // The window, offscreen: the profile editor, Open/Save, a live 2-rank run to the end, the
 // history with overlay and profile diff, a killed rank, and the chart summaries that keep
 // display memory bounded.
+#include <qcustomplot.h>
 #include <QAction>
 #include <QCheckBox>
 #include <QComboBox>
@@ -13,7 +14,6 @@
 #include <QProcess>
 #include <QPushButton>
 #include <QSettings>
-#include <qcustomplot.h>
 #include <QSlider>
 #include <QSpinBox>
 #include <QStandardPaths>
@@ -31,7 +31,9 @@
 #include <tuple>
 #include <vector>
 
+#include "launch/launcher.h"
 #include "launch/run_store.h"
+#include "launch/sweep.h"
 #include "test_support.h"
 #include "ui/chart_format.h"
 #include "ui/device_picker.h"
@@ -44,8 +46,6 @@
 #include "ui/step_split_chart.h"
 #include "ui/step_sums.h"
 #include "ui/sweep_panel.h"
-#include "launch/launcher.h"
-#include "launch/sweep.h"
 
 using namespace ptw;
 
@@ -85,7 +85,8 @@ class TestMainWindow : public QObject {
     auto* hint = w.findChild<QLabel*>("firstRunHint");
     QVERIFY(hint && hint->isVisible());
     QVERIFY(!w.lossChart()->isVisible());
-    QVERIFY2(hint->text().contains("Start (F5) runs this profile: 2 ranks of DDP on the CPU"), qPrintable(hint->text()));
+    QVERIFY2(hint->text().contains("Start (F5) runs this profile: 2 ranks of DDP on the CPU"),
+             qPrintable(hint->text()));
     w.editor()->setFieldText("strategy.ranks", "4");
     QVERIFY2(hint->text().contains("4 ranks of DDP"), qPrintable(hint->text()));
     w.editor()->setFieldText("strategy.kind", "pool");
@@ -99,13 +100,20 @@ class TestMainWindow : public QObject {
     QTest::addColumn<double>("value");
     QTest::addColumn<QString>("cell");
     QTest::addColumn<QString>("axis");
-    QTest::newRow("million") << 1147950.0 << "1.15M" << "1.15M";
-    QTest::newRow("two million") << 2e6 << "2M" << "2M";
-    QTest::newRow("thousands") << 12345.0 << "12,345" << "12.3k";
-    QTest::newRow("hundreds") << 812.5 << "812.5" << "812.5";
-    QTest::newRow("loss") << 0.01234 << "0.01234" << "0.01234";
-    QTest::newRow("tiny") << 0.0000123 << "0.0000123" << "0.0000123";
-    QTest::newRow("zero") << 0.0 << "0" << "0";
+    QTest::newRow("million") << 1147950.0 << "1.15M"
+                             << "1.15M";
+    QTest::newRow("two million") << 2e6 << "2M"
+                                 << "2M";
+    QTest::newRow("thousands") << 12345.0 << "12,345"
+                               << "12.3k";
+    QTest::newRow("hundreds") << 812.5 << "812.5"
+                              << "812.5";
+    QTest::newRow("loss") << 0.01234 << "0.01234"
+                          << "0.01234";
+    QTest::newRow("tiny") << 0.0000123 << "0.0000123"
+                          << "0.0000123";
+    QTest::newRow("zero") << 0.0 << "0"
+                          << "0";
   }
   void numbersReadAsNumbers() {
     QFETCH(double, value);
@@ -332,9 +340,10 @@ class TestMainWindow : public QObject {
         const auto choices = core::fieldChoices(path);
         const std::string now = v.toString().toStdString();
         const auto at = std::find(choices.begin(), choices.end(), now);
-        other = choices.empty() ? v.toString() + "x"
-                                : QString::fromStdString(at == choices.end() || at + 1 == choices.end() ? choices.front()
-                                                                                                        : *(at + 1));
+        other =
+            choices.empty()
+                ? v.toString() + "x"
+                : QString::fromStdString(at == choices.end() || at + 1 == choices.end() ? choices.front() : *(at + 1));
         edit = other.toString();
       }
       expected[path] = other;
@@ -490,7 +499,8 @@ class TestMainWindow : public QObject {
     w.editor()->runPreflight();
     QVERIFY(spy.wait(30000));
     QVERIFY(!spy.at(1).at(0).toBool());
-    QVERIFY2(spy.at(1).at(1).toString().contains("model.path: cannot load TorchScript"), qPrintable(spy.at(1).at(1).toString()));
+    QVERIFY2(spy.at(1).at(1).toString().contains("model.path: cannot load TorchScript"),
+             qPrintable(spy.at(1).at(1).toString()));
     // A worker program that cannot start is said, and the next check runs.
     w.editor()->setFieldText("model.kind", "linear");
     const QByteArray worker = qgetenv("PTW_WORKER");
@@ -500,8 +510,10 @@ class TestMainWindow : public QObject {
     QVERIFY(!spy.at(2).at(0).toBool());
     QVERIFY2(spy.at(2).at(1).toString().contains("Cannot start the worker program /nonexistent/ptw-worker"),
              qPrintable(spy.at(2).at(1).toString()));
-    if (worker.isNull()) qunsetenv("PTW_WORKER");
-    else qputenv("PTW_WORKER", worker);
+    if (worker.isNull())
+      qunsetenv("PTW_WORKER");
+    else
+      qputenv("PTW_WORKER", worker);
     w.editor()->runPreflight();
     QVERIFY(spy.wait(30000));
     QVERIFY2(spy.at(3).at(0).toBool(), qPrintable(spy.at(3).at(1).toString()));
@@ -602,7 +614,7 @@ class TestMainWindow : public QObject {
     QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
     QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 30000);
     QCOMPARE(w.lossChart()->pointCount(0), std::size_t(30));  // the charts were reset for the new run
-    QVERIFY(!problems->isVisibleTo(&w));  // and the new run has had no problem
+    QVERIFY(!problems->isVisibleTo(&w));                      // and the new run has had no problem
   }
 
   // Rank 1 is killed after step 12 of the first attempt; the run restarts from the
@@ -840,7 +852,8 @@ class TestMainWindow : public QObject {
     w.setConfirmations(false);
     w.setRunsDirectory(runs.path());
     auto* panel = w.sweep();
-    for (const char* name : {"sweep.dataparallel", "sweep.ddp-gloo", "sweep.ddp-shm", "sweep.pool-hogwild", "sweep.pool"})
+    for (const char* name :
+         {"sweep.dataparallel", "sweep.ddp-gloo", "sweep.ddp-shm", "sweep.pool-hogwild", "sweep.pool"})
       w.findChild<QCheckBox*>(name)->setChecked(false);
     w.findChild<QCheckBox*>("sweep.ddp")->setChecked(true);
     auto* workers = w.findChild<QLineEdit*>("sweep.workers");
@@ -893,7 +906,10 @@ class TestMainWindow : public QObject {
     QVERIFY(cols.size() <= 800);
     double top = -1e9, bottom = 1e9, topAt = 0;
     for (const auto& c : cols) {
-      if (c.yMax > top) { top = c.yMax; topAt = c.xAtMax; }
+      if (c.yMax > top) {
+        top = c.yMax;
+        topAt = c.xAtMax;
+      }
       bottom = std::min(bottom, c.yMin);
     }
     QCOMPARE(top, 50.0);
