@@ -575,6 +575,8 @@ const std::map<std::string, std::string>& fieldHelp() {
       {"run.resume_from",
        "continue from it exactly (parameters, optimizer state, step, epoch position, RNG); empty starts fresh"},
       {"run.max_restarts", "after a failure, restart the whole run from its last checkpoint this many times"},
+      {"run.keep_every", "past `run.keep_all_until`, the store keeps the records of every N-th step (1 keeps all)"},
+      {"run.keep_all_until", "the store keeps every step's records up to this step"},
       {"run.metrics", "stream every step's record; `false` sends only heartbeats (to measure what watching costs)"},
   };
   return help;
