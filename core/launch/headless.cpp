@@ -23,6 +23,7 @@
 #include "common/profile.h"
 #include "launch/expectation.h"
 #include "launch/launcher.h"
+#include "launch/rate_window.h"
 #include "launch/run_directory.h"
 #include "launch/run_session.h"
 #include "launch/throughput.h"
@@ -49,6 +50,8 @@ class ProgressPrinter : public LaunchObserver {
       auto& slot = m_ranks[static_cast<std::size_t>(r.step.rank)];
       slot.last = r.step;
       slot.seen = true;
+      const double busyS = (group ? r.group.stepMs : r.step.stepMs) / 1000.0;
+      slot.rate.add(secondsSince(m_start), group ? r.group.samples : r.step.samplesPerS * busyS, busyS);
     }
     print(false);
   }
@@ -77,7 +80,7 @@ class ProgressPrinter : public LaunchObserver {
         line << "step " << s.last.step;
         if (total > 0) line << "/" << total;
         line << "  epoch " << s.last.epoch << "  loss " << std::setprecision(5) << s.last.loss << "  "
-             << std::fixed << std::setprecision(0) << s.last.samplesPerS << " samples/s";
+             << std::fixed << std::setprecision(0) << s.rate.rate() << " samples/s";
         if (total > 0 && s.last.step > 0) {
           double elapsed = std::chrono::duration<double>(now - m_start).count();
           double eta = elapsed / static_cast<double>(s.last.step) * static_cast<double>(total - s.last.step);
@@ -94,11 +97,16 @@ class ProgressPrinter : public LaunchObserver {
   }
   struct RankView {
     StepRecord last;
+    RateWindow rate;  ///< the last seconds' rate: a single group's jumps (Note [Step groups])
     bool seen = false;
     std::string exit;
   };
 
  private:
+  static double secondsSince(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  }
+
   std::ostream& m_out;
   const Profile& m_profile;
   bool m_tty;
@@ -196,6 +204,20 @@ Request readRequest(const HeadlessOptions& options) {
   return q;
 }
 
+}  // namespace
+
+std::string throughputLine(double samplesPerS, const ThroughputMeter& meter) {
+  std::ostringstream line;
+  if (std::isfinite(samplesPerS))
+    line << "throughput " << std::fixed << std::setprecision(0) << samplesPerS << " samples/s";
+  else
+    line << "too short to measure throughput: " << meter.measuredSteps() << " steps after warm-up (at least "
+         << ThroughputMeter::kMinMeasuredSteps << " needed; raise hyper.max_steps)";
+  return line.str();
+}
+
+namespace {
+
 // A run that did not finish fails as a run; its expectations are not judged (a loss that
 // holds at the step where it failed says nothing), and count as not held.
 std::vector<Verdict> judge(const std::vector<Expectation>& expectations, const RunResult& result, std::ostream& out) {
@@ -240,12 +262,13 @@ std::string summaryJson(const RunSession& session, const RunResult& result, cons
                      {"steps_per_s", num(metric("throughput.steps_per_s"))}};
   j["ranks"] = nlohmann::ordered_json::array();
   const ThroughputMeter& throughput = session.throughput();
+  const bool measured = throughput.measured();  // else null, as the run's (Note [Warm-up steps])
   for (std::size_t r = 0; r < result.ranks.size(); ++r) {
     const auto& v = result.ranks[r];
     j["ranks"].push_back({{"rank", r},
                           {"steps", v.last.step},
                           {"final_loss", v.seen ? num(v.last.loss) : nullptr},
-                          {"samples_per_s", throughput.samplesPerS(static_cast<int>(r))},
+                          {"samples_per_s", measured ? num(throughput.samplesPerS(static_cast<int>(r))) : nullptr},
                           {"step_ms", stepSplitJson<nlohmann::ordered_json>(throughput.split(static_cast<int>(r)))},
                           {"exit", report.exits.size() > r ? report.exits[r].describe() : ""}});
   }
@@ -333,6 +356,7 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
   progress.print(true);
   out << "ptw: " << statusName(report.status) << " in " << std::fixed << std::setprecision(1) << report.wallS
       << " s: " << report.message << "\n";
+  out << "ptw: " << throughputLine(result.metrics.at("throughput.samples_per_s"), session.throughput()) << "\n";
   out << "ptw: run " << session.runId() << " stored in " << session.storePath() << "\n";
   // Expectations, summary and JUnit: judged and written whatever the outcome.
   const std::vector<Verdict> verdicts = judge(request.expectations, result, out);

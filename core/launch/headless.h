@@ -41,6 +41,12 @@ struct HeadlessOptions {
 /// `what` names them ("step records", "step records of run 7").
 std::function<void(std::int64_t done, std::int64_t total)> unpackReporter(std::ostream& out, std::string what);
 
+class ThroughputMeter;
+
+/// The final line's throughput: `samplesPerS` as the run stores it (RunResult::metrics), or,
+/// when that is not a number, that the run was too short to measure (Note [Warm-up steps]).
+std::string throughputLine(double samplesPerS, const ThroughputMeter& meter);
+
 /// While it lives, SIGINT, SIGTERM and SIGHUP (the terminal closed) ask `target` to stop
 /// gracefully (target.requestStop(), which must be async-signal-safe) instead of ending the
 /// process; the earlier handlers come back after. One at a time.

@@ -118,7 +118,7 @@ std::vector<SweepPoint> Sweep::run(const std::function<void(const SweepPoint&, i
 int Sweep::fastest(const std::vector<SweepPoint>& points) {
   int best = -1;
   for (std::size_t i = 0; i < points.size(); ++i)
-    if (points[i].status == "finished" && (best < 0 || points[i].samplesPerS > points[static_cast<std::size_t>(best)].samplesPerS))
+    if (points[i].status == "finished" && std::isfinite(points[i].samplesPerS) && (best < 0 || points[i].samplesPerS > points[static_cast<std::size_t>(best)].samplesPerS))
       best = static_cast<int>(i);
   return best;
 }

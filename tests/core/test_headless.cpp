@@ -27,6 +27,7 @@
 #include "common/error.h"
 #include "launch/expectation.h"
 #include "launch/launcher.h"
+#include "launch/rate_window.h"
 #include "launch/headless.h"
 #include "launch/run_session.h"
 #include "launch/run_store.h"
@@ -270,6 +271,61 @@ class TestHeadless : public QObject {
     QCOMPARE(judged[0].toObject()["value"].toDouble(), throughput["samples_per_s"].toDouble());
     QCOMPARE(judged[1].toObject()["value"].toDouble(), throughput["steps_per_s"].toDouble());
     QCOMPARE(judged[2].toObject()["value"].toDouble(), wall);
+  }
+
+  // The progress line's rate, over a stream of groups alternating 20x faster and slower, a
+  // group every 10 ms: a single group's rate is off by a factor of ten, the window's stays
+  // within 10% of the true mean (samples over time inside steps).
+  void theProgressRateIsSmoothedOverGroups() {
+    RateWindow window(3.0);
+    const double samples = 640, fastS = 0.001, slowS = 0.02;
+    const double mean = 2 * samples / (fastS + slowS);
+    for (int i = 0; i < 2000; ++i) {
+      const double busyS = i % 2 == 0 ? fastS : slowS;
+      window.add(0.01 * i, samples, busyS);
+      if (i < 20) continue;  // a few groups in, as the first line after start-up
+      QVERIFY2(std::abs(window.rate() - mean) <= 0.1 * mean,
+               qPrintable(QString("group %1: %2 vs %3").arg(i).arg(window.rate()).arg(mean)));
+    }
+    QVERIFY(samples / fastS > 5 * mean && samples / slowS < 0.6 * mean);  // what a group alone says
+    window.add(100.0, samples, slowS);  // after a pause: only the newest record is left
+    QCOMPARE(window.rate(), samples / slowS);
+    QCOMPARE(RateWindow().rate(), 0.0);
+  }
+
+  // The final line's throughput is the figure the summary and the store hold.
+  void theFinalLineGivesTheStoredThroughput() {
+    QTemporaryDir runs;
+    const QString summary = runs.filePath("s.json");
+    Result r = runPtw({"--set", "hyper.max_steps=400", "--summary", summary}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    const auto m = QRegularExpression("ptw: throughput (\\d+) samples/s\n").match(r.out);
+    QVERIFY2(m.hasMatch(), qPrintable(r.out));
+    QFile sf(summary);
+    QVERIFY(sf.open(QIODevice::ReadOnly));
+    const QJsonObject s = QJsonDocument::fromJson(sf.readAll()).object();
+    const double stored = s["throughput"].toObject()["samples_per_s"].toDouble(-1);
+    QVERIFY(stored > 0);
+    QCOMPARE(m.captured(1), QString::number(stored, 'f', 0));
+    QCOMPARE(RunStore(runs.path().toStdString()).runs().back().samplesPerS, stored);
+  }
+
+  // The default profile's 20 steps leave 18 after warm-up: too short to measure, said so on
+  // the final line, null in the summary (the run's and each rank's), NULL in the store.
+  void theDefaultProfileIsTooShortToMeasure() {
+    QTemporaryDir runs;
+    const QString summary = runs.filePath("s.json");
+    Result r = runPtw({"--summary", summary}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    QVERIFY2(r.out.contains("ptw: too short to measure throughput: 18 steps after warm-up"), qPrintable(r.out));
+    QVERIFY(!r.out.contains("ptw: throughput "));
+    QFile sf(summary);
+    QVERIFY(sf.open(QIODevice::ReadOnly));
+    const QJsonObject s = QJsonDocument::fromJson(sf.readAll()).object();
+    QVERIFY(s["throughput"].toObject()["samples_per_s"].isNull());
+    QVERIFY(s["throughput"].toObject()["steps_per_s"].isNull());
+    for (const auto& rank : s["ranks"].toArray()) QVERIFY(rank.toObject()["samples_per_s"].isNull());
+    QVERIFY(std::isnan(RunStore(runs.path().toStdString()).runs().back().samplesPerS));
   }
 
   // Every operator, at its boundary and either side of it; written with or without spaces
@@ -792,12 +848,13 @@ class TestHeadless : public QObject {
     Profile p = defaultProfile();
     p.strategy.kind = "pool";
     p.strategy.ranks = 2;
+    p.hyper.maxSteps = 200;  // long enough to measure (Note [Warm-up steps])
     QTemporaryDir headlessRuns, sessionRuns, sweepRuns;
     // Headless, in this process: its summary and its row.
     HeadlessOptions o;
     o.runsDir = headlessRuns.path().toStdString();
     o.workerPath = test::workerPath();
-    o.overrides = {"strategy.kind=pool", "strategy.ranks=2"};
+    o.overrides = {"strategy.kind=pool", "strategy.ranks=2", "hyper.max_steps=200"};
     o.summaryPath = headlessRuns.filePath("summary.json").toStdString();
     std::ostringstream out, err;
     QCOMPARE(runHeadless(o, out, err), 0);
@@ -831,8 +888,8 @@ class TestHeadless : public QObject {
     QCOMPARE(row.samplesPerS, result.metrics.at("throughput.samples_per_s"));
     QCOMPARE(row.samplesPerS, session.throughput().total());
 
-    // The sweep's path: its pool point trains the same 20 steps.
-    const auto points = Sweep(SweepOptions(p, {"pool"}, {2}).setSteps(20).setRunsDir(sweepRuns.path().toStdString()))
+    // The sweep's path: its pool point trains the same 200 steps.
+    const auto points = Sweep(SweepOptions(p, {"pool"}, {2}).setSteps(200).setRunsDir(sweepRuns.path().toStdString()))
                             .run();
     QCOMPARE(points.size(), std::size_t(2));
     const auto rows = RunStore(sweepRuns.path().toStdString()).runs();
