@@ -1,5 +1,6 @@
 #include "launch/headless.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -206,6 +207,21 @@ Request readRequest(const HeadlessOptions& options) {
 
 }  // namespace
 
+std::string coresWarning(const Profile& profile, int cores) {
+  if (profile.strategy.device != "cpu") return "";
+  if (cores < 0) {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  }
+  const int ranks = profile.strategy.ranks;
+  if (ranks <= cores) return "";
+  std::ostringstream line;
+  line << "strategy.ranks: " << ranks << " ranks on " << cores << " core(s); they will take turns and each step"
+       << " waits for the slowest; set strategy.ranks to " << cores << " or fewer for a fair speed";
+  return line.str();
+}
+
 std::string throughputLine(double samplesPerS, const ThroughputMeter& meter) {
   std::ostringstream line;
   if (std::isfinite(samplesPerS))
@@ -326,6 +342,7 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
   const std::string runsDir = options.runsDir.empty() ? defaultRunsDirectory() : options.runsDir;
   if (const std::string warning = storeSpaceWarning(profile, runsDir); !warning.empty())
     err << "ptw: warning: " << warning << "\n";
+  if (const std::string warning = coresWarning(profile); !warning.empty()) err << "ptw: warning: " << warning << "\n";
   RunSession session(RunSessionOptions(profile)
                          .setRunsDir(runsDir)
                          .setWorkerPath(options.workerPath)

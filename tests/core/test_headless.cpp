@@ -9,6 +9,7 @@
 #include <QXmlStreamReader>
 #include <QtTest>
 
+#include <sched.h>
 #include <signal.h>
 
 #include <arpa/inet.h>
@@ -291,6 +292,28 @@ class TestHeadless : public QObject {
     window.add(100.0, samples, slowS);  // after a pause: only the newest record is left
     QCOMPARE(window.rate(), samples / slowS);
     QCOMPARE(RateWindow().rate(), 0.0);
+  }
+
+  // More CPU ranks than cores: one line that says what to do, on stderr before the run, and
+  // the run goes on.
+  void moreRanksThanCoresWarnsAndRuns() {
+    Profile p = defaultProfile();
+    p.strategy.ranks = 3;
+    const std::string expected = "strategy.ranks: 3 ranks on 2 core(s); they will take turns and each step waits for "
+                                 "the slowest; set strategy.ranks to 2 or fewer for a fair speed";
+    QCOMPARE(coresWarning(p, 2), expected);
+    QCOMPARE(coresWarning(p, 3), std::string());
+    p.strategy.device = "cuda";
+    QCOMPARE(coresWarning(p, 2), std::string());
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    QTemporaryDir runs;
+    Result r = runPtw({"--set", QString("strategy.ranks=%1").arg(cores + 1)}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    p.strategy.device = "cpu";
+    p.strategy.ranks = cores + 1;
+    QVERIFY2(r.err.contains(QString::fromStdString("ptw: warning: " + coresWarning(p) + "\n")), qPrintable(r.err));
   }
 
   // The final line's throughput is the figure the summary and the store hold.
