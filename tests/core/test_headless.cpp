@@ -316,6 +316,17 @@ class TestHeadless : public QObject {
     QVERIFY2(r.err.contains(QString::fromStdString("ptw: warning: " + coresWarning(p) + "\n")), qPrintable(r.err));
   }
 
+  // device: cuda where LibTorch sees no GPU: the rank's error says so and what to do, and
+  // headless shows it. (On a machine with a GPU there is nothing to check.)
+  void noCudaDeviceSaysUseCpu() {
+    QTemporaryDir runs;
+    Result r = runPtw({"--set", "strategy.device=cuda"}, runs);
+    if (r.code == 0) QSKIP("a CUDA device is visible here");
+    QVERIFY2(r.err.contains("strategy.device: \"cuda\" but LibTorch sees no CUDA device on this machine"),
+             qPrintable(r.err));
+    QVERIFY2(r.err.contains("; use \"cpu\""), qPrintable(r.err));
+  }
+
   // The final line's throughput is the figure the summary and the store hold.
   void theFinalLineGivesTheStoredThroughput() {
     QTemporaryDir runs;
