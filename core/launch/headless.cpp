@@ -1,17 +1,18 @@
 #include "launch/headless.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <map>
 #include <iomanip>
+#include <map>
 #include <ostream>
 #include <sstream>
 
@@ -23,6 +24,7 @@
 #include "common/profile.h"
 #include "launch/expectation.h"
 #include "launch/launcher.h"
+#include "launch/rate_window.h"
 #include "launch/run_directory.h"
 #include "launch/run_session.h"
 #include "launch/throughput.h"
@@ -49,6 +51,8 @@ class ProgressPrinter : public LaunchObserver {
       auto& slot = m_ranks[static_cast<std::size_t>(r.step.rank)];
       slot.last = r.step;
       slot.seen = true;
+      const double busyS = (group ? r.group.stepMs : r.step.stepMs) / 1000.0;
+      slot.rate.add(secondsSince(m_start), group ? r.group.samples : r.step.samplesPerS * busyS, busyS);
     }
     print(false);
   }
@@ -76,8 +80,8 @@ class ProgressPrinter : public LaunchObserver {
       } else {
         line << "step " << s.last.step;
         if (total > 0) line << "/" << total;
-        line << "  epoch " << s.last.epoch << "  loss " << std::setprecision(5) << s.last.loss << "  "
-             << std::fixed << std::setprecision(0) << s.last.samplesPerS << " samples/s";
+        line << "  epoch " << s.last.epoch << "  loss " << std::setprecision(5) << s.last.loss << "  " << std::fixed
+             << std::setprecision(0) << s.rate.rate() << " samples/s";
         if (total > 0 && s.last.step > 0) {
           double elapsed = std::chrono::duration<double>(now - m_start).count();
           double eta = elapsed / static_cast<double>(s.last.step) * static_cast<double>(total - s.last.step);
@@ -94,11 +98,16 @@ class ProgressPrinter : public LaunchObserver {
   }
   struct RankView {
     StepRecord last;
+    RateWindow rate;  ///< the last seconds' rate: a single group's jumps (Note [Step groups])
     bool seen = false;
     std::string exit;
   };
 
  private:
+  static double secondsSince(std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  }
+
   std::ostream& m_out;
   const Profile& m_profile;
   bool m_tty;
@@ -121,13 +130,14 @@ std::string xmlEscape(const std::string& s) {
       case '>': o += "&gt;"; break;
       case '"': o += "&quot;"; break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') o += ' ';
-        else o += c;
+        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t')
+          o += ' ';
+        else
+          o += c;
     }
   }
   return o;
 }
-
 
 struct Verdict {
   Expectation expectation;
@@ -142,10 +152,12 @@ std::function<void(std::int64_t, std::int64_t)> unpackReporter(std::ostream& out
              std::int64_t done, std::int64_t total) mutable {
     if (total < 500000) return;
     const auto now = std::chrono::steady_clock::now();
-    if (done == 0) out << "ptw: storing " << total << " " << what << " as rows..." << std::endl;
+    if (done == 0)
+      out << "ptw: storing " << total << " " << what << " as rows..." << std::endl;
     else if (done == total || now - lastShown >= std::chrono::seconds(1))
       out << "ptw: stored " << done << " of " << total << " " << what << " as rows" << std::endl;
-    else return;
+    else
+      return;
     lastShown = now;
   };
 }
@@ -165,8 +177,10 @@ void writeOutputFile(const std::string& path, const std::string& content, const 
   std::string error;
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) error = std::string("cannot write (") + std::strerror(errno) + ")";
-    else if (!(f << content).flush()) error = std::string("write failed (") + std::strerror(errno) + ")";
+    if (!f)
+      error = std::string("cannot write (") + std::strerror(errno) + ")";
+    else if (!(f << content).flush())
+      error = std::string("write failed (") + std::strerror(errno) + ")";
   }
   if (error.empty() && std::rename(tmp.c_str(), path.c_str()) != 0)
     error = std::string("cannot replace (") + std::strerror(errno) + ")";
@@ -191,10 +205,39 @@ Request readRequest(const HeadlessOptions& options) {
   q.profile = options.profilePath.empty() ? defaultProfile() : loadProfile(options.profilePath);
   q.profile = applyOverrides(q.profile, options.overrides);
   for (const auto& e : q.expectations)
-    PTW_CHECK(e.metric.rfind("final.val_", 0) != 0 || q.profile.data.valFraction > 0, "--expect '", e.text, "': ",
-              e.metric, " needs validation data, and the profile holds none (data.val_fraction is 0)");
+    PTW_CHECK(e.metric.rfind("final.val_", 0) != 0 || q.profile.data.valFraction > 0, "--expect '", e.text,
+              "': ", e.metric, " needs validation data, and the profile holds none (data.val_fraction is 0)");
   return q;
 }
+
+}  // namespace
+
+std::string coresWarning(const Profile& profile, int cores) {
+  if (profile.strategy.device != "cpu") return "";
+  if (cores < 0) {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  }
+  const int ranks = profile.strategy.ranks;
+  if (ranks <= cores) return "";
+  std::ostringstream line;
+  line << "strategy.ranks: " << ranks << " ranks on " << cores << " core(s); they will take turns and each step"
+       << " waits for the slowest; set strategy.ranks to " << cores << " or fewer for a fair speed";
+  return line.str();
+}
+
+std::string throughputLine(double samplesPerS, const ThroughputMeter& meter) {
+  std::ostringstream line;
+  if (std::isfinite(samplesPerS))
+    line << "throughput " << std::fixed << std::setprecision(0) << samplesPerS << " samples/s";
+  else
+    line << "too short to measure throughput: " << meter.measuredSteps() << " steps after warm-up (at least "
+         << ThroughputMeter::kMinMeasuredSteps << " needed; raise hyper.max_steps)";
+  return line.str();
+}
+
+namespace {
 
 // A run that did not finish fails as a run; its expectations are not judged (a loss that
 // holds at the step where it failed says nothing), and count as not held.
@@ -206,8 +249,9 @@ std::vector<Verdict> judge(const std::vector<Expectation>& expectations, const R
     const double v = result.metrics.at(e.metric);
     const bool ok = judged && e.holds(v);
     verdicts.push_back({e, v, ok});
-    const std::string verdict =
-        !judged ? "not judged (the run " + std::string(statusName(status)) + ")" : ok ? "ok" : "FAILED";
+    const std::string verdict = !judged ? "not judged (the run " + std::string(statusName(status)) + ")"
+                                : ok    ? "ok"
+                                        : "FAILED";
     out << "ptw: expect " << e.text << ": " << verdict << " (" << e.metric << " = " << std::setprecision(6)
         << std::defaultfloat << v << ")\n";
   }
@@ -240,12 +284,13 @@ std::string summaryJson(const RunSession& session, const RunResult& result, cons
                      {"steps_per_s", num(metric("throughput.steps_per_s"))}};
   j["ranks"] = nlohmann::ordered_json::array();
   const ThroughputMeter& throughput = session.throughput();
+  const bool measured = throughput.measured();  // else null, as the run's (Note [Warm-up steps])
   for (std::size_t r = 0; r < result.ranks.size(); ++r) {
     const auto& v = result.ranks[r];
     j["ranks"].push_back({{"rank", r},
                           {"steps", v.last.step},
                           {"final_loss", v.seen ? num(v.last.loss) : nullptr},
-                          {"samples_per_s", throughput.samplesPerS(static_cast<int>(r))},
+                          {"samples_per_s", measured ? num(throughput.samplesPerS(static_cast<int>(r))) : nullptr},
                           {"step_ms", stepSplitJson<nlohmann::ordered_json>(throughput.split(static_cast<int>(r)))},
                           {"exit", report.exits.size() > r ? report.exits[r].describe() : ""}});
   }
@@ -303,6 +348,7 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
   const std::string runsDir = options.runsDir.empty() ? defaultRunsDirectory() : options.runsDir;
   if (const std::string warning = storeSpaceWarning(profile, runsDir); !warning.empty())
     err << "ptw: warning: " << warning << "\n";
+  if (const std::string warning = coresWarning(profile); !warning.empty()) err << "ptw: warning: " << warning << "\n";
   RunSession session(RunSessionOptions(profile)
                          .setRunsDir(runsDir)
                          .setWorkerPath(options.workerPath)
@@ -333,14 +379,15 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
   progress.print(true);
   out << "ptw: " << statusName(report.status) << " in " << std::fixed << std::setprecision(1) << report.wallS
       << " s: " << report.message << "\n";
+  out << "ptw: " << throughputLine(result.metrics.at("throughput.samples_per_s"), session.throughput()) << "\n";
   out << "ptw: run " << session.runId() << " stored in " << session.storePath() << "\n";
   // Expectations, summary and JUnit: judged and written whatever the outcome.
   const std::vector<Verdict> verdicts = judge(request.expectations, result, out);
   const bool allHeld = std::all_of(verdicts.begin(), verdicts.end(), [](const Verdict& v) { return v.passed; });
   int code = report.status == RunReport::Status::Failed    ? kExitTrainingFailed
              : report.status == RunReport::Status::Stopped ? kExitInterrupted
-             : !allHeld                                     ? kExitExpectationFailed
-                                                            : kExitOk;
+             : !allHeld                                    ? kExitExpectationFailed
+                                                           : kExitOk;
   try {
     if (!options.summaryPath.empty())
       writeOutputFile(options.summaryPath, summaryJson(session, result, verdicts, code), "--summary");

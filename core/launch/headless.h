@@ -16,21 +16,21 @@ namespace ptw::core {
 /// Process exit codes of `ptw --headless`; documented in --help and the README.
 enum ExitCode : int {
   kExitOk = 0,
-  kExitInvalidInput = 2,    ///< bad profile, override, runs directory, port, worker or output file
-  kExitTrainingFailed = 3,  ///< a rank failed or stalled
+  kExitInvalidInput = 2,       ///< bad profile, override, runs directory, port, worker or output file
+  kExitTrainingFailed = 3,     ///< a rank failed or stalled
   kExitExpectationFailed = 4,  ///< the run finished but an --expect did not hold
-  kExitInterrupted = 5,     ///< SIGINT/SIGTERM: the run was stopped gracefully
+  kExitInterrupted = 5,        ///< SIGINT/SIGTERM: the run was stopped gracefully
 };
 
 /// Example: HeadlessOptions{}.profilePath = "resources/profiles/seed-ddp.json";
 struct HeadlessOptions {
-  std::string profilePath = "";             ///< "" runs the built-in default profile
-  std::vector<std::string> overrides = {};  ///< key=value, applied after loading
-  std::string runsDir = "";                 ///< "" uses defaultRunsDirectory()
-  std::string workerPath = "";              ///< "" uses Launcher::defaultWorkerPath()
+  std::string profilePath = "";                ///< "" runs the built-in default profile
+  std::vector<std::string> overrides = {};     ///< key=value, applied after loading
+  std::string runsDir = "";                    ///< "" uses defaultRunsDirectory()
+  std::string workerPath = "";                 ///< "" uses Launcher::defaultWorkerPath()
   std::vector<std::string> expectations = {};  ///< e.g. "final.loss < 0.05"
-  std::string summaryPath = "";             ///< JSON summary written here when set
-  std::string junitPath = "";               ///< JUnit XML written here when set
+  std::string summaryPath = "";                ///< JSON summary written here when set
+  std::string junitPath = "";                  ///< JUnit XML written here when set
   /// Appended to every worker's command line (hidden `--worker-arg`; tests' --fault=SPEC).
   std::vector<std::string> workerArgs = {};
   long long storeLimitKib = 0;  ///< the run store's size limit (the disk-full tests); 0: none
@@ -40,6 +40,17 @@ struct HeadlessOptions {
 /// nothing under half a million, else a line at the start and one a second, to `out`;
 /// `what` names them ("step records", "step records of run 7").
 std::function<void(std::int64_t done, std::int64_t total)> unpackReporter(std::ostream& out, std::string what);
+
+class ThroughputMeter;
+struct Profile;
+
+/// The warning, one line, for CPU ranks that outnumber `cores` (-1: the cores this process may
+/// run on); "" when they fit. The run goes on: shared cores only slow each step.
+std::string coresWarning(const Profile& profile, int cores = -1);
+
+/// The final line's throughput: `samplesPerS` as the run stores it (RunResult::metrics), or,
+/// when that is not a number, that the run was too short to measure (Note [Warm-up steps]).
+std::string throughputLine(double samplesPerS, const ThroughputMeter& meter);
 
 /// While it lives, SIGINT, SIGTERM and SIGHUP (the terminal closed) ask `target` to stop
 /// gracefully (target.requestStop(), which must be async-signal-safe) instead of ending the

@@ -57,10 +57,11 @@ class RunSession::Tracker final : public LaunchObserver {
       ++seen;
     }
     const double nan = std::nan("");
+    const bool measured = seen && throughput.measured();  // Note [Warm-up steps]
     return {{"final.loss", seen ? loss / seen : nan},
             {"final.step", static_cast<double>(steps)},
-            {"throughput.samples_per_s", seen ? throughput.total() : nan},
-            {"throughput.steps_per_s", seen ? stepsPerS : nan},
+            {"throughput.samples_per_s", measured ? throughput.total() : nan},
+            {"throughput.steps_per_s", measured ? stepsPerS : nan},
             {"final.val_loss", m_valLoss},
             {"final.val_accuracy", m_valAccuracy},
             {"wall_s", wallS}};

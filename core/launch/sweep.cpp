@@ -47,8 +47,9 @@ Profile Sweep::profileFor(const Profile& base, const std::string& strategy, int 
     p.strategy.gpus.resize(static_cast<std::size_t>(p.strategy.ranks));
   p.name = base.name + "-" + strategy + "-" + std::to_string(p.strategy.ranks);
   auto errors = validate(p);
-  PTW_CHECK(errors.empty(), "sweep: ", strategy, " with ", workers, " worker(s) cannot run this profile: ",
-            errors.front().text(), "; leave ", strategy, " out of the strategies (--strategies, or untick it)");
+  PTW_CHECK(errors.empty(), "sweep: ", strategy, " with ", workers,
+            " worker(s) cannot run this profile: ", errors.front().text(), "; leave ", strategy,
+            " out of the strategies (--strategies, or untick it)");
   return p;
 }
 
@@ -118,7 +119,8 @@ std::vector<SweepPoint> Sweep::run(const std::function<void(const SweepPoint&, i
 int Sweep::fastest(const std::vector<SweepPoint>& points) {
   int best = -1;
   for (std::size_t i = 0; i < points.size(); ++i)
-    if (points[i].status == "finished" && (best < 0 || points[i].samplesPerS > points[static_cast<std::size_t>(best)].samplesPerS))
+    if (points[i].status == "finished" && std::isfinite(points[i].samplesPerS) &&
+        (best < 0 || points[i].samplesPerS > points[static_cast<std::size_t>(best)].samplesPerS))
       best = static_cast<int>(i);
   return best;
 }
@@ -132,9 +134,9 @@ std::string Sweep::toCsv(const std::vector<SweepPoint>& points) {
     const auto& p = points[i];
     out << p.strategy << ',' << p.workers << ',' << p.samplesPerS << ',';
     if (!std::isnan(p.efficiency)) out << p.efficiency;  // empty: no baseline
-    out << ',' << p.status << ','
-        << p.runId << ',' << (static_cast<int>(i) == best ? 1 : 0) << ',' << p.stepMs.stepMs << ',' << p.stepMs.dataMs
-        << ',' << p.stepMs.computeMs << ',' << p.stepMs.commMs << ',' << p.stepMs.optMs << '\n';
+    out << ',' << p.status << ',' << p.runId << ',' << (static_cast<int>(i) == best ? 1 : 0) << ',' << p.stepMs.stepMs
+        << ',' << p.stepMs.dataMs << ',' << p.stepMs.computeMs << ',' << p.stepMs.commMs << ',' << p.stepMs.optMs
+        << '\n';
   }
   return out.str();
 }

@@ -39,8 +39,10 @@ void ThroughputMeter::add(int rankOf, const StepGroup& g) {
 
 void ThroughputMeter::add(const std::vector<Record>& batch) {
   for (const auto& r : batch)
-    if (r.kind == Record::Kind::Step) add(r.step);
-    else if (r.kind == Record::Kind::Group) add(r.step.rank, r.group);
+    if (r.kind == Record::Kind::Step)
+      add(r.step);
+    else if (r.kind == Record::Kind::Group)
+      add(r.step.rank, r.group);
 }
 
 void ThroughputMeter::restart() { std::fill(m_sinceStart.begin(), m_sinceStart.end(), 0); }
@@ -79,8 +81,19 @@ StepSplit ThroughputMeter::meanSplit() const {
   return ranks == 0 ? StepSplit{} : sum / ranks;
 }
 
+std::int64_t ThroughputMeter::measuredSteps() const {
+  const int ranks = countedRanks();
+  std::int64_t fewest = ranks > 0 ? m_steady[0].steps : 0;
+  for (int r = 1; r < ranks; ++r) fewest = std::min(fewest, m_steady[static_cast<std::size_t>(r)].steps);
+  return fewest;
+}
+
+int ThroughputMeter::countedRanks() const {
+  return m_coordinatorOnly ? std::min<int>(1, static_cast<int>(m_all.size())) : static_cast<int>(m_all.size());
+}
+
 double ThroughputMeter::total() const {
-  const int ranks = m_coordinatorOnly ? std::min<int>(1, static_cast<int>(m_all.size())) : static_cast<int>(m_all.size());
+  const int ranks = countedRanks();
   double sum = 0;
   for (int r = 0; r < ranks; ++r) sum += samplesPerS(r);
   return sum;

@@ -18,6 +18,13 @@ namespace ptw::core {
 // restarts included: a tenth of hyper.max_steps, at most 10 (10 for a run set by epochs). A
 // rank that did no more steps than that is counted whole. (warmupSteps() is in
 // common/profile.h: a rank that groups its steps, Note [Step groups], ends a group there.)
+//
+// A run with fewer than kMinMeasuredSteps steps after its warm-up (the default profile's 20
+// steps leave 18) is too short to measure: its few steps time mostly the clock and the
+// scheduler. Its throughput is then not a number: the headless line says "too short to
+// measure", the summary holds null and the store NULL, and a --expect on it does not hold.
+// The count is of steps, not seconds: a small model's steps take microseconds, and a run of
+// thousands of them measures well.
 
 /// A rank's mean step time (ms) and how it splits: loading the batch, forward and backward,
 /// waiting for and reducing gradients, the optimizer (common/record.h).
@@ -66,6 +73,11 @@ class ThroughputMeter {
   double stepsPerS(int rank) const;
   /// The run's samples per second: the sum over ranks (the coordinator's alone for the pool).
   double total() const;
+  /// The fewest steps after warm-up of a rank that counts in total(); 0 before any step.
+  std::int64_t measuredSteps() const;
+  /// Whether the run is long enough to measure (Note [Warm-up steps]).
+  bool measured() const { return measuredSteps() >= kMinMeasuredSteps; }
+  static constexpr std::int64_t kMinMeasuredSteps = 20;
   /// `rank`'s mean step time and its split over the steps counted above; zeros before any step.
   StepSplit split(int rank) const;
   /// The mean of split() over the ranks that train: for the pool its workers, not the
@@ -80,12 +92,13 @@ class ThroughputMeter {
     StepSplit ms;  ///< sums
   };
   const Sums& counted(int rank) const;
+  int countedRanks() const;  ///< the ranks total() sums: 0..countedRanks()-1
 
   std::int64_t m_warmup;
   bool m_coordinatorOnly;
-  std::vector<Sums> m_all;                  ///< every step of each rank
-  std::vector<Sums> m_steady;               ///< each rank's steps after a warm-up
-  std::vector<std::int64_t> m_sinceStart;   ///< each rank's steps since its last start
+  std::vector<Sums> m_all;                 ///< every step of each rank
+  std::vector<Sums> m_steady;              ///< each rank's steps after a warm-up
+  std::vector<std::int64_t> m_sinceStart;  ///< each rank's steps since its last start
 };
 
 }  // namespace ptw::core

@@ -9,6 +9,7 @@
 #include <QXmlStreamReader>
 #include <QtTest>
 
+#include <sched.h>
 #include <signal.h>
 
 #include <arpa/inet.h>
@@ -20,14 +21,15 @@
 #include <chrono>
 #include <cmath>
 #include <initializer_list>
+#include <map>
 #include <sstream>
 #include <thread>
-#include <map>
 
 #include "common/error.h"
 #include "launch/expectation.h"
-#include "launch/launcher.h"
 #include "launch/headless.h"
+#include "launch/launcher.h"
+#include "launch/rate_window.h"
 #include "launch/run_session.h"
 #include "launch/run_store.h"
 #include "launch/supervisor.h"  // checkpointStep
@@ -60,7 +62,8 @@ Result runCommand(const QStringList& args, const QProcessEnvironment& env = QPro
 }
 
 // A headless run of `ptw args` with its runs in `runs`.
-Result runPtw(const QStringList& args, const QTemporaryDir& runs, const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment()) {
+Result runPtw(const QStringList& args, const QTemporaryDir& runs,
+              const QProcessEnvironment& env = QProcessEnvironment::systemEnvironment()) {
   return runCommand(QStringList{"--headless", "--runs-dir", runs.path()} + args, env);
 }
 
@@ -100,8 +103,8 @@ class TestHeadless : public QObject {
     // The examples run long enough to watch in the window; here 40 steps of each keep the
     // suite short.
     const int steps = 40;
-    Result r = runPtw({"--profile", path, "--summary", summaryPath, "--set", QString("hyper.max_steps=%1").arg(steps)},
-                      runs);
+    Result r =
+        runPtw({"--profile", path, "--summary", summaryPath, "--set", QString("hyper.max_steps=%1").arg(steps)}, runs);
     QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
     QFile f(summaryPath);
     QVERIFY(f.open(QIODevice::ReadOnly));
@@ -221,9 +224,10 @@ class TestHeadless : public QObject {
     const QString summary = out.filePath("s.json");
     QElapsedTimer clock;
     clock.start();
-    Result r = runPtw({"--set", "hyper.max_steps=6000", "--summary", summary, "--expect",
-                       "throughput.samples_per_s > 0", "--expect", "throughput.steps_per_s > 0", "--expect", "wall_s > 0"},
-                      runs);
+    Result r =
+        runPtw({"--set", "hyper.max_steps=6000", "--summary", summary, "--expect", "throughput.samples_per_s > 0",
+                "--expect", "throughput.steps_per_s > 0", "--expect", "wall_s > 0"},
+               runs);
     const double elapsedS = static_cast<double>(clock.elapsed()) / 1000.0;
     QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
     QFile sf(summary);
@@ -272,6 +276,95 @@ class TestHeadless : public QObject {
     QCOMPARE(judged[2].toObject()["value"].toDouble(), wall);
   }
 
+  // The progress line's rate, over a stream of groups alternating 20x faster and slower, a
+  // group every 10 ms: a single group's rate is off by a factor of ten, the window's stays
+  // within 10% of the true mean (samples over time inside steps).
+  void theProgressRateIsSmoothedOverGroups() {
+    RateWindow window(3.0);
+    const double samples = 640, fastS = 0.001, slowS = 0.02;
+    const double mean = 2 * samples / (fastS + slowS);
+    for (int i = 0; i < 2000; ++i) {
+      const double busyS = i % 2 == 0 ? fastS : slowS;
+      window.add(0.01 * i, samples, busyS);
+      if (i < 20) continue;  // a few groups in, as the first line after start-up
+      QVERIFY2(std::abs(window.rate() - mean) <= 0.1 * mean,
+               qPrintable(QString("group %1: %2 vs %3").arg(i).arg(window.rate()).arg(mean)));
+    }
+    QVERIFY(samples / fastS > 5 * mean && samples / slowS < 0.6 * mean);  // what a group alone says
+    window.add(100.0, samples, slowS);  // after a pause: only the newest record is left
+    QCOMPARE(window.rate(), samples / slowS);
+    QCOMPARE(RateWindow().rate(), 0.0);
+  }
+
+  // More CPU ranks than cores: one line that says what to do, on stderr before the run, and
+  // the run goes on.
+  void moreRanksThanCoresWarnsAndRuns() {
+    Profile p = defaultProfile();
+    p.strategy.ranks = 3;
+    const std::string expected =
+        "strategy.ranks: 3 ranks on 2 core(s); they will take turns and each step waits for "
+        "the slowest; set strategy.ranks to 2 or fewer for a fair speed";
+    QCOMPARE(coresWarning(p, 2), expected);
+    QCOMPARE(coresWarning(p, 3), std::string());
+    p.strategy.device = "cuda";
+    QCOMPARE(coresWarning(p, 2), std::string());
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    QTemporaryDir runs;
+    Result r = runPtw({"--set", QString("strategy.ranks=%1").arg(cores + 1)}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    p.strategy.device = "cpu";
+    p.strategy.ranks = cores + 1;
+    QVERIFY2(r.err.contains(QString::fromStdString("ptw: warning: " + coresWarning(p) + "\n")), qPrintable(r.err));
+  }
+
+  // device: cuda where LibTorch sees no GPU: the rank's error says so and what to do, and
+  // headless shows it. (On a machine with a GPU there is nothing to check.)
+  void noCudaDeviceSaysUseCpu() {
+    QTemporaryDir runs;
+    Result r = runPtw({"--set", "strategy.device=cuda"}, runs);
+    if (r.code == 0) QSKIP("a CUDA device is visible here");
+    QVERIFY2(r.err.contains("strategy.device: \"cuda\" but LibTorch sees no CUDA device on this machine"),
+             qPrintable(r.err));
+    QVERIFY2(r.err.contains("; use \"cpu\""), qPrintable(r.err));
+  }
+
+  // The final line's throughput is the figure the summary and the store hold.
+  void theFinalLineGivesTheStoredThroughput() {
+    QTemporaryDir runs;
+    const QString summary = runs.filePath("s.json");
+    Result r = runPtw({"--set", "hyper.max_steps=400", "--summary", summary}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    const auto m = QRegularExpression("ptw: throughput (\\d+) samples/s\n").match(r.out);
+    QVERIFY2(m.hasMatch(), qPrintable(r.out));
+    QFile sf(summary);
+    QVERIFY(sf.open(QIODevice::ReadOnly));
+    const QJsonObject s = QJsonDocument::fromJson(sf.readAll()).object();
+    const double stored = s["throughput"].toObject()["samples_per_s"].toDouble(-1);
+    QVERIFY(stored > 0);
+    QCOMPARE(m.captured(1), QString::number(stored, 'f', 0));
+    QCOMPARE(RunStore(runs.path().toStdString()).runs().back().samplesPerS, stored);
+  }
+
+  // The default profile's 20 steps leave 18 after warm-up: too short to measure, said so on
+  // the final line, null in the summary (the run's and each rank's), NULL in the store.
+  void theDefaultProfileIsTooShortToMeasure() {
+    QTemporaryDir runs;
+    const QString summary = runs.filePath("s.json");
+    Result r = runPtw({"--summary", summary}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    QVERIFY2(r.out.contains("ptw: too short to measure throughput: 18 steps after warm-up"), qPrintable(r.out));
+    QVERIFY(!r.out.contains("ptw: throughput "));
+    QFile sf(summary);
+    QVERIFY(sf.open(QIODevice::ReadOnly));
+    const QJsonObject s = QJsonDocument::fromJson(sf.readAll()).object();
+    QVERIFY(s["throughput"].toObject()["samples_per_s"].isNull());
+    QVERIFY(s["throughput"].toObject()["steps_per_s"].isNull());
+    for (const auto& rank : s["ranks"].toArray()) QVERIFY(rank.toObject()["samples_per_s"].isNull());
+    QVERIFY(std::isnan(RunStore(runs.path().toStdString()).runs().back().samplesPerS));
+  }
+
   // Every operator, at its boundary and either side of it; written with or without spaces
   // (the longest operator at a place wins: "<=" is not "<" followed by "=0.5"); a metric that
   // is not a number (no validation, no steps) holds for none of them, != included.
@@ -280,19 +373,31 @@ class TestHeadless : public QObject {
     QTest::addColumn<double>("value");
     QTest::addColumn<bool>("holds");
     const double nan = std::nan("");
-    struct Row { const char* text; double value; bool holds; };
+    struct Row {
+      const char* text;
+      double value;
+      bool holds;
+    };
     for (const Row& r : std::initializer_list<Row>{
-             {"final.loss < 0.5", 0.5, false},           {"final.loss < 0.5", 0.4999, true},
-             {"final.loss<=0.5", 0.5, true},             {"final.loss <= 0.5", 0.5001, false},
-             {"final.step > 20", 20, false},             {"final.step > 20", 21, true},
-             {"final.step >= 20", 20, true},             {"final.step >= 20", 19, false},
-             {"final.step == 20", 20, true},             {"final.step == 20", 21, false},
-             {"final.step != 20", 20, false},            {"final.step != 20", 21, true},
-             {"throughput.samples_per_s >= 1e3", 1000, true}, {"wall_s < 60", 59.9, true},
-             {"final.val_accuracy >= 0.9", nan, false},  {"final.loss != 1", nan, false},
+             {"final.loss < 0.5", 0.5, false},
+             {"final.loss < 0.5", 0.4999, true},
+             {"final.loss<=0.5", 0.5, true},
+             {"final.loss <= 0.5", 0.5001, false},
+             {"final.step > 20", 20, false},
+             {"final.step > 20", 21, true},
+             {"final.step >= 20", 20, true},
+             {"final.step >= 20", 19, false},
+             {"final.step == 20", 20, true},
+             {"final.step == 20", 21, false},
+             {"final.step != 20", 20, false},
+             {"final.step != 20", 21, true},
+             {"throughput.samples_per_s >= 1e3", 1000, true},
+             {"wall_s < 60", 59.9, true},
+             {"final.val_accuracy >= 0.9", nan, false},
+             {"final.loss != 1", nan, false},
          })
-      QTest::newRow(qPrintable(QStringLiteral("%1 at %2").arg(r.text).arg(r.value))) << QString(r.text) << r.value
-                                                                                    << r.holds;
+      QTest::newRow(qPrintable(QStringLiteral("%1 at %2").arg(r.text).arg(r.value)))
+          << QString(r.text) << r.value << r.holds;
   }
   void expectationsJudgeEveryOperatorAtItsBoundary() {
     QFETCH(QString, text);
@@ -306,9 +411,12 @@ class TestHeadless : public QObject {
   void invalidExpectationsExitTwo_data() {
     QTest::addColumn<QString>("expect");
     QTest::addColumn<QString>("message");
-    QTest::newRow("no operator") << "final.loss 0.5" << "expected METRIC OP NUMBER";
-    QTest::newRow("unknown metric") << "final.val_los < 1" << "unknown metric \"final.val_los\"";
-    QTest::newRow("not a number") << "final.loss < small" << "expected a number after <";
+    QTest::newRow("no operator") << "final.loss 0.5"
+                                 << "expected METRIC OP NUMBER";
+    QTest::newRow("unknown metric") << "final.val_los < 1"
+                                    << "unknown metric \"final.val_los\"";
+    QTest::newRow("not a number") << "final.loss < small"
+                                  << "expected a number after <";
   }
   void invalidExpectationsExitTwo() {
     QFETCH(QString, expect);
@@ -368,8 +476,8 @@ class TestHeadless : public QObject {
 
     auto offscreen = QProcessEnvironment::systemEnvironment();
     offscreen.insert("QT_QPA_PLATFORM", "offscreen");
-    Result judged = runCommand({"--runs-dir", runs.path(), "--set", "hyper.max_steps=20", "--expect", "final.step == 20"},
-                        offscreen);
+    Result judged = runCommand(
+        {"--runs-dir", runs.path(), "--set", "hyper.max_steps=20", "--expect", "final.step == 20"}, offscreen);
     QVERIFY2(judged.code == 0, qPrintable(judged.out + judged.err));
     QVERIFY2(judged.out.contains("expect final.step == 20: ok"), qPrintable(judged.out));
     Result both = runCommand({"--start", "--expect", "final.step == 20"}, offscreen);
@@ -409,8 +517,7 @@ class TestHeadless : public QObject {
     QProcess p;
     p.setWorkingDirectory(cwd.path());
     p.start(test::binDir() + "/ptw", {"--headless", "--worker-arg=--fault=kill-at-step:1:12", "--runs-dir", "runs/here",
-                                      "--set", "run.checkpoint_every=5",
-                                      "--set", "run.max_restarts=1"});
+                                      "--set", "run.checkpoint_every=5", "--set", "run.max_restarts=1"});
     QVERIFY(p.waitForFinished(120000));
     const QString out = QString::fromUtf8(p.readAllStandardOutput() + p.readAllStandardError());
     QVERIFY2(p.exitCode() == 0, qPrintable(out));
@@ -434,7 +541,7 @@ class TestHeadless : public QObject {
       return s;
     };
     ThroughputMeter meter(2);
-    meter.add(step(0, 250, 16));  // a first CUDA step
+    meter.add(step(0, 250, 16));                // a first CUDA step
     QCOMPARE(meter.samplesPerS(0), 16 / 0.25);  // only warm-up so far: counted whole
     meter.add(step(0, 12, 16));
     for (int i = 0; i < 4; ++i) meter.add(step(0, 1, 16));
@@ -505,9 +612,10 @@ class TestHeadless : public QObject {
       Sweep::profileFor(base, "ddp-shm", 2, 50);
       QFAIL("shared memory on cuda ranks was accepted");
     } catch (const Error& e) {
-      QVERIFY2(QString(e.what()).contains("sweep: ddp-shm with 2 worker(s) cannot run this profile: strategy.backend") &&
-                   QString(e.what()).contains("leave ddp-shm out of the strategies"),
-               e.what());
+      QVERIFY2(
+          QString(e.what()).contains("sweep: ddp-shm with 2 worker(s) cannot run this profile: strategy.backend") &&
+              QString(e.what()).contains("leave ddp-shm out of the strategies"),
+          e.what());
     }
   }
 
@@ -556,7 +664,8 @@ class TestHeadless : public QObject {
       r = runPtw({"--set", QStringLiteral("run.port=%1").arg(port)}, runs);
     }
     QCOMPARE(r.code, 2);
-    QVERIFY2(r.err.contains(QStringLiteral("run.port: port %1 on 127.0.0.1 is already in use").arg(port)), qPrintable(r.err));
+    QVERIFY2(r.err.contains(QStringLiteral("run.port: port %1 on 127.0.0.1 is already in use").arg(port)),
+             qPrintable(r.err));
     QVERIFY(QDir(runs.path()).entryList(QDir::NoDotAndDotDot | QDir::AllEntries).isEmpty());
 
     QFile blocker(runs.filePath("a-file"));
@@ -586,9 +695,11 @@ class TestHeadless : public QObject {
     auto sweep = [&](const QStringList& extra) {
       QProcess p;
       p.start(test::binDir() + "/ptw", QStringList{"sweep", "--runs-dir", runs.path(), "--strategies", "ddp,pool",
-                                                   "--workers", "1,2", "--steps", "30"} + extra);
+                                                   "--workers", "1,2", "--steps", "30"} +
+                                           extra);
       p.waitForFinished(120000);
-      return Result{p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()), QString::fromUtf8(p.readAllStandardError())};
+      return Result{p.exitCode(), QString::fromUtf8(p.readAllStandardOutput()),
+                    QString::fromUtf8(p.readAllStandardError())};
     };
     Result ok = sweep({"--csv", runs.filePath("s.csv"), "--json", runs.filePath("s.json")});
     QVERIFY2(ok.code == 0, qPrintable(ok.out + ok.err));
@@ -693,14 +804,16 @@ class TestHeadless : public QObject {
     QString table = QString::fromUtf8(list.readAllStandardOutput());
     QVERIFY2(table.contains("finished") && table.contains("seed-ddp"), qPrintable(table));
     QProcess exporter;
-    exporter.start(test::binDir() + "/ptw", {"export", "1", "--csv", runs.filePath("run1.csv"), "--runs-dir", runs.path()});
+    exporter.start(test::binDir() + "/ptw",
+                   {"export", "1", "--csv", runs.filePath("run1.csv"), "--runs-dir", runs.path()});
     QVERIFY(exporter.waitForFinished(30000));
     QCOMPARE(exporter.exitCode(), 0);
     QFile csv(runs.filePath("run1.csv"));
     QVERIFY(csv.open(QIODevice::ReadOnly));
     QStringList lines = QString::fromUtf8(csv.readAll()).split('\n', Qt::SkipEmptyParts);
     QCOMPARE(lines.size(), 1 + 2 * 25);
-    QCOMPARE(lines[0], QString("rank,step,epoch,loss,samples_per_s,step_ms,data_ms,compute_ms,comm_ms,opt_ms,lr,mem_bytes"));
+    QCOMPARE(lines[0],
+             QString("rank,step,epoch,loss,samples_per_s,step_ms,data_ms,compute_ms,comm_ms,opt_ms,lr,mem_bytes"));
     // Every field of every record, as the store holds it, exactly.
     const auto stored = RunStore(runs.path().toStdString()).steps(1);
     QCOMPARE(stored.size(), std::size_t(50));
@@ -775,8 +888,8 @@ class TestHeadless : public QObject {
   // run.keep_every past run.keep_all_until: the ranks write the records of those steps only.
   void keepEveryNthStepRecord() {
     QTemporaryDir runs;
-    Result r = runPtw({"--set", "hyper.max_steps=25", "--set", "run.keep_every=5", "--set", "run.keep_all_until=10"},
-                      runs);
+    Result r =
+        runPtw({"--set", "hyper.max_steps=25", "--set", "run.keep_every=5", "--set", "run.keep_all_until=10"}, runs);
     QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
     std::vector<std::int64_t> kept[2];
     for (const auto& s : RunStore(runs.path().toStdString()).steps(1)) kept[s.rank].push_back(s.step);
@@ -792,12 +905,13 @@ class TestHeadless : public QObject {
     Profile p = defaultProfile();
     p.strategy.kind = "pool";
     p.strategy.ranks = 2;
+    p.hyper.maxSteps = 200;  // long enough to measure (Note [Warm-up steps])
     QTemporaryDir headlessRuns, sessionRuns, sweepRuns;
     // Headless, in this process: its summary and its row.
     HeadlessOptions o;
     o.runsDir = headlessRuns.path().toStdString();
     o.workerPath = test::workerPath();
-    o.overrides = {"strategy.kind=pool", "strategy.ranks=2"};
+    o.overrides = {"strategy.kind=pool", "strategy.ranks=2", "hyper.max_steps=200"};
     o.summaryPath = headlessRuns.filePath("summary.json").toStdString();
     std::ostringstream out, err;
     QCOMPARE(runHeadless(o, out, err), 0);
@@ -819,7 +933,8 @@ class TestHeadless : public QObject {
           if ((r.kind == Record::Kind::Step || r.kind == Record::Kind::Group) && r.step.rank == 0) rank0 = r.step.loss;
       }
     } seen;
-    RunSession session(RunSessionOptions(p).setRunsDir(sessionRuns.path().toStdString()).setWorkerPath(test::workerPath()));
+    RunSession session(
+        RunSessionOptions(p).setRunsDir(sessionRuns.path().toStdString()).setWorkerPath(test::workerPath()));
     session.begin();
     const RunResult result = session.run(seen);
     QVERIFY2(result.report.status == RunReport::Status::Finished, result.report.message.c_str());
@@ -831,9 +946,9 @@ class TestHeadless : public QObject {
     QCOMPARE(row.samplesPerS, result.metrics.at("throughput.samples_per_s"));
     QCOMPARE(row.samplesPerS, session.throughput().total());
 
-    // The sweep's path: its pool point trains the same 20 steps.
-    const auto points = Sweep(SweepOptions(p, {"pool"}, {2}).setSteps(20).setRunsDir(sweepRuns.path().toStdString()))
-                            .run();
+    // The sweep's path: its pool point trains the same 200 steps.
+    const auto points =
+        Sweep(SweepOptions(p, {"pool"}, {2}).setSteps(200).setRunsDir(sweepRuns.path().toStdString())).run();
     QCOMPARE(points.size(), std::size_t(2));
     const auto rows = RunStore(sweepRuns.path().toStdString()).runs();
     QCOMPARE(rows.size(), std::size_t(2));
@@ -860,8 +975,9 @@ class TestHeadless : public QObject {
                 bool ended = false;
                 for (const auto& d : dir.entryList(QDir::Dirs | QDir::NoDotAndDotDot))
                   ended = ended || QFile::exists(dir.filePath(d + "/rank0.final.pt"));
-                if (ended && !db && sqlite3_open_v2(dir.filePath("runs.sqlite").toUtf8().constData(), &db,
-                                                    SQLITE_OPEN_READWRITE, nullptr) == SQLITE_OK) {
+                if (ended && !db &&
+                    sqlite3_open_v2(dir.filePath("runs.sqlite").toUtf8().constData(), &db, SQLITE_OPEN_READWRITE,
+                                    nullptr) == SQLITE_OK) {
                   sqlite3_busy_timeout(db, 5000);
                   locked = sqlite3_exec(db, "BEGIN EXCLUSIVE", nullptr, nullptr, nullptr) == SQLITE_OK;
                 }
