@@ -246,7 +246,7 @@ int runSweep(const SweepArgs& a) {
   std::printf("%-14s %7s %14s %11s %9s %7s  %s\n", "strategy", "workers", "samples/s", "efficiency", "step ms",
               "comm %", "status");
   // Ctrl-C, SIGTERM or SIGHUP stops the configuration running now and skips the rest;
-  // what was measured is still printed and written.
+  // the configurations that ran are still printed and written.
   std::vector<ptw::core::SweepPoint> points;
   {
     ptw::core::StopOnSignals stop(sweep);
