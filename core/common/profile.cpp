@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/command.h"
 #include "common/error.h"
 #include "common/strategies.h"
 
@@ -93,12 +94,23 @@ void visit(RunOptions& r, F&& f) {
   f("keep_all_until", r.keepAllUntil);
 }
 template <class F>
+void visit(CommandSpec& c, F&& f) {
+  f("program", c.program);
+  f("args", c.args);
+  f("cwd", c.cwd);
+  f("env", c.env);
+  f("pattern", c.pattern);
+  f("report_ranks", c.reportRanks);
+  f("stop_grace_s", c.stopGraceS);
+}
+template <class F>
 void visitSections(Profile& p, F&& f) {
   f("model", p.model);
   f("data", p.data);
   f("strategy", p.strategy);
   f("hyper", p.hyper);
   f("run", p.run);
+  f("command", p.command);
 }
 
 std::string describe(const Json& v) {
@@ -213,7 +225,8 @@ Profile fromJsonValue(const Json& root) {
     if (auto it = root.find(sectionName); it != root.end()) readSection(*it, sectionName, section);
   });
   for (auto it = root.begin(); it != root.end(); ++it) {
-    PTW_CHECK(known.count(it.key()), it.key(), ": unknown section (known: name, model, data, strategy, hyper, run)");
+    PTW_CHECK(known.count(it.key()), it.key(),
+              ": unknown section (known: name, model, data, strategy, hyper, run, command)");
   }
   auto errors = validate(p);
   if (!errors.empty()) throw Error(errors.front().text());
@@ -423,6 +436,8 @@ std::vector<FieldError> validate(const Profile& p) {
   need(r.checkpointEvery >= 0, "run.checkpoint_every", "must be >= 0, got " + str(r.checkpointEvery));
   need(r.keepEvery >= 1, "run.keep_every", "must be >= 1 (1 keeps every step's records), got " + str(r.keepEvery));
   need(r.keepAllUntil >= 0, "run.keep_all_until", "must be >= 0, got " + str(r.keepAllUntil));
+  if (info && info->runsCommand)
+    for (auto& problem : validateCommand(p)) e.push_back(std::move(problem));
   return e;
 }
 
@@ -526,9 +541,10 @@ const std::map<std::string, std::string>& fieldHelp() {
        "steps and at the end"},
       {"strategy.kind",
        "one process; one process with a replica per CPU lane or GPU; one process per rank, gradients all-reduced; a "
-       "coordinator and workers on parameters in shared memory"},
+       "coordinator and workers on parameters in shared memory; your own program, a process per rank (the `command` "
+       "section)"},
       {"strategy.ranks",
-       "`ddp`: processes; `dataparallel`: replicas (lanes); `pool`: workers (plus a coordinator process)"},
+       "`ddp`, `command`: processes; `dataparallel`: replicas (lanes); `pool`: workers (plus a coordinator process)"},
       {"strategy.backend",
        "`ddp`: how gradients are reduced. `auto` is `shm` on `cpu` (or `gloo` for a model whose parameters are not all "
        "dense float32), `nccl` on `cuda` (`gloo` where this build has no NCCL); rank 0's log names the choice. `shm`: "
@@ -578,6 +594,20 @@ const std::map<std::string, std::string>& fieldHelp() {
       {"run.keep_every", "past `run.keep_all_until`, the store keeps the records of every N-th step (1 keeps all)"},
       {"run.keep_all_until", "the store keeps every step's records up to this step"},
       {"run.metrics", "stream every step's record; `false` sends only heartbeats (to measure what watching costs)"},
+      {"command.program",
+       "`command`: the program each rank runs, e.g. `python3`, or a launcher such as `mpirun`; a bare name is looked "
+       "up on `PATH`"},
+      {"command.args",
+       "`command`: its arguments, one string each, never through a shell; `{hyper.lr}` (any `section.field`) is "
+       "replaced by the profile's value"},
+      {"command.cwd", "`command`: the working directory, relative to the profile's folder; empty = that folder"},
+      {"command.env", "`command`: extra environment, `\"KEY=VALUE\"` each; templates as in `command.args`"},
+      {"command.pattern",
+       "`command`: picks metrics out of output lines for a script that does not report them, e.g. `step {step} loss "
+       "{loss}`; `{name}` matches a number, the rest is a regular expression"},
+      {"command.report_ranks",
+       "`command`: the ranks its records name; 0 = `strategy.ranks` (`mpirun -np 4` under one process: 4)"},
+      {"command.stop_grace_s", "`command`: a stop sends SIGINT, then SIGTERM, then SIGKILL, this many seconds apart"},
   };
   return help;
 }
@@ -595,6 +625,9 @@ Profile loadProfile(const std::string& path) {
     if (!file->empty() && std::filesystem::path(*file).is_relative())
       *file = (base / *file).lexically_normal().string();
   }
+  // A script's folder, likewise; templates in it are replaced later, against this path.
+  if (const StrategyInfo* s = findStrategy(p.strategy.kind); s && s->runsCommand)
+    p.command.cwd = (base / p.command.cwd).lexically_normal().string();
   return p;
 }
 
@@ -661,7 +694,11 @@ std::int64_t cudaIndexFor(const Profile& p, int index) {
   return index >= 0 && static_cast<std::size_t>(index) < gpus.size() ? gpus[static_cast<std::size_t>(index)] : index;
 }
 
-int reportingRanks(const Profile& p) { return trainingRanks(p) + (hasCoordinator(p) ? 1 : 0); }
+int reportingRanks(const Profile& p) {
+  const StrategyInfo* s = findStrategy(p.strategy.kind);
+  if (s && s->runsCommand && p.command.reportRanks > 0) return p.command.reportRanks;
+  return trainingRanks(p) + (hasCoordinator(p) ? 1 : 0);
+}
 
 std::int64_t warmupSteps(const Profile& profile) {
   const std::int64_t steps = profile.hyper.maxSteps;

@@ -84,6 +84,18 @@ struct RunOptions {
   std::int64_t keepAllUntil = 0;     ///< the store keeps the records of every step up to this one
 };
 
+/// Example: CommandSpec{}.program = "python3"; args = {"train.py", "--lr", "{hyper.lr}"};
+/// The strategy `command` runs this program as each rank (docs/scripts.md).
+struct CommandSpec {
+  std::string program = "";            ///< the program; a bare name is looked up on PATH
+  std::vector<std::string> args = {};  ///< its arguments, never through a shell; {section.field} is replaced
+  std::string cwd = "";                ///< working directory, relative to the profile's folder; "" = that folder
+  std::vector<std::string> env = {};   ///< extra environment, "KEY=VALUE" each ({section.field} replaced)
+  std::string pattern = "";            ///< picks metrics out of output lines, e.g. "step {step} loss {loss}"
+  int reportRanks = 0;                 ///< ranks the records name; 0 = strategy.ranks
+  double stopGraceS = 5.0;             ///< a stop sends SIGINT, then SIGTERM, then SIGKILL, this far apart
+};
+
 /// Whether the run store keeps the step records of `step` (run.keep_every, run.keep_all_until).
 inline bool keepsStep(const RunOptions& r, std::int64_t step) {
   return r.keepEvery <= 1 || step <= r.keepAllUntil || step % r.keepEvery == 0;
@@ -96,6 +108,7 @@ struct Profile {
   StrategySpec strategy;
   HyperSpec hyper;
   RunOptions run;
+  CommandSpec command;
 
   bool operator==(const Profile& other) const;
   bool operator!=(const Profile& other) const { return !(*this == other); }

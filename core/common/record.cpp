@@ -33,6 +33,15 @@ void appendFields(std::string& out, const StepRecord& s, std::size_t from = 0) {
 
 }  // namespace
 
+bool isScalarName(std::string_view name) {
+  if (name.empty() || name.size() > Record::kNameBytes) return false;
+  for (char c : name)
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '.' ||
+          c == '/' || c == '-'))
+      return false;
+  return true;
+}
+
 void formatRecord(const Record& r, std::string& out) {
   const StepRecord& s = r.step;
   switch (r.kind) {
@@ -59,6 +68,14 @@ void formatRecord(const Record& r, std::string& out) {
       out += 'D';
       appendInt(out, s.rank);
       appendInt(out, s.step);
+      break;
+    case Record::Kind::Scalar:
+      out += 'N';
+      appendInt(out, s.rank);
+      appendInt(out, s.step);
+      out += ' ';
+      out += r.scalarName();
+      appendNumber(out, r.value);
       break;
     case Record::Kind::Group: {
       const StepGroup& g = r.group;
@@ -87,6 +104,7 @@ char kindCode(Record::Kind k) {
     case Record::Kind::Heartbeat: return 'H';
     case Record::Kind::Done: return 'D';
     case Record::Kind::Group: return 'G';
+    case Record::Kind::Scalar: return 'N';
   }
   return '?';
 }
@@ -105,7 +123,9 @@ T get(const char* frame, std::size_t at) {
 // The step fields start at kStepAt (Note [Step fields]); a V or H frame keeps its values
 // where the loss is, and leaves the rest of the fields' bytes zero.
 constexpr std::size_t kKindAt = 4, kRankAt = 8, kStepAt = 16, kEpochAt = 24, kValuesAt = 32;
-constexpr std::size_t kGroupAt = kRecordFrameBytes;  // G: first, count, then 9 sums
+constexpr std::size_t kGroupAt = kRecordFrameBytes;                    // G: first, count, then 9 sums
+constexpr std::size_t kScalarValueAt = kEpochAt + Record::kNameBytes;  // N: the name, then the value
+static_assert(kScalarValueAt + 8 <= kRecordFrameBytes);
 static_assert(kGroupAt + 16 + 9 * 8 == kGroupFrameBytes);
 
 // The step fields of `s` into the frame `f`, and back.
@@ -162,6 +182,13 @@ void encodeRecord(const Record& r, std::string& out) {
       break;
     }
     case Record::Kind::Done: put<std::int64_t>(f, kStepAt, s.step); break;
+    case Record::Kind::Scalar: {
+      put<std::int64_t>(f, kStepAt, s.step);
+      const std::string_view name = r.scalarName();
+      std::memcpy(f + kEpochAt, name.data(), std::min(name.size(), Record::kNameBytes));
+      put(f, kScalarValueAt, r.value);
+      break;
+    }
   }
   out.append(f, r.kind == Record::Kind::Group ? kGroupFrameBytes : kRecordFrameBytes);
 }
@@ -221,6 +248,15 @@ std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& m
       r.setState(std::string_view(state, n));
       ok = n > 0 && allZero(state + n, kStateBytes - n) && allZero(f + kEpochAt, 8) &&
            allZero(f + kValuesAt + kStateBytes, kRecordFrameBytes - kValuesAt - kStateBytes);
+    } else if (kind == 'N') {
+      r.kind = Record::Kind::Scalar;
+      const char* name = f + kEpochAt;
+      std::size_t n = 0;
+      while (n < Record::kNameBytes && name[n] != 0) ++n;
+      r.setName(std::string_view(name, n));
+      r.value = get<double>(f, kScalarValueAt);
+      ok = isScalarName(r.scalarName()) && allZero(name + n, Record::kNameBytes - n) &&
+           allZero(f + kScalarValueAt + 8, kRecordFrameBytes - kScalarValueAt - 8);
     } else if (kind == 'D') {
       r.kind = Record::Kind::Done;
       ok = allZero(f + kEpochAt, kRecordFrameBytes - kEpochAt);

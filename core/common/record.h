@@ -10,13 +10,15 @@
 //   V rank step val_loss val_accuracy          validation (accuracy is -1 for regression)
 //   G rank first step count loss_sum loss_min loss_max samples busy_ms data_ms compute_ms comm_ms opt_ms
 //     then the group's last step record's fields as in S from epoch on: a group of steps
-//   H rank step state                          heartbeat while alive; state: train|comm|done
+//   H rank step state                          heartbeat while alive; state: train|comm|quiet|done
 //   D rank steps                               finished cleanly
+//   N rank step name value                     a named scalar (a script's, Note [Script metrics])
 //
 // Frame (kRecordFrameBytes, native byte order: both ends are the same build on one host):
-//   u32 magic "PTWR" | u8 kind 'S'/'V'/'H'/'D' | 3 zero bytes | i32 rank | 4 zero bytes |
+//   u32 magic "PTWR" | u8 kind 'S'/'V'/'H'/'D'/'N' | 3 zero bytes | i32 rank | 4 zero bytes |
 //   i64 step | i64 epoch | f64 x 8 (S: loss .. lr; V: val_loss, val_accuracy; H: the state,
 //   up to 16 letters) | i64 mem_bytes: the step fields, in the order of Note [Step fields];
+//   N frames hold the name (48 bytes, NUL-padded) where the epoch is, then the value;
 //   G frames (kind 'G') then add kGroupFrameBytes - kRecordFrameBytes bytes: i64 first | i64 count | f64 loss_sum,
 //   loss_min, loss_max, samples, then the sums of step_ms, data_ms, compute_ms, comm_ms, opt_ms
 //
@@ -154,13 +156,16 @@ inline std::int64_t stepGroupSpan(std::int64_t step) {
 /// Plain data (copied by value at every stage between a rank and the store).
 struct Record {
   static constexpr std::size_t kStateBytes = 16;
-  enum class Kind { Step, Validation, Heartbeat, Done, Group };
+  static constexpr std::size_t kNameBytes = 48;
+  enum class Kind { Step, Validation, Heartbeat, Done, Group, Scalar };
   Kind kind = Kind::Step;
   StepRecord step;                   ///< Step: all fields; Group: the group's last step; others: rank and step
   StepGroup group;                   ///< Group
   double valLoss = 0;                ///< Validation
   double valAccuracy = -1;           ///< Validation
   char state[kStateBytes + 1] = {};  ///< Heartbeat: a lower-case word of at most 16 letters, NUL-terminated
+  char name[kNameBytes + 1] = {};    ///< Scalar: its name (isScalarName), NUL-terminated
+  double value = 0;                  ///< Scalar
 
   /// Sets `state`, cut to kStateBytes.
   void setState(std::string_view s) {
@@ -168,7 +173,16 @@ struct Record {
     for (std::size_t i = 0; i <= kStateBytes; ++i) state[i] = i < n ? s[i] : '\0';
   }
   std::string_view stateName() const { return state; }
+  /// Sets `name`, cut to kNameBytes.
+  void setName(std::string_view s) {
+    const std::size_t n = s.size() < kNameBytes ? s.size() : kNameBytes;
+    for (std::size_t i = 0; i <= kNameBytes; ++i) name[i] = i < n ? s[i] : '\0';
+  }
+  std::string_view scalarName() const { return name; }
 };
+
+/// A named scalar's name: 1 to Record::kNameBytes characters of [A-Za-z0-9_./-].
+bool isScalarName(std::string_view name);
 
 static_assert(std::is_trivially_copyable_v<Record>);
 

@@ -11,7 +11,7 @@ namespace ptw::core {
 // pool-hogwild), so a name means the same in a profile, the sweep and the window.
 const std::vector<StrategyInfo>& strategies() {
   static const std::vector<StrategyInfo> table = [] {
-    std::vector<StrategyInfo> t(4);
+    std::vector<StrategyInfo> t(5);
     t[0].name = "single";
     t[0].label = "Single process";
     t[0].oneRank = true;
@@ -38,6 +38,11 @@ const std::vector<StrategyInfo>& strategies() {
     t[3].readsPoolMode = true;
     t[3].sweep = {{"pool", "coordinator and workers, sync", "pool", "", "sync", false, true, 1},
                   {"pool-hogwild", "workers step on their own (hogwild)", "pool", "", "hogwild", false, false, 3}};
+
+    t[4].name = "command";
+    t[4].label = "Your command (a process per rank)";
+    t[4].processPerRank = true;
+    t[4].runsCommand = true;
     return t;
   }();
   return table;

@@ -42,6 +42,9 @@ struct StrategyInfo {
   /// strategy.backend values it reads (auto first); empty when it reads none.
   std::vector<std::string> backends = {};
   bool readsPoolMode = false;  ///< strategy.pool_mode means something to it (and is stored)
+  /// Its ranks run the profile's `command` (a user's program), not ptw's engine: no model,
+  /// data or hyperparameters of ptw's own apply (Note [Script ranks]).
+  bool runsCommand = false;
   std::vector<SweepVariant> sweep = {};
 };
 

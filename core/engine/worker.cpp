@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -25,7 +26,9 @@
 #include "common/profile.h"
 #include "common/record.h"
 #include "common/step_block.h"
+#include "common/strategies.h"
 #include "engine/blas.h"
+#include "engine/command_rank.h"
 #include "engine/peer_wait.h"
 #include "engine/trainer.h"
 #include "engine/workload.h"
@@ -41,7 +44,9 @@ std::atomic<bool> g_stop{false};
 std::atomic<int> g_stoppedBy{0};  ///< the pid of a process other than the launcher that sent a stop, or -1 (the kernel)
 
 extern "C" void onStopSignal(int, siginfo_t* info, void*) {
-  if (info && info->si_pid != ::getppid()) g_stoppedBy.store(info->si_pid > 0 ? info->si_pid : -1);
+  // A command rank's program shares the run's process group, and may signal it itself.
+  if (info && info->si_pid != ::getppid() && info->si_pid != ::getpid())
+    g_stoppedBy.store(info->si_pid > 0 ? info->si_pid : -1);
   g_stop.store(true);
 }
 
@@ -584,14 +589,14 @@ int prepare(int argc, char** argv, const sigset_t& stopSignals, Args& args, core
   return -1;
 }
 
-// Tells the launcher every second that this rank lives, and whether it waits for its peers.
+// Tells the launcher every second that this rank lives, and what it does: `state()`.
 class Heartbeat {
  public:
-  Heartbeat(RecordWriter& writer, int rank)
-      : m_thread([this, &writer, rank] {
+  Heartbeat(RecordWriter& writer, int rank, std::function<const char*()> state)
+      : m_thread([this, &writer, rank, state = std::move(state)] {
           std::unique_lock<std::mutex> lock(m_mutex);
           while (!m_wake.wait_for(lock, std::chrono::seconds(1), [&] { return m_finished; }))
-            writer.heartbeat(rank, waitingForPeers().load(std::memory_order_relaxed) ? "comm" : "train");
+            writer.heartbeat(rank, state());
         }) {}
   ~Heartbeat() { stop(); }
   Heartbeat(const Heartbeat&) = delete;
@@ -684,6 +689,30 @@ int trainRank(const Args& args, const core::Profile& profile, RecordWriter& writ
   }
 }
 
+// A rank of the command strategy: the profile's program, reporting through `writer` (Note
+// [Script ranks] in common/command.h).
+int commandRank(const Args& args, const core::Profile& profile, RecordWriter& writer, std::atomic<bool>& reported) {
+  ScriptRank script{profile,
+                    args.rank,
+                    args.world,
+                    args.port,
+                    args.out,
+                    g_stop,
+                    g_stoppedBy,
+                    [&](const core::Record& r) { writer.write(r); },
+                    [&](std::int64_t step) { writer.passed(step); },
+                    reported};
+  try {
+    return runScriptRank(script);
+  } catch (const MetricsNotStored& e) {
+    std::fprintf(stderr, "error: [rank %d] %s\n", args.rank, e.what());
+    return core::kWorkerCannotStoreMetrics;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: [rank %d] %s\n", args.rank, e.what());
+    return 1;
+  }
+}
+
 // One rank of a run: its step file, record writer and heartbeat around trainRank.
 int runRank(const Args& args, const core::Profile& profile) {
   const int rank = args.rank;
@@ -708,7 +737,16 @@ int runRank(const Args& args, const core::Profile& profile) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what());
     return 2;
   }
-  Heartbeat heartbeat(writer, rank);
+  if (core::strategyOf(profile).runsCommand) {
+    std::atomic<bool> reported{false};  // until then the stall timeout leaves the rank be
+    Heartbeat heartbeat(writer, rank, [&reported] { return reported.load() ? "train" : "quiet"; });
+    const int code = commandRank(args, profile, writer, reported);
+    heartbeat.stop();
+    writer.flush();
+    return code;
+  }
+  Heartbeat heartbeat(writer, rank,
+                      [] { return waitingForPeers().load(std::memory_order_relaxed) ? "comm" : "train"; });
   const int code = trainRank(args, profile, writer, phases.get());
   heartbeat.stop();
   writer.flush();

@@ -1,6 +1,7 @@
 #include "launch/launcher.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -23,8 +24,10 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <set>
 #include <thread>
 
+#include "common/command.h"
 #include "common/error.h"
 #include "common/shm_names.h"
 
@@ -279,7 +282,8 @@ class Launcher::Impl {
   void enforceKillDeadline();
 
   // Failure blame and the report.
-  void beginTeardown(double graceS);
+  void beginTeardown(double graceS, bool graded = false);
+  void sweepStragglers();
   void fail(Rank& rk, const std::string& why, bool stalled);
   static std::string failureOf(const Rank& rk);
   RunReport finishReport();
@@ -301,6 +305,8 @@ class Launcher::Impl {
 
   std::vector<Record> m_batch;
   Clock::time_point m_killAt = Clock::time_point::max();
+  std::vector<int> m_ladder;  ///< signals still to send, each a grace apart, before SIGKILL
+  double m_ladderGraceS = 0;
   bool m_tearingDown = false;
   bool m_stopHandled = false;
   std::optional<std::string> m_stoppedFromOutside;  ///< why, when a rank was stopped by someone else
@@ -341,7 +347,45 @@ RunReport Launcher::Impl::run() {
     if (!m_tearingDown && o.stallTimeoutS > 0) detectStalls(now);
     enforceKillDeadline();
   }
+  if (o.commandRanks) sweepStragglers();
   return finishReport();
+}
+
+// Note [Script ranks]: a program's children may have left the run's process group (mpirun
+// gives each of its ranks a group of its own) and outlived it; each still carries the run's
+// token in its environment. Only this user's processes can be read, and so killed. Bounded:
+// at most 2 s.
+void Launcher::Impl::sweepStragglers() {
+  const std::string marker = "PTW_RUN_TOKEN=" + runToken(static_cast<long>(::getpid()), m_port);
+  const auto until = Clock::now() + std::chrono::seconds(2);
+  std::set<long> killed;
+  for (;;) {
+    std::vector<long> found;
+    if (DIR* proc = ::opendir("/proc")) {
+      while (dirent* e = ::readdir(proc)) {
+        char* end = nullptr;
+        const long pid = std::strtol(e->d_name, &end, 10);
+        if (pid <= 0 || *end || pid == ::getpid()) continue;
+        std::ifstream environ("/proc/" + std::string(e->d_name) + "/environ", std::ios::binary);
+        std::string var;
+        while (std::getline(environ, var, '\0'))
+          if (var == marker) {
+            found.push_back(pid);
+            break;
+          }
+      }
+      ::closedir(proc);
+    }
+    if (found.empty() || Clock::now() > until) break;
+    for (long pid : found) {
+      ::kill(static_cast<pid_t>(pid), SIGKILL);
+      killed.insert(pid);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (!killed.empty())
+    m_observer.onLog(-1, "ptw: killed " + std::to_string(killed.size()) +
+                             " process(es) the run's programs left behind outside its process group");
 }
 
 // Note [Local rendezvous]
@@ -504,7 +548,7 @@ void Launcher::Impl::handleStopRequest() {
   if (!m_stopRequested.load() || m_stopHandled) return;
   m_stopHandled = true;
   if (m_report.failedRank < 0) m_report.status = RunReport::Status::Stopped;
-  beginTeardown(o.stopGraceS);
+  beginTeardown(o.stopGraceS, o.commandRanks);
 }
 
 void Launcher::Impl::keepLog(Rank& rk, std::string_view line) {
@@ -527,7 +571,10 @@ void Launcher::Impl::takeRecords(Rank& rk) {
     Record& rec = m_batch[i];
     // A worker speaks only for itself; a run of one process (DataParallel) reports one
     // series per replica, which it numbers itself.
-    if (o.worldSize > 1 || (rec.kind != Record::Kind::Step && rec.kind != Record::Kind::Group)) rec.step.rank = rk.rank;
+    // A command rank names the rank of each record itself, checked against the profile's
+    // command.report_ranks (mpirun's ranks under one process).
+    if (!o.commandRanks && (o.worldSize > 1 || (rec.kind != Record::Kind::Step && rec.kind != Record::Kind::Group)))
+      rec.step.rank = rk.rank;
     rk.lastStep = std::max(rk.lastStep, rec.step.step);
   }
   if (m_batch.size() > first) {
@@ -619,9 +666,10 @@ void Launcher::Impl::onExited(Rank& rk, int status, Rank*& firstFailed) {
 
 // Stalls: a rank silent for the timeout (stopped, hung), or no rank making progress.
 void Launcher::Impl::detectStalls(Clock::time_point now) {
+  // A command rank whose program has reported nothing yet ("quiet") has no steps to count.
   std::int64_t minStep = INT64_MAX;
   for (auto& rk : m_ranks)
-    if (!rk.exited && rk.state != "done") minStep = std::min(minStep, rk.lastStep);
+    if (!rk.exited && rk.state != "done" && rk.state != "quiet") minStep = std::min(minStep, rk.lastStep);
   if (minStep != m_progressStep) {
     m_progressStep = minStep;
     m_progressAt = now;
@@ -650,7 +698,7 @@ void Launcher::Impl::blameNoProgress(std::int64_t minStep) {
   Rank* stuck = nullptr;
   std::string waiting;
   for (auto& rk : m_ranks) {
-    if (rk.exited || rk.lastStep != minStep) continue;
+    if (rk.exited || rk.lastStep != minStep || rk.state == "quiet") continue;
     if (rk.state == "comm")
       waiting += (waiting.empty() ? "" : ", ") + std::to_string(rk.rank);
     else if (!stuck)
@@ -669,7 +717,7 @@ void Launcher::Impl::blameNoProgress(std::int64_t minStep) {
          true);
   } else {
     for (auto& rk : m_ranks)
-      if (!rk.exited && rk.lastStep == minStep) {
+      if (!rk.exited && rk.lastStep == minStep && rk.state != "quiet") {
         fail(rk,
              "stopped making progress: every rank waits for the others after step " + std::to_string(minStep) +
                  " for " + seconds + " (a collective that never completes)",
@@ -684,6 +732,12 @@ void Launcher::Impl::blameNoProgress(std::int64_t minStep) {
 // never ending.
 void Launcher::Impl::enforceKillDeadline() {
   if (!m_tearingDown) return;
+  if (!m_ladder.empty() && Clock::now() >= m_killAt) {
+    killAll(m_ladder.front());
+    m_ladder.erase(m_ladder.begin());
+    m_killAt = Clock::now() + std::chrono::milliseconds(static_cast<long>(m_ladderGraceS * 1000));
+    return;
+  }
   if (Clock::now() >= m_killAt) killAll(SIGKILL);
   if (Clock::now() < m_killAt + std::chrono::seconds(5)) return;
   for (auto& rk : m_ranks) {
@@ -698,10 +752,14 @@ void Launcher::Impl::enforceKillDeadline() {
   }
 }
 
-void Launcher::Impl::beginTeardown(double graceS) {
+// A graded stop (users' programs) asks with SIGINT, as Ctrl-C would, then SIGTERM, each a
+// grace apart; ptw's own ranks stop on SIGTERM.
+void Launcher::Impl::beginTeardown(double graceS, bool graded) {
   if (m_tearingDown) return;
   m_tearingDown = true;
-  killAll(SIGTERM);
+  killAll(graded ? SIGINT : SIGTERM);
+  if (graded) m_ladder = {SIGTERM};
+  m_ladderGraceS = graceS;
   m_killAt = Clock::now() + std::chrono::milliseconds(static_cast<long>(graceS * 1000));
 }
 

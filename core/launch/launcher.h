@@ -36,6 +36,10 @@ struct LaunchOptions {
   std::string stepFile =
       "";  ///< where ranks append their step records (Note [Ranks write their steps]); "": they send them
   long long stepFileLimit = 0;  ///< bytes the step file may reach (a full disk past them); 0: no limit
+  /// The ranks run users' programs (Note [Script ranks] in common/command.h): a stop sends
+  /// SIGINT, then SIGTERM, then SIGKILL, stopGraceS apart, and processes that still carry the
+  /// run's token in their environment when the ranks are gone are killed.
+  bool commandRanks = false;
 
   LaunchOptions& setStepFile(std::string path, long long limit) {
     stepFile = std::move(path), stepFileLimit = limit;

@@ -81,6 +81,15 @@ CREATE TABLE IF NOT EXISTS validation (
   val_loss REAL,
   val_accuracy REAL
 );
+CREATE TABLE IF NOT EXISTS scalars (
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  value REAL
+);
+CREATE INDEX IF NOT EXISTS scalars_by_run ON scalars (run_id, name, rank, step);
 )sql";
 
 // The `steps` table, a row a record: what stores of earlier builds hold, read and never
@@ -324,7 +333,11 @@ RunStore::RunStore(const std::string& runsDir, const RunStoreOptions& options)
     PTW_CHECK(sqlite3_prepare_v2(m_db, "INSERT INTO validation VALUES (?, ?, ?, ?, ?)", -1, &m_insertValidation,
                                  nullptr) == SQLITE_OK,
               "run store: ", sqlite3_errmsg(m_db));
+    PTW_CHECK(sqlite3_prepare_v2(m_db, "INSERT INTO scalars VALUES (?, ?, ?, ?, ?, ?)", -1, &m_insertScalar, nullptr) ==
+                  SQLITE_OK,
+              "run store: ", sqlite3_errmsg(m_db));
   } catch (...) {
+    sqlite3_finalize(m_insertScalar);
     sqlite3_finalize(m_insertValidation);
     sqlite3_close(m_db);
     throw;
@@ -355,6 +368,7 @@ RunStore::~RunStore() {
   } catch (...) {
   }
   closeStepFile();
+  sqlite3_finalize(m_insertScalar);
   sqlite3_finalize(m_insertValidation);
   sqlite3_close(m_db);
 }
@@ -402,8 +416,8 @@ void RunStore::append(std::int64_t runId, int attempt, const std::vector<Record>
   const auto keep = m_keep.find(runId);
   Block* block = nullptr;
   for (const auto& r : batch) {
-    if (r.kind == Record::Kind::Validation) {
-      m_validation.push_back({runId, attempt, r});
+    if (r.kind == Record::Kind::Validation || r.kind == Record::Kind::Scalar) {
+      (r.kind == Record::Kind::Validation ? m_validation : m_scalars).push_back({runId, attempt, r});
       continue;
     }
     if (r.kind != Record::Kind::Step) continue;
@@ -464,9 +478,9 @@ bool RunStore::registerStepFile(std::int64_t runId, std::string& why) {
 
 void RunStore::commitBuffer() {
   m_lastCommit = std::chrono::steady_clock::now();
-  if ((m_blocks.empty() && m_validation.empty()) || !m_error.empty()) return;
+  if ((m_blocks.empty() && m_validation.empty() && m_scalars.empty()) || !m_error.empty()) return;
   if (!m_blocks.empty() && !writeBlocks()) return;
-  if (!m_validation.empty()) {
+  if (!m_validation.empty() || !m_scalars.empty()) {
     auto fail = [&](const char* what) {
       const int code = sqlite3_errcode(m_db);
       m_error = std::string("run store ") + m_path + ": " + what + " failed (" + sqlite3_errmsg(m_db) + ")" +
@@ -487,8 +501,21 @@ void RunStore::commitBuffer() {
         sqlite3_bind_null(s, 5);
       if (sqlite3_step(s) != SQLITE_DONE) return fail("writing metrics");
     }
+    for (const auto& v : m_scalars) {
+      sqlite3_stmt* s = m_insertScalar;
+      sqlite3_reset(s);
+      sqlite3_bind_int64(s, 1, v.runId);
+      sqlite3_bind_int(s, 2, v.attempt);
+      sqlite3_bind_int(s, 3, v.record.step.rank);
+      sqlite3_bind_int64(s, 4, v.record.step.step);
+      const std::string_view name = v.record.scalarName();
+      sqlite3_bind_text(s, 5, name.data(), static_cast<int>(name.size()), SQLITE_TRANSIENT);
+      sqlite3_bind_double(s, 6, v.record.value);  // NaN is stored as NULL and read back as NaN
+      if (sqlite3_step(s) != SQLITE_DONE) return fail("writing metrics");
+    }
     if (sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) return fail("COMMIT");
     m_validation.clear();
+    m_scalars.clear();
   }
   for (auto& b : m_blocks) {
     b.bytes.clear();
@@ -953,8 +980,46 @@ std::int64_t RunStore::stepCount(std::int64_t runId) {
   return n;
 }
 
+std::vector<std::string> RunStore::scalarNames(std::int64_t runId) {
+  std::vector<std::string> names;
+  Statement q(m_db, "SELECT DISTINCT name FROM scalars WHERE run_id = ? ORDER BY name");
+  sqlite3_bind_int64(q, 1, runId);
+  while (sqlite3_step(q) == SQLITE_ROW) names.push_back(text(q, 0));
+  return names;
+}
+
+std::vector<ScalarPoint> RunStore::scalars(std::int64_t runId, const std::string& name, int rank, double x0,
+                                           double x1) {
+  Statement q(m_db,
+              "SELECT rank, step, name, value, attempt FROM scalars WHERE run_id = ?1 AND (?2 = '' OR name = ?2) AND "
+              "(?3 < 0 OR rank = ?3) AND step BETWEEN ?4 AND ?5 ORDER BY name, rank, step, attempt");
+  sqlite3_bind_int64(q, 1, runId);
+  sqlite3_bind_text(q, 2, name.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(q, 3, rank);
+  sqlite3_bind_double(q, 4, x0);
+  sqlite3_bind_double(q, 5, x1);
+  std::vector<ScalarPoint> out;
+  while (sqlite3_step(q) == SQLITE_ROW) {
+    ScalarPoint p{sqlite3_column_int(q, 0), sqlite3_column_int64(q, 1), text(q, 2),
+                  sqlite3_column_type(q, 3) == SQLITE_NULL ? std::nan("") : sqlite3_column_double(q, 3)};
+    // Where a restart repeated steps, the later attempt's value (sorted last) stands.
+    if (!out.empty() && out.back().rank == p.rank && out.back().step == p.step && out.back().name == p.name)
+      out.back() = std::move(p);
+    else
+      out.push_back(std::move(p));
+  }
+  return out;
+}
+
 std::vector<std::pair<double, double>> RunStore::series(std::int64_t runId, int rank, const std::string& column,
                                                         double x0, double x1) {
+  if (column.rfind("scalar:", 0) == 0) {
+    std::vector<std::pair<double, double>> out;
+    if (rank < 0 || std::isnan(x0) || std::isnan(x1)) return out;
+    for (const auto& p : scalars(runId, column.substr(7), rank, std::floor(x0), std::ceil(x1)))
+      out.emplace_back(static_cast<double>(p.step), p.value);
+    return out;
+  }
   double StepRecord::*field = column == "loss"            ? &StepRecord::loss
                               : column == "samples_per_s" ? &StepRecord::samplesPerS
                               : column == "step_ms"       ? &StepRecord::stepMs
@@ -978,15 +1043,48 @@ void RunStore::exportCsv(std::int64_t runId, const std::string& path) {
   {
     std::ofstream out(tmp, std::ios::trunc);
     PTW_CHECK(out, path, ": cannot write (", std::strerror(errno), "); choose a writable file");
+    // Named scalars (a script's) are columns after the step fields, by (rank, step); a
+    // step that has scalars and no step record has a row with its step fields empty.
+    const std::vector<std::string> names = scalarNames(runId);
+    std::map<std::pair<int, std::int64_t>, std::vector<double>> byStep;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      for (const auto& p : scalars(runId, names[i], -1, 0, 9e18)) {
+        auto& row = byStep[{p.rank, p.step}];
+        row.resize(names.size(), std::nan(""));
+        row[i] = p.value;
+      }
     out << "rank";
     StepRecord::forEachField([&](const char* name, auto) { out << ',' << name; });
+    for (const auto& n : names) out << ',' << n;
     out << '\n';
     out.precision(std::numeric_limits<double>::max_digits10);  // every value read back exactly
+    auto scalarsUpTo = [&](int rank, std::int64_t step) {      // rows of scalars alone, before (rank, step)
+      while (!byStep.empty() && byStep.begin()->first < std::make_pair(rank, step)) {
+        out << byStep.begin()->first.first;
+        bool first = true;
+        StepRecord::forEachField([&](const char*, auto) {
+          out << ',';
+          if (first) out << byStep.begin()->first.second;
+          first = false;
+        });
+        for (double v : byStep.begin()->second) out << ',' << v;
+        out << '\n';
+        byStep.erase(byStep.begin());
+      }
+    };
     for (const auto& r : steps(runId)) {
+      scalarsUpTo(r.rank, r.step);
       out << r.rank;
       StepRecord::forEachField([&](const char*, auto m) { out << ',' << r.*m; });
+      const auto it = byStep.find({r.rank, r.step});
+      for (std::size_t i = 0; i < names.size(); ++i) {
+        out << ',';
+        if (it != byStep.end()) out << it->second[i];
+      }
+      if (it != byStep.end()) byStep.erase(it);
       out << '\n';
     }
+    scalarsUpTo(INT_MAX, 0);
     out.flush();
     PTW_CHECK(out.good(), path, ": write failed (", std::strerror(errno), ")");
   }

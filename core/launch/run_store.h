@@ -73,6 +73,14 @@ struct RunRow {
   std::string profileJson;
 };
 
+/// One value of a named scalar (a script's, reported by name).
+struct ScalarPoint {
+  int rank = 0;
+  std::int64_t step = 0;
+  std::string name;
+  double value = 0;
+};
+
 /// How a RunStore is opened.
 /// Example: RunStore store(dir, RunStoreOptions().setSizeLimitKib(640));
 struct RunStoreOptions {
@@ -138,11 +146,18 @@ class RunStore {
   /// Step records of a run, ordered by rank then step (the last attempt's, where attempts overlap).
   std::vector<StepRecord> steps(std::int64_t runId);
   std::int64_t stepCount(std::int64_t runId);
-  /// (step, value) of one rank's `column` (loss | samples_per_s | step_ms) for steps in [x0, x1],
+  /// (step, value) of one rank's `column` (loss | samples_per_s | step_ms | scalar:NAME) for steps in [x0, x1],
   /// the latest attempt's where attempts overlap: what a chart reads when zoomed in.
   std::vector<std::pair<double, double>> series(std::int64_t runId, int rank, const std::string& column, double x0,
                                                 double x1);
-  /// Writes every step record of a run as CSV with a header row; atomically.
+  /// The names of the run's named scalars, sorted.
+  std::vector<std::string> scalarNames(std::int64_t runId);
+  /// The run's named scalars, `name` ("" : all) of `rank` (-1 : all) for steps in [x0, x1],
+  /// ordered by name, rank and step; where a restart repeated a step, its latest attempt's.
+  std::vector<ScalarPoint> scalars(std::int64_t runId, const std::string& name = "", int rank = -1, double x0 = 0,
+                                   double x1 = 9e18);
+  /// Writes every step record of a run as CSV with a header row, then a column per named
+  /// scalar; atomically.
   void exportCsv(std::int64_t runId, const std::string& path);
 
  private:
@@ -168,6 +183,7 @@ class RunStore {
   std::map<std::int64_t, RunOptions> m_keep;  ///< the runs begun here: which step records they keep
   std::string m_stepsColumns;                 ///< what collect() selects from `steps` (stepsColumns())
   sqlite3_stmt* m_insertValidation = nullptr;
+  sqlite3_stmt* m_insertScalar = nullptr;
   struct Block {
     std::int64_t runId;
     int attempt;
@@ -183,6 +199,7 @@ class RunStore {
   std::vector<Block> m_blocks;       ///< a few: one per rank (and attempt) since the last commit
   std::vector<std::string> m_spare;  ///< emptied block buffers, kept for their mapped pages
   std::vector<Validation> m_validation;
+  std::vector<Validation> m_scalars;  ///< Scalar records since the last commit
   std::chrono::steady_clock::time_point m_lastCommit = std::chrono::steady_clock::now();
   std::string m_error;
   std::string m_blocksDir;

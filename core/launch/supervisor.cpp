@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "common/error.h"
+#include "common/strategies.h"
 #include "launch/run_store.h"
 
 namespace ptw::core {
@@ -85,6 +86,10 @@ RunReport Supervisor::run(LaunchObserver& observer) {
     storing.setAttempt(attempt);
     LaunchOptions lo(o.workerPath, profilePath, processCount(o.profile));
     lo.setOutDir(o.runDir).setPort(o.profile.run.port).setStallTimeoutS(o.profile.run.timeoutS);
+    if (strategyOf(o.profile).runsCommand) {  // Note [Script ranks]
+      lo.commandRanks = true;
+      lo.setStopGraceS(o.profile.command.stopGraceS);
+    }
     lo.extraWorkerArgs = {"--attempt", std::to_string(attempt)};
     lo.extraWorkerArgs.insert(lo.extraWorkerArgs.end(), o.workerArgs.begin(), o.workerArgs.end());
     if (o.store)  // Note [Ranks write their steps]

@@ -242,7 +242,7 @@ class TestProfile : public QObject {
                                                     << "p.json:3:16: invalid JSON";
     QTest::newRow("unknown strategy")
         << R"({"strategy": {"kind": "horovod"}})"
-        << "strategy.kind: expected one of single, dataparallel, ddp, pool, got \"horovod\"";
+        << "strategy.kind: expected one of single, dataparallel, ddp, pool, command, got \"horovod\"";
     QTest::newRow("negative learning rate") << R"({"hyper": {"lr": -1}})"
                                             << "hyper.lr: must be > 0, got -1";
     QTest::newRow("zero ranks") << R"({"strategy": {"ranks": 0}})"

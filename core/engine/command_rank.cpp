@@ -1,0 +1,431 @@
+#include "engine/command_rank.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/command.h"
+#include "common/error.h"
+
+extern char** environ;
+
+namespace ptw::engine {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Protocol lines may be long (a record with many scalars), never unbounded.
+constexpr std::size_t kMaxMetricsLine = 64 * 1024;
+// Said in the rank log one by one; past that only counted, so that a program writing garbage
+// cannot flood the log.
+constexpr int kProblemsSaid = 5;
+
+// Where ptw_metrics.py is: installed (share/ptw/python beside bin/ or lib/ptw/), else the
+// source tree this worker was built from.
+std::string pythonDir() {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  std::vector<std::string> candidates;
+  if (n > 0) {
+    const std::string exe(self, static_cast<std::size_t>(n));
+    const std::string dir = exe.substr(0, exe.rfind('/'));
+    candidates = {dir + "/../share/ptw/python", dir + "/../../share/ptw/python"};
+  }
+#ifdef PTW_SOURCE_DIR
+  candidates.push_back(std::string(PTW_SOURCE_DIR) + "/resources/python");
+#endif
+  for (const auto& c : candidates) {
+    char real[4096];
+    if (::access((c + "/ptw_metrics.py").c_str(), R_OK) == 0 && ::realpath(c.c_str(), real)) return real;
+  }
+  return "";
+}
+
+// The program to exec: a path as given (relative to the working directory), a bare name
+// looked up on PATH. Throws ptw::Error naming command.program and what to do.
+std::string resolveProgram(const std::string& program, const std::string& cwd, const std::string& path) {
+  auto check = [&](const std::string& file) {
+    struct stat st {};
+    PTW_CHECK(::stat(file.c_str(), &st) == 0, "command.program: ", file, " does not exist");
+    PTW_CHECK(!S_ISDIR(st.st_mode), "command.program: ", file, " is a folder, not a program");
+    PTW_CHECK(::access(file.c_str(), X_OK) == 0, "command.program: ", file,
+              " is not executable; make it so (chmod +x) or name its interpreter as the program, e.g. python3");
+    return file;
+  };
+  if (program.find('/') != std::string::npos)
+    return check(program[0] == '/' || cwd.empty() ? program : cwd + "/" + program);
+  std::size_t from = 0;
+  while (from <= path.size()) {
+    const auto colon = path.find(':', from);
+    const std::string dir = path.substr(from, colon == std::string::npos ? std::string::npos : colon - from);
+    const std::string file = (dir.empty() ? "." : dir) + "/" + program;
+    if (::access(file.c_str(), X_OK) == 0) return check(file);
+    if (colon == std::string::npos) break;
+    from = colon + 1;
+  }
+  PTW_FAIL("command.program: \"", program, "\" is not found on PATH; install it or give its full path");
+}
+
+void setNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+void writeAll(int fd, const char* p, std::size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;  // the launcher is gone: its death signal ends us
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+// The children this process adopted (PR_SET_CHILD_SUBREAPER) or started and did not reap.
+std::vector<pid_t> childrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return out;
+  while (dirent* e = ::readdir(proc)) {
+    char* end = nullptr;
+    const long pid = std::strtol(e->d_name, &end, 10);
+    if (pid <= 0 || *end) continue;
+    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto close = line.rfind(')');  // the command name may hold spaces and parentheses
+    if (close == std::string::npos) continue;
+    char state = 0;
+    long ppid = 0;
+    if (std::sscanf(line.c_str() + close + 1, " %c %ld", &state, &ppid) == 2 && ppid == parent)
+      out.push_back(static_cast<pid_t>(pid));
+  }
+  ::closedir(proc);
+  return out;
+}
+
+// Kills and reaps what the program left behind among this process's children (its orphans
+// come here: subreaper). Bounded: 2 s.
+void sweepChildren(int rank) {
+  const auto until = Clock::now() + std::chrono::seconds(2);
+  int killed = 0;
+  for (;;) {
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    const auto left = childrenOf(::getpid());
+    if (left.empty() || Clock::now() > until) break;
+    for (pid_t pid : left) ::kill(pid, SIGKILL), ++killed;
+    ::usleep(20000);
+  }
+  if (killed > 0) std::fprintf(stderr, "[rank %d] killed %d process(es) the program left behind\n", rank, killed);
+}
+
+class ScriptRunner {
+ public:
+  explicit ScriptRunner(ScriptRank& r)
+      : m_r(r),
+        m_metrics(r.rank, core::reportingRanks(r.profile)),
+        m_channel(kMaxMetricsLine),
+        m_outLines(core::OutputPattern::kMaxLine),
+        m_errLines(core::OutputPattern::kMaxLine) {
+    if (!r.profile.command.pattern.empty())
+      m_pattern = std::make_unique<core::OutputPattern>(r.profile.command.pattern);
+  }
+  ~ScriptRunner() {
+    for (int fd : {m_fifo, m_out, m_err})
+      if (fd >= 0) ::close(fd);
+    if (!m_fifoPath.empty()) ::unlink(m_fifoPath.c_str());
+  }
+
+  int run() {
+    const auto& cmd = m_r.profile.command;
+    std::vector<std::string> argv, env;
+    std::string program;
+    try {
+      argv = core::commandLine(m_r.profile);
+      struct stat st {};
+      PTW_CHECK(cmd.cwd.empty() || (::stat(cmd.cwd.c_str(), &st) == 0 && S_ISDIR(st.st_mode)), "command.cwd: ", cmd.cwd,
+                " is not a folder");
+      openChannel();
+      std::vector<std::string> base;
+      for (char** e = environ; *e; ++e) base.emplace_back(*e);
+      core::ScriptContext ctx{m_r.rank,   m_r.world,   m_r.port,
+                              m_fifoPath, pythonDir(), core::runToken(static_cast<long>(::getppid()), m_r.port)};
+      env = core::scriptEnvironment(m_r.profile, ctx, base);
+      const char* path = std::getenv("PATH");
+      program = resolveProgram(argv[0], cmd.cwd, path ? path : "/usr/local/bin:/usr/bin:/bin");
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "error: [rank %d] %s\n", m_r.rank, e.what());
+      return 2;
+    }
+    std::fprintf(stderr, "[rank %d] %s: running %s in %s\n", m_r.rank, m_r.profile.name.c_str(), describe(argv).c_str(),
+                 cmd.cwd.empty() ? "." : cmd.cwd.c_str());
+    ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+    if (!spawn(program, argv, env)) return 2;
+    int status = 0;
+    try {
+      status = supervise();
+    } catch (...) {  // the records cannot be kept (a full disk): the program must not go on unrecorded
+      ::kill(m_child, SIGKILL);
+      ::waitpid(m_child, nullptr, 0);
+      sweepChildren(m_r.rank);
+      throw;
+    }
+    sweepChildren(m_r.rank);
+    return verdict(describe(argv), status);
+  }
+
+ private:
+  static std::string describe(const std::vector<std::string>& argv) {
+    std::string s;
+    for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
+    return s.size() > 120 ? s.substr(0, 120) + "..." : s;
+  }
+
+  void openChannel() {
+    const std::string dir = m_r.outDir.empty() ? std::string("/tmp") : m_r.outDir;
+    m_fifoPath = dir + "/rank" + std::to_string(m_r.rank) + ".metrics" +
+                 (m_r.outDir.empty() ? "." + std::to_string(::getpid()) : std::string());
+    ::unlink(m_fifoPath.c_str());
+    PTW_CHECK(::mkfifo(m_fifoPath.c_str(), 0600) == 0, "cannot make the metrics channel ", m_fifoPath, ": ",
+              std::strerror(errno));
+    reopenChannel();
+  }
+  // Reading with no writer, a FIFO reports its end once every writer has gone; opened again,
+  // it waits quietly for the next writer.
+  void reopenChannel() {
+    if (m_fifo >= 0) ::close(m_fifo);
+    m_fifo = ::open(m_fifoPath.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    PTW_CHECK(m_fifo >= 0, "cannot open the metrics channel ", m_fifoPath, ": ", std::strerror(errno));
+    ::fcntl(m_fifo, F_SETPIPE_SZ, 1 << 20);  // bursts of records wait here, not in the program; best effort
+  }
+
+  bool spawn(const std::string& program, const std::vector<std::string>& argv, const std::vector<std::string>& env) {
+    int out[2], err[2];
+    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
+      std::fprintf(stderr, "error: [rank %d] cannot make pipes: %s\n", m_r.rank, std::strerror(errno));
+      return false;
+    }
+    std::vector<char*> av, ev;
+    for (const auto& a : argv) av.push_back(const_cast<char*>(a.c_str()));
+    av.push_back(nullptr);
+    for (const auto& e : env) ev.push_back(const_cast<char*>(e.c_str()));
+    ev.push_back(nullptr);
+    const std::string& cwd = m_r.profile.command.cwd;
+    const pid_t parent = ::getpid();
+    m_started = Clock::now();
+    m_child = ::fork();
+    if (m_child == 0) {
+      // Async-signal-safe calls only. The program stays in the run's process group (Note
+      // [Script ranks]) and dies with this rank.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
+      ::dup2(out[1], 1);
+      ::dup2(err[1], 2);
+      if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
+      ::execve(program.c_str(), av.data(), ev.data());
+      const char msg[] = "error: exec of the command failed\n";
+      [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);
+      ::_exit(127);
+    }
+    ::close(out[1]);
+    ::close(err[1]);
+    if (m_child < 0) {
+      std::fprintf(stderr, "error: [rank %d] fork failed: %s\n", m_r.rank, std::strerror(errno));
+      ::close(out[0]);
+      ::close(err[0]);
+      return false;
+    }
+    m_out = out[0], m_err = err[0];
+    setNonBlocking(m_out);
+    setNonBlocking(m_err);
+    return true;
+  }
+
+  // Pumps the channel and the program's output until it exits and its output ends (or 2 s
+  // after it exits, when children it left keep the pipes open). Returns its wait status.
+  int supervise() {
+    int status = 0;
+    bool exited = false, forwarded = false;
+    Clock::time_point exitedAt;
+    for (;;) {
+      pollfd fds[3] = {{m_fifo, POLLIN, 0}, {m_out, POLLIN, 0}, {m_err, POLLIN, 0}};
+      ::poll(fds, 3, 50);
+      readChannel();
+      readOutput(m_out, 1, m_outLines);
+      readOutput(m_err, 2, m_errLines);
+      // A stop sent to this rank alone, from outside ptw, reaches the program too.
+      if (m_r.stop.load() && m_r.stoppedBy.load() != 0 && !forwarded) {
+        ::kill(m_child, SIGINT);
+        forwarded = true;
+      }
+      if (!exited && ::waitpid(m_child, &status, WNOHANG) == m_child) {
+        exited = true;
+        exitedAt = Clock::now();
+      }
+      if (exited && ((m_out < 0 && m_err < 0) || Clock::now() - exitedAt > std::chrono::seconds(2))) break;
+    }
+    readChannel();
+    return status;
+  }
+
+  void readChannel() {
+    char buf[65536];
+    for (;;) {
+      const ssize_t n = ::read(m_fifo, buf, sizeof buf);
+      if (n > 0) {
+        m_channelBytes += static_cast<std::size_t>(n);
+        m_channel.feed(
+            std::string_view(buf, static_cast<std::size_t>(n)), [&](std::string_view line) { takeLine(line); },
+            [&](std::size_t bytes) {
+              ++m_lines;
+              problem("metrics line " + std::to_string(m_lines) + ": " + std::to_string(bytes) +
+                      " bytes, longer than the " + std::to_string(kMaxMetricsLine) + " a line may have; dropped");
+            });
+        continue;
+      }
+      if (n == 0) {  // every writer closed it
+        if (m_channelBytes > 0 && !m_closedSaid) {
+          std::fprintf(stderr, "[rank %d] the program closed its metrics channel after %lld line(s)\n", m_r.rank,
+                       static_cast<long long>(m_lines));
+          m_closedSaid = true;
+        }
+        if (m_channelBytes > m_bytesAtReopen) {
+          m_bytesAtReopen = m_channelBytes;
+          reopenChannel();
+        }
+      }
+      return;
+    }
+  }
+
+  void takeLine(std::string_view line) {
+    ++m_lines;
+    if (line.empty() || line == "\r") return;
+    core::ScriptRecord rec;
+    std::string error;
+    if (!core::parseMetricsLine(line, rec, error)) {
+      problem("metrics line " + std::to_string(m_lines) + ": " + error + ": " + printable(line));
+      return;
+    }
+    report(rec);
+  }
+
+  void report(const core::ScriptRecord& rec) {
+    m_batch.clear();
+    const double nowMs = std::chrono::duration<double, std::milli>(Clock::now() - m_started).count();
+    const std::string error = m_metrics.convert(rec, nowMs, m_batch);
+    if (!error.empty()) return problem("record of step " + std::to_string(rec.step) + ": " + error);
+    m_r.reported.store(true);
+    for (const auto& r : m_batch) m_r.write(r);
+    m_r.passed(rec.step);  // a record of scalars alone shows progress too
+  }
+
+  void readOutput(int& fd, int to, core::LineSplitter& lines) {
+    if (fd < 0) return;
+    char buf[65536];
+    for (;;) {
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) return;  // EAGAIN: nothing more now
+      if (n == 0) {
+        ::close(fd);
+        fd = -1;
+        return;
+      }
+      writeAll(to, buf, static_cast<std::size_t>(n));
+      if (m_pattern)
+        lines.feed(
+            std::string_view(buf, static_cast<std::size_t>(n)),
+            [&](std::string_view line) {
+              core::ScriptRecord rec;
+              if (m_pattern->match(line, rec)) report(rec);
+            },
+            [](std::size_t) {});
+    }
+  }
+
+  static std::string printable(std::string_view line) {
+    std::string s;
+    for (char c : line.substr(0, 80)) s += (c >= 0x20 && c < 0x7f) ? c : '?';
+    return line.size() > 80 ? s + "..." : s;
+  }
+
+  void problem(const std::string& what) {
+    if (++m_problems <= kProblemsSaid)
+      std::fprintf(stderr, "[rank %d] %s\n", m_r.rank, what.c_str());
+    else if (m_problems == kProblemsSaid + 1)
+      std::fprintf(stderr, "[rank %d] further bad metrics lines are only counted\n", m_r.rank);
+  }
+
+  int verdict(const std::string& name, int status) {
+    if (m_problems > kProblemsSaid)
+      std::fprintf(stderr, "[rank %d] %lld metrics line(s) were rejected in all\n", m_r.rank,
+                   static_cast<long long>(m_problems));
+    const bool stopped = m_r.stop.load();
+    const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (!clean && !stopped) {
+      if (WIFSIGNALED(status))
+        std::fprintf(stderr, "error: [rank %d] %s was killed by signal %d (%s)\n", m_r.rank, name.c_str(),
+                     WTERMSIG(status), strsignal(WTERMSIG(status)));
+      else
+        std::fprintf(stderr, "error: [rank %d] %s exited with code %d\n", m_r.rank, name.c_str(), WEXITSTATUS(status));
+      return 1;
+    }
+    core::Record done;
+    done.kind = core::Record::Kind::Done;
+    done.step.rank = m_r.rank;
+    done.step.step = std::max<std::int64_t>(m_metrics.lastStep(), 0);
+    m_r.write(done);
+    std::fprintf(stderr, "[rank %d] %s %s after %lld reported step(s)\n", m_r.rank, name.c_str(),
+                 stopped ? "stopped" : "finished",
+                 static_cast<long long>(std::max<std::int64_t>(m_metrics.lastStep(), 0)));
+    return stopped && m_r.stoppedBy.load() != 0 ? core::kWorkerStoppedFromOutside : 0;
+  }
+
+  ScriptRank& m_r;
+  core::ScriptMetrics m_metrics;
+  std::unique_ptr<core::OutputPattern> m_pattern;
+  core::LineSplitter m_channel, m_outLines, m_errLines;
+  std::vector<core::Record> m_batch;
+  std::string m_fifoPath;
+  int m_fifo = -1, m_out = -1, m_err = -1;
+  pid_t m_child = -1;
+  Clock::time_point m_started = Clock::now();
+  std::size_t m_channelBytes = 0, m_bytesAtReopen = 0;
+  std::int64_t m_lines = 0, m_problems = 0;
+  bool m_closedSaid = false;
+};
+
+}  // namespace
+
+int runScriptRank(ScriptRank& rank) {
+  std::unique_ptr<ScriptRunner> runner;
+  try {
+    runner = std::make_unique<ScriptRunner>(rank);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: [rank %d] %s\n", rank.rank, e.what());
+    return 2;
+  }
+  return runner->run();
+}
+
+}  // namespace ptw::engine

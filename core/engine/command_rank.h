@@ -1,0 +1,35 @@
+// A rank of the `command` strategy: starts the profile's program, stands for it before the
+// launcher, and reports how it ended (Note [Script ranks] in common/command.h).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "common/profile.h"
+#include "common/record.h"
+
+namespace ptw::engine {
+
+struct ScriptRank {
+  const core::Profile& profile;
+  int rank = 0;
+  int world = 1;
+  int port = 0;                       ///< MASTER_PORT, and with the launcher's pid the run's token
+  std::string outDir = "";            ///< the run folder: the metrics FIFO goes there ("" : /tmp)
+  const std::atomic<bool>& stop;      ///< a stop signal arrived
+  const std::atomic<int>& stoppedBy;  ///< non-zero when it came from outside ptw
+  /// Takes each record; may throw (the step file is full), which ends the program.
+  std::function<void(const core::Record&)> write;
+  /// Notes the program's latest step, for the heartbeats.
+  std::function<void(std::int64_t)> passed;
+  /// Set once the program has reported a record: heartbeats then say "train", not "quiet".
+  std::atomic<bool>& reported;
+};
+
+/// Runs the program until it ends; returns the worker's exit code (protocol.md): 0 when it
+/// finished or was stopped, 1 when it failed, 2 when it could not be started.
+int runScriptRank(ScriptRank& rank);
+
+}  // namespace ptw::engine
