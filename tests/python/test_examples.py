@@ -136,11 +136,12 @@ class ProfilesTest(unittest.TestCase):
 
     NUMBER = r"([-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|[-+]?(?:nan|inf|NaN|Infinity))"
 
-    def start(self, name, steps):
-        path = os.path.join(SOURCE, "resources", "profiles", name)
+    def start(self, name, steps=None):
+        path = name if os.path.isabs(name) else os.path.join(SOURCE, "resources", "profiles", name)
         with open(path) as f:
             profile = json.load(f)
-        profile["hyper"]["max_steps"] = steps
+        if steps is not None:
+            profile["hyper"]["max_steps"] = steps
         command = profile["command"]
 
         def expand(arg):
@@ -160,7 +161,7 @@ class ProfilesTest(unittest.TestCase):
                        GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=port, PYTHONUNBUFFERED="1",
                        PYTHONPATH=MODULE_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""),
                        PTW_METRICS=reader.path)
-            env.update(item.split("=", 1) for item in command["env"])
+            env.update(item.split("=", 1) for item in command.get("env", []))
             processes.append(subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE,
                                               stderr=subprocess.STDOUT, text=True))
         outputs = [p.communicate(timeout=120)[0] for p in processes]
@@ -207,6 +208,34 @@ class ProfilesTest(unittest.TestCase):
         for r in records:
             by_rank.setdefault(r["rank"], {})[r["step"]] = r["loss"]
         self.expect_steps(by_rank, profile["command"]["report_ranks"], 40)
+
+
+class DocsTest(ProfilesTest):
+    """docs/scripts.md's complete example (its train.py and train.json blocks), run as written."""
+
+    test_script_ddp = test_script_ddp_pattern = test_script_mpi = None  # run by ProfilesTest
+
+    @unittest.skipUnless(importable("torch"), "python3 has no torch")
+    def test_the_complete_example(self):
+        with open(os.path.join(SOURCE, "docs", "scripts.md")) as f:
+            doc = f.read()
+        section = doc.split("## A complete example", 1)[1].split("\n## ", 1)[0]
+        blocks = re.findall(r"```(\w+)\n(.*?)```", section, re.S)
+        self.assertEqual([kind for kind, _ in blocks], ["python", "json", "sh"])
+        directory = tempfile.TemporaryDirectory()
+        self.addCleanup(directory.cleanup)
+        for name, (_, text) in zip(("train.py", "train.json"), blocks):
+            with open(os.path.join(directory.name, name), "w") as f:
+                f.write(text)
+        self.assertIn("--profile train.json --expect 'final.loss < 0.1'", blocks[2][1])
+        profile, outputs, records = self.start(os.path.join(directory.name, "train.json"))
+        steps = profile["hyper"]["max_steps"]
+        by_rank = {}
+        for r in records:
+            by_rank.setdefault(r["rank"], {})[r["step"]] = r["loss"]
+        self.expect_steps(by_rank, profile["strategy"]["ranks"], steps)
+        final = sum(losses[steps] for losses in by_rank.values()) / len(by_rank)
+        self.assertLess(final, 0.1)
 
 
 if __name__ == "__main__":
