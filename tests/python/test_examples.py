@@ -35,6 +35,28 @@ def free_port():
         return s.getsockname()[1]
 
 
+def run_all(commands, timeout=120):
+    """Starts each (args, kwargs) at once and waits for all; returns (returncodes, outputs). The
+    output goes to files, as ranks blocked on a full pipe would stall their peers in collectives."""
+    with tempfile.TemporaryDirectory() as directory:
+        files = [open(os.path.join(directory, f"out{i}"), "w+") for i in range(len(commands))]
+        processes = [subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, text=True, **kwargs)
+                     for (args, kwargs), f in zip(commands, files)]
+        try:
+            codes = [p.wait(timeout=timeout) for p in processes]
+        finally:
+            for p in processes:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+        outputs = []
+        for f in files:
+            f.seek(0)
+            outputs.append(f.read())
+            f.close()
+        return codes, outputs
+
+
 class FifoReader:
     """Reads the FIFO's lines on a thread until every writer has closed it, as ptw does."""
 
@@ -95,15 +117,14 @@ class ExamplesTest(unittest.TestCase):
     @unittest.skipUnless(importable("torch"), "python3 has no torch")
     def test_ddp_train_reports_the_losses_it_prints(self):
         steps, world, port = 60, 2, str(free_port())
-        ranks = [subprocess.Popen(
-            [sys.executable, "ddp_train.py", "--steps", str(steps), "--batch-size", "16", "--ptw-metrics"],
-            cwd=EXAMPLES, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env=self.env(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-                         GROUP_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=port))
-            for r in range(world)]
-        outputs = [p.communicate(timeout=120)[0] for p in ranks]
-        for r, p in enumerate(ranks):
-            self.assertEqual(p.returncode, 0, f"rank {r}:\n{outputs[r][-2000:]}")
+        codes, outputs = run_all([
+            ([sys.executable, "ddp_train.py", "--steps", str(steps), "--batch-size", "16", "--ptw-metrics"],
+             dict(cwd=EXAMPLES, env=self.env(RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(world),
+                                             LOCAL_WORLD_SIZE=str(world), GROUP_RANK="0", MASTER_ADDR="127.0.0.1",
+                                             MASTER_PORT=port)))
+            for r in range(world)])
+        for r, code in enumerate(codes):
+            self.assertEqual(code, 0, f"rank {r}:\n{outputs[r][-2000:]}")
         self.check_records(outputs, self.reader.records(), steps)
         self.assertRegex(outputs[0].splitlines()[-1], r"^done: 2 ranks, 60 steps")
 
@@ -154,7 +175,7 @@ class ProfilesTest(unittest.TestCase):
         self.addCleanup(directory.cleanup)
         reader = FifoReader(os.path.join(directory.name, "metrics"))
         world, port = profile["strategy"]["ranks"], str(free_port())
-        processes = []
+        commands = []
         for rank in range(world):
             env = {k: v for k, v in os.environ.items() if k not in ("PTW_METRICS", "OMPI_COMM_WORLD_RANK")}
             env.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
@@ -162,11 +183,10 @@ class ProfilesTest(unittest.TestCase):
                        PYTHONPATH=MODULE_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""),
                        PTW_METRICS=reader.path)
             env.update(item.split("=", 1) for item in command.get("env", []))
-            processes.append(subprocess.Popen(args, cwd=cwd, env=env, stdout=subprocess.PIPE,
-                                              stderr=subprocess.STDOUT, text=True))
-        outputs = [p.communicate(timeout=120)[0] for p in processes]
-        for rank, p in enumerate(processes):
-            self.assertEqual(p.returncode, 0, f"{name} rank {rank}:\n{outputs[rank][-2000:]}")
+            commands.append((args, dict(cwd=cwd, env=env)))
+        codes, outputs = run_all(commands, timeout=300)
+        for rank, code in enumerate(codes):
+            self.assertEqual(code, 0, f"{name} rank {rank}:\n{outputs[rank][-2000:]}")
         return profile, outputs, reader.records()
 
     def expect_steps(self, by_rank, ranks, steps):
