@@ -103,6 +103,20 @@ class MetricsTest(unittest.TestCase):
         m.log(0, loss=float("nan"), a=float("inf"), b=float("-inf"))
         self.assertEqual(self.read_lines(reader), ['{"step": 0, "loss": NaN, "a": Infinity, "b": -Infinity}'])
 
+    def test_lines_are_what_json_writes(self):
+        m = self.load(PTW_METRICS=self.fifo, RANK="5")
+        reader = self.open_reader()
+        values = [0, -1, 2 ** 63, 10 ** 30, 0.0, -0.0, 0.1, 1 / 3, 1e16, 1e-7, 5e-324, 1.7976931348623157e308,
+                  -2.5e-300, float("nan"), float("inf"), float("-inf")]
+        for i, value in enumerate(values):
+            m.log(i, loss=value, samples=i, x=value)
+            m.log(i, a=value, rank=i)
+        expected = []
+        for i, value in enumerate(values):
+            expected.append(json.dumps({"rank": 5, "step": i, "loss": value, "samples": i, "x": value}))
+            expected.append(json.dumps({"rank": i, "step": i, "a": value}))
+        self.assertEqual(self.read_lines(reader), expected)
+
     def test_rank_from_the_environment_in_precedence_order(self):
         values = {"OMPI_COMM_WORLD_RANK": "3", "PMI_RANK": "2", "PMIX_RANK": "1", "RANK": "0"}
         for first in range(len(RANK_VARIABLES) + 1):
@@ -308,7 +322,8 @@ class MetricsTest(unittest.TestCase):
             with self.subTest(env=env):
                 child = self.run_child(code, **env)
                 self.assertEqual((child.returncode, child.stderr), (0, ""))
-        self.assertEqual(self.read_records(reader), [{"rank": 2, "step": s, "loss": 1.0, "samples": 2} for s in range(3)])
+        expected = [{"rank": 2, "step": s, "loss": 1.0, "samples": 2} for s in range(3)]
+        self.assertEqual(self.read_records(reader), expected)
 
     def test_the_descriptor_is_not_inherited(self):
         m = self.load(PTW_METRICS=self.fifo)
