@@ -20,8 +20,8 @@ PYTHONPATH that finds ptw_metrics. By hand, two ranks in two shells (or with `&`
 
 With none of them set it runs as a single rank. For --ptw-metrics by hand, put resources/python on
 PYTHONPATH; without PTW_METRICS the reports do nothing, and with PTW_METRICS naming a regular file
-each rank appends its records to it. torchrun starts it the same way:
-`torchrun --standalone --nproc-per-node 2 ddp_train.py`.
+each rank appends its records to it. These are the variables torchrun sets, so a torchrun that
+works runs it too (Debian 12's, of torch 1.13, fails under Python 3.11 before starting a rank).
 """
 
 import argparse
