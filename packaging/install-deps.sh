@@ -11,6 +11,7 @@ PACKAGES=(
   clang clang-format libclang-rt-14-dev
   xvfb xauth
   python3 python3-torch python3-numpy
+  openmpi-bin python3-mpi4py
 )
 
 missing=()
