@@ -349,6 +349,7 @@ bool OutputPattern::match(std::string_view line, ScriptRecord& out) const {
   if (!std::regex_search(line.begin(), line.end(), m, m_regex)) return false;
   out = ScriptRecord{};
   for (std::size_t i = 0; i < m_names.size(); ++i) {
+    if (!m[i + 1].matched) continue;  // an optional part of the pattern
     const std::string s = m[i + 1].str();
     const char* begin = s.c_str();
     char* end = nullptr;

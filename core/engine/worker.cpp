@@ -739,6 +739,7 @@ int runRank(const Args& args, const core::Profile& profile) {
   }
   if (core::strategyOf(profile).runsCommand) {
     std::atomic<bool> reported{false};  // until then the stall timeout leaves the rank be
+    writer.heartbeat(rank, "quiet");    // at once: a program's start-up is not a stall
     Heartbeat heartbeat(writer, rank, [&reported] { return reported.load() ? "train" : "quiet"; });
     const int code = commandRank(args, profile, writer, reported);
     heartbeat.stop();

@@ -403,6 +403,11 @@ void Launcher::Impl::openRendezvous() {
     return;
   }
   m_port = pickFreePort(&m_heldPort);
+  // A user's program listens on it (MASTER_PORT, torchrun's rendezvous): it must be free.
+  if (o.commandRanks) {
+    ::close(m_heldPort);
+    m_heldPort = -1;
+  }
   m_storeFile = (o.outDir.empty() ? std::string("/tmp") : o.outDir) + "/ptw-store-" + std::to_string(m_port);
   ::unlink(m_storeFile.c_str());  // a FileStore must start empty (a restarted run reuses its folder)
 }

@@ -422,13 +422,13 @@ for step in range(1, 100000):
   void theStallTimeoutStartsWithTheFirstRecord() {
     QTemporaryDir dir, runs;
     Profile p = scriptProfile(dir, QString(kReport) + R"(
-time.sleep(4)
+time.sleep(5)
 if RANK == 1 and len(sys.argv) > 1:
     report(1, loss=1.0)
     time.sleep(30)
 )",
                               2);
-    p.run.timeoutS = 2;
+    p.run.timeoutS = 3;
     Result quiet = runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p))}, runs);
     QVERIFY2(quiet.code == 0, qPrintable(quiet.out + quiet.err));
     p.command.args = {"script.py", "hang"};
