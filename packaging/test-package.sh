@@ -31,22 +31,16 @@ command -v debootstrap >/dev/null || skip "debootstrap is not installed (packagi
 command -v cpack >/dev/null || skip "cpack is not installed (it comes with cmake)"
 command -v unshare >/dev/null || skip "unshare (util-linux) is not installed"
 
-# The host's Debian mirror: the first URI of a deb source for Debian itself (not -security).
-mirror=$(
-  {
-    cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {print $2}'
-    cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-      awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; break}}'
-  } | grep -E '/debian/?$' | head -n 1
-)
+# The host's Debian mirror: the first URI of a deb source for Debian itself, and its security
+# archive, from deb822 (*.sources) and one-line (*.list) source files.
+source_uris() {
+  cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {print $2}' || true
+  cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
+    awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; break}}' || true
+}
+mirror=$(source_uris | grep -E '/debian/?$' | head -n 1 || true)
 [ -n "$mirror" ] || mirror=http://deb.debian.org/debian
-security=$(
-  {
-    cat /etc/apt/sources.list.d/*.sources 2>/dev/null | awk '/^URIs:/ {print $2}'
-    cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null |
-      awk '$1 == "deb" {for (i = 2; i <= NF; i++) if ($i ~ /^[a-z]+:\/\//) {print $i; break}}'
-  } | grep -E '/debian-security/?$' | head -n 1 || true
-)
+security=$(source_uris | grep -E '/debian-security/?$' | head -n 1 || true)
 say "mirror $mirror${security:+, security $security}"
 
 # 1. The package, from the build as it is.
@@ -108,6 +102,9 @@ say "apt install ./$(basename "$deb")"
 (cd /tmp && apt-get install -y -qq "./$(basename "$deb")") > /tmp/install.log 2>&1 ||
   { cat /tmp/install.log; fail "apt install ./$(basename "$deb") failed"; }
 grep -E "^(Setting up|Unpacking) " /tmp/install.log | sed 's/^/  /'
+# The listing sees what the package installs (else the comparison after the purge proves nothing).
+tree > /tmp/tree-installed
+grep -qx /usr/lib/ptw/ptw-worker /tmp/tree-installed || fail "the file listing does not see the installed /usr/lib/ptw/ptw-worker"
 
 command -v ptw >/dev/null || fail "ptw is not on PATH"
 [ -x /usr/lib/ptw/ptw-worker ] || fail "/usr/lib/ptw/ptw-worker is not installed"
