@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/strategies.h"
+#include "common/version.h"
 #include "launch/headless.h"
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
@@ -77,8 +78,9 @@ void addRunOptions(CLI::App& app, ptw::core::HeadlessOptions& opts, bool& headle
   app.add_flag("--headless", headless,
                "Run the profile without a window and exit with a status code (the default when no display "
                "is available)");
-  app.add_option("-p,--profile", opts.profilePath,
-                 "Profile to open or run (JSON); default: the built-in "
+  // Also positional (`ptw FILE`): how a file manager opens a profile (the desktop entry's %f).
+  app.add_option("profile,-p,--profile", opts.profilePath,
+                 "Profile to open or run (JSON), given with -p or as the only argument; default: the built-in "
                  "seed workload, DDP on 2 CPU ranks")
       ->check(CLI::ExistingFile);
   app.add_option("--set", opts.overrides,
@@ -145,7 +147,8 @@ constexpr const char* kFooter =
     "     run.max_restarts), or the metrics store could not be written (disk full)\n"
     "  4  the run finished but an --expect did not hold\n"
     "  5  interrupted: SIGINT, SIGTERM or SIGHUP stopped the run (or the sweep) gracefully\n"
-    "\nEnvironment: PTW_RUNS_DIR (runs directory), PTW_WORKER (worker program; default: ptw-worker beside ptw), "
+    "\nEnvironment: PTW_RUNS_DIR (runs directory), PTW_WORKER (worker program; default: ptw-worker beside ptw, else "
+    "../lib/ptw/ptw-worker from ptw's folder, as installed), "
     "OPENBLAS_CORETYPE (the OpenBLAS kernels ranks use; "
     "unset, OpenBLAS picks, and where it falls back to SSE3 on a newer CPU a rank takes the kernels the CPU "
     "supports).";
@@ -194,11 +197,13 @@ std::string existingRuns(const std::string& given) {
 int listRuns(const std::string& runsDir) {
   ptw::core::RunStore store(existingRuns(runsDir));
   unpackEnded(store);
-  std::printf("%5s  %-11s  %-20s  %-13s  %5s  %12s  %12s  %s\n", "id", "status", "started (UTC)", "strategy", "world",
-              "final loss", "samples/s", "name");
+  std::printf("%5s  %-11s  %-20s  %-13s  %5s  %12s  %12s  %-7s  %s\n", "id", "status", "started (UTC)", "strategy",
+              "world", "final loss", "samples/s", "version", "name");
+  // A run of a build that did not record its version shows "-".
   for (const auto& r : store.runs())
-    std::printf("%5lld  %-11s  %-20s  %-13s  %5d  %12.6g  %12.1f  %s\n", static_cast<long long>(r.id), r.status.c_str(),
-                r.startedAt.c_str(), r.strategy.c_str(), r.world, r.finalLoss, r.samplesPerS, r.name.c_str());
+    std::printf("%5lld  %-11s  %-20s  %-13s  %5d  %12.6g  %12.1f  %-7s  %s\n", static_cast<long long>(r.id),
+                r.status.c_str(), r.startedAt.c_str(), r.strategy.c_str(), r.world, r.finalLoss, r.samplesPerS,
+                r.ptwVersion.empty() ? "-" : r.ptwVersion.c_str(), r.name.c_str());
   return 0;
 }
 

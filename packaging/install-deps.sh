@@ -10,6 +10,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3 libxxhash-dev libzstd-dev
   clang clang-format libclang-rt-14-dev
   xvfb xauth
+  debootstrap lintian desktop-file-utils appstream shared-mime-info librsvg2-bin
   python3 python3-torch python3-numpy
   openmpi-bin python3-mpi4py
 )

@@ -3,10 +3,12 @@
 #include <malloc.h>
 
 #include <QApplication>
+#include <QIcon>
 #include <QMessageBox>
 #include <QTimer>
 
 #include "common/error.h"
+#include "common/version.h"
 #include "ui/main_window.h"
 #include "ui/run_controller.h"
 
@@ -23,6 +25,10 @@ int guiMain(int argc, char** argv, const GuiOptions& options) {
   QApplication app(argc, argv);
   QApplication::setApplicationName(QStringLiteral("ptw"));
   QApplication::setOrganizationName(QStringLiteral("ptw"));
+  QApplication::setApplicationVersion(QString::fromUtf8(kVersion));
+  // The desktop entry's id: how a Wayland compositor finds the window's icon and name.
+  QGuiApplication::setDesktopFileName(QString::fromUtf8(kAppId));
+  QApplication::setWindowIcon(QIcon::fromTheme(QString::fromUtf8(kAppId)));
   MainWindow window;
   window.setRunsDirectory(QString::fromStdString(options.runsDir));
   // A file given is the window's file (its name in the title, Save writes it back); --set

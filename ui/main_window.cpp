@@ -38,6 +38,7 @@
 
 #include "common/error.h"
 #include "common/strategies.h"
+#include "common/version.h"
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
 #include "ui/chart_format.h"
@@ -472,6 +473,23 @@ void MainWindow::buildMenus() {
          "still stored (Ctrl+Shift+P)"));
   connect(m_pauseAction, &QAction::toggled, this, &MainWindow::setChartsPaused);
   m_pauseButton->setDefaultAction(m_pauseAction);
+  QMenu* help = menuBar()->addMenu(tr("&Help"));
+  help->addAction(tr("&About ptw"), this, &MainWindow::showAbout)->setObjectName("aboutAction");
+}
+
+void MainWindow::showAbout() {
+  // Not modal to the application (open(), not exec()), so a run's charts go on drawing behind it.
+  auto* box = new QMessageBox(QMessageBox::NoIcon, tr("About ptw"), QString(), QMessageBox::Ok, this);
+  box->setObjectName("aboutBox");
+  box->setAttribute(Qt::WA_DeleteOnClose);
+  box->setIconPixmap(windowIcon().pixmap(64, 64));
+  box->setTextFormat(Qt::RichText);
+  box->setText(tr("<h3>ptw %1</h3><p>Parallel Training Workbench: configure, launch and watch data-parallel "
+                  "training on the machine in front of you.</p><p>Built with Qt %2 (running on Qt %3).</p>"
+                  "<p><a href=\"%4\">%4</a></p>")
+                   .arg(QString::fromUtf8(kVersion), QStringLiteral(QT_VERSION_STR), QString::fromUtf8(qVersion()),
+                        QString::fromUtf8(kHomepage)));
+  box->open();
 }
 
 core::Profile MainWindow::profile() const { return m_editor->profile(); }

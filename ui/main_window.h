@@ -91,6 +91,9 @@ class MainWindow : public QMainWindow {
   void startRun();
   void stopRun();
   void newProfile();
+  /// Help > About: the version (project()'s), the Qt it runs on and the home page, in a box
+  /// named "aboutBox" that closes itself.
+  void showAbout();
 
  protected:
   void closeEvent(QCloseEvent* event) override;

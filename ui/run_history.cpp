@@ -27,9 +27,9 @@ RunHistory::RunHistory(QWidget* parent)
   auto* layout = new QVBoxLayout(this);
   auto* split = new QSplitter(Qt::Vertical, this);
   m_table->setObjectName("runHistory");
-  m_table->setColumnCount(8);
+  m_table->setColumnCount(9);
   m_table->setHorizontalHeaderLabels({tr("id"), tr("status"), tr("started (UTC)"), tr("strategy"), tr("world"),
-                                      tr("final loss"), tr("samples/s"), tr("name")});
+                                      tr("final loss"), tr("samples/s"), tr("version"), tr("name")});
   m_table->setSelectionBehavior(QAbstractItemView::SelectRows);
   m_table->setSelectionMode(QAbstractItemView::ExtendedSelection);
   m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -94,6 +94,7 @@ void RunHistory::reload() {
                                QString::number(r.world),
                                num(r.finalLoss, 6),
                                num(r.samplesPerS, 6),
+                               r.ptwVersion.empty() ? QStringLiteral("-") : QString::fromStdString(r.ptwVersion),
                                QString::fromStdString(r.name)};
     for (int c = 0; c < cells.size(); ++c) {
       auto* item = new QTableWidgetItem(cells[c]);

@@ -180,7 +180,14 @@ std::string Launcher::defaultWorkerPath() {
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
   if (n <= 0) return "ptw-worker";
   std::string exe(buf, static_cast<std::size_t>(n));
-  return exe.substr(0, exe.rfind('/') + 1) + "ptw-worker";
+  const std::string dir = exe.substr(0, exe.rfind('/') + 1);
+  // Beside ptw in a build tree; installed, in a folder of its own off PATH (PTW_WORKER_FROM_BIN,
+  // relative to ptw's folder, so an installed tree may be moved). Where neither is there, the
+  // first is named in the error.
+  const std::string beside = dir + "ptw-worker";
+  if (::access(beside.c_str(), X_OK) == 0) return beside;
+  const std::string installed = dir + PTW_WORKER_FROM_BIN;
+  return ::access(installed.c_str(), X_OK) == 0 ? installed : beside;
 }
 
 namespace {

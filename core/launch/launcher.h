@@ -130,7 +130,8 @@ class Launcher {
   /// Throws ptw::Error naming `path` when it is not an executable worker program.
   static void checkWorker(const std::string& path);
 
-  /// `ptw-worker` beside the running executable, or $PTW_WORKER when set.
+  /// $PTW_WORKER when set; else `ptw-worker` beside the running executable, else where the
+  /// package installs it (../lib/ptw/ptw-worker from the executable's folder).
   static std::string defaultWorkerPath();
 
  private:

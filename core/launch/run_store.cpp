@@ -26,6 +26,7 @@
 #include "common/error.h"
 #include "common/step_block.h"
 #include "common/strategies.h"
+#include "common/version.h"
 #include "launch/step_chunk.h"
 
 namespace ptw::core {
@@ -47,7 +48,8 @@ CREATE TABLE IF NOT EXISTS runs (
   attempts INTEGER NOT NULL DEFAULT 1,
   pid INTEGER NOT NULL,
   host TEXT NOT NULL,
-  profile TEXT NOT NULL
+  profile TEXT NOT NULL,
+  ptw_version TEXT
 );
 CREATE TABLE IF NOT EXISTS step_blocks (
   run_id INTEGER NOT NULL REFERENCES runs(id),
@@ -275,6 +277,20 @@ std::string stepsColumns(sqlite3* db) {
   return out;
 }
 
+bool hasColumn(sqlite3* db, const char* table, const char* column) {
+  Statement info(db, (std::string("PRAGMA table_info(") + table + ")").c_str());
+  while (sqlite3_step(info) == SQLITE_ROW)
+    if (std::strcmp(reinterpret_cast<const char*>(sqlite3_column_text(info, 1)), column) == 0) return true;
+  return false;
+}
+
+// Brings a store made by an earlier build up to this schema, in place, keeping its runs:
+// columns added since are added empty (NULL), and every reader here treats NULL as "not
+// recorded". Older builds still open a store migrated so (they name the columns they write).
+void migrateSchema(sqlite3* db, const std::function<void(const char*)>& exec) {
+  if (!hasColumn(db, "runs", "ptw_version")) exec("ALTER TABLE runs ADD COLUMN ptw_version TEXT");
+}
+
 std::string text(sqlite3_stmt* s, int col) {
   auto p = sqlite3_column_text(s, col);
   return p ? reinterpret_cast<const char*>(p) : "";
@@ -313,6 +329,7 @@ RunStore::RunStore(const std::string& runsDir, const RunStoreOptions& options)
       m_maxStepFileBytes = options.sizeLimitKib * 1024;
     }
     exec(kSchema);
+    migrateSchema(m_db, [this](const char* sql) { exec(sql); });
     exec(stepsTableSql().c_str());
     m_stepsColumns = stepsColumns(m_db);
     // Runs left `running` by a supervisor that is gone: interrupted.
@@ -391,8 +408,8 @@ void RunStore::closeStepFile() {
 
 std::int64_t RunStore::beginRun(const std::string& dir, const Profile& p) {
   Statement s(m_db,
-              "INSERT INTO runs (dir, name, strategy, world, status, started_at, pid, host, profile) "
-              "VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?)");
+              "INSERT INTO runs (dir, name, strategy, world, status, started_at, pid, host, profile, ptw_version) "
+              "VALUES (?, ?, ?, ?, 'running', ?, ?, ?, ?, ?)");
   const std::string now = utcNow(), host = hostName(), json = toJson(p);
   const std::string strategy = storedStrategyName(p);
   sqlite3_bind_text(s, 1, dir.c_str(), -1, SQLITE_TRANSIENT);
@@ -403,6 +420,7 @@ std::int64_t RunStore::beginRun(const std::string& dir, const Profile& p) {
   sqlite3_bind_int64(s, 6, ::getpid());
   sqlite3_bind_text(s, 7, host.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_text(s, 8, json.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(s, 9, kVersion, -1, SQLITE_STATIC);
   PTW_CHECK(sqlite3_step(s) == SQLITE_DONE, "run store ", m_path, ": cannot record the run (", sqlite3_errmsg(m_db),
             ")");
   const std::int64_t id = sqlite3_last_insert_rowid(m_db);
@@ -821,7 +839,7 @@ std::vector<RunRow> RunStore::selectRuns(const char* where, std::int64_t id) {
   const std::string sql = std::string(
                               "SELECT id, dir, name, strategy, world, status, started_at, ifnull(ended_at, ''), "
                               "ifnull(message, ''), ifnull(final_loss, 'nan'), ifnull(samples_per_s, 'nan'), "
-                              "attempts, profile FROM runs ") +
+                              "attempts, profile, ifnull(ptw_version, '') FROM runs ") +
                           where + " ORDER BY id";
   Statement s(m_db, sql.c_str());
   if (sqlite3_bind_parameter_count(s) > 0) sqlite3_bind_int64(s, 1, id);
@@ -841,6 +859,7 @@ std::vector<RunRow> RunStore::selectRuns(const char* where, std::int64_t id) {
     r.samplesPerS = sqlite3_column_type(s, 10) == SQLITE_TEXT ? std::nan("") : sqlite3_column_double(s, 10);
     r.attempts = sqlite3_column_int(s, 11);
     r.profileJson = text(s, 12);
+    r.ptwVersion = text(s, 13);
     out.push_back(std::move(r));
   }
   return out;

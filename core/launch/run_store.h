@@ -71,6 +71,7 @@ struct RunRow {
   double samplesPerS = 0;
   int attempts = 0;
   std::string profileJson;
+  std::string ptwVersion;  ///< the ptw that made the run; "" for runs of builds before it was recorded
 };
 
 /// One value of a named scalar (a script's, reported by name).

@@ -26,6 +26,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/version.h"
 #include "launch/expectation.h"
 #include "launch/headless.h"
 #include "launch/launcher.h"
@@ -803,6 +804,11 @@ class TestHeadless : public QObject {
     QVERIFY(list.waitForFinished(30000));
     QString table = QString::fromUtf8(list.readAllStandardOutput());
     QVERIFY2(table.contains("finished") && table.contains("seed-ddp"), qPrintable(table));
+    // The run says which ptw made it, in the store and in the list.
+    QCOMPARE(RunStore(runs.path().toStdString()).run(1).ptwVersion, std::string(ptw::kVersion));
+    QVERIFY2(table.contains(QRegularExpression("\\bversion\\b")) &&
+                 table.contains(QRegularExpression(QString("\\s%1\\s").arg(QRegularExpression::escape(ptw::kVersion)))),
+             qPrintable(table));
     QProcess exporter;
     exporter.start(test::binDir() + "/ptw",
                    {"export", "1", "--csv", runs.filePath("run1.csv"), "--runs-dir", runs.path()});

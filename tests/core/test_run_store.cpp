@@ -23,6 +23,7 @@
 #include "common/error.h"
 #include "common/profile.h"
 #include "common/step_block.h"
+#include "common/version.h"
 #include "launch/run_store.h"
 #include "launch/step_chunk.h"
 #include "sql_support.h"
@@ -665,6 +666,7 @@ class TestRunStore : public QObject {
 
     RunStore store(dir.path().toStdString());
     QCOMPARE(store.run(1).name, std::string("old"));
+    QCOMPARE(store.run(1).ptwVersion, std::string());  // made before runs recorded their version
     QCOMPARE(store.stepCount(1), std::int64_t(2 * 300 + 2 * 100));
     auto check = [&] {
       const auto all = store.steps(1);
@@ -684,6 +686,25 @@ class TestRunStore : public QObject {
     QCOMPARE(sql.count(kChunked + " WHERE run_id = 1"), std::int64_t(0));
     QCOMPARE(sql.count(kChunked + " WHERE run_id = " + std::to_string(id)), std::int64_t(2));
     QCOMPARE(store.run(id).finalLoss, stepRecord(0, 2).step.loss);
+    QCOMPARE(store.run(id).ptwVersion, std::string(ptw::kVersion));
+  }
+
+  // Each run records the ptw that made it (project()'s version); a store opened again keeps it,
+  // and the column is there for plain SQL.
+  void aRunRecordsTheVersionThatMadeIt() {
+    QTemporaryDir dir;
+    std::int64_t id = 0;
+    {
+      RunStore store(dir.path().toStdString());
+      id = store.beginRun(dir.path().toStdString(), defaultProfile());
+      store.endRun(id, "finished", "", std::nan(""), std::nan(""), 1);
+    }
+    QVERIFY(std::strlen(ptw::kVersion) > 0);
+    RunStore again(dir.path().toStdString());
+    QCOMPARE(again.run(id).ptwVersion, std::string(ptw::kVersion));
+    Sql sql(again.path());
+    QCOMPARE(sql.count("SELECT count(*) FROM runs WHERE ptw_version = '" + std::string(ptw::kVersion) + "'"),
+             std::int64_t(1));
   }
 
   // Through a step file and into chunks, every field of every record comes back bit for bit,

@@ -10,7 +10,9 @@
 #include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
+#include <QMessageBox>
 #include <QPlainTextEdit>
+#include <QPointer>
 #include <QProcess>
 #include <QPushButton>
 #include <QSettings>
@@ -31,6 +33,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/version.h"
 #include "launch/launcher.h"
 #include "launch/run_store.h"
 #include "launch/sweep.h"
@@ -454,6 +457,28 @@ class TestMainWindow : public QObject {
     }
   }
 
+  // Help > About says the version project() sets, the one `ptw --version` prints.
+  void helpAboutSaysTheVersion() {
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    w.show();
+    auto* about = w.findChild<QAction*>("aboutAction");
+    QVERIFY(about);
+    QVERIFY(about->isEnabled());
+    about->trigger();
+    QMessageBox* box = nullptr;
+    QTRY_VERIFY((box = w.findChild<QMessageBox*>("aboutBox")) && box->isVisible());
+    QVERIFY2(box->text().contains(QStringLiteral("ptw %1").arg(ptw::kVersion)), qPrintable(box->text()));
+    QProcess ptwVersion;
+    ptwVersion.start(qEnvironmentVariable("PTW_BIN_DIR") + "/ptw", {"--version"});
+    QVERIFY(ptwVersion.waitForFinished(30000));
+    QCOMPARE(QString::fromUtf8(ptwVersion.readAllStandardOutput()).trimmed(),
+             QStringLiteral("ptw %1").arg(ptw::kVersion));
+    QPointer<QMessageBox> gone(box);
+    box->accept();
+    QTRY_VERIFY(gone.isNull());  // closes itself
+  }
+
   void openSaveRecentAndUnsavedMarker() {
     QTemporaryDir dir;
     ui::MainWindow w;
@@ -567,6 +592,7 @@ class TestMainWindow : public QObject {
     QVERIFY(split[1] > 0 && split[2] > 0);  // compute and communication measured
     QCOMPARE(w.history()->table()->rowCount(), 1);
     QCOMPARE(cell(w.history()->table(), 0, 1), QString("finished"));
+    QCOMPARE(cell(w.history()->table(), 0, 7), QString(ptw::kVersion));  // the ptw that made the run
 
     w.editor()->setFieldText("hyper.lr", "0.02");
     QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
