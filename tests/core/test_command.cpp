@@ -542,6 +542,28 @@ ch.close()
     QVERIFY2(r.err.contains(expected), qPrintable(r.err));
   }
 
+  // A program reporting 10,000 records a second per rank through ptw_metrics loses none.
+  void tenThousandRecordsASecondAreAllKept() {
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, R"(import time, ptw_metrics
+n, rate = 20000, 10000.0
+start = time.monotonic()
+for i in range(1, n + 1):
+    ptw_metrics.log(i, loss=1.0 / i, samples=1)
+    if i % 100 == 0:
+        time.sleep(max(0.0, start + i / rate - time.monotonic()))
+print("logged %d in %.2f s, dropped %d" % (n, time.monotonic() - start, ptw_metrics.dropped()))
+)");
+    Result r = runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p))}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    const auto stored = storedLosses(runs);
+    for (int rank = 0; rank < 2; ++rank) {
+      QVERIFY2(rankLog(runs, rank).contains("dropped 0"), qPrintable(rankLog(runs, rank)));
+      QCOMPARE(stored.at(rank).size(), std::size_t{20000});
+      QCOMPARE(stored.at(rank).at(12345), 1.0 / 12345);
+    }
+  }
+
   // --expect and --junit judge a program's run as they judge ptw's own.
   void headlessVerdictsJudgeAScript() {
     QTemporaryDir dir, runs;
