@@ -9,6 +9,7 @@
 #include <QJsonObject>
 #include <QProcess>
 #include <QRegularExpression>
+#include <QStandardPaths>
 #include <QtTest>
 
 #include <signal.h>
@@ -422,6 +423,7 @@ for step in range(1, 100000):
   void theStallTimeoutStartsWithTheFirstRecord() {
     QTemporaryDir dir, runs;
     Profile p = scriptProfile(dir, QString(kReport) + R"(
+open("pid.%d" % RANK, "w").write("%d\n" % os.getpid())
 time.sleep(5)
 if RANK == 1 and len(sys.argv) > 1:
     report(1, loss=1.0)
@@ -436,6 +438,7 @@ if RANK == 1 and len(sys.argv) > 1:
     Result hung = runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p))}, runs2);
     QCOMPARE(hung.code, 3);
     QVERIFY2(hung.err.contains("rank 1 stopped making progress"), qPrintable(hung.err));
+    QVERIFY(!test::anyAlive(pidsIn(dir.filePath("pid.1"))));
     QVERIFY(hung.ms < 20000);
   }
 
@@ -489,6 +492,52 @@ os._exit(0 if RANK == 0 else 1)
       QCOMPARE(kids.size(), std::size_t{2});
       QVERIFY2(!test::anyAlive(kids), "a child of the program outlived the run");
     }
+  }
+
+  // Whatever ends an mpirun job (a rank exits 1, is killed, hangs, or the user stops the run),
+  // none of mpirun's ranks outlives it: they live in process groups of their own.
+  void noMpiRankOutlivesTheRun_data() {
+    QTest::addColumn<QString>("how");
+    QTest::addColumn<int>("code");
+    QTest::newRow("exit 1") << "os._exit(1)" << 3;
+    QTest::newRow("SIGKILL") << "os.kill(os.getpid(), signal.SIGKILL)" << 3;
+    QTest::newRow("hang") << "time.sleep(300)" << 3;
+    QTest::newRow("stop") << "pass" << 5;
+  }
+  void noMpiRankOutlivesTheRun() {
+    QFETCH(QString, how);
+    QFETCH(int, code);
+    if (QStandardPaths::findExecutable("mpirun", {"/usr/bin"}).isEmpty()) QSKIP("needs mpirun (openmpi-bin)");
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, QString(R"(import os, signal, time
+import ptw_metrics
+rank = int(os.environ["OMPI_COMM_WORLD_RANK"])
+open("pid.%d" % rank, "w").write("%d\n" % os.getpid())
+for step in range(1, 100000):
+    ptw_metrics.log(step, loss=1.0)
+    time.sleep(0.02)
+    if rank == 1 and step == 10:
+        open("ready", "w").write("1")
+        )") + how + "\n",
+                              1);
+    p.command.program = "mpirun";
+    p.command.args = {"-np", "2", "--oversubscribe", "/usr/bin/python3", "script.py"};
+    p.command.env = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"};
+    p.command.reportRanks = 2;
+    p.run.timeoutS = 3;
+    QProcess ptw;
+    ptw.start(test::binDir() + "/ptw", {"--headless", "--runs-dir", runs.path(), "--profile",
+                                        QString::fromStdString(test::writeProfile(dir, p))});
+    if (code == 5) {
+      QTRY_VERIFY_WITH_TIMEOUT(QFile::exists(dir.filePath("ready")), 30000);
+      ::kill(static_cast<pid_t>(ptw.processId()), SIGINT);
+    }
+    QVERIFY(ptw.waitForFinished(60000));
+    QVERIFY2(ptw.exitCode() == code, ptw.readAllStandardError().constData());
+    std::vector<int> ranks = pidsIn(dir.filePath("pid.0"));
+    for (int pid : pidsIn(dir.filePath("pid.1"))) ranks.push_back(pid);
+    QCOMPARE(ranks.size(), std::size_t{2});
+    QVERIFY2(!test::anyAlive(ranks), "an MPI rank outlived the run");
   }
 
   // Bad input on the channel and the output: named in the rank log, the good records kept.
