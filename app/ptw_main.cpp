@@ -79,8 +79,7 @@ void addRunOptions(CLI::App& app, ptw::core::HeadlessOptions& opts, bool& headle
                "is available)");
   app.add_option("-p,--profile", opts.profilePath,
                  "Profile to open or run (JSON); default: the built-in "
-                 "seed workload, DDP on 2 CPU ranks")
-      ->check(CLI::ExistingFile);
+                 "seed workload, DDP on 2 CPU ranks");  // a missing file is said by loadProfile, as in the window
   app.add_option("--set", opts.overrides,
                  "Override a profile field by its path, e.g. --set hyper.lr=0.05 --set strategy.ranks=4 "
                  "(repeatable; validated like the file)");
@@ -116,8 +115,7 @@ CLI::App* addSweepCommand(CLI::App& app, SweepArgs& a) {
     a.strategies.push_back(v.name);
     sweepDefaults += (sweepDefaults.empty() ? "" : ",") + v.name;
   }
-  sweepCmd->add_option("-p,--profile", a.profile, "Profile (default: the built-in seed workload)")
-      ->check(CLI::ExistingFile);
+  sweepCmd->add_option("-p,--profile", a.profile, "Profile (default: the built-in seed workload)");
   sweepCmd->add_option("--set", a.sets, "Override a profile field, as for a run (repeatable)");
   sweepCmd
       ->add_option("--strategies", a.strategies,

@@ -22,6 +22,7 @@
 #include <QToolButton>
 #include <QtTest>
 
+#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "launch/launcher.h"
+#include "launch/preflight.h"
 #include "launch/run_store.h"
 #include "launch/sweep.h"
 #include "test_support.h"
@@ -484,6 +486,105 @@ class TestMainWindow : public QObject {
     QVERIFY(!other.openProfile(dir.filePath("bad.json"), &error));
     QVERIFY2(error.contains("strategy.ranks: must be >= 1"), qPrintable(error));
     QCOMPARE(other.profile().hyper.maxSteps, std::int64_t(77));
+  }
+
+  // What stops a run before it starts is said in the line headless prints for it (test_headless),
+  // under Start and above the log, and nothing is started: a profile that does not exist, a
+  // data file or column that does not, no CUDA device for device cuda.
+  void problemsBeforeARunReadAsHeadlessSaysThem() {
+    QTemporaryDir runs;
+    ui::MainWindow w;
+    showQuietly(w, runs, "20");
+    auto* status = w.findChild<QLabel*>("status");
+    auto* problems = w.findChild<QPlainTextEdit*>("logProblems");
+    const core::Profile before = w.profile();
+    QString error;
+    QVERIFY(!w.openProfile("/nonexistent/p.json", &error));
+    const QString missingProfile =
+        "profile /nonexistent/p.json does not exist; give an existing profile file to -p/--profile (examples: "
+        "resources/profiles/)";
+    QCOMPARE(error, missingProfile);
+    QCOMPARE(status->text(), missingProfile);
+    QVERIFY(problems->isVisibleTo(&w));
+    QCOMPARE(problems->toPlainText(), missingProfile);
+    QVERIFY(w.profile() == before);
+
+    core::Profile csv = core::loadProfile(test::sourcePath("resources/profiles/ddp-csv-regression.json").toStdString());
+    const QString file = QDir::cleanPath(test::sourcePath("resources/data/regression.csv"));
+    auto startFails = [&](const core::Profile& p, const QString& expected) {
+      w.setProfile(p);
+      QVERIFY2(w.blockingReason().isEmpty(), qPrintable(w.blockingReason()));
+      problems->clear();
+      QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+      QVERIFY(!w.controller()->isRunning());
+      QCOMPARE(status->text(), expected);
+      QCOMPARE(problems->toPlainText(), expected);
+      QVERIFY(QDir(runs.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty());  // no run folder
+      QVERIFY(test::livePtwWorkers(static_cast<int>(::getpid())).empty());
+    };
+    core::Profile p = csv;
+    p.data.path = "/nonexistent/d.csv";
+    startFails(p, "data.path: /nonexistent/d.csv does not exist; set data.path to an existing CSV file");
+    p = csv;
+    p.data.target = "z";
+    startFails(p, "data.target: column \"z\" is not in " + file +
+                      " (columns: x1, x2, x3, x4, y); set data.target to one of them");
+    p = csv;
+    p.data.features = {"x1", "x9"};
+    startFails(p, "data.features: column \"x9\" is not in " + file +
+                      " (columns: x1, x2, x3, x4, y); set data.features to one of them");
+    p = core::defaultProfile();
+    p.strategy.device = "cuda";
+    if (!core::deviceProblem(p, test::workerPath()).empty())
+      startFails(p,
+                 "strategy.device: \"cuda\" but LibTorch sees no CUDA device on this machine (this LibTorch has "
+                 "no CUDA, or no driver is loaded); use \"cpu\"");
+  }
+
+  // More CPU ranks than cores: the window says so before Start, in the line headless prints,
+  // and again above the log once the run starts; the run goes on to its end.
+  void moreRanksThanCoresIsSaidAndTheRunGoesOn() {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    QTemporaryDir runs;
+    ui::MainWindow w;
+    showQuietly(w, runs, "20");
+    auto* status = w.findChild<QLabel*>("status");
+    w.editor()->setFieldText("strategy.ranks", QString::number(cores + 1));
+    const QString expected = QString(
+                                 "strategy.ranks: %1 ranks on %2 core(s); they will take turns and each step "
+                                 "waits for the slowest; set strategy.ranks to %2 or fewer for a fair speed")
+                                 .arg(cores + 1)
+                                 .arg(cores);
+    QCOMPARE(status->text(), expected);
+    QVERIFY2(w.findChild<QLabel*>("firstRunHint")->text().endsWith("\n" + expected),
+             qPrintable(w.findChild<QLabel*>("firstRunHint")->text()));
+    QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+    QVERIFY(w.controller()->isRunning());
+    auto* problems = w.findChild<QPlainTextEdit*>("logProblems");
+    QVERIFY2(problems->toPlainText().contains("warning: " + expected), qPrintable(problems->toPlainText()));
+    QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 60000);
+    QCOMPARE(cell(w.rankTable(), cores, 2), QString("20"));
+  }
+
+  // The run store fills up: the run fails with the line headless prints, naming the runs
+  // folder to free space in and the way around it.
+  void aFullDiskSaysWhereToFreeSpace() {
+    QTemporaryDir runs;
+    ui::MainWindow w;
+    showQuietly(w, runs, "1000000000");
+    w.controller()->setStoreLimitKib(640);
+    QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("failed"), 60000);
+    const QString advice = "; the disk holding " + runs.path() +
+                           " is full: free space there or pass --runs-dir another folder, then resume the run from "
+                           "its last checkpoint (run.resume_from)";
+    const QString status = w.findChild<QLabel*>("status")->text();
+    QVERIFY2(status.startsWith("Run failed: ") && status.endsWith(advice), qPrintable(status));
+    const QString problems = w.findChild<QPlainTextEdit*>("logProblems")->toPlainText();
+    QVERIFY2(problems.contains(status.mid(QString("Run failed: ").size())), qPrintable(problems));
+    QVERIFY(test::livePtwWorkers(static_cast<int>(::getpid())).empty());
   }
 
   void preflightShowsShapesOrTheProblem() {
