@@ -212,7 +212,9 @@ int exportRun(const ExportArgs& a) {
 void printSweepRow(const ptw::core::SweepPoint& p, int, int) {
   char efficiency[32] = "n/a";  // no baseline: Single did not finish
   if (!std::isnan(p.efficiency)) std::snprintf(efficiency, sizeof efficiency, "%.2f", p.efficiency);
-  std::printf("%-14s %7d %14.1f %11s %9.3f %7.1f  %s%s%s\n", p.strategy.c_str(), p.workers, p.samplesPerS, efficiency,
+  char rate[32] = "too short";  // to measure (Note [Warm-up steps]); the store holds NULL for it
+  if (p.measured) std::snprintf(rate, sizeof rate, "%.1f", p.samplesPerS);
+  std::printf("%-14s %7d %14s %11s %9.3f %7.1f  %s%s%s\n", p.strategy.c_str(), p.workers, rate, efficiency,
               p.stepMs.stepMs, p.stepMs.commPercent(), p.status.c_str(), p.status == "finished" ? "" : ": ",
               p.status == "finished" ? "" : p.message.c_str());
   std::fflush(stdout);

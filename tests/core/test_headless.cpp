@@ -801,6 +801,20 @@ class TestHeadless : public QObject {
     QVERIFY2(bad.out.isEmpty(), qPrintable(bad.out));  // no table is started
   }
 
+  // A configuration too short to measure says so in the sweep's table, as a run's final line
+  // does, where the store holds no throughput for it.
+  void aSweepTooShortToMeasureSaysSo() {
+    QTemporaryDir runs;
+    Result r =
+        runCommand({"sweep", "--runs-dir", runs.path(), "--strategies", "ddp", "--workers", "1", "--steps", "20"});
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    const QRegularExpression row("^(single|ddp) +1 +too short +", QRegularExpression::MultilineOption);
+    QCOMPARE(r.out.count(row), 2);
+    const auto stored = RunStore(runs.path().toStdString()).runs();
+    QCOMPARE(stored.size(), std::size_t(2));
+    for (const auto& run : stored) QVERIFY(std::isnan(run.samplesPerS));
+  }
+
   void sigkillOfPtwLeavesNoWorker() {
     QTemporaryDir runs;
     QProcess p;
