@@ -52,6 +52,7 @@ std::string dataFileProblem(const DataSpec& data) {
   }
   if (data.kind != "csv") return "";
   // A relative data.path is read from the profile's folder (loadProfile resolves it).
+  if (exists(data.path, true)) return "data.path: " + data.path + " is a folder; set data.path to a CSV file";
   if (!exists(data.path, false))
     return "data.path: " + data.path + " does not exist; set data.path to an existing CSV file";
   std::ifstream in(data.path);

@@ -167,6 +167,9 @@ class TestHeadless : public QObject {
     QTest::newRow("csv data.path") << QStringList{"--profile", csvProfile, "--set", "data.path=/nonexistent/d.csv"}
                                    << "data.path: /nonexistent/d.csv does not exist; set data.path to an existing "
                                       "CSV file";
+    QTest::newRow("csv data.path a folder")
+        << QStringList{"--profile", csvProfile, "--set", "data.path=" + QDir::tempPath()}
+        << "data.path: " + QDir::tempPath() + " is a folder; set data.path to a CSV file";
     QTest::newRow("mnist data.path")
         << QStringList{"--profile", test::sourcePath("resources/profiles/dataparallel-cnn-mnist.json"), "--set",
                        "data.path=/nonexistent/mnist"}
