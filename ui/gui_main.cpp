@@ -4,7 +4,6 @@
 
 #include <QApplication>
 #include <QIcon>
-#include <QMessageBox>
 #include <QTimer>
 
 #include "common/error.h"
@@ -32,17 +31,20 @@ int guiMain(int argc, char** argv, const GuiOptions& options) {
   MainWindow window;
   window.setRunsDirectory(QString::fromStdString(options.runsDir));
   // A file given is the window's file (its name in the title, Save writes it back); --set
-  // changes to it show as unsaved.
-  try {
-    QString error;
-    if (!options.profilePath.empty() && !window.openProfile(QString::fromStdString(options.profilePath), &error))
-      throw Error(error.toStdString());
-    if (!options.overrides.empty()) window.setProfile(core::applyOverrides(window.profile(), options.overrides));
-  } catch (const Error& e) {
-    QMessageBox::warning(&window, QObject::tr("Cannot open profile"), QString::fromStdString(e.what()));
+  // changes to it show as unsaved. What cannot be opened or applied is said in the window, in
+  // the words headless uses, and --start then starts nothing.
+  bool ready = options.profilePath.empty() || window.openProfile(QString::fromStdString(options.profilePath));
+  if (ready && !options.overrides.empty()) {
+    try {
+      window.setProfile(core::applyOverrides(window.profile(), options.overrides));
+    } catch (const Error& e) {
+      window.showProblem(QString::fromStdString(e.what()));
+      ready = false;
+    }
   }
   window.show();
-  if (options.start || !options.screenshotPath.empty()) QTimer::singleShot(0, &window, &MainWindow::startRun);
+  if ((options.start && ready) || !options.screenshotPath.empty())
+    QTimer::singleShot(0, &window, &MainWindow::startRun);
   if (!options.screenshotPath.empty()) {
     window.setConfirmations(false);
     const QString path = QString::fromStdString(options.screenshotPath);

@@ -39,6 +39,7 @@
 #include "common/error.h"
 #include "common/strategies.h"
 #include "common/version.h"
+#include "launch/preflight.h"
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
 #include "ui/chart_format.h"
@@ -567,14 +568,18 @@ void MainWindow::revalidate() {
   if (m_startAction) m_startAction->setEnabled(m_start->isEnabled());
   if (m_stopAction) m_stopAction->setEnabled(running);
   if (m_pauseAction) m_pauseAction->setEnabled(running);
-  if (!running && !m_closeAfterRun) m_status->setText(sweeping ? m_start->toolTip() : m_blockingReason);
+  // Too many ranks for the cores is said before Start, where the ranks are set; the run may go on.
+  const core::Profile p = profile();
+  const QString cores = errors.empty() ? QString::fromStdString(core::coresWarning(p)) : QString();
+  if (!running && !m_closeAfterRun)
+    m_status->setText(sweeping ? m_start->toolTip() : !m_blockingReason.isEmpty() ? m_blockingReason : cores);
   if (m_chartStack->currentIndex() == 0) {
-    const core::Profile p = profile();
     const QString steps = p.hyper.maxSteps > 0 ? tr("%1 steps").arg(readableNumber(double(p.hyper.maxSteps)))
                                                : tr("%1 epochs").arg(p.hyper.epochs);
     m_firstRunHint->setText(errors.empty() ? tr("Start (F5) runs this profile: %1\n%2 model on %3 data, %4")
-                                                 .arg(describeRun(p), QString::fromStdString(p.model.kind),
-                                                      QString::fromStdString(p.data.kind), steps)
+                                                     .arg(describeRun(p), QString::fromStdString(p.model.kind),
+                                                          QString::fromStdString(p.data.kind), steps) +
+                                                 (cores.isEmpty() ? QString() : QStringLiteral("\n") + cores)
                                            : tr("Fix the marked fields of the profile, then Start (F5) runs it."));
   }
 }
@@ -640,9 +645,16 @@ bool MainWindow::openProfile(const QString& path, QString* error) {
     statusBar()->showMessage(tr("Opened %1").arg(path), 5000);
     return true;
   } catch (const Error& e) {
+    showProblem(QString::fromStdString(e.what()));
     if (error) *error = QString::fromStdString(e.what());
     return false;
   }
+}
+
+void MainWindow::showProblem(const QString& line) {
+  m_status->setText(line);
+  m_problems->appendPlainText(line);
+  m_problems->show();
 }
 
 bool MainWindow::saveProfile(const QString& path, QString* error) {
@@ -712,7 +724,7 @@ void MainWindow::startRun() {
   const core::Profile p = profile();
   QString error;
   if (!m_controller->start(p, m_runsDir, &error)) {
-    m_status->setText(tr("Cannot start: %1").arg(error));
+    showProblem(error);  // the line headless prints for it (core::RunSession::begin)
     return;
   }
   m_lastStatus = QStringLiteral("running");
@@ -721,6 +733,8 @@ void MainWindow::startRun() {
   appendLog(-1, tr("run %1 in %2").arg(m_controller->runId()).arg(m_controller->runDirectory()));
   const std::string runsDir = m_runsDir.isEmpty() ? core::defaultRunsDirectory() : m_runsDir.toStdString();
   if (const std::string w = core::storeSpaceWarning(p, runsDir); !w.empty()) appendLog(-1, QString::fromStdString(w));
+  if (const std::string w = core::coresWarning(p); !w.empty())
+    appendLog(-1, tr("warning: %1").arg(QString::fromStdString(w)));
   revalidate();
   m_status->setText(tr("Starting %1 process(es)…").arg(core::processCount(p)));
   // Note [Redraw budget]: a run with a training thread on every core leaves drawing 0.25%.

@@ -68,6 +68,10 @@ class MainWindow : public QMainWindow {
                                                           const QString& text, QMessageBox::StandardButtons buttons)>;
   void setAsker(Asker asker) { m_ask = std::move(asker); }
 
+  /// Shows `line`, an error that stopped what the user asked (a profile that cannot be
+  /// opened, a run that cannot start), under Start and above the log until the next run.
+  void showProblem(const QString& line);
+
   /// Why Start is disabled, or empty when the profile can run.
   QString blockingReason() const { return m_blockingReason; }
   RunController* controller() const { return m_controller; }

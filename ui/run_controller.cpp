@@ -86,10 +86,12 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
     QMetaObject::invokeMethod(
         this, [this, done, total] { emit storing(done, total); }, Qt::QueuedConnection);
   };
-  auto session = std::make_unique<core::RunSession>(core::RunSessionOptions(profile)
-                                                        .setRunsDir(runsDir.toStdString())
-                                                        .setWorkerArgs(m_workerArgs)
-                                                        .setUnpackProgress(progress));
+  auto session =
+      std::make_unique<core::RunSession>(core::RunSessionOptions(profile)
+                                             .setRunsDir(runsDir.toStdString())
+                                             .setWorkerArgs(m_workerArgs)
+                                             .setStoreOptions(core::RunStoreOptions().setSizeLimitKib(m_storeLimitKib))
+                                             .setUnpackProgress(progress));
   try {
     session->begin();
   } catch (const Error& e) {

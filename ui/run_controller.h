@@ -37,6 +37,8 @@ class RunController : public QObject {
   bool isRunning() const { return m_running; }
   /// Appended to every worker's command line of the runs started after this (tests: --fault=SPEC).
   void setWorkerArgs(std::vector<std::string> args) { m_workerArgs = std::move(args); }
+  /// The run store's size limit for the runs started after this (tests: a full disk); 0: none.
+  void setStoreLimitKib(long long kib) { m_storeLimitKib = kib; }
   QString runDirectory() const { return m_runDir; }
   qint64 runId() const { return m_runId; }
 
@@ -80,6 +82,7 @@ class RunController : public QObject {
   class Observer;
   std::unique_ptr<core::RunSession> m_session;
   std::vector<std::string> m_workerArgs;
+  long long m_storeLimitKib = 0;
   std::unique_ptr<Observer> m_observer;
   std::thread m_thread;
   std::mutex m_mutex;

@@ -5,6 +5,7 @@
 #include <QLabel>
 #include <QPushButton>
 #include <QSplitter>
+#include <QStackedWidget>
 #include <QTableWidget>
 #include <QVBoxLayout>
 
@@ -42,7 +43,18 @@ RunHistory::RunHistory(QWidget* parent)
   // The overlay is what a comparison is read from: it takes most of the tab, the list of
   // runs and the profiles' fields the rest.
   auto* bottom = new QSplitter(Qt::Horizontal, this);
-  bottom->addWidget(m_overlay);
+  // Until a run is selected, a line that says how to fill the chart stands where empty axes would.
+  m_overlayStack = new QStackedWidget(bottom);
+  m_overlayHint = new QLabel(tr("Select a run in the list above to draw its loss here; select several to compare "
+                                "them."),
+                             m_overlayStack);
+  m_overlayHint->setObjectName("overlayHint");
+  m_overlayHint->setAlignment(Qt::AlignCenter);
+  m_overlayHint->setWordWrap(true);
+  m_overlayHint->setStyleSheet("color: palette(dark); font-size: 15pt");
+  m_overlayStack->addWidget(m_overlayHint);
+  m_overlayStack->addWidget(m_overlay);
+  bottom->addWidget(m_overlayStack);
   bottom->addWidget(m_diff);
   bottom->setStretchFactor(0, 3);
   bottom->setStretchFactor(1, 1);
@@ -156,6 +168,7 @@ void RunHistory::showSelection() {
       m_overlay->append(series, static_cast<double>(step), acc.first / acc.second);
   }
   m_overlay->fit();
+  m_overlayStack->setCurrentWidget(chosen.empty() ? static_cast<QWidget*>(m_overlayHint) : m_overlay);
   // Profiles side by side; rows whose values differ are highlighted.
   m_differing.clear();
   m_diff->clear();

@@ -11,6 +11,8 @@
 
 #include "launch/run_store.h"
 
+class QLabel;
+class QStackedWidget;
 class QTableWidget;
 
 namespace ptw::ui {
@@ -45,6 +47,8 @@ class RunHistory : public QWidget {
   std::vector<core::RunRow> m_runs;
   QTableWidget* m_table;
   MetricChart* m_overlay;
+  QStackedWidget* m_overlayStack = nullptr;  ///< the hint until a run is selected, then the overlay
+  QLabel* m_overlayHint = nullptr;
   QTableWidget* m_diff;
   QStringList m_differing;
 };

@@ -209,7 +209,7 @@ void SweepPanel::redraw() {
     const auto& p = m_points[static_cast<std::size_t>(row)];
     const QStringList cells = {QString::fromStdString(p.strategy),
                                QString::number(p.workers),
-                               readableNumber(p.samplesPerS),
+                               p.measured ? readableNumber(p.samplesPerS) : tr("too short"),
                                std::isnan(p.efficiency) ? tr("n/a") : QString::number(p.efficiency, 'f', 2),
                                QString::number(p.stepMs.stepMs, 'f', 3),
                                QString::number(p.stepMs.commPercent(), 'f', 1),

@@ -613,6 +613,9 @@ const std::map<std::string, std::string>& fieldHelp() {
 }
 
 Profile loadProfile(const std::string& path) {
+  std::error_code missing;
+  PTW_CHECK(std::filesystem::exists(path, missing), "profile ", path,
+            " does not exist; give an existing profile file to -p/--profile (examples: resources/profiles/)");
   std::ifstream in(path, std::ios::binary);
   PTW_CHECK(in, path, ": cannot open profile (", std::strerror(errno), ")");
   std::stringstream buffer;

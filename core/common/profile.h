@@ -34,6 +34,12 @@ struct DataSpec {
   double valFraction = 0.0;                ///< held out from the end of the data for validation
 };
 
+/// What a rank, and the check before a run, say for `strategy.device: cuda` where LibTorch
+/// sees no CUDA device: the same line whichever finds it first.
+inline constexpr const char* kNoCudaDeviceMessage =
+    "strategy.device: \"cuda\" but LibTorch sees no CUDA device on this machine (this LibTorch has no CUDA, or no "
+    "driver is loaded); use \"cpu\"";
+
 /// Example: StrategySpec{}.ranks = 4;
 struct StrategySpec {
   std::string kind = "ddp";  ///< single | dataparallel | ddp | pool
@@ -166,8 +172,8 @@ std::vector<std::string> fieldChoices(const std::string& path);
 /// a schedule)"), Markdown with `code` in backticks: the "meaning" column of docs/profiles.md.
 const std::map<std::string, std::string>& fieldHelp();
 
-/// Reads and parses a file; errors name the file. Relative model.path, data.path and
-/// run.resume_from are resolved against the profile's folder.
+/// Reads and parses a file; errors name the file (one that does not exist: what to pass instead). Relative model.path,
+/// data.path and run.resume_from are resolved against the profile's folder.
 Profile loadProfile(const std::string& path);
 
 /// Pretty JSON with every field written.

@@ -60,9 +60,22 @@ bool parseBlockHeader(const unsigned char* h, long long at, BlockHeader& b) {
          b.rank >= 0 && b.attempt >= 0 && b.firstStep <= b.lastStep;
 }
 
+std::string storeFullAdvice(const std::string& file) {
+  auto parent = [](const std::string& path) {
+    const auto slash = path.rfind('/');
+    return slash == std::string::npos ? std::string(".") : slash == 0 ? std::string("/") : path.substr(0, slash);
+  };
+  std::string folder = parent(file);
+  const auto slash = folder.rfind('/');
+  if (folder.compare(slash == std::string::npos ? 0 : slash + 1, std::string::npos, "runs.blocks") == 0)
+    folder = parent(folder);
+  return "; the disk holding " + folder + " is full: free space there or pass --runs-dir another folder, then " +
+         "resume the run from its last checkpoint (run.resume_from)";
+}
+
 std::string metricsWriteError(const std::string& path, const std::string& why, int err) {
   const bool full = err == ENOSPC || err == EFBIG || err == EDQUOT;
-  return "run store " + path + ": writing metrics failed (" + why + ")" + (full ? kStoreFullAdvice : "");
+  return "run store " + path + ": writing metrics failed (" + why + ")" + (full ? storeFullAdvice(path) : "");
 }
 
 void finishBlock(std::string& bytes, std::int64_t count, int rank, int attempt, std::int64_t firstStep,

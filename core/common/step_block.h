@@ -92,10 +92,10 @@ struct BlockHeader {
 /// is not one (wrong magic, or fields no writer writes).
 bool parseBlockHeader(const unsigned char* h, long long at, BlockHeader& out);
 
-/// What to do when the disk, or the store's size limit (RunStoreOptions::sizeLimitKib), is full.
-inline constexpr const char* kStoreFullAdvice =
-    "; the disk (or the store's size limit) is full: free space and resume the run from its last checkpoint "
-    "(run.resume_from)";
+/// What to do when the disk, or the store's size limit (RunStoreOptions::sizeLimitKib), is full,
+/// for `file` of a runs folder (its runs.sqlite, or a step file in its runs.blocks): it names
+/// that folder, to free space in or to move away from with --runs-dir.
+std::string storeFullAdvice(const std::string& file);
 
 /// The error a failed write of a run's metrics to `path` (its step file, or the store's
 /// database) reports: `why`, and for a full disk (`err` ENOSPC, EFBIG or EDQUOT) what to do.

@@ -61,8 +61,7 @@ SamplerOptions samplerOptions(const core::Profile& p, std::int64_t samples, int 
 torch::Device deviceFor(const core::Profile& p, int index) {
   if (p.strategy.device != "cuda") return torch::kCPU;
   const auto count = static_cast<int>(torch::cuda::device_count());
-  PTW_CHECK(count > 0, "strategy.device: \"cuda\" but LibTorch sees no CUDA device on this machine",
-            torch::cuda::is_available() ? "" : " (this LibTorch has no CUDA, or no driver is loaded)", "; use \"cpu\"");
+  PTW_CHECK(count > 0, core::kNoCudaDeviceMessage);
   const std::int64_t gpu = core::cudaIndexFor(p, index);
   const bool listed = !p.strategy.gpus.empty();
   PTW_CHECK(gpu < count, listed ? "strategy.gpus" : "strategy.device", ": rank/lane ", index,

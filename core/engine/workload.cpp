@@ -7,6 +7,7 @@
 #include <map>
 #include <sstream>
 
+#include "common/data_files.h"
 #include "common/error.h"
 #include "engine/compat.h"
 #include "engine/model.h"
@@ -20,34 +21,18 @@ std::string trim(const std::string& s) {
   return b == std::string::npos ? "" : s.substr(b, e - b + 1);
 }
 
-std::vector<std::string> splitCsv(const std::string& line) {
-  std::vector<std::string> out;
-  std::stringstream ss(line);
-  std::string cell;
-  while (std::getline(ss, cell, ',')) out.push_back(trim(cell));
-  if (!line.empty() && line.back() == ',') out.emplace_back();
-  return out;
-}
-
-std::string joined(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
 // Numeric CSV with a header row; features and target picked by column name.
 void loadCsv(const core::DataSpec& spec, Dataset& d) {
   std::ifstream in(spec.path);
   PTW_CHECK(in, "data.path: cannot open \"", spec.path, "\" (", std::strerror(errno), ")");
   std::string line;
   PTW_CHECK(std::getline(in, line), "data.path: \"", spec.path, "\" is empty; expected a header row of column names");
-  auto header = splitCsv(line);
+  auto header = core::splitCsvLine(line);
   std::map<std::string, std::size_t> column;
   for (std::size_t i = 0; i < header.size(); ++i) column[header[i]] = i;
   auto find = [&](const std::string& name, const char* field) {
     auto it = column.find(name);
-    PTW_CHECK(it != column.end(), field, ": column \"", name, "\" is not in \"", spec.path,
-              "\" (columns: ", joined(header), ")");
+    PTW_CHECK(it != column.end(), core::missingColumnMessage(field, name, spec.path, header));
     return it->second;
   };
   const std::size_t target = find(spec.target, "data.target");
@@ -65,7 +50,7 @@ void loadCsv(const core::DataSpec& spec, Dataset& d) {
   for (std::int64_t lineNo = 2; std::getline(in, line); ++lineNo) {
     if (trim(line).empty()) continue;
     if (spec.samples > 0 && rows == spec.samples) break;
-    auto cells = splitCsv(line);
+    auto cells = core::splitCsvLine(line);
     PTW_CHECK(cells.size() == header.size(), "data.path: \"", spec.path, "\" line ", lineNo, ": ", cells.size(),
               " cells, expected ", header.size(), " (one per header column)");
     auto number = [&](std::size_t c) {
@@ -137,6 +122,8 @@ void loadMnist(const core::DataSpec& spec, Dataset& d) {
 Dataset makeDataset(const core::DataSpec& data, const core::ModelSpec& model) {
   torch::NoGradGuard noGrad;
   Dataset d;
+  const std::string missing = core::dataFileProblem(data);  // the launcher's check, in case the files went since
+  PTW_CHECK(missing.empty(), missing);
   if (data.kind == "csv") {
     loadCsv(data, d);
   } else if (data.kind == "mnist") {

@@ -1,6 +1,5 @@
 #include "launch/headless.h"
 
-#include <sched.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -24,6 +23,7 @@
 #include "common/profile.h"
 #include "launch/expectation.h"
 #include "launch/launcher.h"
+#include "launch/preflight.h"
 #include "launch/rate_window.h"
 #include "launch/run_directory.h"
 #include "launch/run_session.h"
@@ -211,21 +211,6 @@ Request readRequest(const HeadlessOptions& options) {
 }
 
 }  // namespace
-
-std::string coresWarning(const Profile& profile, int cores) {
-  if (profile.strategy.device != "cpu") return "";
-  if (cores < 0) {
-    cpu_set_t cpus;
-    CPU_ZERO(&cpus);
-    cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  }
-  const int ranks = profile.strategy.ranks;
-  if (ranks <= cores) return "";
-  std::ostringstream line;
-  line << "strategy.ranks: " << ranks << " ranks on " << cores << " core(s); they will take turns and each step"
-       << " waits for the slowest; set strategy.ranks to " << cores << " or fewer for a fair speed";
-  return line.str();
-}
 
 std::string throughputLine(double samplesPerS, const ThroughputMeter& meter) {
   std::ostringstream line;

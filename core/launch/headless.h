@@ -42,11 +42,6 @@ struct HeadlessOptions {
 std::function<void(std::int64_t done, std::int64_t total)> unpackReporter(std::ostream& out, std::string what);
 
 class ThroughputMeter;
-struct Profile;
-
-/// The warning, one line, for CPU ranks that outnumber `cores` (-1: the cores this process may
-/// run on); "" when they fit. The run goes on: shared cores only slow each step.
-std::string coresWarning(const Profile& profile, int cores = -1);
 
 /// The final line's throughput: `samplesPerS` as the run stores it (RunResult::metrics), or,
 /// when that is not a number, that the run was too short to measure (Note [Warm-up steps]).

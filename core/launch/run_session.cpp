@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/strategies.h"
+#include "launch/preflight.h"
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
 #include "launch/supervisor.h"
@@ -86,7 +87,9 @@ void RunSession::begin() {
   PTW_CHECK(!m_supervisor, "run session: begin() called twice");
   const Profile& profile = m_options.profile;
   Launcher::checkWorker(m_options.workerPath);
-  if (profile.run.port != 0) Launcher::checkPortFree(profile.run.port);  // before anything is created
+  if (profile.run.port != 0) Launcher::checkPortFree(profile.run.port);   // before anything is created
+  const std::string problem = runProblem(profile, m_options.workerPath);  // the data files, the device
+  PTW_CHECK(problem.empty(), problem);
   m_runDir = createRunDirectory(m_options.runsDir, profile);
   m_store = m_options.store;
   if (!m_store) {

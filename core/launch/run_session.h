@@ -97,8 +97,9 @@ class RunSession {
   RunSession(const RunSession&) = delete;
   RunSession& operator=(const RunSession&) = delete;
 
-  /// Checks the worker program and run.port, creates the run folder, opens the store and
-  /// records the run as running. Throws ptw::Error naming what is wrong; nothing runs then.
+  /// Checks the worker program, run.port, the data files and the device (runProblem()),
+  /// creates the run folder, opens the store and records the run as running. Throws
+  /// ptw::Error naming what is wrong; nothing runs then.
   void begin();
   /// Supervises the run (after begin()), records its verdict and final metrics, and returns
   /// them. Never throws.

@@ -502,7 +502,7 @@ void RunStore::commitBuffer() {
     auto fail = [&](const char* what) {
       const int code = sqlite3_errcode(m_db);
       m_error = std::string("run store ") + m_path + ": " + what + " failed (" + sqlite3_errmsg(m_db) + ")" +
-                (code == SQLITE_FULL ? kStoreFullAdvice : "");
+                (code == SQLITE_FULL ? storeFullAdvice(m_path) : "");
       sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
     };
     if (sqlite3_exec(m_db, "BEGIN", nullptr, nullptr, nullptr) != SQLITE_OK) return fail("BEGIN");

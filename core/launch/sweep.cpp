@@ -107,6 +107,7 @@ std::vector<SweepPoint> Sweep::run(const std::function<void(const SweepPoint&, i
     point.status = statusName(result.report.status);
     point.message = result.report.message;
     point.samplesPerS = session.throughput().total();
+    point.measured = session.throughput().measured();
     point.stepMs = session.throughput().meanSplit();
     if (strategy == sweepBaseline().name) single = point.samplesPerS;
     point.efficiency = single > 0 ? point.samplesPerS / (point.workers * single) : std::nan("");  // no baseline

@@ -22,6 +22,9 @@ struct SweepPoint {
   std::string strategy;  ///< a sweep variant (common/strategies.h): single, ddp, ddp-gloo, ...
   int workers = 1;
   double samplesPerS = 0;
+  /// False when the run was too short to measure (Note [Warm-up steps]): samplesPerS is then
+  /// what its few steps gave, and the store holds NULL for it.
+  bool measured = true;
   double efficiency = 0;  ///< vs workers × single; 1 for single itself; NaN when Single did not finish
   StepSplit stepMs;       ///< mean step and its parts over the ranks that train (ThroughputMeter::meanSplit)
   std::string status;     ///< finished | failed | stopped

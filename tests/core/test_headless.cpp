@@ -30,6 +30,7 @@
 #include "launch/expectation.h"
 #include "launch/headless.h"
 #include "launch/launcher.h"
+#include "launch/preflight.h"
 #include "launch/rate_window.h"
 #include "launch/run_session.h"
 #include "launch/run_store.h"
@@ -151,6 +152,44 @@ class TestHeadless : public QObject {
     Result r = runPtw(QStringList{"--profile", dir.filePath("p.json")} + extra, runs);
     QCOMPARE(r.code, 2);
     QVERIFY2(r.err.contains(expected), qPrintable(r.err));
+    QVERIFY(QDir(runs.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty());  // nothing started
+  }
+
+  // A missing profile, data file or column: one line that names it and says what to do, exit
+  // 2, and no run folder. The window says the same (test_main_window).
+  void missingFilesAndColumnsSayWhatToDo_data() {
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("expected");
+    const QString csvProfile = test::sourcePath("resources/profiles/ddp-csv-regression.json");
+    const QString csv = QDir::cleanPath(test::sourcePath("resources/data/regression.csv"));
+    QTest::newRow("profile") << QStringList{"--profile", "/nonexistent/p.json"}
+                             << "profile /nonexistent/p.json does not exist; give an existing profile file to "
+                                "-p/--profile (examples: resources/profiles/)";
+    QTest::newRow("csv data.path") << QStringList{"--profile", csvProfile, "--set", "data.path=/nonexistent/d.csv"}
+                                   << "data.path: /nonexistent/d.csv does not exist; set data.path to an existing "
+                                      "CSV file";
+    QTest::newRow("csv data.path a folder")
+        << QStringList{"--profile", csvProfile, "--set", "data.path=" + QDir::tempPath()}
+        << "data.path: " + QDir::tempPath() + " is a folder; set data.path to a CSV file";
+    QTest::newRow("mnist data.path")
+        << QStringList{"--profile", test::sourcePath("resources/profiles/dataparallel-cnn-mnist.json"), "--set",
+                       "data.path=/nonexistent/mnist"}
+        << "data.path: /nonexistent/mnist is not a folder; set data.path to the folder that holds "
+           "train-images-idx3-ubyte and train-labels-idx1-ubyte";
+    QTest::newRow("csv data.target") << QStringList{"--profile", csvProfile, "--set", "data.target=z"}
+                                     << "data.target: column \"z\" is not in " + csv +
+                                            " (columns: x1, x2, x3, x4, y); set data.target to one of them";
+    QTest::newRow("csv data.features") << QStringList{"--profile", csvProfile, "--set", "data.features=[\"x1\",\"x9\"]"}
+                                       << "data.features: column \"x9\" is not in " + csv +
+                                              " (columns: x1, x2, x3, x4, y); set data.features to one of them";
+  }
+  void missingFilesAndColumnsSayWhatToDo() {
+    QFETCH(QStringList, args);
+    QFETCH(QString, expected);
+    QTemporaryDir runs;
+    Result r = runPtw(args, runs);
+    QCOMPARE(r.code, 2);
+    QCOMPARE(r.err, "ptw: " + expected + "\n");
     QVERIFY(QDir(runs.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty());  // nothing started
   }
 
@@ -320,15 +359,21 @@ class TestHeadless : public QObject {
     QVERIFY2(r.err.contains(QString::fromStdString("ptw: warning: " + coresWarning(p) + "\n")), qPrintable(r.err));
   }
 
-  // device: cuda where LibTorch sees no GPU: the rank's error says so and what to do, and
-  // headless shows it. (On a machine with a GPU there is nothing to check.)
+  // device: cuda where LibTorch sees no GPU: found before any rank starts (the worker is asked
+  // for its devices), said in one line with what to do, exit 2 and no run folder. (On a
+  // machine with a GPU there is nothing to check.)
   void noCudaDeviceSaysUseCpu() {
+    Profile p = defaultProfile();
+    p.strategy.device = "cuda";
+    QCOMPARE(deviceProblem(p, "/nonexistent/ptw-worker"), std::string());  // no answer: the ranks will say
+    if (deviceProblem(p, test::workerPath()).empty()) QSKIP("a CUDA device is visible here");
+    QCOMPARE(deviceProblem(p, test::workerPath()), std::string(kNoCudaDeviceMessage));
     QTemporaryDir runs;
     Result r = runPtw({"--set", "strategy.device=cuda"}, runs);
-    if (r.code == 0) QSKIP("a CUDA device is visible here");
-    QVERIFY2(r.err.contains("strategy.device: \"cuda\" but LibTorch sees no CUDA device on this machine"),
-             qPrintable(r.err));
-    QVERIFY2(r.err.contains("; use \"cpu\""), qPrintable(r.err));
+    QCOMPARE(r.code, 2);
+    QCOMPARE(r.err, QString("ptw: strategy.device: \"cuda\" but LibTorch sees no CUDA device on this machine (this "
+                            "LibTorch has no CUDA, or no driver is loaded); use \"cpu\"\n"));
+    QVERIFY(QDir(runs.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty());
   }
 
   // The final line's throughput is the figure the summary and the store hold.
@@ -681,12 +726,19 @@ class TestHeadless : public QObject {
     QVERIFY2(err.contains("choose another with --runs-dir"), qPrintable(err));
   }
 
-  // The metrics store fills up: the run is stopped and fails (exit 3) with the reason.
+  // The metrics store fills up: the run is stopped and fails (exit 3) with the reason and what to do.
   void fullMetricsStoreExitsThreeWithTheReason() {
     QTemporaryDir runs;
     Result r = runPtw({"--store-limit-kib", "640", "--set", "hyper.max_steps=1000000000"}, runs);
     QCOMPARE(r.code, 3);
-    QVERIFY2(r.err.contains("is full") && r.err.contains("free space"), qPrintable(r.err));
+    // One line: the file, the folder to free space in, and the way around it.
+    const QRegularExpression line(
+        "^ptw: run failed: [^\n]*run store " + QRegularExpression::escape(runs.path()) +
+            "/runs\\.(blocks/1|sqlite): [^\n]*; the disk holding " + QRegularExpression::escape(runs.path()) +
+            " is full: free space there or pass --runs-dir another folder, then resume the run "
+            "from its last checkpoint \\(run\\.resume_from\\)$",
+        QRegularExpression::MultilineOption);
+    QVERIFY2(line.match(r.err).hasMatch(), qPrintable(r.err));
   }
 
   // `ptw sweep`: one row per configuration plus the Single baseline, efficiency as defined,
@@ -751,6 +803,20 @@ class TestHeadless : public QObject {
     QCOMPARE(bad.code, 2);
     QVERIFY2(bad.err.contains("unknown strategy \"horovod\""), qPrintable(bad.err));
     QVERIFY2(bad.out.isEmpty(), qPrintable(bad.out));  // no table is started
+  }
+
+  // A configuration too short to measure says so in the sweep's table, as a run's final line
+  // does, where the store holds no throughput for it.
+  void aSweepTooShortToMeasureSaysSo() {
+    QTemporaryDir runs;
+    Result r =
+        runCommand({"sweep", "--runs-dir", runs.path(), "--strategies", "ddp", "--workers", "1", "--steps", "20"});
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    const QRegularExpression row("^(single|ddp) +1 +too short +", QRegularExpression::MultilineOption);
+    QCOMPARE(r.out.count(row), 2);
+    const auto stored = RunStore(runs.path().toStdString()).runs();
+    QCOMPARE(stored.size(), std::size_t(2));
+    for (const auto& run : stored) QVERIFY(std::isnan(run.samplesPerS));
   }
 
   void sigkillOfPtwLeavesNoWorker() {

@@ -384,7 +384,10 @@ class TestWorkload : public QObject {
         << wrongInputs << "model.in_features: the data has 2 features per sample";
     Profile missingColumn = csv;
     missingColumn.data.target = "z";
-    QTest::newRow("csv missing column") << missingColumn << "data.target: column \"z\" is not in";
+    QTest::newRow("csv missing column") << missingColumn
+                                        << QString::fromStdString(
+                                               "data.target: column \"z\" is not in " + csv.data.path +
+                                               " (columns: a, b, y); set data.target to one of them");
 
     writeFile(dir.filePath("bad.csv"), "a,b,y\n1,2,3\n4,abc,6\n");
     Profile nonNumeric = csv;
@@ -415,7 +418,11 @@ class TestWorkload : public QObject {
     QTest::newRow("idx truncated") << truncated << "is truncated: 3 images need 2368 bytes, the file has 1584";
     Profile missingFolder = mnist;
     missingFolder.data.path = at("nowhere");
-    QTest::newRow("mnist folder missing") << missingFolder << "data.path: cannot open";
+    QTest::newRow("mnist folder missing")
+        << missingFolder
+        << QString::fromStdString("data.path: " + missingFolder.data.path +
+                                  " is not a folder; set data.path to the folder that holds "
+                                  "train-images-idx3-ubyte and train-labels-idx1-ubyte");
 
     Profile crowded = csv;
     crowded.strategy.kind = "ddp";

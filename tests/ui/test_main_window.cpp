@@ -24,6 +24,7 @@
 #include <QToolButton>
 #include <QtTest>
 
+#include <sched.h>
 #include <signal.h>
 
 #include <algorithm>
@@ -35,6 +36,7 @@
 
 #include "common/version.h"
 #include "launch/launcher.h"
+#include "launch/preflight.h"
 #include "launch/run_store.h"
 #include "launch/sweep.h"
 #include "test_support.h"
@@ -207,6 +209,20 @@ class TestMainWindow : public QObject {
     add(1, 402);
     QCOMPARE(done.size(), std::size_t(401));
     QCOMPARE(std::get<0>(done.back()), std::int64_t(402));
+  }
+
+  // Before a run is selected, the Runs tab says in one line how to fill its chart, as the Live
+  // tab does before the first run, instead of showing empty axes.
+  void theRunsTabSaysHowToFillItsChart() {
+    QTemporaryDir runs;
+    ui::RunHistory history;
+    history.setRunsDirectory(runs.path());
+    history.show();
+    auto* hint = history.findChild<QLabel*>("overlayHint");
+    QVERIFY(hint && hint->isVisible());
+    QCOMPARE(hint->text(), QString("Select a run in the list above to draw its loss here; select several to compare "
+                                   "them."));
+    QVERIFY(!history.overlay()->isVisible());
   }
 
   // Past step 2048 the ranks send groups of steps (Note [Step groups]): a window is drawn once
@@ -511,6 +527,105 @@ class TestMainWindow : public QObject {
     QCOMPARE(other.profile().hyper.maxSteps, std::int64_t(77));
   }
 
+  // What stops a run before it starts is said in the line headless prints for it (test_headless),
+  // under Start and above the log, and nothing is started: a profile that does not exist, a
+  // data file or column that does not, no CUDA device for device cuda.
+  void problemsBeforeARunReadAsHeadlessSaysThem() {
+    QTemporaryDir runs;
+    ui::MainWindow w;
+    showQuietly(w, runs, "20");
+    auto* status = w.findChild<QLabel*>("status");
+    auto* problems = w.findChild<QPlainTextEdit*>("logProblems");
+    const core::Profile before = w.profile();
+    QString error;
+    QVERIFY(!w.openProfile("/nonexistent/p.json", &error));
+    const QString missingProfile =
+        "profile /nonexistent/p.json does not exist; give an existing profile file to -p/--profile (examples: "
+        "resources/profiles/)";
+    QCOMPARE(error, missingProfile);
+    QCOMPARE(status->text(), missingProfile);
+    QVERIFY(problems->isVisibleTo(&w));
+    QCOMPARE(problems->toPlainText(), missingProfile);
+    QVERIFY(w.profile() == before);
+
+    core::Profile csv = core::loadProfile(test::sourcePath("resources/profiles/ddp-csv-regression.json").toStdString());
+    const QString file = QDir::cleanPath(test::sourcePath("resources/data/regression.csv"));
+    auto startFails = [&](const core::Profile& p, const QString& expected) {
+      w.setProfile(p);
+      QVERIFY2(w.blockingReason().isEmpty(), qPrintable(w.blockingReason()));
+      problems->clear();
+      QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+      QVERIFY(!w.controller()->isRunning());
+      QCOMPARE(status->text(), expected);
+      QCOMPARE(problems->toPlainText(), expected);
+      QVERIFY(QDir(runs.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot).isEmpty());  // no run folder
+      QVERIFY(test::livePtwWorkers(static_cast<int>(::getpid())).empty());
+    };
+    core::Profile p = csv;
+    p.data.path = "/nonexistent/d.csv";
+    startFails(p, "data.path: /nonexistent/d.csv does not exist; set data.path to an existing CSV file");
+    p = csv;
+    p.data.target = "z";
+    startFails(p, "data.target: column \"z\" is not in " + file +
+                      " (columns: x1, x2, x3, x4, y); set data.target to one of them");
+    p = csv;
+    p.data.features = {"x1", "x9"};
+    startFails(p, "data.features: column \"x9\" is not in " + file +
+                      " (columns: x1, x2, x3, x4, y); set data.features to one of them");
+    p = core::defaultProfile();
+    p.strategy.device = "cuda";
+    if (!core::deviceProblem(p, test::workerPath()).empty())
+      startFails(p,
+                 "strategy.device: \"cuda\" but LibTorch sees no CUDA device on this machine (this LibTorch has "
+                 "no CUDA, or no driver is loaded); use \"cpu\"");
+  }
+
+  // More CPU ranks than cores: the window says so before Start, in the line headless prints,
+  // and again above the log once the run starts; the run goes on to its end.
+  void moreRanksThanCoresIsSaidAndTheRunGoesOn() {
+    cpu_set_t cpus;
+    CPU_ZERO(&cpus);
+    const int cores = ::sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    QTemporaryDir runs;
+    ui::MainWindow w;
+    showQuietly(w, runs, "20");
+    auto* status = w.findChild<QLabel*>("status");
+    w.editor()->setFieldText("strategy.ranks", QString::number(cores + 1));
+    const QString expected = QString(
+                                 "strategy.ranks: %1 ranks on %2 core(s); they will take turns and each step "
+                                 "waits for the slowest; set strategy.ranks to %2 or fewer for a fair speed")
+                                 .arg(cores + 1)
+                                 .arg(cores);
+    QCOMPARE(status->text(), expected);
+    QVERIFY2(w.findChild<QLabel*>("firstRunHint")->text().endsWith("\n" + expected),
+             qPrintable(w.findChild<QLabel*>("firstRunHint")->text()));
+    QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+    QVERIFY(w.controller()->isRunning());
+    auto* problems = w.findChild<QPlainTextEdit*>("logProblems");
+    QVERIFY2(problems->toPlainText().contains("warning: " + expected), qPrintable(problems->toPlainText()));
+    QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 60000);
+    QCOMPARE(cell(w.rankTable(), cores, 2), QString("20"));
+  }
+
+  // The run store fills up: the run fails with the line headless prints, naming the runs
+  // folder to free space in and the way around it.
+  void aFullDiskSaysWhereToFreeSpace() {
+    QTemporaryDir runs;
+    ui::MainWindow w;
+    showQuietly(w, runs, "1000000000");
+    w.controller()->setStoreLimitKib(640);
+    QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("failed"), 60000);
+    const QString advice = "; the disk holding " + runs.path() +
+                           " is full: free space there or pass --runs-dir another folder, then resume the run from "
+                           "its last checkpoint (run.resume_from)";
+    const QString status = w.findChild<QLabel*>("status")->text();
+    QVERIFY2(status.startsWith("Run failed: ") && status.endsWith(advice), qPrintable(status));
+    const QString problems = w.findChild<QPlainTextEdit*>("logProblems")->toPlainText();
+    QVERIFY2(problems.contains(status.mid(QString("Run failed: ").size())), qPrintable(problems));
+    QVERIFY(test::livePtwWorkers(static_cast<int>(::getpid())).empty());
+  }
+
   void preflightShowsShapesOrTheProblem() {
     ui::MainWindow w;
     w.setConfirmations(false);
@@ -604,6 +719,11 @@ class TestMainWindow : public QObject {
     QCOMPARE(w.history()->overlay()->pointCount(1), std::size_t(300));
     QCOMPARE(w.history()->differingFields(), QStringList{"hyper.lr"});
     QCOMPARE(w.history()->diff()->columnCount(), 3);
+    auto* overlayHint = w.history()->findChild<QLabel*>("overlayHint");
+    QVERIFY(w.history()->overlay()->isVisibleTo(w.history()) && !overlayHint->isVisibleTo(w.history()));
+    w.history()->selectRuns({});  // nothing selected: the hint again, not empty axes
+    QVERIFY(!w.history()->overlay()->isVisibleTo(w.history()) && overlayHint->isVisibleTo(w.history()));
+    w.history()->selectRuns({1, 2});
 
     // Selecting a rank highlights its series; the log filters by rank.
     w.rankTable()->selectRow(1);
@@ -899,8 +1019,15 @@ class TestMainWindow : public QObject {
     QVERIFY(done.wait(120000));
     QCOMPARE(panel->points().size(), std::size_t(3));  // single + ddp × {1, 2}
     QCOMPARE(panel->table()->rowCount(), 3);
+    const auto stored = core::RunStore(runs.path().toStdString()).runs();
     for (int row = 0; row < 3; ++row) {  // each configuration's step and its share of waiting and reducing
       const auto& p = panel->points()[static_cast<std::size_t>(row)];
+      // 20 steps leave fewer than 20 after warm-up: too short to measure, as headless and the store say.
+      QVERIFY(!p.measured);
+      QCOMPARE(panel->table()->item(row, 2)->text(), QString("too short"));
+      const auto run = std::find_if(stored.begin(), stored.end(), [&](const auto& r) { return r.id == p.runId; });
+      QVERIFY(run != stored.end());
+      QVERIFY(std::isnan(run->samplesPerS));
       QCOMPARE(panel->table()->item(row, 4)->text(), QString::number(p.stepMs.stepMs, 'f', 3));
       QCOMPARE(panel->table()->item(row, 5)->text(), QString::number(100 * p.stepMs.commMs / p.stepMs.stepMs, 'f', 1));
       QVERIFY(p.stepMs.stepMs > 0);

@@ -1,0 +1,24 @@
+// What is checked before a run starts, and said the same way by the window and headless:
+// each function returns one line that says what to do, or "" when there is nothing to say.
+#pragma once
+
+#include <string>
+
+namespace ptw::core {
+
+struct Profile;
+
+/// The warning, one line, for CPU ranks that outnumber `cores` (-1: the cores this process may
+/// run on); "" when they fit. The run goes on: shared cores only slow each step.
+std::string coresWarning(const Profile& profile, int cores = -1);
+
+/// For `strategy.device: cuda`, asks `workerPath --devices` (a second or two: it loads
+/// LibTorch) whether a CUDA device is there: kNoCudaDeviceMessage when none is listed. ""
+/// for cpu, and when the worker cannot answer (its ranks then say what is wrong).
+std::string deviceProblem(const Profile& profile, const std::string& workerPath);
+
+/// The profile's data files (dataFileProblem), then its device (deviceProblem): the first
+/// problem that stops a run, found before any folder is made or rank started.
+std::string runProblem(const Profile& profile, const std::string& workerPath);
+
+}  // namespace ptw::core
