@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -269,7 +270,13 @@ class ScriptRunner {
     for (;;) {
       pollfd fds[3] = {{m_fifo, POLLIN, 0}, {m_out, POLLIN, 0}, {m_err, POLLIN, 0}};
       ::poll(fds, 3, 50);
-      readChannel();
+      readChannel((fds[0].revents & POLLHUP) != 0);
+      // Said only while the program goes on without it: every program closes it as it exits.
+      if (!exited && m_closedAt && !m_closedSaid && Clock::now() - *m_closedAt > std::chrono::seconds(1)) {
+        std::fprintf(stderr, "[rank %d] the program closed its metrics channel after %lld line(s)\n", m_r.rank,
+                     static_cast<long long>(m_lines));
+        m_closedSaid = true;
+      }
       readOutput(m_out, 1, m_outLines);
       readOutput(m_err, 2, m_errLines);
       // A stop sent to this rank alone, from outside ptw, reaches the program too.
@@ -283,16 +290,18 @@ class ScriptRunner {
       }
       if (exited && ((m_out < 0 && m_err < 0) || Clock::now() - exitedAt > std::chrono::seconds(2))) break;
     }
-    readChannel();
+    readChannel(false);
     return status;
   }
 
-  void readChannel() {
+  // `hangUp`: every writer has closed the FIFO (poll says so only after one had it open).
+  void readChannel(bool hangUp) {
     char buf[65536];
     for (;;) {
       const ssize_t n = ::read(m_fifo, buf, sizeof buf);
       if (n > 0) {
         m_channelBytes += static_cast<std::size_t>(n);
+        m_closedAt.reset();
         m_channel.feed(
             std::string_view(buf, static_cast<std::size_t>(n)), [&](std::string_view line) { takeLine(line); },
             [&](std::size_t bytes) {
@@ -302,16 +311,9 @@ class ScriptRunner {
             });
         continue;
       }
-      if (n == 0) {  // every writer closed it
-        if (m_channelBytes > 0 && !m_closedSaid) {
-          std::fprintf(stderr, "[rank %d] the program closed its metrics channel after %lld line(s)\n", m_r.rank,
-                       static_cast<long long>(m_lines));
-          m_closedSaid = true;
-        }
-        if (m_channelBytes > m_bytesAtReopen) {
-          m_bytesAtReopen = m_channelBytes;
-          reopenChannel();
-        }
+      if (n == 0 && hangUp) {  // open it again, or poll would report the hang-up forever
+        if (m_channelBytes > 0 && !m_closedAt) m_closedAt = Clock::now();
+        reopenChannel();
       }
       return;
     }
@@ -410,7 +412,8 @@ class ScriptRunner {
   int m_fifo = -1, m_out = -1, m_err = -1;
   pid_t m_child = -1;
   Clock::time_point m_started = Clock::now();
-  std::size_t m_channelBytes = 0, m_bytesAtReopen = 0;
+  std::size_t m_channelBytes = 0;
+  std::optional<Clock::time_point> m_closedAt;  ///< when the program last closed the channel
   std::int64_t m_lines = 0, m_problems = 0;
   bool m_closedSaid = false;
 };
