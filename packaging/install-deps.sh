@@ -10,7 +10,7 @@ PACKAGES=(
   nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3 libxxhash-dev libzstd-dev
   clang clang-format libclang-rt-14-dev
   xvfb xauth
-  python3 python3-torch python3-numpy
+  python3 python3-torch python3-numpy python3-protobuf python3-crc32c
 )
 
 missing=()
