@@ -20,6 +20,7 @@
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
 #include "launch/sweep.h"
+#include "launch/tensorboard_export.h"
 
 #ifdef PTW_WITH_GUI
 #include "ui/gui_main.h"
@@ -63,7 +64,8 @@ void unpackEnded(ptw::core::RunStore& store) {
 // What the subcommands take.
 struct ExportArgs {
   std::int64_t runId = 0;
-  std::string csv, runsDir;
+  std::string format = "csv";
+  std::string out, csv, runsDir;  ///< out: the positional FILE or DIR; csv: --csv FILE
 };
 struct SweepArgs {
   std::string profile, csv, json, runsDir;
@@ -206,12 +208,35 @@ int listRuns(const std::string& runsDir) {
   return 0;
 }
 
+// Everything the command line names is checked before the store is opened, and the run
+// before anything is unpacked or written: a mistake changes nothing.
 int exportRun(const ExportArgs& a) {
+  const bool csv = a.format == "csv";
+  if (csv) {
+    PTW_CHECK(a.csv.empty() || a.out.empty(), "export: the CSV file is given twice (", a.out, " and --csv ", a.csv,
+              "); give it once");
+    PTW_CHECK(!a.csv.empty() || !a.out.empty(), "export: give the file to write: ptw export RUN FILE");
+    ptw::core::checkOutputFile(a.csv.empty() ? a.out : a.csv, a.csv.empty() ? "export file" : "--csv");
+  } else {
+    PTW_CHECK(a.csv.empty(), "--csv ", a.csv, ": is for --format csv; give the folder for --format ", a.format,
+              " after the run: ptw export --format ", a.format, " RUN DIR");
+    PTW_CHECK(!a.out.empty(), "export: give the folder to write to: ptw export --format ", a.format, " RUN DIR");
+    ptw::core::checkExportFolder(a.out);
+  }
   ptw::core::RunStore store(existingRuns(a.runsDir));
+  store.run(a.runId);
   unpackEnded(store);
-  store.exportCsv(a.runId, a.csv);
-  std::printf("ptw: run %lld: %lld step records written to %s\n", static_cast<long long>(a.runId),
-              static_cast<long long>(store.stepCount(a.runId)), a.csv.c_str());
+  const auto id = static_cast<long long>(a.runId);
+  if (csv) {
+    const std::string file = a.csv.empty() ? a.out : a.csv;
+    store.exportCsv(a.runId, file);
+    std::printf("ptw: run %lld: %lld step records written to %s\n", id,
+                static_cast<long long>(store.stepCount(a.runId)), file.c_str());
+    return 0;
+  }
+  const auto written = ptw::core::exportTensorBoard(store, a.runId, a.out);
+  std::printf("ptw: run %lld: %lld scalars of %zu rank(s) written to %s; view them with: tensorboard --logdir %s\n", id,
+              static_cast<long long>(written.scalars), written.files.size(), a.out.c_str(), a.out.c_str());
   return 0;
 }
 
@@ -298,10 +323,19 @@ int main(int argc, char** argv) {
   auto* runsCmd = app.add_subcommand("runs", "List the runs in the runs directory (id, status, strategy, result)");
   std::string listDir;
   runsCmd->add_option("--runs-dir", listDir, "Runs directory (default as above)");
-  auto* exportCmd = app.add_subcommand("export", "Export a run's metrics (every step of every rank) as CSV");
+  auto* exportCmd = app.add_subcommand(
+      "export",
+      "Export a run's metrics: every step record of every rank as CSV (ptw export RUN FILE), or as TensorBoard "
+      "event files, a folder per rank with a scalar for each step field and the validation loss and accuracy "
+      "(ptw export --format tensorboard RUN DIR; view with tensorboard --logdir DIR)");
   ExportArgs exportArgs;
   exportCmd->add_option("run", exportArgs.runId, "Run id (see `ptw runs`)")->required();
-  exportCmd->add_option("--csv", exportArgs.csv, "Output file")->required();
+  exportCmd->add_option("out", exportArgs.out,
+                        "csv: the file to write (or give --csv FILE); tensorboard: the folder to write rank0/, "
+                        "rank1/, ... into, created if need be");
+  exportCmd->add_option("--format", exportArgs.format, "csv (the default) or tensorboard")
+      ->check(CLI::IsMember({"csv", "tensorboard"}));
+  exportCmd->add_option("--csv", exportArgs.csv, "csv: the file to write");
   exportCmd->add_option("--runs-dir", exportArgs.runsDir, "Runs directory (default as above)");
   SweepArgs sweepArgs;
   auto* sweepCmd = addSweepCommand(app, sweepArgs);

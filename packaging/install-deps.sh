@@ -11,7 +11,7 @@ PACKAGES=(
   clang clang-format libclang-rt-14-dev
   xvfb xauth
   debootstrap lintian desktop-file-utils appstream shared-mime-info librsvg2-bin
-  python3 python3-torch python3-numpy
+  python3 python3-torch python3-numpy python3-protobuf python3-crc32c
   openmpi-bin python3-mpi4py
 )
 

@@ -981,6 +981,71 @@ std::vector<StepRecord> RunStore::steps(std::int64_t runId) {
   return collect(runId, -1, 0, std::numeric_limits<std::int64_t>::max());
 }
 
+std::map<int, std::pair<std::int64_t, std::int64_t>> RunStore::stepExtents(std::int64_t runId) {
+  std::map<int, std::pair<std::int64_t, std::int64_t>> out;
+  auto widen = [&out](int rank, std::int64_t first, std::int64_t last) {
+    const auto [at, fresh] = out.try_emplace(rank, first, last);
+    if (fresh) return;
+    at->second.first = std::min(at->second.first, first);
+    at->second.second = std::max(at->second.second, last);
+  };
+  const Fd file{::open(stepFilePath(runId).c_str(), O_RDONLY | O_CLOEXEC)};
+  const Snapshot snapshot(m_db);
+  Statement s(m_db,
+              "SELECT rank, min(step), max(step) FROM steps WHERE run_id = ?1 GROUP BY rank UNION ALL "
+              "SELECT rank, min(first_step), max(last_step) FROM step_chunks WHERE run_id = ?1 GROUP BY rank UNION ALL "
+              "SELECT rank, min(first_step), max(last_step) FROM step_blocks WHERE run_id = ?1 GROUP BY rank");
+  sqlite3_bind_int64(s, 1, runId);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+    widen(sqlite3_column_int(s, 0), sqlite3_column_int64(s, 1), sqlite3_column_int64(s, 2));
+  PTW_CHECK(rc == SQLITE_DONE, "run store ", m_path, ": cannot read run ", runId, "'s steps (", sqlite3_errmsg(m_db),
+            ")");
+  if (const long long from = unpackedBytes(m_db, runId); file.fd >= 0 && from >= 0) {
+    forEachFileBlock(file.fd, from, [&](const FileBlock& b) {
+      widen(b.rank, b.firstStep, b.lastStep);
+      return true;
+    });
+  }
+  return out;
+}
+
+void RunStore::forEachStep(std::int64_t runId, const std::function<void(const StepRecord&)>& f) {
+  // A window at a time, so that memory does not grow with the run: each read decodes only
+  // the chunks and blocks that overlap the window (a chunk on its edge twice).
+  for (const auto& [rank, extent] : stepExtents(runId)) {
+    for (std::int64_t x0 = extent.first; x0 <= extent.second;) {
+      const std::int64_t x1 = x0 > extent.second - (kStepWindow - 1) ? extent.second : x0 + (kStepWindow - 1);
+      for (const auto& r : collect(runId, rank, x0, x1)) f(r);
+      if (x1 == extent.second) break;
+      x0 = x1 + 1;
+    }
+  }
+}
+
+std::vector<ValidationRow> RunStore::validation(std::int64_t runId) {
+  // The latest attempt's record of each step (an attempt after a restart validates again).
+  Statement s(m_db,
+              "SELECT step, val_loss, val_accuracy FROM validation v WHERE run_id = ?1 AND attempt = (SELECT "
+              "max(attempt) FROM validation w WHERE w.run_id = ?1 AND w.step = v.step) ORDER BY step, rowid");
+  sqlite3_bind_int64(s, 1, runId);
+  std::vector<ValidationRow> out;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    ValidationRow v;
+    v.step = sqlite3_column_int64(s, 0);
+    v.valLoss = sqlite3_column_type(s, 1) == SQLITE_NULL ? std::nan("") : sqlite3_column_double(s, 1);
+    v.valAccuracy = sqlite3_column_type(s, 2) == SQLITE_NULL ? std::nan("") : sqlite3_column_double(s, 2);
+    if (!out.empty() && out.back().step == v.step)
+      out.back() = v;  // the same attempt validated this step twice: the later one
+    else
+      out.push_back(v);
+  }
+  PTW_CHECK(rc == SQLITE_DONE, "run store ", m_path, ": cannot read run ", runId, "'s validation (",
+            sqlite3_errmsg(m_db), ")");
+  return out;
+}
+
 std::int64_t RunStore::stepCount(std::int64_t runId) {
   const Fd file{::open(stepFilePath(runId).c_str(), O_RDONLY | O_CLOEXEC)};
   const Snapshot snapshot(m_db);
@@ -1091,7 +1156,7 @@ void RunStore::exportCsv(std::int64_t runId, const std::string& path) {
         byStep.erase(byStep.begin());
       }
     };
-    for (const auto& r : steps(runId)) {
+    forEachStep(runId, [&](const StepRecord& r) {  // by rank, then step
       scalarsUpTo(r.rank, r.step);
       out << r.rank;
       StepRecord::forEachField([&](const char*, auto m) { out << ',' << r.*m; });
@@ -1102,7 +1167,7 @@ void RunStore::exportCsv(std::int64_t runId, const std::string& path) {
       }
       if (it != byStep.end()) byStep.erase(it);
       out << '\n';
-    }
+    });
     scalarsUpTo(INT_MAX, 0);
     out.flush();
     PTW_CHECK(out.good(), path, ": write failed (", std::strerror(errno), ")");

@@ -82,6 +82,13 @@ struct ScalarPoint {
   double value = 0;
 };
 
+/// A validation record of a run (rank 0's: the ranks' parameters are equal when it validates).
+struct ValidationRow {
+  std::int64_t step = 0;
+  double valLoss = 0;
+  double valAccuracy = 0;  ///< NaN for a regression (none stored)
+};
+
 /// How a RunStore is opened.
 /// Example: RunStore store(dir, RunStoreOptions().setSizeLimitKib(640));
 struct RunStoreOptions {
@@ -146,7 +153,13 @@ class RunStore {
   RunRow run(std::int64_t id);
   /// Step records of a run, ordered by rank then step (the last attempt's, where attempts overlap).
   std::vector<StepRecord> steps(std::int64_t runId);
+  /// Calls f for every step record of a run, in the order of steps(), holding only a window
+  /// of one rank's steps (kStepWindow) in memory at a time: what an export of a long run reads.
+  void forEachStep(std::int64_t runId, const std::function<void(const StepRecord&)>& f);
+  static constexpr std::int64_t kStepWindow = 65536;
   std::int64_t stepCount(std::int64_t runId);
+  /// The validation records of a run by step (the latest attempt's, where attempts overlap).
+  std::vector<ValidationRow> validation(std::int64_t runId);
   /// (step, value) of one rank's `column` (loss | samples_per_s | step_ms | scalar:NAME) for steps in [x0, x1],
   /// the latest attempt's where attempts overlap: what a chart reads when zoomed in.
   std::vector<std::pair<double, double>> series(std::int64_t runId, int rank, const std::string& column, double x0,
@@ -178,6 +191,8 @@ class RunStore {
   /// Step records of `runId` in [x0, x1] of `rank` (-1: every rank) from rows and blocks,
   /// ordered by rank and step, where attempts overlap the latest attempt's.
   std::vector<StepRecord> collect(std::int64_t runId, int rank, std::int64_t x0, std::int64_t x1);
+  /// The first and last step of each rank's records of `runId`, in whichever form they are.
+  std::map<int, std::pair<std::int64_t, std::int64_t>> stepExtents(std::int64_t runId);
 
   std::string m_path;
   sqlite3* m_db = nullptr;

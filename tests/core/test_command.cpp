@@ -369,6 +369,19 @@ print("done", RANK)
     QVERIFY2(rows[0].endsWith(",mem_bytes,acc"), qPrintable(rows[0]));
     QCOMPARE(rows.size(), 61);
     QVERIFY2(rows[10].startsWith("0,10,") && rows[10].endsWith(",0.10000000000000001"), qPrintable(rows[10]));
+    // And TensorBoard's export, read back by an independent reader, has it as scalars/acc.
+    QProcess exporter;
+    exporter.start(test::binDir() + "/ptw", {"export", "--runs-dir", runs.path(), "--format", "tensorboard",
+                                             QString::number(id), runs.filePath("tb")});
+    QVERIFY(exporter.waitForFinished(60000));
+    QVERIFY2(exporter.exitCode() == 0, exporter.readAllStandardError().constData());
+    QProcess reader;
+    reader.start("/usr/bin/python3", {test::sourcePath("tests/core/read_tfevents.py"), runs.filePath("tb")});
+    QVERIFY(reader.waitForFinished(60000));
+    QVERIFY2(reader.exitCode() == 0, reader.readAllStandardError().constData());
+    const QStringList events = QString::fromUtf8(reader.readAllStandardOutput()).split('\n', Qt::SkipEmptyParts);
+    QCOMPARE(events.filter(" scalars/acc ").size(), 60);
+    QVERIFY2(!events.filter(QRegularExpression("^rank1 scalars/acc 10 3dcccccd ")).isEmpty(), "acc of rank 1, step 10");
   }
 
   // An unmodified program reports through its output and command.pattern.

@@ -33,6 +33,7 @@ bash -euo pipefail commands.sh > out.txt 2>&1 || { cat out.txt; fail "a README c
 grep -q '"status": *"finished"' summary.json || fail "summary.json does not say finished"
 grep -q '<testsuite' junit.xml || fail "the headless example wrote no JUnit XML"
 [ -s run1.csv ] || fail "ptw export wrote no run1.csv"
+ls tb/rank0/events.out.tfevents.* > /dev/null 2>&1 || fail "ptw export --format tensorboard wrote no tb/rank0"
 grep -q 'finished' out.txt || fail "ptw runs lists no finished run"
 
 # The minimal profile parses and runs.
