@@ -367,12 +367,21 @@ bool OutputPattern::match(std::string_view line, ScriptRecord& out) const {
   return out.step >= 0;
 }
 
+std::int64_t ScriptMetrics::progressStep() const {
+  std::int64_t least = -1;
+  for (std::int64_t s : m_steps)
+    if (s >= 0) least = least < 0 ? s : std::min(least, s);
+  return least;
+}
+
 std::string ScriptMetrics::convert(const ScriptRecord& in, double nowMs, std::vector<Record>& out) {
   const int rank = in.rank >= 0 ? in.rank : m_own;
   if (rank < 0 || static_cast<std::size_t>(rank) >= m_lastMs.size())
     return "rank " + std::to_string(rank) + " is not one of this run's ranks (0.." +
            std::to_string(m_lastMs.size() - 1) + "; command.report_ranks sets how many report)";
   m_lastStep = std::max(m_lastStep, in.step);
+  std::int64_t& latest = m_steps[static_cast<std::size_t>(rank)];
+  latest = std::max(latest, in.step);
   if (in.loss || in.samples || in.samplesPerS) {
     Record r;
     r.kind = Record::Kind::Step;

@@ -140,16 +140,22 @@ class LineSplitter {
 class ScriptMetrics {
  public:
   /// `ownRank`: the rank of a record that names none; `ranks`: the ranks records may name.
-  ScriptMetrics(int ownRank, int ranks) : m_own(ownRank), m_lastMs(static_cast<std::size_t>(ranks), 0.0) {}
+  ScriptMetrics(int ownRank, int ranks)
+      : m_own(ownRank), m_lastMs(static_cast<std::size_t>(ranks), 0.0), m_steps(static_cast<std::size_t>(ranks), -1) {}
   /// Appends the records for `in`, which arrived `nowMs` after the program started; "" or
   /// what was wrong with it (a rank out of range), in which case nothing is appended.
   std::string convert(const ScriptRecord& in, double nowMs, std::vector<Record>& out);
   /// The highest step any record named; -1 before the first.
   std::int64_t lastStep() const { return m_lastStep; }
+  /// The step of the rank furthest behind, among those that have reported; -1 before any.
+  /// What the heartbeats say, so that one of mpirun's ranks that hangs while the others go on
+  /// is a stall.
+  std::int64_t progressStep() const;
 
  private:
   const int m_own;
-  std::vector<double> m_lastMs;  ///< per rank: when its last step record arrived
+  std::vector<double> m_lastMs;       ///< per rank: when its last step record arrived
+  std::vector<std::int64_t> m_steps;  ///< per rank: its latest step; -1 before its first record
   std::int64_t m_lastStep = -1;
 };
 

@@ -338,7 +338,7 @@ class ScriptRunner {
     if (!error.empty()) return problem("record of step " + std::to_string(rec.step) + ": " + error);
     m_r.reported.store(true);
     for (const auto& r : m_batch) m_r.write(r);
-    m_r.passed(rec.step);  // a record of scalars alone shows progress too
+    m_r.passed(m_metrics.progressStep());  // the rank furthest behind: after the writes, which note theirs
   }
 
   void readOutput(int& fd, int to, core::LineSplitter& lines) {

@@ -587,7 +587,9 @@ void Launcher::Impl::takeRecords(Rank& rk) {
     // command.report_ranks (mpirun's ranks under one process).
     if (!o.commandRanks && (o.worldSize > 1 || (rec.kind != Record::Kind::Step && rec.kind != Record::Kind::Group)))
       rec.step.rank = rk.rank;
-    rk.lastStep = std::max(rk.lastStep, rec.step.step);
+    // A command rank may stand for several ranks (mpirun's): its heartbeats give the step of
+    // the one furthest behind, which is what a stall is judged on.
+    if (!o.commandRanks || rec.kind == Record::Kind::Heartbeat) rk.lastStep = std::max(rk.lastStep, rec.step.step);
   }
   if (m_batch.size() > first) {
     const Record& last = m_batch.back();

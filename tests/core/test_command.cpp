@@ -308,6 +308,7 @@ class TestCommand : public QObject {
     QCOMPARE(out[3].kind, Record::Kind::Validation);
     QCOMPARE(out[3].valLoss, 0.3);
     QCOMPARE(m.lastStep(), std::int64_t{6});
+    QCOMPARE(m.progressStep(), std::int64_t{5});  // rank 1 is behind
     r.rank = 2;
     QVERIFY(m.convert(r, 400.0, out).find("rank 2 is not one of this run's ranks") == 0);
     QCOMPARE(out.size(), std::size_t{5});
