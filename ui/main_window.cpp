@@ -733,7 +733,10 @@ void MainWindow::setRankCell(int rank, int column, const QString& text) {
 
 void MainWindow::startRun() {
   if (m_controller->isRunning() || !m_blockingReason.isEmpty() || m_sweep->isRunning()) return;
-  const core::Profile p = profile();
+  core::Profile p = profile();
+  // Paths typed relative in a profile that has a file are relative to its folder, as in a
+  // profile opened from the file (the ranks would take them from the run's folder).
+  if (!m_path.isEmpty()) core::resolvePaths(p, QFileInfo(m_path).absolutePath().toStdString());
   QString error;
   if (!m_controller->start(p, m_runsDir, &error)) {
     m_status->setText(tr("Cannot start: %1").arg(error));

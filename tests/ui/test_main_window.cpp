@@ -725,10 +725,10 @@ class TestMainWindow : public QObject {
   }
 
   // A run of the user's program from the window: each of 2 ranks reports 30 steps with a
-  // loss and a named scalar "acc". The loss chart draws them as any run's; "acc" gets a chart
-  // of its own (a line per rank and their mean) in the Scalars tab, which appears with it;
-  // the run is in the history as a command run, its loss in the overlay. The next run, of
-  // ptw's own engine, reports no scalars: its charts are gone and so is the tab.
+  // loss and a named scalar "acc"; the script is found in the profile's folder. The loss chart draws them as any run's;
+  // "acc" gets a chart of its own (a line per rank and their mean) in the Scalars tab, which appears with it; the run
+  // is in the history as a command run, its loss in the overlay. The next run, of ptw's own engine, reports no scalars:
+  // its charts are gone and so is the tab.
   void aCommandRunChartsItsScalarsAndJoinsTheHistory() {
     QTemporaryDir runs, dir;
     QFile script(dir.filePath("train.py"));
@@ -745,8 +745,10 @@ class TestMainWindow : public QObject {
     e->setFieldText("strategy.kind", "command");
     e->setFieldText("strategy.ranks", "2");
     e->setFieldText("command.program", "/usr/bin/python3");
-    e->setFieldText("command.args", script.fileName());
+    e->setFieldText("command.args", "train.py");  // in command.cwd "", the profile's folder
     QVERIFY2(w.blockingReason().isEmpty(), qPrintable(w.blockingReason()));
+    QString error;
+    QVERIFY2(w.saveProfile(dir.filePath("train.json"), &error), qPrintable(error));
     auto* tabs = w.findChild<QTabWidget*>("tabs");
     const int scalarTab = tabs->indexOf(w.scalarCharts());
     QVERIFY(!tabs->isTabVisible(scalarTab));
