@@ -36,6 +36,7 @@
 #include <chrono>
 #include <thread>
 
+#include "common/command.h"
 #include "common/error.h"
 #include "common/strategies.h"
 #include "common/version.h"
@@ -49,6 +50,7 @@
 #include "ui/profile_editor.h"
 #include "ui/run_controller.h"
 #include "ui/run_history.h"
+#include "ui/scalar_charts.h"
 #include "ui/step_split_chart.h"
 #include "ui/sweep_panel.h"
 
@@ -71,6 +73,9 @@ QString describeRun(const core::Profile& p) {
   if (s.kind == "dataparallel") return QObject::tr("DataParallel with %1 replicas %2").arg(s.ranks).arg(where);
   if (s.kind == "pool")
     return QObject::tr("a pool of %1 workers (%2) %3").arg(s.ranks).arg(QString::fromStdString(s.poolMode), where);
+  if (const core::StrategyInfo* info = core::findStrategy(s.kind); info && info->runsCommand)
+    return s.ranks == 1 ? QObject::tr("one process of your command")
+                        : QObject::tr("%1 processes of your command").arg(s.ranks);
   return QObject::tr("%1 ranks of DDP %2").arg(s.ranks).arg(where);
 }
 
@@ -145,6 +150,7 @@ void MainWindow::restoreView(const QSettings& settings) {
     else
       w->setProperty(stateProperty(w), settings.value(key));
   }
+  if (!m_tabs->isTabVisible(m_tabs->currentIndex())) m_tabs->setCurrentIndex(0);  // Scalars, before a run has any
 }
 
 MainWindow::~MainWindow() = default;
@@ -165,7 +171,24 @@ void MainWindow::buildUi() {
   buildProfileDock();
   auto* tabs = new QTabWidget(this);
   tabs->setObjectName("tabs");
+  m_tabs = tabs;
   tabs->addTab(buildLiveTab(tabs), tr("&Live"));
+  // A run's named scalars get a tab of their own beside Live, shown once one arrives, so
+  // that a run without them (every run of ptw's own engine) has nothing more to look at.
+  m_scalars = new ScalarCharts(tabs);
+  m_scalars->setObjectName("scalarCharts");
+  tabs->addTab(m_scalars, tr("S&calars"));
+  tabs->setTabVisible(tabs->indexOf(m_scalars), false);
+  connect(m_scalars, &ScalarCharts::chartAdded, this, [this] {
+    m_tabs->setTabText(m_tabs->indexOf(m_scalars), tr("S&calars (%1)").arg(m_scalars->count()));
+    m_tabs->setTabVisible(m_tabs->indexOf(m_scalars), true);
+    m_forceRedraw = true;
+  });
+  connect(m_scalars, &ScalarCharts::tooMany, this, [this](const QString& name) {
+    appendLog(-1, tr("ptw: more than %1 named scalars; \"%2\" and later ones are stored but not charted")
+                      .arg(ScalarCharts::kMaxCharts)
+                      .arg(name));
+  });
   buildHistoryTabs(tabs);
   setCentralWidget(tabs);
   statusBar();
@@ -262,8 +285,8 @@ QWidget* MainWindow::buildLossBox(QWidget* charts) {
   m_smoothing->setObjectName("smoothing");
   m_smoothing->setRange(0, 99);
   m_smoothing->setToolTip(
-      tr("Exponential moving average weight (bias-corrected) of the loss and throughput; the raw "
-         "series stays faint behind"));
+      tr("Exponential moving average weight (bias-corrected) of the loss, the throughput and the named "
+         "scalars; the raw series stays faint behind"));
   controls->addWidget(m_smoothing, 1);
   m_logX = new QCheckBox(tr("log x"), lossBox);
   m_logX->setObjectName("logX");
@@ -290,11 +313,13 @@ QWidget* MainWindow::buildLossBox(QWidget* charts) {
       chart->setSmoothing(v / 100.0);
       chart->refresh();
     }
+    if (m_scalars) m_scalars->setSmoothing(v / 100.0);
   });
   connect(m_logX, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogX(on); });
   connect(m_logY, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogY(on); });
   connect(outliers, &QCheckBox::toggled, this, [this](bool on) {
     for (auto* chart : {m_loss, m_throughput}) chart->setIgnoreOutliers(on);
+    if (m_scalars) m_scalars->setIgnoreOutliers(on);
   });
   return lossBox;
 }
@@ -327,6 +352,7 @@ void MainWindow::buildRankTable(QWidget* parent) {
     const int rank = rows.isEmpty() ? -1 : rows.front().row();
     m_loss->setHighlighted(rank);
     m_throughput->setHighlighted(rank);
+    m_scalars->setHighlighted(rank);
   });
 }
 
@@ -463,6 +489,7 @@ void MainWindow::buildMenus() {
   view->addAction(tr("&Fit Charts"), QKeySequence(Qt::CTRL | Qt::Key_0), this, [this] {
     m_loss->fit();
     m_throughput->fit();
+    m_scalars->fit();
   });
   m_pauseAction = view->addAction(tr("&Pause Live Charts"));
   m_pauseAction->setCheckable(true);
@@ -537,7 +564,7 @@ void MainWindow::setRunsDirectory(const QString& dir) {
   m_sweep->setRunsDirectory(dir);
   m_history->setRunsDirectory(dir.isEmpty() ? QString::fromStdString(core::defaultRunsDirectory()) : dir);
   // Zoomed into the past of a live run: real points come back from the store.
-  auto provider = [this](const char* column) {
+  auto provider = [this](const std::string& column) {
     return [this, column](int series, double x0, double x1) -> std::vector<std::pair<double, double>> {
       if (m_controller->runId() <= 0 || series >= m_reportingRanks) return {};
       try {
@@ -552,6 +579,7 @@ void MainWindow::setRunsDirectory(const QString& dir) {
   };
   m_loss->setDetailProvider(provider("loss"));
   m_throughput->setDetailProvider(provider("samples_per_s"));
+  m_scalars->setDetailProviders([provider](const std::string& name) { return provider("scalar:" + name); });
 }
 
 void MainWindow::revalidate() {
@@ -576,9 +604,15 @@ void MainWindow::revalidate() {
   if (m_chartStack->currentIndex() == 0) {
     const QString steps = p.hyper.maxSteps > 0 ? tr("%1 steps").arg(readableNumber(double(p.hyper.maxSteps)))
                                                : tr("%1 epochs").arg(p.hyper.epochs);
-    m_firstRunHint->setText(errors.empty() ? tr("Start (F5) runs this profile: %1\n%2 model on %3 data, %4")
-                                                     .arg(describeRun(p), QString::fromStdString(p.model.kind),
-                                                          QString::fromStdString(p.data.kind), steps) +
+    QString what = tr("%1 model on %2 data, %3")
+                       .arg(QString::fromStdString(p.model.kind), QString::fromStdString(p.data.kind), steps);
+    if (errors.empty() && core::strategyOf(p).runsCommand) {
+      // The command line as each process gets it, templates replaced.
+      QStringList line;
+      for (const auto& arg : core::commandLine(p)) line << QString::fromStdString(arg);
+      what = line.join(' ');
+    }
+    m_firstRunHint->setText(errors.empty() ? tr("Start (F5) runs this profile: %1\n%2").arg(describeRun(p), what) +
                                                  (cores.isEmpty() ? QString() : QStringLiteral("\n") + cores)
                                            : tr("Fix the marked fields of the profile, then Start (F5) runs it."));
   }
@@ -687,6 +721,14 @@ void MainWindow::resetLive(int ranks) {
   m_valSeries = m_loss->addSeries(tr("validation"), Qt::black, true);
   m_totalSeries = ranks > 1 && !pool ? m_throughput->addSeries(tr("total"), Qt::black) : -1;
   m_loss->setEmphasized(m_meanSeries);
+  QStringList names;
+  for (int r = 0; r < ranks; ++r)
+    names << (pool ? (r == 0 ? tr("coordinator") : tr("worker %1").arg(r)) : tr("rank %1").arg(r));
+  m_scalars->reset(names);
+  m_scalars->setSmoothing(m_smoothing->value() / 100.0);
+  if (m_tabs->currentWidget() == m_scalars) m_tabs->setCurrentIndex(0);  // the new run's, live
+  m_tabs->setTabVisible(m_tabs->indexOf(m_scalars), false);
+  m_tabs->setTabText(m_tabs->indexOf(m_scalars), tr("S&calars"));
   m_chartStack->setCurrentIndex(1);
   m_ranksHint->hide();
   for (auto* chart : {m_loss, m_throughput}) chart->setSmoothing(m_smoothing->value() / 100.0);
@@ -721,7 +763,10 @@ void MainWindow::setRankCell(int rank, int column, const QString& text) {
 
 void MainWindow::startRun() {
   if (m_controller->isRunning() || !m_blockingReason.isEmpty() || m_sweep->isRunning()) return;
-  const core::Profile p = profile();
+  core::Profile p = profile();
+  // Paths typed relative in a profile that has a file are relative to its folder, as in a
+  // profile opened from the file (the ranks would take them from the run's folder).
+  if (!m_path.isEmpty()) core::resolvePaths(p, QFileInfo(m_path).absolutePath().toStdString());
   QString error;
   if (!m_controller->start(p, m_runsDir, &error)) {
     showProblem(error);  // the line headless prints for it (core::RunSession::begin)
@@ -802,6 +847,7 @@ void MainWindow::applyEvent(const RunController::Event& e) {
   const double step = static_cast<double>(e.step);
   m_loss->truncateAfter(step);
   m_throughput->truncateAfter(step);
+  m_scalars->truncateAfter(e.step);
   m_stepSums.reset(ranks);
   // The table starts over with the new attempt: every rank is restarting, its last exit
   // was the attempt's, and its latest step is whatever it reports next.
@@ -817,6 +863,10 @@ void MainWindow::applyRecord(const core::Record& rec) {
   const auto& s = rec.step;
   if (rec.kind == core::Record::Kind::Validation) {
     m_loss->append(m_valSeries, static_cast<double>(s.step), rec.valLoss);
+    return;
+  }
+  if (rec.kind == core::Record::Kind::Scalar) {
+    if (s.rank >= 0 && s.rank < m_reportingRanks) m_scalars->add(rec.scalarName(), s.rank, s.step, rec.value);
     return;
   }
   const bool group = rec.kind == core::Record::Kind::Group;
@@ -887,6 +937,7 @@ void MainWindow::redrawIfDue() {
     m_loss->refresh();
     m_throughput->refresh();
     m_split->refresh();
+    m_scalars->refresh();
     m_redrawMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - now).count();
   }
   // A rank that never reports (it died before its first step) does not keep the fast pace.

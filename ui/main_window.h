@@ -41,6 +41,7 @@ namespace ptw::ui {
 
 class MetricChart;
 class ProfileEditor;
+class ScalarCharts;
 class RunController;
 class RunHistory;
 class StepSplitChart;
@@ -79,6 +80,8 @@ class MainWindow : public QMainWindow {
   MetricChart* lossChart() const { return m_loss; }
   MetricChart* throughputChart() const { return m_throughput; }
   StepSplitChart* splitChart() const { return m_split; }
+  /// The named scalars' charts (tab Scalars, shown once a run reports one).
+  ScalarCharts* scalarCharts() const { return m_scalars; }
   QTableWidget* rankTable() const { return m_ranks; }
   RunHistory* history() const { return m_history; }
   SweepPanel* sweep() const { return m_sweep; }
@@ -168,6 +171,8 @@ class MainWindow : public QMainWindow {
   MetricChart* m_loss = nullptr;
   MetricChart* m_throughput = nullptr;
   StepSplitChart* m_split = nullptr;
+  QTabWidget* m_tabs = nullptr;
+  ScalarCharts* m_scalars = nullptr;  ///< its tab is hidden until a run reports a named scalar
   QSlider* m_smoothing = nullptr;
   QCheckBox* m_logX = nullptr;
   QCheckBox* m_logY = nullptr;

@@ -6,14 +6,21 @@
 #include <QFormLayout>
 #include <QGroupBox>
 #include <QHBoxLayout>
+#include <QHeaderView>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
+#include <QPlainTextEdit>
 #include <QProcess>
 #include <QPushButton>
+#include <QRegularExpression>
+#include <QTableWidget>
 #include <QTemporaryFile>
+#include <QTextBlock>
+#include <QTextCursor>
+#include <QTextDocument>
 #include <QToolButton>
 #include <QVBoxLayout>
 
@@ -28,7 +35,18 @@ namespace ptw::ui {
 namespace {
 
 const QString kListSeparator = QStringLiteral(", ");  ///< how an array field's items are shown
-const QStringList kFileFields = {"model.path", "data.path", "run.resume_from"};
+/// Fields with a Browse… button beside them, and whether it picks a folder.
+const QMap<QString, bool> kBrowseFields = {{"model.path", false},
+                                           {"data.path", false},
+                                           {"run.resume_from", false},
+                                           {"command.program", false},
+                                           {"command.cwd", true}};
+/// The command's knobs: hyperparameters a command run's templates commonly pass on, shown even
+/// when no template names them yet (docs/scripts.md).
+const QStringList kCommandKnobs = {"hyper.lr", "hyper.max_steps", "hyper.batch_size", "hyper.seed"};
+/// Run options only ptw's own engine reads; a command run's program ignores them.
+const QStringList kEngineRunFields = {"run.threads_per_rank", "run.eval_every", "run.checkpoint_every",
+                                      "run.resume_from", "run.metrics"};
 
 QString kindOf(const std::string& json) {
   if (json.empty()) return "string";
@@ -44,24 +62,80 @@ QString groupOf(const QString& path) {
   if (path.startsWith("data.")) return QObject::tr("Data");
   if (path.startsWith("strategy.")) return QObject::tr("Strategy and devices");
   if (path.startsWith("hyper.")) return QObject::tr("Hyperparameters");
+  if (path.startsWith("command.")) return QObject::tr("Command");
   return QObject::tr("Run, checkpoints and restarts");
 }
 
-// Whether a field means anything for the kinds the profile has chosen; one that does not
-// is hidden, so the form shows what this run will read.
-bool applies(const QString& path, const core::Profile& p) {
-  const auto& d = p.data;
-  const bool synthetic = d.kind.rfind("synthetic", 0) == 0;
-  if (path == "data.path") return d.kind == "csv" || d.kind == "mnist";
-  if (path == "data.features" || path == "data.target" || path == "data.task") return d.kind == "csv";
-  if (path == "data.seed" || path == "data.noise") return synthetic;
-  if (path == "model.hidden" || path == "model.activation") return p.model.kind == "mlp";
-  if (path == "model.path") return p.model.kind == "torchscript";
-  if (path == "strategy.pool_mode") return p.strategy.kind == "pool";
-  if (path == "strategy.backend" || path == "strategy.bucket_mb") return p.strategy.kind == "ddp";
-  if (path == "strategy.gpus") return p.strategy.device == "cuda";
-  if (path == "hyper.momentum" || path == "hyper.nesterov") return p.hyper.optimizer == "sgd";
-  if (path == "hyper.step_size" || path == "hyper.gamma") return p.hyper.schedule == "step";
+/// The field an error's path names: "command.args[1]" is command.args's, item 1.
+QString fieldOf(const QString& errorPath) { return errorPath.section('[', 0, 0); }
+int itemOf(const QString& errorPath) {
+  return errorPath.contains('[') ? errorPath.section('[', 1).section(']', 0, 0).toInt() : -1;
+}
+
+bool runsCommand(const core::Profile& p) {
+  const core::StrategyInfo* s = core::findStrategy(p.strategy.kind);
+  return s && s->runsCommand;
+}
+
+// Note [Fields that apply]
+// Whether a field means anything for the kinds the profile has chosen: a field is shown when
+// every rule whose path matches it holds (a path ending in '.' matches a whole section), or
+// when a template of the command names it ({hyper.momentum} makes hyper.momentum a knob of
+// the run). One that does not apply is hidden, so the form shows what this run will read. A
+// command run (strategy.kind command) runs the user's program: ptw's model, data, optimizer
+// and engine options mean nothing to it, its command section everything.
+struct ApplyRule {
+  const char* path;
+  bool (*holds)(const QString& path, const core::Profile& p);
+};
+const ApplyRule kApplyRules[] = {
+    {"data.path",
+     [](const QString&, const core::Profile& p) { return p.data.kind == "csv" || p.data.kind == "mnist"; }},
+    {"data.features", [](const QString&, const core::Profile& p) { return p.data.kind == "csv"; }},
+    {"data.target", [](const QString&, const core::Profile& p) { return p.data.kind == "csv"; }},
+    {"data.task", [](const QString&, const core::Profile& p) { return p.data.kind == "csv"; }},
+    {"data.seed", [](const QString&, const core::Profile& p) { return p.data.kind.rfind("synthetic", 0) == 0; }},
+    {"data.noise", [](const QString&, const core::Profile& p) { return p.data.kind.rfind("synthetic", 0) == 0; }},
+    {"model.hidden", [](const QString&, const core::Profile& p) { return p.model.kind == "mlp"; }},
+    {"model.activation", [](const QString&, const core::Profile& p) { return p.model.kind == "mlp"; }},
+    {"model.path", [](const QString&, const core::Profile& p) { return p.model.kind == "torchscript"; }},
+    {"strategy.pool_mode", [](const QString&, const core::Profile& p) { return p.strategy.kind == "pool"; }},
+    {"strategy.backend", [](const QString&, const core::Profile& p) { return p.strategy.kind == "ddp"; }},
+    {"strategy.bucket_mb", [](const QString&, const core::Profile& p) { return p.strategy.kind == "ddp"; }},
+    {"strategy.gpus", [](const QString&, const core::Profile& p) { return p.strategy.device == "cuda"; }},
+    {"hyper.momentum", [](const QString&, const core::Profile& p) { return p.hyper.optimizer == "sgd"; }},
+    {"hyper.nesterov", [](const QString&, const core::Profile& p) { return p.hyper.optimizer == "sgd"; }},
+    {"hyper.step_size", [](const QString&, const core::Profile& p) { return p.hyper.schedule == "step"; }},
+    {"hyper.gamma", [](const QString&, const core::Profile& p) { return p.hyper.schedule == "step"; }},
+    {"model.", [](const QString&, const core::Profile& p) { return !runsCommand(p); }},
+    {"data.", [](const QString&, const core::Profile& p) { return !runsCommand(p); }},
+    {"hyper.",
+     [](const QString& path, const core::Profile& p) { return !runsCommand(p) || kCommandKnobs.contains(path); }},
+    {"run.",
+     [](const QString& path, const core::Profile& p) { return !runsCommand(p) || !kEngineRunFields.contains(path); }},
+    {"command.", [](const QString&, const core::Profile& p) { return runsCommand(p); }},
+};
+
+// The fields the command's templates name ({hyper.lr} in an argument, the environment or the folder).
+std::set<QString> templatedFields(const core::Profile& p) {
+  std::set<QString> named;
+  if (!runsCommand(p)) return named;
+  static const QRegularExpression templ(QStringLiteral("\\{([A-Za-z_][A-Za-z0-9_]*\\.[A-Za-z0-9_]+)\\}"));
+  std::vector<std::string> texts = p.command.args;
+  texts.insert(texts.end(), p.command.env.begin(), p.command.env.end());
+  texts.push_back(p.command.cwd);
+  for (const auto& text : texts)
+    for (auto it = templ.globalMatch(QString::fromStdString(text)); it.hasNext();) named.insert(it.next().captured(1));
+  return named;
+}
+
+bool applies(const QString& path, const core::Profile& p, const std::set<QString>& templated) {
+  if (templated.count(path)) return true;
+  for (const auto& rule : kApplyRules) {
+    const QString rulePath = QString::fromLatin1(rule.path);
+    const bool matches = rulePath.endsWith('.') ? path.startsWith(rulePath) : path == rulePath;
+    if (matches && !rule.holds(path, p)) return false;
+  }
   return true;
 }
 
@@ -82,9 +156,14 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
     const QString group = groupOf(path);
     if (!forms.contains(group)) {
       auto* box = new QGroupBox(group, this);
+      box->setObjectName("group." + (path.contains('.') ? path.section('.', 0, 0) : path));
       forms[group] = new QFormLayout(box);
       forms[group]->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
-      layout->addWidget(box);
+      // What a command run runs comes right after its strategy (the sections' order puts it last).
+      if (path.startsWith("command."))
+        layout->insertWidget(layout->indexOf(forms.value(tr("Strategy and devices"))->parentWidget()) + 1, box);
+      else
+        layout->addWidget(box);
       if (group == tr("Strategy and devices")) {
         m_devices = new DevicePicker(box);
         forms[group]->addRow(tr("Devices"), m_devices);
@@ -133,6 +212,23 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
         }
       });
       editor = c;
+    } else if (path == "command.args") {
+      // One argument a line, taken as typed: an argument may hold spaces, commas or nothing.
+      m_args = new QPlainTextEdit(this);
+      m_args->setPlaceholderText(tr("one argument a line, e.g.\ntrain.py\n--lr\n{hyper.lr}"));
+      m_args->setLineWrapMode(QPlainTextEdit::NoWrap);
+      m_args->setTabChangesFocus(true);
+      m_args->setFixedHeight(7 * m_args->fontMetrics().lineSpacing() + 12);
+      connect(m_args, &QPlainTextEdit::textChanged, this, [this] {
+        if (!m_filling) {
+          collect();
+          emit edited();
+        }
+      });
+      editor = m_args;
+    } else if (path == "command.env") {
+      row = buildEnvTable();
+      editor = m_env;
     } else {
       auto* e = new QLineEdit(this);
       if (kind == "array") e->setPlaceholderText(tr("comma-separated, e.g. 64, 64"));
@@ -143,18 +239,19 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
         }
       });
       editor = e;
-      if (kFileFields.contains(path)) {
+      if (kBrowseFields.contains(path)) {
         auto* box = new QWidget(this);
         auto* h = new QHBoxLayout(box);
         h->setContentsMargins(0, 0, 0, 0);
         h->addWidget(e);
         auto* browse = new QToolButton(box);
-        browse->setText(QStringLiteral("…"));
-        browse->setToolTip(tr("Choose a file or folder"));
+        browse->setObjectName(path + ".browse");
+        browse->setText(tr("Browse…"));
+        browse->setToolTip(kBrowseFields.value(path) ? tr("Choose a folder") : tr("Choose a file"));
         connect(browse, &QToolButton::clicked, this, [this, e, path] {
-          QString chosen = path == "data.path" && m_profile.data.kind == "mnist"
-                               ? QFileDialog::getExistingDirectory(this, tr("Folder with the IDX files"), e->text())
-                               : QFileDialog::getOpenFileName(this, tr("Choose %1").arg(path), e->text());
+          const bool folder = kBrowseFields.value(path) || (path == "data.path" && m_profile.data.kind == "mnist");
+          QString chosen = folder ? QFileDialog::getExistingDirectory(this, tr("Choose %1").arg(path), e->text())
+                                  : QFileDialog::getOpenFileName(this, tr("Choose %1").arg(path), e->text());
           if (!chosen.isEmpty()) e->setText(chosen);
         });
         h->addWidget(browse);
@@ -171,6 +268,7 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
     m_rows[path] = {forms[groupOf(path)], row ? row : editor};
     if (path == "data.val_fraction") {
       auto* check = new QPushButton(tr("Check workload"), this);
+      m_preflightButton = check;
       check->setObjectName("preflight");
       check->setToolTip(tr("Load the model and the data in a worker and show their shapes"));
       m_preflight = new QLabel(this);
@@ -191,6 +289,90 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
 
 ProfileEditor::~ProfileEditor() { stopChildProcess(m_preflightProcess, this); }
 
+// command.env: a KEY and a VALUE column, a row an entry, with buttons to add and remove rows.
+QWidget* ProfileEditor::buildEnvTable() {
+  auto* box = new QWidget(this);
+  auto* v = new QVBoxLayout(box);
+  v->setContentsMargins(0, 0, 0, 0);
+  m_env = new QTableWidget(0, 2, box);
+  m_env->setHorizontalHeaderLabels({tr("KEY"), tr("VALUE")});
+  m_env->horizontalHeader()->setStretchLastSection(true);
+  m_env->verticalHeader()->setVisible(false);
+  m_env->setSelectionBehavior(QAbstractItemView::SelectRows);
+  m_env->setFixedHeight(5 * m_env->fontMetrics().lineSpacing() + 24);
+  v->addWidget(m_env);
+  auto* buttons = new QHBoxLayout;
+  auto* add = new QToolButton(box);
+  add->setObjectName("command.env.add");
+  add->setText(tr("Add"));
+  add->setToolTip(tr("Add a variable"));
+  auto* remove = new QToolButton(box);
+  remove->setObjectName("command.env.remove");
+  remove->setText(tr("Remove"));
+  remove->setToolTip(tr("Remove the selected variables"));
+  buttons->addWidget(add);
+  buttons->addWidget(remove);
+  buttons->addStretch(1);
+  v->addLayout(buttons);
+  connect(m_env, &QTableWidget::itemChanged, this, [this] {
+    if (!m_filling) {
+      collect();
+      emit edited();
+    }
+  });
+  connect(add, &QToolButton::clicked, this, [this] {
+    m_filling = true;  // an empty row is no entry yet: nothing changes until a key is typed
+    const int row = m_env->rowCount();
+    m_env->insertRow(row);
+    m_env->setItem(row, 0, new QTableWidgetItem);
+    m_env->setItem(row, 1, new QTableWidgetItem);
+    m_filling = false;
+    m_env->setCurrentCell(row, 0);
+    m_env->editItem(m_env->item(row, 0));
+  });
+  connect(remove, &QToolButton::clicked, this, [this] {
+    std::set<int> rows;
+    for (const auto& index : m_env->selectionModel()->selectedIndexes()) rows.insert(index.row());
+    if (rows.empty() && m_env->currentRow() >= 0) rows.insert(m_env->currentRow());
+    if (rows.empty()) return;
+    for (auto it = rows.rbegin(); it != rows.rend(); ++it) m_env->removeRow(*it);
+    collect();
+    emit edited();
+  });
+  return box;
+}
+
+void ProfileEditor::setEnvEntries(const QStringList& entries) {
+  m_env->setRowCount(0);
+  for (const QString& entry : entries) {
+    const int row = m_env->rowCount();
+    m_env->insertRow(row);
+    // "KEY=VALUE" at its first '='; an entry without one is all key, so that its error shows.
+    const int eq = entry.indexOf('=');
+    m_env->setItem(row, 0, new QTableWidgetItem(eq < 0 ? entry : entry.left(eq)));
+    m_env->setItem(row, 1, new QTableWidgetItem(eq < 0 ? QString() : entry.mid(eq + 1)));
+  }
+}
+
+QStringList ProfileEditor::envEntries(std::vector<int>* rows) const {
+  QStringList entries;
+  if (rows) rows->clear();
+  for (int row = 0; row < m_env->rowCount(); ++row) {
+    const QString key = m_env->item(row, 0) ? m_env->item(row, 0)->text() : QString();
+    const QString value = m_env->item(row, 1) ? m_env->item(row, 1)->text() : QString();
+    if (key.isEmpty() && value.isEmpty()) continue;  // a row just added
+    entries << key + "=" + value;
+    if (rows) rows->push_back(row);
+  }
+  return entries;
+}
+
+QStringList ProfileEditor::argsList() const {
+  QString text = m_args->toPlainText();
+  if (text.endsWith('\n')) text.chop(1);  // a last line ended, not an empty argument
+  return text.isEmpty() ? QStringList() : text.split('\n');
+}
+
 void ProfileEditor::setProfile(const core::Profile& profile) {
   m_filling = true;
   for (const auto& [pathStd, json] : core::profileFields(profile)) {
@@ -203,7 +385,14 @@ void ProfileEditor::setProfile(const core::Profile& profile) {
       c->setCurrentText(v.toString());
     else if (auto* b = qobject_cast<QCheckBox*>(w))
       b->setChecked(v.toBool());
-    else if (auto* e = qobject_cast<QLineEdit*>(w)) {
+    else if (w == m_args || w == m_env) {
+      QStringList items;
+      for (const auto& x : v.toArray()) items << x.toString();
+      if (w == m_args)
+        m_args->setPlainText(items.join('\n'));
+      else
+        setEnvEntries(items);
+    } else if (auto* e = qobject_cast<QLineEdit*>(w)) {
       if (kind == "string")
         e->setText(v.toString());
       else if (kind == "array") {
@@ -228,6 +417,15 @@ void ProfileEditor::setFieldText(const QString& path, const QString& text) {
     b->setChecked(text == "true");
   else if (auto* e = qobject_cast<QLineEdit*>(w))
     e->setText(text);
+  else if (w == m_args)
+    m_args->setPlainText(text);
+  else if (w == m_env) {
+    m_filling = true;
+    setEnvEntries(text.isEmpty() ? QStringList() : text.split('\n'));
+    m_filling = false;
+    collect();
+    emit edited();
+  }
 }
 
 QString ProfileEditor::textOf(const QString& path) const {
@@ -246,7 +444,10 @@ void ProfileEditor::collect() {
     const QString kind = m_kinds.value(path);
     const QString text = textOf(path);
     QJsonValue value;
-    if (kind == "string") {
+    if (path == "command.args" || path == "command.env") {
+      // Strings as typed, one an item; never split anywhere else.
+      value = QJsonArray::fromStringList(path == "command.args" ? argsList() : envEntries(&m_envRows));
+    } else if (kind == "string") {
       value = text;
     } else if (kind == "bool") {
       value = text == "true";
@@ -294,36 +495,90 @@ void ProfileEditor::collect() {
 
 void ProfileEditor::showApplicable() {
   std::set<QString> wrong;
-  for (const auto& e : m_errors) wrong.insert(QString::fromStdString(e.path));
+  for (const auto& e : m_errors) wrong.insert(fieldOf(QString::fromStdString(e.path)));
+  const std::set<QString> templated = templatedFields(m_profile);
+  QMap<QFormLayout*, bool> anyShown;
   for (auto it = m_rows.begin(); it != m_rows.end(); ++it) {
     // A field with an error stays in sight, or the user could not fix it.
-    const bool shown = applies(it.key(), m_profile) || wrong.count(it.key());
+    const bool shown = applies(it.key(), m_profile, templated) || wrong.count(it.key());
     it.value().form->setRowVisible(it.value().widget, shown);
+    anyShown[it.value().form] |= shown;
+  }
+  // A group none of whose fields apply goes whole (a command run's model and data).
+  for (auto it = anyShown.begin(); it != anyShown.end(); ++it) it.key()->parentWidget()->setVisible(it.value());
+  // The workload check loads ptw's model and data, which a command run has none of.
+  if (m_preflightButton) {
+    const bool engine = !runsCommand(m_profile);
+    auto* form = m_rows.value("data.val_fraction").form;
+    form->setRowVisible(m_preflightButton, engine);
   }
 }
 
 void ProfileEditor::markErrors() {
   QMap<QString, QStringList> byField;
   QStringList general;
+  std::map<int, QString> badArgs, badEnv;  // item -> its message
   for (const auto& e : m_errors) {
-    const QString path = QString::fromStdString(e.path);
-    if (m_fields.contains(path))
-      byField[path] << QString::fromStdString(e.message);
-    else
+    const QString path = QString::fromStdString(e.path), field = fieldOf(path);
+    const QString message = QString::fromStdString(e.message);
+    if (!m_fields.contains(field)) {
       general << QString::fromStdString(e.text());
+      continue;
+    }
+    // An item's error names the item: "args[1]: {hyper.lrr} names no profile field".
+    const int item = itemOf(path);
+    byField[field] << (item >= 0 ? path.section('.', 1) + ": " + message : message);
+    if (item >= 0 && field == "command.args") badArgs[item] = message;
+    if (item >= 0 && field == "command.env") badEnv[item] = message;
   }
   for (auto it = m_fields.begin(); it != m_fields.end(); ++it) {
     const bool bad = byField.contains(it.key());
     it.value()->setStyleSheet(bad ? "border: 2px solid #b00020" : "");
     it.value()->setToolTip(bad ? byField[it.key()].join("\n") : QString());
   }
-  QStringList all;
-  for (const auto& e : m_errors) all << QString::fromStdString(e.text());
-  m_summary->setText(all.join("\n"));
+  m_summary->setText([this] {
+    QStringList all;
+    for (const auto& e : m_errors) all << QString::fromStdString(e.text());
+    return all.join("\n");
+  }());
   (void)general;
+  if (!m_args || !m_env) return;  // still being built
+  // The wrong argument's line and the wrong variable's row, marked within their field.
+  QList<QTextEdit::ExtraSelection> lines;
+  for (const auto& [item, message] : badArgs) {
+    QTextEdit::ExtraSelection line;
+    line.cursor = QTextCursor(m_args->document()->findBlockByNumber(item));
+    line.format.setBackground(QColor(176, 0, 32, 40));
+    line.format.setProperty(QTextFormat::FullWidthSelection, true);
+    lines << line;
+  }
+  m_args->setExtraSelections(lines);
+  const bool wasFilling = m_filling;
+  m_filling = true;  // colouring cells is no edit
+  for (int row = 0; row < m_env->rowCount(); ++row)
+    for (int c = 0; c < 2; ++c)
+      if (auto* cell = m_env->item(row, c)) {
+        cell->setBackground(QBrush());
+        cell->setToolTip(QString());
+      }
+  for (const auto& [item, message] : badEnv) {
+    if (item < 0 || item >= static_cast<int>(m_envRows.size())) continue;
+    for (int c = 0; c < 2; ++c)
+      if (auto* cell = m_env->item(m_envRows[static_cast<std::size_t>(item)], c)) {
+        cell->setBackground(QColor(176, 0, 32, 40));
+        cell->setToolTip(message);
+      }
+  }
+  m_filling = wasFilling;
 }
 
 void ProfileEditor::runPreflight() {
+  if (runsCommand(m_profile)) {
+    m_preflight->setText(
+        tr("A command run trains with its own program: ptw has no model or data of its own to check."));
+    emit preflightFinished(false, m_preflight->text());
+    return;
+  }
   if (!m_errors.empty()) {
     m_preflight->setText(tr("Fix the marked fields first."));
     emit preflightFinished(false, m_preflight->text());

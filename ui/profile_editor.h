@@ -1,7 +1,9 @@
-// ProfileEditor: every field of a profile, grouped (workload, strategy and devices,
+// ProfileEditor: every field of a profile, grouped (workload, strategy and devices, command,
 // hyperparameters, run), built from the profile's own field list so a new field appears
 // without UI work. Only the fields that apply to the chosen kinds are shown (data.path for
-// csv and mnist, bucket_mb for ddp, ...); each label's tooltip is the field's help from the
+// csv and mnist, bucket_mb for ddp, the command group and no model or data for a command
+// run: Note [Fields that apply]); command.args is edited one argument a line and
+// command.env as a KEY/VALUE table; each label's tooltip is the field's help from the
 // profile (core::fieldHelp). Each field's widget is named by its path ("hyper.lr"). Invalid values
 // are marked at the field with the reason; a preflight check loads the model and data in
 // a worker process and shows their shapes.
@@ -17,7 +19,10 @@
 
 class QFormLayout;
 class QLabel;
+class QPlainTextEdit;
 class QProcess;
+class QPushButton;
+class QTableWidget;
 
 namespace ptw::ui {
 
@@ -35,7 +40,8 @@ class ProfileEditor : public QWidget {
   const std::vector<core::FieldError>& errors() const { return m_errors; }
   /// The widget of a field ("hyper.lr"), or null.
   QWidget* field(const QString& path) const { return m_fields.value(path); }
-  /// Sets a field's value from text as a user would type it.
+  /// Sets a field's value from text as a user would type it: command.args and command.env
+  /// take one item a line ("train.py\n--lr", "OMP_NUM_THREADS=1\nSEED=3").
   void setFieldText(const QString& path, const QString& text);
   DevicePicker* devicePicker() const { return m_devices; }
 
@@ -55,6 +61,11 @@ class ProfileEditor : public QWidget {
   /// Shows the fields that apply to the chosen kinds (data, model, strategy, device,
   /// optimizer, schedule) and hides the rest.
   void showApplicable();
+  QWidget* buildEnvTable();
+  void setEnvEntries(const QStringList& entries);
+  /// command.env's entries, "KEY=VALUE" each; `rows` gets each one's row in the table.
+  QStringList envEntries(std::vector<int>* rows = nullptr) const;
+  QStringList argsList() const;
 
   core::Profile m_profile;
   std::vector<core::FieldError> m_errors;
@@ -67,6 +78,10 @@ class ProfileEditor : public QWidget {
   QMap<QString, QString> m_kinds;  ///< path -> string | bool | int | double | array
   QLabel* m_summary = nullptr;
   QLabel* m_preflight = nullptr;
+  QPushButton* m_preflightButton = nullptr;
+  QPlainTextEdit* m_args = nullptr;  ///< command.args, one argument a line
+  QTableWidget* m_env = nullptr;     ///< command.env, KEY and VALUE columns
+  std::vector<int> m_envRows;        ///< the table row of each command.env entry
   DevicePicker* m_devices = nullptr;
   QProcess* m_preflightProcess = nullptr;
   bool m_filling = false;

@@ -159,7 +159,8 @@ void RunHistory::showSelection() {
     const core::StrategyInfo* info = core::findStoredStrategy(r.strategy);
     const bool coordinated = info && info->coordinator;
     for (const auto& s : steps(r.id)) {
-      if (coordinated && s.rank != 0) continue;
+      // A command run's program may report steps without a loss (samples/s alone).
+      if ((coordinated && s.rank != 0) || !std::isfinite(s.loss)) continue;
       auto& acc = perStep[s.step];
       acc.first += s.loss;
       acc.second += 1;

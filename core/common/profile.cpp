@@ -621,9 +621,14 @@ Profile loadProfile(const std::string& path) {
   std::stringstream buffer;
   buffer << in.rdbuf();
   Profile p = parseProfile(buffer.str(), path);
+  resolvePaths(p, std::filesystem::absolute(std::filesystem::path(path)).parent_path().string());
+  return p;
+}
+
+void resolvePaths(Profile& p, const std::string& folder) {
   // Files a profile names are relative to the profile, so a folder of profiles and data
   // can be moved or shipped as one.
-  const auto base = std::filesystem::absolute(std::filesystem::path(path)).parent_path();
+  const std::filesystem::path base(folder);
   for (std::string* file : {&p.model.path, &p.data.path, &p.run.resumeFrom}) {
     if (!file->empty() && std::filesystem::path(*file).is_relative())
       *file = (base / *file).lexically_normal().string();
@@ -631,7 +636,6 @@ Profile loadProfile(const std::string& path) {
   // A script's folder, likewise; templates in it are replaced later, against this path.
   if (const StrategyInfo* s = findStrategy(p.strategy.kind); s && s->runsCommand)
     p.command.cwd = (base / p.command.cwd).lexically_normal().string();
-  return p;
 }
 
 std::string toJson(const Profile& profile) { return toJsonValue(profile).dump(2) + "\n"; }

@@ -176,6 +176,12 @@ const std::map<std::string, std::string>& fieldHelp();
 /// data.path and run.resume_from are resolved against the profile's folder.
 Profile loadProfile(const std::string& path);
 
+/// Makes the relative paths of a profile absolute against `folder`, as loadProfile does
+/// against the profile's own: model.path, data.path, run.resume_from, and a command run's
+/// command.cwd ("" is `folder` itself). Example: cwd "../examples" from "/p/profiles" is
+/// "/p/examples".
+void resolvePaths(Profile& profile, const std::string& folder);
+
 /// Pretty JSON with every field written.
 std::string toJson(const Profile& profile);
 

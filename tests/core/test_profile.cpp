@@ -113,6 +113,30 @@ class TestProfile : public QObject {
     QVERIFY(!QFile::exists(dir.filePath("p.json.tmp")));
   }
 
+  // Relative paths are the profile's folder's: what loadProfile does to a file's, resolvePaths
+  // does to an editor's (the window, for a profile that has a file). A command run's folder
+  // "" is the profile's own; absolute paths and a native run's command.cwd stay.
+  void relativePathsAreTheProfileFolders() {
+    Profile p = defaultProfile();
+    p.data.path = "../data/x.csv";
+    p.model.path = "/abs/m.pt";
+    resolvePaths(p, "/p/profiles");
+    QCOMPARE(p.data.path, std::string("/p/data/x.csv"));
+    QCOMPARE(p.model.path, std::string("/abs/m.pt"));
+    QCOMPARE(p.command.cwd, std::string(""));
+    p.strategy.kind = "command";
+    p.command.program = "python3";
+    resolvePaths(p, "/p/profiles");
+    QCOMPARE(p.command.cwd, std::string("/p/profiles/"));
+    p.command.cwd = "../examples";
+    resolvePaths(p, "/p/profiles");
+    QCOMPARE(p.command.cwd, std::string("/p/examples"));
+    QTemporaryDir dir;
+    p.command.cwd = "sub";
+    saveProfile(p, dir.filePath("p.json").toStdString());
+    QCOMPARE(loadProfile(dir.filePath("p.json").toStdString()).command.cwd, dir.filePath("sub").toStdString());
+  }
+
   // docs/profiles.md documents every field, so it cannot go stale: each key that visit()
   // names (the keys the JSON save of a default Profile writes) has one row there, the doc
   // has no row for a key the profile lacks, the default it writes is Profile{}'s, and an

@@ -47,6 +47,7 @@
 #include "ui/profile_editor.h"
 #include "ui/run_controller.h"
 #include "ui/run_history.h"
+#include "ui/scalar_charts.h"
 #include "ui/series_summary.h"
 #include "ui/step_split_chart.h"
 #include "ui/step_sums.h"
@@ -331,6 +332,136 @@ class TestMainWindow : public QObject {
     QCOMPARE(helped, 1);
   }
 
+  // strategy.kind command shows the Command group and hides what only ptw's engine reads
+  // (model, data, optimizer, checkpoints). The program, the arguments (one a line, spaces and
+  // commas kept), the environment table and the folder go into the profile as its JSON holds
+  // them; a bad variable name or template is marked at its item and holds Start back.
+  void theCommandEditorWritesTheCommandSection() {
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    w.show();
+    auto* e = w.editor();
+    auto shown = [&](const char* path) { return e->field(path)->isVisibleTo(e); };
+    auto* group = e->findChild<QWidget*>("group.command");
+    QVERIFY(group && !group->isVisibleTo(e));
+    QVERIFY(shown("model.kind") && shown("data.kind") && shown("hyper.optimizer") && shown("run.eval_every"));
+    e->setFieldText("strategy.kind", "command");
+    QVERIFY(group->isVisibleTo(e));
+    for (const char* path : {"command.program", "command.args", "command.env", "command.cwd", "command.pattern",
+                             "command.report_ranks", "command.stop_grace_s", "strategy.ranks", "hyper.lr",
+                             "hyper.max_steps", "hyper.batch_size", "hyper.seed", "run.timeout_s"})
+      QVERIFY2(shown(path), path);
+    for (const char* path : {"model.kind", "data.kind", "data.samples", "hyper.optimizer", "hyper.weight_decay",
+                             "run.eval_every", "run.checkpoint_every", "run.threads_per_rank"})
+      QVERIFY2(!shown(path), path);
+    QVERIFY(!e->findChild<QWidget*>("group.model")->isVisibleTo(e));
+    QVERIFY(!e->findChild<QWidget*>("group.data")->isVisibleTo(e));
+    QVERIFY(e->findChild<QToolButton*>("command.program.browse")->isVisibleTo(e));
+    QVERIFY(e->findChild<QToolButton*>("command.cwd.browse")->isVisibleTo(e));
+    auto* start = w.findChild<QPushButton*>("start");
+    QVERIFY(!start->isEnabled());  // no program yet
+    QVERIFY2(e->field("command.program")->toolTip().contains("needs a program"),
+             qPrintable(e->field("command.program")->toolTip()));
+
+    e->setFieldText("command.program", "/usr/bin/python3");
+    auto* args = qobject_cast<QPlainTextEdit*>(e->field("command.args"));
+    QVERIFY(args);
+    args->setPlainText("train.py\n--name\nmy run, v2\n--lr\n{hyper.lr}\n");
+    e->setFieldText("command.cwd", "/tmp");
+    auto* env = qobject_cast<QTableWidget*>(e->field("command.env"));
+    QVERIFY(env);
+    auto* add = e->findChild<QToolButton*>("command.env.add");
+    QTest::mouseClick(add, Qt::LeftButton);
+    QCOMPARE(env->rowCount(), 1);
+    QVERIFY(start->isEnabled());  // an empty row is no entry yet
+    env->item(0, 0)->setText("OMP_NUM_THREADS");
+    env->item(0, 1)->setText("1");
+    QTest::mouseClick(add, Qt::LeftButton);
+    env->item(1, 0)->setText("GREETING");
+    env->item(1, 1)->setText("a=b c");
+    const core::Profile p = w.profile();
+    QCOMPARE(p.command.program, std::string("/usr/bin/python3"));
+    QCOMPARE(p.command.args, (std::vector<std::string>{"train.py", "--name", "my run, v2", "--lr", "{hyper.lr}"}));
+    QCOMPARE(p.command.env, (std::vector<std::string>{"OMP_NUM_THREADS=1", "GREETING=a=b c"}));
+    QCOMPARE(p.command.cwd, std::string("/tmp"));
+    QVERIFY2(start->isEnabled(), qPrintable(w.blockingReason()));
+    auto* hint = w.findChild<QLabel*>("firstRunHint");
+    QVERIFY2(
+        hint->text().contains("2 processes of your command\n/usr/bin/python3 train.py --name my run, v2 --lr 0.01"),
+        qPrintable(hint->text()));
+
+    // An invalid key: its row and the table say why, and Start waits.
+    env->item(1, 0)->setText("1BAD");
+    QVERIFY(!start->isEnabled());
+    QVERIFY(env->styleSheet().contains("#b00020"));
+    QVERIFY2(env->toolTip().contains("env[1]: expected KEY=VALUE"), qPrintable(env->toolTip()));
+    QVERIFY2(env->item(1, 0)->toolTip().contains("expected KEY=VALUE"), qPrintable(env->item(1, 0)->toolTip()));
+    QVERIFY(env->item(0, 0)->toolTip().isEmpty());
+    QVERIFY2(start->toolTip().contains("command.env[1]: expected KEY=VALUE"), qPrintable(start->toolTip()));
+    env->item(1, 0)->setText("GREETING");
+    QVERIFY(start->isEnabled());
+    QVERIFY(env->styleSheet().isEmpty());
+
+    // A template that names no field, at its line.
+    args->setPlainText("train.py\n{hyper.lrr}");
+    QVERIFY(!start->isEnabled());
+    QVERIFY2(args->toolTip().contains("args[1]: {hyper.lrr} names no profile field"), qPrintable(args->toolTip()));
+    QCOMPARE(args->extraSelections().size(), 1);
+    QCOMPARE(args->extraSelections().front().cursor.blockNumber(), 1);
+    // A field a template names is a knob of the run: shown.
+    QVERIFY(!shown("hyper.momentum"));
+    args->setPlainText("train.py\n--momentum\n{hyper.momentum}");
+    QVERIFY(start->isEnabled());
+    QVERIFY(args->extraSelections().isEmpty());
+    QVERIFY(shown("hyper.momentum"));
+
+    // Removing the selected row.
+    env->selectRow(0);
+    QTest::mouseClick(e->findChild<QToolButton*>("command.env.remove"), Qt::LeftButton);
+    QCOMPARE(w.profile().command.env, (std::vector<std::string>{"GREETING=a=b c"}));
+    // Back to ddp: the command group goes, the model and data come back.
+    e->setFieldText("strategy.kind", "ddp");
+    QVERIFY(!group->isVisibleTo(e) && shown("model.kind") && shown("data.kind"));
+  }
+
+  // A script profile opens as it is, and what is saved after editing opens as it was saved.
+  void aCommandProfileRoundTrips_data() {
+    QTest::addColumn<QString>("file");
+    QTest::newRow("records") << "script-ddp.json";
+    QTest::newRow("pattern") << "script-ddp-pattern.json";
+    QTest::newRow("mpirun") << "script-mpi.json";
+  }
+  void aCommandProfileRoundTrips() {
+    QFETCH(QString, file);
+    QTemporaryDir dir;
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    const QString path = qEnvironmentVariable("PTW_SOURCE_DIR") + "/resources/profiles/" + file;
+    QString error;
+    QVERIFY2(w.openProfile(path, &error), qPrintable(error));
+    core::Profile expected = core::loadProfile(path.toStdString());
+    QVERIFY(w.profile() == expected);
+    QVERIFY(!w.isWindowModified());
+    QVERIFY2(w.blockingReason().isEmpty(), qPrintable(w.blockingReason()));
+    auto* args = qobject_cast<QPlainTextEdit*>(w.editor()->field("command.args"));
+    QCOMPARE(args->toPlainText().split('\n').size(), static_cast<int>(expected.command.args.size()));
+    args->appendPlainText("--note\ttwo words");
+    expected.command.args.push_back("--note\ttwo words");
+    QStringList env;
+    for (const auto& entry : expected.command.env) env << QString::fromStdString(entry);
+    env << "PTW_TEST_NOTE=x = y";
+    expected.command.env.push_back("PTW_TEST_NOTE=x = y");
+    w.editor()->setFieldText("command.env", env.join('\n'));
+    QVERIFY(w.isWindowModified());
+    QVERIFY(w.profile() == expected);
+    QVERIFY2(w.saveProfile(dir.filePath("saved.json"), &error), qPrintable(error));
+    QVERIFY(core::loadProfile(dir.filePath("saved.json").toStdString()) == expected);
+    ui::MainWindow other;
+    other.setConfirmations(false);
+    QVERIFY2(other.openProfile(dir.filePath("saved.json"), &error), qPrintable(error));
+    QVERIFY(other.profile() == expected);
+  }
+
   // Every editor writes its own field: each field is given a value other than the default
   // (the next choice, a flipped flag, another number, list or text) through its editor, and
   // the profile then holds exactly those values, field by field.
@@ -351,6 +482,11 @@ class TestMainWindow : public QObject {
         const bool integral = !text.contains('.') && !text.contains('e');
         other = integral ? v.toDouble() + 3 : v.toDouble() * 0.5 + 0.25;
         edit = QString::number(other.toDouble(), 'g', 17);
+      } else if (path == "command.args" || path == "command.env") {
+        // One item a line, taken whole: spaces, commas and '=' stay in the item.
+        const bool args = path == "command.args";
+        other = args ? QJsonArray{"a b", "c,d"} : QJsonArray{"A=1", "B=x=y z"};
+        edit = args ? "a b\nc,d" : "A=1\nB=x=y z";
       } else if (v.isArray()) {
         const bool words = path == "data.features";
         other = words ? QJsonArray{"a", "b"} : QJsonArray{2, 3};
@@ -732,6 +868,75 @@ class TestMainWindow : public QObject {
     const QString log = w.findChild<QPlainTextEdit*>("log")->toPlainText();
     QVERIFY(!log.isEmpty());
     for (const auto& line : log.split('\n', Qt::SkipEmptyParts)) QVERIFY2(line.startsWith("[1]"), qPrintable(line));
+  }
+
+  // A run of the user's program from the window: each of 2 ranks reports 30 steps with a
+  // loss and a named scalar "acc"; the script is found in the profile's folder. The loss chart draws them as any run's;
+  // "acc" gets a chart of its own (a line per rank and their mean) in the Scalars tab, which appears with it; the run
+  // is in the history as a command run, its loss in the overlay. The next run, of ptw's own engine, reports no scalars:
+  // its charts are gone and so is the tab.
+  void aCommandRunChartsItsScalarsAndJoinsTheHistory() {
+    QTemporaryDir runs, dir;
+    QFile script(dir.filePath("train.py"));
+    QVERIFY(script.open(QIODevice::WriteOnly));
+    script.write(
+        "import json, os\n"
+        "with open(os.environ['PTW_METRICS'], 'w', buffering=1) as out:\n"
+        "    for s in range(1, 31):\n"
+        "        out.write(json.dumps({'step': s, 'loss': 1.0 / s, 'acc': s / 100.0}) + '\\n')\n");
+    script.close();
+    ui::MainWindow w;
+    showQuietly(w, runs, "30");
+    auto* e = w.editor();
+    e->setFieldText("strategy.kind", "command");
+    e->setFieldText("strategy.ranks", "2");
+    e->setFieldText("command.program", "/usr/bin/python3");
+    e->setFieldText("command.args", "train.py");  // in command.cwd "", the profile's folder
+    QVERIFY2(w.blockingReason().isEmpty(), qPrintable(w.blockingReason()));
+    QString error;
+    QVERIFY2(w.saveProfile(dir.filePath("train.json"), &error), qPrintable(error));
+    auto* tabs = w.findChild<QTabWidget*>("tabs");
+    const int scalarTab = tabs->indexOf(w.scalarCharts());
+    QVERIFY(!tabs->isTabVisible(scalarTab));
+    QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 60000);
+    for (int series : {0, 1, 2}) QCOMPARE(w.lossChart()->pointCount(series), std::size_t(30));  // ranks, mean
+
+    auto* acc = w.findChild<ui::MetricChart*>("scalar:acc");
+    QVERIFY(acc);
+    QCOMPARE(w.scalarCharts()->count(), 1);  // the loss is no named scalar
+    QCOMPARE(acc->seriesCount(), 3);
+    for (int series : {0, 1, 2}) QCOMPARE(acc->pointCount(series), std::size_t(30));
+    for (int series : {0, 1, 2}) {
+      const auto last = acc->summary(series)->render(29.5, 30.5, 10);
+      QVERIFY(!last.empty());
+      QCOMPARE(last.back().x, 30.0);
+      QCOMPARE(last.back().mean, 0.3);
+    }
+    QVERIFY(tabs->isTabVisible(scalarTab));
+    QVERIFY2(tabs->tabText(scalarTab).contains("(1)"), qPrintable(tabs->tabText(scalarTab)));
+    tabs->setCurrentIndex(scalarTab);
+    QTRY_VERIFY(acc->isVisible());
+
+    QCOMPARE(w.history()->table()->rowCount(), 1);
+    QCOMPARE(cell(w.history()->table(), 0, 1), QString("finished"));
+    QCOMPARE(cell(w.history()->table(), 0, 3), QString("command"));
+    QCOMPARE(cell(w.history()->table(), 0, 4), QString("2"));
+    w.history()->selectRuns({1});
+    QCOMPARE(w.history()->overlay()->pointCount(0), std::size_t(30));
+    const auto first = w.history()->overlay()->summary(0)->render(0.5, 1.5, 10);
+    QVERIFY(!first.empty());
+    QCOMPARE(first.front().mean, 1.0);  // the mean of both ranks' loss at step 1
+
+    e->setFieldText("strategy.kind", "ddp");
+    e->setFieldText("hyper.max_steps", "20");
+    QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 30000);
+    QCOMPARE(w.scalarCharts()->count(), 0);
+    QVERIFY(!w.findChild<ui::MetricChart*>("scalar:acc"));
+    QVERIFY(!tabs->isTabVisible(scalarTab));
+    QCOMPARE(tabs->currentIndex(), 0);
+    QCOMPARE(w.history()->table()->rowCount(), 2);
   }
 
   void killedRankShowsFailedAndTheWindowStaysResponsive() {
