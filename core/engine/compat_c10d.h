@@ -3,6 +3,10 @@
 // backend directly, under the name Group.
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -33,11 +37,24 @@ using Group = c10d::ProcessGroup;
 using WorkPtr = c10::intrusive_ptr<c10d::Work>;
 
 #if PTW_HAVE_GLOO
+// Note [Gloo interface]
+// A local run (master 127.0.0.1 or localhost) binds Gloo to loopback: it never listens on an
+// outside interface. A run whose master is another address spans hosts: Gloo then uses the
+// interface GLOO_SOCKET_IFNAME names (the first of a comma-separated list, as Python's
+// binding reads it), else the address the host's name resolves to, which Debian's
+// /etc/hosts maps to 127.0.1.1: set GLOO_SOCKET_IFNAME there (docs/multihost.md).
 inline c10::intrusive_ptr<Group> makeGloo(const c10::intrusive_ptr<c10d::Store>& store, int rank, int world,
-                                          std::chrono::milliseconds timeout) {
+                                          std::chrono::milliseconds timeout,
+                                          const std::string& masterAddr = "127.0.0.1") {
   auto opts = c10d::ProcessGroupGloo::Options::create(timeout);
-  // Loopback only: a local run never listens on an outside interface.
-  opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  if (masterAddr == "127.0.0.1" || masterAddr == "localhost")
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  else if (ifname && *ifname)
+    opts->devices.push_back(
+        c10d::ProcessGroupGloo::createDeviceForInterface(std::string(ifname).substr(0, std::strcspn(ifname, ","))));
+  else
+    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, world, opts);
 }
 #endif

@@ -64,7 +64,8 @@ class Ddp final : public Strategy {
       : m_rank(ctx.rank), m_world(ctx.world), m_bucketMb(ctx.profile.strategy.bucketMb) {
     m_needsAutograd = true;  // the buckets are launched from hooks on autograd's AccumulateGrad nodes
     const auto& p = ctx.profile;
-    setDevice(deviceFor(p, ctx.rank));  // before rendezvous: a missing GPU fails fast
+    setDevice(
+        deviceFor(p, ctx.localRank >= 0 ? ctx.localRank : ctx.rank));  // before rendezvous: a missing GPU fails fast
     const auto timeout = peerTimeout(p);
     // Note [Local rendezvous] in launcher.cpp: a FileStore for local runs, else a TCPStore.
     c10::intrusive_ptr<c10d::Store> store;
@@ -78,7 +79,7 @@ class Ddp final : public Strategy {
       so.numWorkers = static_cast<std::size_t>(ctx.world);
       so.waitWorkers = true;
       so.timeout = timeout;
-      store = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", so);
+      store = c10::make_intrusive<c10d::TCPStore>(ctx.masterAddr, so);
     }
     if (core::collectiveBackend(p, kHaveNccl) == "nccl") {
 #if PTW_HAVE_NCCL
@@ -91,7 +92,7 @@ class Ddp final : public Strategy {
 #endif
     } else {
 #if PTW_HAVE_GLOO
-      m_group = compat::makeGloo(store, ctx.rank, ctx.world, timeout);
+      m_group = compat::makeGloo(store, ctx.rank, ctx.world, timeout, ctx.masterAddr);
 #else
       PTW_FAIL(
           "strategy.backend: this build of ptw has no Gloo (its LibTorch came without the gloo headers: see the "

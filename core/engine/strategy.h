@@ -52,10 +52,12 @@ SamplerOptions samplerOptions(const core::Profile& profile, std::int64_t samples
 
 struct SyncContext {
   const core::Profile& profile;
-  int rank = 0;                ///< this process
-  int world = 1;               ///< processes in the run (core::processCount)
-  int port = 0;                ///< the run's store port; also names its shared-memory segments
-  std::string storeFile = "";  ///< rendezvous through this c10d FileStore; "" uses a TCPStore on `port`
+  int rank = 0;                          ///< this process
+  int world = 1;                         ///< processes in the run (core::processCount)
+  int port = 0;                          ///< the run's store port; also names its shared-memory segments
+  std::string storeFile = "";            ///< rendezvous through this c10d FileStore; "" uses a TCPStore on `port`
+  std::string masterAddr = "127.0.0.1";  ///< the TCPStore's host (rank 0's); not loopback: Gloo leaves it too
+  int localRank = -1;                    ///< this process among its host's ranks (cuda:localRank); -1: `rank`
 };
 
 /// One series of the per-step report (a DataParallel replica reports one per lane).

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/launcher_env.h"
 #include "common/profile.h"
 #include "common/record.h"
 #include "common/step_block.h"
@@ -386,6 +387,10 @@ struct Args {
   std::string profile, out, store, steps;
   long long stepsLimit = 0;
   int rank = -1, world = -1, port = 0, attempt = 0, records = -1;
+  // Set from a standard launcher's variables (Note [Started by a standard launcher]).
+  std::string launchedBy;                ///< "" (flags: ptw's launcher, or by hand), "torchrun", "SLURM", "Open MPI"
+  std::string masterAddr = "127.0.0.1";  ///< the TCPStore's host
+  int localRank = -1, localWorld = 0;    ///< -1: the rank; 0: not known
   bool preflight = false, devices = false, blas = false;
   // Hidden: for tests and measures, not for users.
   Fault fault;                ///< --fault SPEC (Note [Injected faults])
@@ -394,14 +399,62 @@ struct Args {
 };
 
 void printUsage() {
-  std::cout << "usage: ptw-worker --profile FILE --rank R --world W --port P [--out DIR] [--store FILE] [--attempt N]\n"
+  std::cout << "usage: ptw-worker --profile FILE [--out DIR]\n"
+               "         one rank of a run that torchrun, srun or mpirun started: its place from their\n"
+               "         variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; SLURM_PROCID,\n"
+               "         SLURM_NTASKS, SLURM_LOCALID, SLURM_JOB_NODELIST; OMPI_COMM_WORLD_RANK, ..._SIZE,\n"
+               "         ..._LOCAL_RANK), the ranks meeting at rank 0's TCPStore on MASTER_ADDR:MASTER_PORT\n"
+               "         (default port 29500); records as text lines on stdout (docs/multihost.md)\n"
+               "       ptw-worker --profile FILE --rank R --world W --port P [--out DIR] [--store FILE] [--attempt N]\n"
                "                  [--records FD]   binary records to descriptor FD (else text lines on stdout)\n"
                "                  [--steps FILE [--steps-limit BYTES]]   append step records to the run's step\n"
                "                                   file, send groups of them (past BYTES: a full disk)\n"
+               "         one rank as ptw's launcher starts it (these flags win over a launcher's variables)\n"
                "       ptw-worker --preflight --profile FILE   load the workload, check it, print its shapes (JSON)\n"
                "       ptw-worker --devices                    print the devices LibTorch sees (JSON lines)\n"
-               "       ptw-worker --blas                       print the OpenBLAS kernels ranks train with (JSON)\n"
-               "One rank of a ptw run; started by ptw's launcher, not by hand.\n";
+               "       ptw-worker --blas                       print the OpenBLAS kernels ranks train with (JSON)\n";
+}
+
+// Note [Started by a standard launcher]
+// With neither --rank nor --world, ptw-worker takes its place from the variables torchrun,
+// SLURM or Open MPI set (common/launcher_env.h, Note [Launcher precedence]): the ranks meet
+// at a TCPStore that rank 0 hosts on MASTER_ADDR:MASTER_PORT (LibTorch 1.13's listens on
+// every interface), cuda:LOCAL_RANK is the rank's device, and with no launcher of ptw's to
+// read them the records go to stdout as text lines (the mode of a worker run by hand).
+void placeFromEnvironment(Args& a) {
+  const auto place = core::rankFromEnvironment(core::processEnvironment());
+  PTW_CHECK(place,
+            "--rank and --world are required, unless torchrun, srun or mpirun started ptw-worker (none of RANK, "
+            "SLURM_PROCID, OMPI_COMM_WORLD_RANK is set); see docs/multihost.md");
+  a.launchedBy = core::launcherName(place->launcher);
+  a.rank = place->rank;
+  a.world = place->world;
+  a.localRank = place->localRank;
+  a.localWorld = place->localWorld;
+  a.masterAddr = place->masterAddr;
+  if (a.port == 0) a.port = place->masterPort;  // --port, given, wins
+}
+
+// Checks that a run a standard launcher started can run `p`, as ptw's own launcher would
+// have started it; DDP's automatic backend on CPU (shared memory) becomes Gloo where the
+// ranks are not all on one host.
+void fitToLauncher(const Args& a, core::Profile& p) {
+  if (a.launchedBy.empty()) return;
+  const int expected = core::processCount(p);
+  PTW_CHECK(a.world == expected, a.launchedBy, " started ", a.world, " rank(s), but the profile's strategy ",
+            p.strategy.kind, " runs ", expected, " process(es) (strategy.ranks ", p.strategy.ranks, "); start ",
+            expected, ", or set strategy.ranks to fit");
+  if (a.world == 1 || a.localWorld == a.world) return;  // one host: all that ptw's launcher runs works
+  PTW_CHECK(p.strategy.kind == "ddp", "strategy.kind: ", p.strategy.kind,
+            " runs on one host only, and these ranks are not all on one (", a.launchedBy,
+            "); use \"ddp\", or start every rank on one host");
+  PTW_CHECK(p.strategy.backend != "shm", "strategy.backend: \"shm\" needs every rank on one host, and these are not (",
+            a.launchedBy, "); use \"gloo\" (CPU) or \"nccl\" (CUDA)");
+  if (p.strategy.backend == "auto" && p.strategy.device == "cpu") {
+    p.strategy.backend = "gloo";
+    if (a.rank == 0)
+      std::fprintf(stderr, "[rank 0] strategy.backend auto: gloo, as the ranks span hosts (shared memory needs one)\n");
+  }
 }
 
 // The value `v` of flag `k`, an integer.
@@ -487,6 +540,7 @@ Args parseArgs(int argc, char** argv) {
   if (a.devices || a.blas) return a;
   PTW_CHECK(!a.profile.empty(), "--profile is required");
   if (a.preflight) return a;
+  if (a.rank < 0 && a.world < 0) placeFromEnvironment(a);  // Note [Started by a standard launcher]
   PTW_CHECK(a.world >= 1, "--world: expected >= 1, got ", a.world);
   PTW_CHECK(a.rank >= 0 && a.rank < a.world, "--rank: expected 0..", a.world - 1, ", got ", a.rank);
   return a;
@@ -579,6 +633,7 @@ int prepare(int argc, char** argv, const sigset_t& stopSignals, Args& args, core
     }
     profile = core::loadProfile(args.profile);
     if (args.preflight) return preflight(profile);
+    fitToLauncher(args, profile);
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
     return 2;
@@ -649,7 +704,10 @@ int trainRank(const Args& args, const core::Profile& profile, RecordWriter& writ
   try {
     std::fprintf(stderr, "[rank %d] %s: %s, world %d, port %d\n", rank, profile.name.c_str(),
                  profile.strategy.kind.c_str(), args.world, args.port);
-    SyncContext ctx{profile, rank, args.world, args.port, args.store};
+    if (!args.launchedBy.empty())
+      std::fprintf(stderr, "[rank %d] placed by %s: local rank %d, master %s:%d\n", rank, args.launchedBy.c_str(),
+                   args.localRank, args.masterAddr.c_str(), args.port);
+    SyncContext ctx{profile, rank, args.world, args.port, args.store, args.masterAddr, args.localRank};
     auto strategy = makeStrategy(ctx);
     strategy->setGradientsByHand(!args.autogradOnly);
     Trainer trainer(TrainerOptions(profile, rank, args.world).setOutDir(args.out), std::move(strategy),
