@@ -736,21 +736,24 @@ class TestDdp : public QObject {
   }
 
   // Note [Buffers]: a BatchNorm model trained 12 steps straight equals 6 steps, a checkpoint
-  // and 6 more from it, parameters and buffers bit for bit: the checkpoint holds rank 0's
+  // and 6 more from it, parameters and buffers bit for bit (DDP): the checkpoint holds rank 0's
   // running statistics and batch count, and every rank starts its steps from rank 0's.
   void batchNormResumesExactly_data() {
     QTest::addColumn<QString>("kind");
     QTest::addColumn<QString>("backend");
+    QTest::addColumn<double>("tolerance");
     QTest::newRow("ddp gloo (a broadcast a step)") << "ddp"
-                                                   << "gloo";
+                                                   << "gloo" << 0.0;
     QTest::newRow("ddp shm (rank 0's buffers beside the barrier)") << "ddp"
-                                                                   << "shm";
+                                                                   << "shm" << 0.0;
+    // As in resumeContinuesExactly, the lanes' resumed run may round an ulp otherwise.
     QTest::newRow("dataparallel (lane 0's buffers)") << "dataparallel"
-                                                     << "auto";
+                                                     << "auto" << 1e-6;
   }
   void batchNormResumesExactly() {
     QFETCH(QString, kind);
     QFETCH(QString, backend);
+    QFETCH(double, tolerance);
     Profile p = defaultProfile();
     p.model.kind = "torchscript";
     p.model.path = test::sourcePath("resources/data/bn-10-16-1.scripted.pt").toStdString();
@@ -772,11 +775,14 @@ class TestDdp : public QObject {
     QCOMPARE(launch(second, resumed, quiet).status, RunReport::Status::Finished);
 
     const auto expected = scriptedState(straight.filePath("model.final.pt"));
-    const auto [diff, where] = worstDiff(expected, scriptedState(second.filePath("model.final.pt")));
-    QVERIFY2(diff == 0, qPrintable(QStringLiteral("max |straight - resumed| = %1 in %2").arg(diff).arg(where.c_str())));
+    const auto resumedState = scriptedState(second.filePath("model.final.pt"));
+    const auto [diff, where] = worstDiff(expected, resumedState);
+    QVERIFY2(diff <= tolerance,
+             qPrintable(QStringLiteral("max |straight - resumed| = %1 in %2").arg(diff).arg(where.c_str())));
     // Rank 0 counted one batch a step (the shape check at start runs in eval mode), and the
     // running mean moved: there were buffers to keep.
     QCOMPARE(expected.at("buffer norm.num_batches_tracked").item<std::int64_t>(), std::int64_t(12));
+    QCOMPARE(resumedState.at("buffer norm.num_batches_tracked").item<std::int64_t>(), std::int64_t(12));
     QVERIFY(expected.at("buffer norm.running_mean").abs().max().item<double>() > 1e-3);
     QVERIFY(worstDiff(scriptedState(first.filePath("model.final.pt")), expected).first > 1e-4);
   }

@@ -8,7 +8,6 @@ TorchScript, with its parameters and buffers.
 Usage: make_bn_parity.py OUT_DIR [STEPS] [BATCH] [SAMPLES] [SEED] [LR] [MOMENTUM]
 Writes OUT_DIR/resnet.scripted.pt, OUT_DIR/images.csv and OUT_DIR/python-ddp.scripted.pt.
 Nothing is downloaded (weights are seeded, not pretrained)."""
-import copy
 import os
 import sys
 
@@ -46,8 +45,12 @@ def images_csv(path, n, seed):
             f.write(",".join(f"{v:.6f}" for v in row) + f",{label}\n")
 
 
-def rank_main(rank, world, model, out, steps, batch, samples, seed, lr, momentum, store):
+def rank_main(rank, world, out, steps, batch, samples, seed, lr, momentum, store):
     torch.set_num_threads(1)
+    # Each process its own model, from the file ptw trains (a model handed to mp.spawn would
+    # be one in shared memory that both ranks write).
+    model = FlatResNet()
+    model.load_state_dict(torch.jit.load(os.path.join(out, "resnet.scripted.pt")).state_dict())
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world)
     data = []
     with open(os.path.join(out, "images.csv")) as f:
@@ -89,7 +92,7 @@ def main():
     torch.jit.script(model).save(os.path.join(out, "resnet.scripted.pt"))
     images_csv(os.path.join(out, "images.csv"), samples, seed + 1)
     store = os.path.join(out, "python-ddp.store")
-    mp.spawn(rank_main, args=(2, copy.deepcopy(model), out, steps, batch, samples, seed, lr, momentum, store), nprocs=2)
+    mp.spawn(rank_main, args=(2, out, steps, batch, samples, seed, lr, momentum, store), nprocs=2)
 
 
 if __name__ == "__main__":
