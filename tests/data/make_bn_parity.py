@@ -3,10 +3,12 @@
 rows, a small seeded image-like CSV data set (768 pixel columns and a label), and what
 PyTorch's own DistributedDataParallel (gloo, 2 processes, broadcast_buffers on, the ranks'
 DistributedSampler shards) trains from that model in STEPS steps: rank 0's model, as
-TorchScript, with its parameters and buffers.
+TorchScript, with its parameters and buffers. The same for ShiftedMlp, whose gradients
+depend on the buffers every rank starts a step from.
 
 Usage: make_bn_parity.py OUT_DIR [STEPS] [BATCH] [SAMPLES] [SEED] [LR] [MOMENTUM]
-Writes OUT_DIR/resnet.scripted.pt, OUT_DIR/images.csv and OUT_DIR/python-ddp.scripted.pt.
+Writes OUT_DIR/images.csv and, for NAME resnet and shift, OUT_DIR/NAME.scripted.pt (the model)
+and OUT_DIR/NAME.python-ddp.scripted.pt (what PyTorch's DDP made of it).
 Nothing is downloaded (weights are seeded, not pretrained)."""
 import os
 import sys
@@ -33,6 +35,26 @@ class FlatResNet(torch.nn.Module):
         return self.net(x.reshape(-1, 3, 16, 16))  # CHANNELS, SIDE, SIDE
 
 
+class ShiftedMlp(torch.nn.Module):
+    """An MLP whose training forward reads a buffer it has just updated from its batch: its
+    gradients, not only its buffers, depend on starting each step from rank 0's buffers."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = torch.nn.Linear(CHANNELS * SIDE * SIDE, 16)
+        self.out = torch.nn.Linear(16, CLASSES)
+        self.register_buffer("shift", torch.zeros(16))
+
+    def forward(self, x):
+        h = self.hidden(x)
+        if self.training:
+            self.shift.mul_(0.5).add_(h.detach().mean(0))
+        return self.out(torch.tanh(h - self.shift))
+
+
+MODELS = {"resnet": FlatResNet, "shift": ShiftedMlp}
+
+
 def images_csv(path, n, seed):
     g = torch.Generator().manual_seed(seed)
     labels = torch.randint(0, CLASSES, (n,), generator=g)
@@ -45,12 +67,12 @@ def images_csv(path, n, seed):
             f.write(",".join(f"{v:.6f}" for v in row) + f",{label}\n")
 
 
-def rank_main(rank, world, out, steps, batch, samples, seed, lr, momentum, store):
+def rank_main(rank, world, name, out, steps, batch, samples, seed, lr, momentum, store):
     torch.set_num_threads(1)
     # Each process its own model, from the file ptw trains (a model handed to mp.spawn would
     # be one in shared memory that both ranks write).
-    model = FlatResNet()
-    model.load_state_dict(torch.jit.load(os.path.join(out, "resnet.scripted.pt")).state_dict())
+    model = MODELS[name]()
+    model.load_state_dict(torch.jit.load(os.path.join(out, name + ".scripted.pt")).state_dict())
     dist.init_process_group("gloo", init_method="file://" + store, rank=rank, world_size=world)
     data = []
     with open(os.path.join(out, "images.csv")) as f:
@@ -76,7 +98,7 @@ def rank_main(rank, world, out, steps, batch, samples, seed, lr, momentum, store
             done += 1
         epoch += 1
     if rank == 0:
-        torch.jit.script(ddp.module).save(os.path.join(out, "python-ddp.scripted.pt"))
+        torch.jit.script(ddp.module).save(os.path.join(out, name + ".python-ddp.scripted.pt"))
     dist.barrier()
     dist.destroy_process_group()
 
@@ -87,12 +109,12 @@ def main():
     lr = float(sys.argv[6]) if len(sys.argv) > 6 else 0.05
     momentum = float(sys.argv[7]) if len(sys.argv) > 7 else 0.9
     os.makedirs(out, exist_ok=True)
-    torch.manual_seed(seed)
-    model = FlatResNet()
-    torch.jit.script(model).save(os.path.join(out, "resnet.scripted.pt"))
     images_csv(os.path.join(out, "images.csv"), samples, seed + 1)
-    store = os.path.join(out, "python-ddp.store")
-    mp.spawn(rank_main, args=(2, out, steps, batch, samples, seed, lr, momentum, store), nprocs=2)
+    for name, make in MODELS.items():
+        torch.manual_seed(seed)
+        torch.jit.script(make()).save(os.path.join(out, name + ".scripted.pt"))
+        store = os.path.join(out, name + ".python-ddp.store")
+        mp.spawn(rank_main, args=(2, name, out, steps, batch, samples, seed, lr, momentum, store), nprocs=2)
 
 
 if __name__ == "__main__":
