@@ -78,11 +78,23 @@ class DataParallel final : public Strategy {
       if (m_cpuLanes)  // Note [Persistent replicas]: the primary's memory, the replica's own gradients
         for (std::size_t k = 0; k < m_primary.size(); ++k) m_replicaParams.back()[k].set_data(m_primary[k].detach());
     }
+    m_buffers = model.buffers();
+    m_replicaBuffers.clear();
+    for (auto& replica : m_replicas) {
+      m_replicaBuffers.push_back(replica->buffers());
+      PTW_CHECK(m_replicaBuffers.back().size() == m_buffers.size(), "dataparallel: a replica of this model has ",
+                m_replicaBuffers.back().size(), " buffers where the model has ", m_buffers.size());
+    }
     m_pool = std::make_unique<LanePool>(m_lanes);
   }
 
   double backward(Model& model, const torch::Tensor& x, const torch::Tensor& y, double weight,
                   bool classification) override {
+    if (!m_buffers.empty()) {  // Note [Buffers]: each forward starts from the model's buffers
+      torch::NoGradGuard noGrad;
+      for (auto& buffers : m_replicaBuffers)
+        for (std::size_t k = 0; k < buffers.size(); ++k) buffers[k].copy_(m_buffers[k]);
+    }
     const auto n = x.size(0);
     auto xs = x.chunk(m_lanes), ys = y.chunk(m_lanes);
     const int active = static_cast<int>(xs.size());
@@ -203,9 +215,11 @@ class DataParallel final : public Strategy {
 
   int m_lanes;
   bool m_cpuLanes = false;
-  std::vector<torch::Tensor> m_primary;                     ///< lane 0's parameters: the model the Trainer owns
-  std::vector<std::vector<torch::Tensor>> m_replicaParams;  ///< lanes 1.. in the primary's order
-  std::unordered_map<const void*, std::size_t> m_index;     ///< a primary parameter -> its position
+  std::vector<torch::Tensor> m_primary;                      ///< lane 0's parameters: the model the Trainer owns
+  std::vector<std::vector<torch::Tensor>> m_replicaParams;   ///< lanes 1.. in the primary's order
+  std::vector<torch::Tensor> m_buffers;                      ///< lane 0's (Note [Buffers])
+  std::vector<std::vector<torch::Tensor>> m_replicaBuffers;  ///< lanes 1.., overwritten each forward
+  std::unordered_map<const void*, std::size_t> m_index;      ///< a primary parameter -> its position
   std::vector<torch::Device> m_devices;
   std::vector<std::unique_ptr<Model>> m_replicas;
   std::unique_ptr<LanePool> m_pool;

@@ -110,7 +110,9 @@ class Ddp final : public Strategy {
 
   void attach(Model& model) override {
     m_params = model.parameters();
+    m_buffers = model.buffers();
     broadcastParameters();
+    broadcastBuffers();
     makeBuckets();
     for (std::size_t i = 0; i < m_params.size(); ++i) {
       auto acc = torch::autograd::impl::grad_accumulator(m_params[i]);
@@ -122,6 +124,7 @@ class Ddp final : public Strategy {
 
   void beginStep(bool localStop) override {
     Strategy::beginStep(localStop);
+    broadcastBuffers();  // Note [Buffers]: before this step's forward
     for (auto& b : m_buckets) {
       b.pending = b.params.size();
       b.ready = false;
@@ -189,6 +192,25 @@ class Ddp final : public Strategy {
     }
   }
 
+  // Rank 0's buffers to every rank, in one float64 tensor (Note [Buffers]); nothing without buffers.
+  void broadcastBuffers() {
+    if (m_buffers.empty()) return;
+    torch::NoGradGuard noGrad;
+    std::vector<torch::Tensor> flat;
+    for (const auto& b : m_buffers) flat.push_back(b.detach().reshape({-1}).to(torch::kDouble));
+    std::vector<torch::Tensor> io{torch::cat(flat)};
+    {
+      PeerWait waiting;
+      m_group->broadcast(io)->wait();
+    }
+    if (m_rank == 0) return;
+    std::int64_t offset = 0;
+    for (auto& b : m_buffers) {
+      b.detach().copy_(io[0].narrow(0, offset, b.numel()).view_as(b));
+      offset += b.numel();
+    }
+  }
+
   void makeBuckets() {
     const auto capBytes = static_cast<std::int64_t>(m_bucketMb * 1024 * 1024);
     Bucket current;
@@ -251,6 +273,7 @@ class Ddp final : public Strategy {
   double m_bucketMb;
   c10::intrusive_ptr<compat::Group> m_group;
   std::vector<torch::Tensor> m_params;
+  std::vector<torch::Tensor> m_buffers;  ///< Note [Buffers]
   std::vector<std::shared_ptr<torch::autograd::Node>> m_accumulators;
   std::vector<Bucket> m_buckets;
   std::vector<std::size_t> m_bucketOf;

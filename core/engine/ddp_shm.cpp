@@ -88,20 +88,33 @@ class ShmDdp : public Strategy {
 
   void attach(Model& model) final {
     m_params = model.parameters();
-    const std::size_t floats = m_slotFloats * static_cast<std::size_t>(m_world) * slotSets() + extraFloats();
+    m_buffers = model.buffers();
+    std::size_t bufferBytes = 0;
+    for (const auto& b : m_buffers) {
+      PTW_CHECK(b.device().is_cpu() && b.is_contiguous(),
+                "strategy.backend shm: expected contiguous CPU buffers, got one on ", b.device(), " of shape ",
+                b.sizes());
+      bufferBytes += static_cast<std::size_t>(b.nbytes());
+    }
+    m_bufferFloats = cacheLineFloats((bufferBytes + sizeof(float) - 1) / sizeof(float));
+    const std::size_t floats =
+        m_slotFloats * static_cast<std::size_t>(m_world) * slotSets() + extraFloats() + 2 * m_bufferFloats;
     m_segment = std::make_shared<ShmSegment>(m_name, m_rank, m_world, sizeof(float) * floats, m_timeout);
+    m_bufferSets = static_cast<float*>(m_segment->payload()) + floats - 2 * m_bufferFloats;
     for (int r = 0; r < m_world; ++r) m_slots.push_back(slot(r));
     placeShared();
-    // Broadcast rank 0's parameters through `staging`.
+    // Broadcast rank 0's parameters through `staging`, its buffers through the first set.
     torch::NoGradGuard noGrad;
     float* staging = broadcastStaging();
     if (m_rank == 0)
       forEachParameter([&](torch::Tensor& p, std::size_t off) {
         std::memcpy(staging + off, p.data_ptr<float>(), static_cast<std::size_t>(p.numel()) * sizeof(float));
       });
+    offerBuffers(0);
     meet();
     m_segment->unlink();
     adopt(staging);
+    takeBuffers(0);
     meet();
     attached();
   }
@@ -131,13 +144,38 @@ class ShmDdp : public Strategy {
   /// Puts this rank's stop wish after its gradients in `set`, waits for every rank at the
   /// barrier, and returns whether any rank wished to stop. Every wish is read before the
   /// next barrier, so no rank can overwrite one first.
+  /// Rank 0's buffers travel the same way, for the next step's forward (Note [Buffers]), in
+  /// one of two sets by the step's parity: rank 0 writes a set again two steps on, after the
+  /// next barrier, which no rank passes before it has copied this one.
   bool meet(const std::vector<float*>& set) {
     ++m_exchanges;
     set[static_cast<std::size_t>(m_rank)][m_gradFloats] = m_localStop ? 1.f : 0.f;
+    const auto bufferSet = static_cast<std::size_t>(m_exchanges % 2);
+    offerBuffers(bufferSet);
     meet();
+    takeBuffers(bufferSet);
     bool stop = false;
     for (const float* s : set) stop = stop || s[m_gradFloats] > 0.5f;
     return stop;
+  }
+
+  /// Rank 0 leaves its buffers in set `k` (Note [Buffers]); nothing without buffers.
+  void offerBuffers(std::size_t k) {
+    if (m_rank != 0 || m_buffers.empty()) return;
+    auto* at = reinterpret_cast<char*>(m_bufferSets + k * m_bufferFloats);
+    for (const auto& b : m_buffers) {
+      std::memcpy(at, b.data_ptr(), b.nbytes());
+      at += b.nbytes();
+    }
+  }
+  /// The other ranks copy rank 0's buffers from set `k`, after the barrier.
+  void takeBuffers(std::size_t k) {
+    if (m_rank == 0 || m_buffers.empty()) return;
+    const auto* at = reinterpret_cast<const char*>(m_bufferSets + k * m_bufferFloats);
+    for (auto& b : m_buffers) {
+      std::memcpy(b.data_ptr(), at, b.nbytes());
+      at += b.nbytes();
+    }
   }
 
   float* slot(int r) const {
@@ -166,6 +204,9 @@ class ShmDdp : public Strategy {
   const std::size_t m_slotFloats;
   std::shared_ptr<ShmSegment> m_segment;
   std::vector<torch::Tensor> m_params;
+  std::vector<torch::Tensor> m_buffers;  ///< Note [Buffers]
+  std::size_t m_bufferFloats = 0;        ///< one set of them, in the segment after everything else
+  float* m_bufferSets = nullptr;         ///< two sets
   std::vector<float*> m_slots;
 };
 

@@ -138,6 +138,7 @@ class SequentialModel final : public Model {
   }
 
   std::vector<torch::Tensor> parameters() override { return m_net->parameters(); }
+  std::vector<torch::Tensor> buffers() override { return m_net->buffers(); }
   std::unique_ptr<Model> replicate(const torch::Device& device) const override {
     auto copy = std::dynamic_pointer_cast<torch::nn::SequentialImpl>(m_net->clone(device));
     return std::make_unique<SequentialModel>(torch::nn::Sequential(copy));
@@ -167,6 +168,14 @@ class ScriptModel final : public Model {
     std::unordered_set<const void*> seen;
     for (const auto& p : m_module.parameters())
       if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) out.push_back(p);
+    return out;
+  }
+  // A submodule used under two names lists its buffers once, as its parameters.
+  std::vector<torch::Tensor> buffers() override {
+    std::vector<torch::Tensor> out;
+    std::unordered_set<const void*> seen;
+    for (const auto& b : m_module.buffers())
+      if (seen.insert(b.unsafeGetTensorImpl()).second) out.push_back(b);
     return out;
   }
   // Module::clone() copies a submodule used under two names twice, which would untie a tied

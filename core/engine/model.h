@@ -19,6 +19,9 @@ class Model {
   virtual torch::Tensor forward(const torch::Tensor& x) = 0;
   /// The trainable parameters, in a fixed order shared by every rank.
   virtual std::vector<torch::Tensor> parameters() = 0;
+  /// The buffers (BatchNorm's running statistics and batch count), in a fixed order shared by
+  /// every rank and replica; empty for most models (Note [Buffers]).
+  virtual std::vector<torch::Tensor> buffers() = 0;
   /// A deep copy on `device` (a DataParallel replica).
   virtual std::unique_ptr<Model> replicate(const torch::Device& device) const = 0;
   virtual void to(const torch::Device& device) = 0;

@@ -119,9 +119,20 @@ void ProcessPool::attach(Model& model) {
   }
   for (int w = 1; w <= m_workers; ++w) m_slotPtrs.push_back(slot(w));
   if (m_layout.sharedSgd) m_sgd.emplace(m_segment, m_params, m_shared, bufferFloats ? m_shared + paramFloats : nullptr);
+  // Every process built the same model (seed or file) and resumed the same checkpoint, so a
+  // worker's buffers now are the coordinator's, which no forward of the coordinator moves.
+  m_buffers = model.buffers();
+  if (m_rank != 0)
+    for (const auto& b : m_buffers) m_coordinatorBuffers.push_back(b.detach().clone());
   attached();
   m_workersMet = m_segment->generation(ShmSegment::Among::AllButRankZero);
   m_segment->barrier();
+}
+
+void ProcessPool::beginStep(bool localStop) {
+  Strategy::beginStep(localStop);
+  torch::NoGradGuard noGrad;
+  for (std::size_t k = 0; k < m_coordinatorBuffers.size(); ++k) m_buffers[k].copy_(m_coordinatorBuffers[k]);
 }
 
 void ProcessPool::offerStats(const StepState& state, bool stop) {

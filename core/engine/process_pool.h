@@ -32,6 +32,8 @@ class ProcessPool : public Strategy {
   BatchPlan plan(const core::Profile& p, std::int64_t samples) const override;
   /// Maps the segment, makes the parameters views of it (the coordinator's values), then attached().
   void attach(Model& model) final;
+  /// A worker's forward starts from the coordinator's buffers (Note [Buffers]).
+  void beginStep(bool localStop) override;
 
  protected:
   static constexpr std::size_t kStats = 3;  ///< loss, samples, stop wish
@@ -65,6 +67,8 @@ class ProcessPool : public Strategy {
   std::uint64_t m_steps = 0;       ///< steps begun (reduce), the same on every process
   std::vector<float*> m_slotPtrs;  ///< slot(1) .. slot(N)
   std::vector<torch::Tensor> m_params;
+  std::vector<torch::Tensor> m_buffers;             ///< the model's (Note [Buffers])
+  std::vector<torch::Tensor> m_coordinatorBuffers;  ///< a worker's copy of the coordinator's
   std::size_t m_numel = 0;
   std::size_t m_slotFloats = 0;
   float* m_shared = nullptr;

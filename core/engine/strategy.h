@@ -23,6 +23,26 @@
 // as Horovod's OperationManager picks the first op whose Enabled() holds: from the
 // profile by the factory, or, where the choice needs the model (its size, its dtype),
 // by choose() on the model before plan() and attach(). No step then branches on a mode.
+//
+// Note [Buffers]
+// A model's buffers (BatchNorm's running mean and variance and its batch count) are not
+// trained: each forward in training mode updates them from its own batch, so ranks that see
+// different batches drift apart. As PyTorch's DDP does by default (broadcast_buffers=True),
+// every DDP rank's step starts from rank 0's buffers: they are broadcast at attach with the
+// parameters, and before each step's first forward. Over c10d that is one broadcast of
+// them all in one float64 tensor (exact for float32 values and for counts below 2^53) in
+// beginStep; over shared memory rank 0 leaves its buffers in the segment before the barrier
+// that reduce() has anyway and the others copy them after it, ready for the next step, so
+// no barrier is added (ddp_shm.cpp). The micro-batches of an accumulated step run on from
+// the rank's own. After a step rank 0 holds its own buffers, as in PyTorch, and its
+// checkpoint saves them. A model without buffers pays nothing: no collective, no copy.
+// DataParallel does what PyTorch's does: each forward gives the replicas the model's
+// (lane 0's) buffers, and the buffers that result are lane 0's. The process pool is that
+// with the coordinator as the module, which runs no forward: each step a worker's forward
+// starts from the coordinator's buffers (those every process was built or resumed with),
+// whose updates are dropped as a DataParallel replica's are, and the coordinator's
+// checkpoint keeps them unchanged. (Running statistics that learn in the pool would need a
+// worker to publish its own, as rank 0 does over shared memory; not done yet.)
 #pragma once
 
 #include <atomic>

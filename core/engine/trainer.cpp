@@ -109,6 +109,11 @@ void Trainer::saveCheckpoint(const std::string& path) {
   archive.write("parameter_count", scalar(static_cast<std::int64_t>(params.size())));
   for (std::size_t i = 0; i < params.size(); ++i)
     archive.write("parameter." + std::to_string(i), params[i].detach().cpu());
+  // Note [Buffers]: rank 0's, which every rank's next forward starts from.
+  auto buffers = m_model->buffers();
+  archive.write("buffer_count", scalar(static_cast<std::int64_t>(buffers.size())));
+  for (std::size_t i = 0; i < buffers.size(); ++i)
+    archive.write("buffer." + std::to_string(i), buffers[i].detach().cpu(), /*is_buffer=*/true);
   torch::serialize::OutputArchive optimizer;
   m_optimizer->save(optimizer);
   archive.write("optimizer", optimizer);
@@ -164,6 +169,22 @@ void Trainer::loadCheckpoint(const std::string& path) {
     PTW_CHECK(t.sizes() == params[i].sizes(), "run.resume_from: parameter ", i, " has another shape in \"", path,
               "\"; was it written for another model?");
     params[i].copy_(t);
+  }
+  // A checkpoint older than buffer_count holds none: the model keeps its initial buffers.
+  auto buffers = m_model->buffers();
+  torch::Tensor bufferCount;
+  if (archive.try_read("buffer_count", bufferCount)) {
+    PTW_CHECK(bufferCount.item<std::int64_t>() == static_cast<std::int64_t>(buffers.size()), "run.resume_from: \"",
+              path, "\" holds ", bufferCount.item<std::int64_t>(), " buffers, this model has ", buffers.size(),
+              "; was it written for another model?");
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      torch::Tensor t;
+      archive.read("buffer." + std::to_string(i), t, /*is_buffer=*/true);
+      PTW_CHECK(t.sizes() == buffers[i].sizes() && t.scalar_type() == buffers[i].scalar_type(),
+                "run.resume_from: buffer ", i, " has another shape or type in \"", path,
+                "\"; was it written for another model?");
+      buffers[i].copy_(t);
+    }
   }
   torch::serialize::InputArchive optimizer;
   archive.read("optimizer", optimizer);

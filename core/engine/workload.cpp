@@ -172,9 +172,12 @@ void checkWorkload(Model& model, const Dataset& data, const core::Profile& profi
   auto x = data.x.narrow(0, 0, std::min<std::int64_t>(2, data.size()));
   auto y = data.y.narrow(0, 0, x.size(0));
   torch::Tensor out;
+  model.setTraining(false);  // a forward in training mode would move BatchNorm's buffers (Note [Buffers])
   try {
     out = model.forward(x);
+    model.setTraining(true);
   } catch (const c10::Error& e) {
+    model.setTraining(true);
     std::string what = e.what_without_backtrace();
     PTW_FAIL("model: forward on inputs of shape ", have.str(), " failed: ", what.substr(0, what.find('\n')),
              "; check model.in_features and the model's expected input");

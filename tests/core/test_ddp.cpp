@@ -11,12 +11,14 @@
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QProcess>
 #include <QtTest>
 
 #include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <torch/script.h>
 #include <torch/torch.h>
 
 #include "common/error.h"
@@ -87,6 +89,31 @@ double maxAbsDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::
   for (std::size_t i = 0; i < a.size(); ++i) {
     if (!a[i].sizes().equals(b[i].sizes())) return std::numeric_limits<double>::infinity();
     worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  }
+  return worst;
+}
+
+// The parameters and buffers of a TorchScript model file, by name ("buffer " before a buffer's).
+std::map<std::string, torch::Tensor> scriptedState(const QString& path) {
+  auto module = torch::jit::load(path.toStdString());
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& p : module.named_parameters()) out[p.name] = p.value.detach();
+  for (const auto& b : module.named_buffers()) out["buffer " + b.name] = b.value.detach();
+  return out;
+}
+
+// The largest difference between two such states, and where; infinity where they do not match up.
+std::pair<double, std::string> worstDiff(const std::map<std::string, torch::Tensor>& a,
+                                         const std::map<std::string, torch::Tensor>& b) {
+  if (a.empty() || a.size() != b.size()) return {std::numeric_limits<double>::infinity(), "the names"};
+  std::pair<double, std::string> worst{0.0, ""};
+  for (const auto& [name, t] : a) {
+    auto other = b.find(name);
+    if (other == b.end() || !t.sizes().equals(other->second.sizes()) || t.scalar_type() != other->second.scalar_type())
+      return {std::numeric_limits<double>::infinity(), name};
+    const double d =
+        t.numel() == 0 ? 0.0 : (t.to(torch::kDouble) - other->second.to(torch::kDouble)).abs().max().item<double>();
+    if (d >= worst.first) worst = {d, name};
   }
   return worst;
 }
@@ -706,6 +733,116 @@ class TestDdp : public QObject {
     double diff = maxAbsDiff(loadParameters(straight, 0), loadParameters(second, 0));
     QVERIFY2(diff < 1e-6, qPrintable(QStringLiteral("max |straight - resumed| = %1").arg(diff)));
     QVERIFY(maxAbsDiff(loadParameters(first, 0), loadParameters(second, 0)) > 1e-4);
+  }
+
+  // Note [Buffers]: a BatchNorm model trained 12 steps straight equals 6 steps, a checkpoint
+  // and 6 more from it, parameters and buffers bit for bit (DDP): the checkpoint holds rank 0's
+  // running statistics and batch count, and every rank starts its steps from rank 0's.
+  void batchNormResumesExactly_data() {
+    QTest::addColumn<QString>("kind");
+    QTest::addColumn<QString>("backend");
+    QTest::addColumn<double>("tolerance");
+    QTest::newRow("ddp gloo (a broadcast a step)") << "ddp"
+                                                   << "gloo" << 0.0;
+    QTest::newRow("ddp shm (rank 0's buffers beside the barrier)") << "ddp"
+                                                                   << "shm" << 0.0;
+    // As in resumeContinuesExactly, the lanes' resumed run may round an ulp otherwise.
+    QTest::newRow("dataparallel (lane 0's buffers)") << "dataparallel"
+                                                     << "auto" << 1e-6;
+  }
+  void batchNormResumesExactly() {
+    QFETCH(QString, kind);
+    QFETCH(QString, backend);
+    QFETCH(double, tolerance);
+    Profile p = defaultProfile();
+    p.model.kind = "torchscript";
+    p.model.path = test::sourcePath("resources/data/bn-10-16-1.scripted.pt").toStdString();
+    p.strategy.kind = kind.toStdString();
+    p.strategy.ranks = 2;
+    p.strategy.backend = backend.toStdString();
+    p.data.samples = 96;  // 3 batches of 16 per rank and epoch: 6 steps end mid-epoch
+    p.hyper.momentum = 0.9;
+    p.hyper.lr = 0.05;
+    p.hyper.maxSteps = 12;
+    LaunchObserver quiet;
+    QTemporaryDir straight, first, second;
+    QCOMPARE(launch(straight, p, quiet).status, RunReport::Status::Finished);
+    Profile half = p;
+    half.hyper.maxSteps = 6;
+    QCOMPARE(launch(first, half, quiet).status, RunReport::Status::Finished);
+    Profile resumed = p;
+    resumed.run.resumeFrom = first.filePath("checkpoint.pt").toStdString();
+    QCOMPARE(launch(second, resumed, quiet).status, RunReport::Status::Finished);
+
+    const auto expected = scriptedState(straight.filePath("model.final.pt"));
+    const auto resumedState = scriptedState(second.filePath("model.final.pt"));
+    const auto [diff, where] = worstDiff(expected, resumedState);
+    QVERIFY2(diff <= tolerance,
+             qPrintable(QStringLiteral("max |straight - resumed| = %1 in %2").arg(diff).arg(where.c_str())));
+    // Rank 0 counted one batch a step (the shape check at start runs in eval mode), and the
+    // running mean moved: there were buffers to keep.
+    QCOMPARE(expected.at("buffer norm.num_batches_tracked").item<std::int64_t>(), std::int64_t(12));
+    QCOMPARE(resumedState.at("buffer norm.num_batches_tracked").item<std::int64_t>(), std::int64_t(12));
+    QVERIFY(expected.at("buffer norm.running_mean").abs().max().item<double>() > 1e-3);
+    QVERIFY(worstDiff(scriptedState(first.filePath("model.final.pt")), expected).first > 1e-4);
+  }
+
+  // Note [Buffers]: ptw's DDP on 2 ranks trains a ResNet-18 with BatchNorm (16x16 images) as
+  // PyTorch's DistributedDataParallel does (gloo, broadcast_buffers on, the same
+  // DistributedSampler shards), over c10d and over shared memory: the parameters and rank 0's
+  // buffers agree. tests/data/make_bn_parity.py makes the model, the data and Python's result.
+  void batchNormMatchesPythonDdp() {
+    QTemporaryDir fixture;
+    QProcess py;
+    py.setProcessChannelMode(QProcess::MergedChannels);
+    py.start("/usr/bin/python3",
+             {test::sourcePath("tests/data/make_bn_parity.py"), fixture.path(), "3", "4", "24", "0", "0.05", "0.9"});
+    QVERIFY(py.waitForFinished(300'000));
+    const QString pyOut = QString::fromUtf8(py.readAll());
+    if (pyOut.contains("No module named"))
+      QSKIP(qPrintable("python3-torch or python3-torchvision missing: " + pyOut.right(200)));
+    QVERIFY2(py.exitStatus() == QProcess::NormalExit && py.exitCode() == 0, qPrintable(pyOut.right(2000)));
+    QCOMPARE(scriptedState(fixture.filePath("resnet.python-ddp.scripted.pt"))
+                 .at("buffer net.bn1.num_batches_tracked")
+                 .item<std::int64_t>(),
+             std::int64_t(3));
+
+    // The ResNet's parameters do not depend on the running statistics (BatchNorm trains on
+    // the batch's), so only rank 0's buffers are seen; the shifted MLP's gradients read the
+    // buffer each rank starts a step from, so its parameters differ unless rank 1 starts
+    // from rank 0's.
+    for (const char* name : {"resnet", "shift"})
+      for (const char* backend : {"gloo", "shm"}) {
+        const auto python = scriptedState(fixture.filePath(QString(name) + ".python-ddp.scripted.pt"));
+        Profile p = defaultProfile();
+        p.model.kind = "torchscript";
+        p.model.path = fixture.filePath(QString(name) + ".scripted.pt").toStdString();
+        p.data.kind = "csv";
+        p.data.path = fixture.filePath("images.csv").toStdString();
+        p.data.target = "label";
+        p.data.task = "classification";
+        p.data.samples = 24;
+        p.strategy.kind = "ddp";
+        p.strategy.ranks = 2;
+        p.strategy.backend = backend;
+        p.hyper.batchSize = 4;
+        p.hyper.maxSteps = 3;
+        p.hyper.optimizer = "sgd";
+        p.hyper.lr = 0.05;
+        p.hyper.momentum = 0.9;
+        p.hyper.seed = 0;
+        p.hyper.shuffle = true;
+        LaunchObserver quiet;
+        QTemporaryDir dir;
+        const RunReport r = launch(dir, p, quiet);
+        QVERIFY2(r.status == RunReport::Status::Finished, r.message.c_str());
+        const auto [diff, where] = worstDiff(scriptedState(dir.filePath("model.final.pt")), python);
+        QVERIFY2(diff < 1e-4, qPrintable(QStringLiteral("%1 %2: max |ptw - python ddp| = %3 in %4")
+                                             .arg(name)
+                                             .arg(backend)
+                                             .arg(diff)
+                                             .arg(where.c_str())));
+      }
   }
 };
 

@@ -80,6 +80,20 @@ class TiedMlp(torch.nn.Module):
         return self.out(torch.tanh(self.again(torch.tanh(self.hidden(x)))))
 
 
+class BatchNormMlp(torch.nn.Module):
+    """The MLP above with a BatchNorm layer: buffers (running mean, variance and batch count)
+    that DDP broadcasts from rank 0 and checkpoints keep."""
+
+    def __init__(self):
+        super().__init__()
+        self.hidden = torch.nn.Linear(10, 16)
+        self.norm = torch.nn.BatchNorm1d(16)
+        self.out = torch.nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.out(torch.tanh(self.norm(self.hidden(x))))
+
+
 if __name__ == "__main__":
     torch.manual_seed(0)
     mnist_tiny(os.path.join(ROOT, "resources/data/mnist-tiny"))
@@ -87,3 +101,4 @@ if __name__ == "__main__":
     torch.jit.script(Mlp()).save(os.path.join(ROOT, "resources/data/mlp-10-16-1.scripted.pt"))
     torch.jit.script(Float64Mlp()).save(os.path.join(ROOT, "resources/data/mlp-10-16-1-float64.scripted.pt"))
     torch.jit.script(TiedMlp()).save(os.path.join(ROOT, "resources/data/tied-10-10-1.scripted.pt"))
+    torch.jit.script(BatchNormMlp()).save(os.path.join(ROOT, "resources/data/bn-10-16-1.scripted.pt"))
