@@ -52,8 +52,12 @@ QString groupOf(const QString& path) {
 bool applies(const QString& path, const core::Profile& p) {
   const auto& d = p.data;
   const bool synthetic = d.kind.rfind("synthetic", 0) == 0;
-  if (path == "data.path") return d.kind == "csv" || d.kind == "mnist";
-  if (path == "data.features" || path == "data.target" || path == "data.task") return d.kind == "csv";
+  if (path == "data.path") return !synthetic;
+  if (path == "data.labels_path") return d.kind == "npy";
+  if (path == "data.mean" || path == "data.std" || path == "data.crop_padding" || path == "data.flip")
+    return d.kind == "cifar10" || d.kind == "image-folder" || d.kind == "npy";
+  if (path == "data.features" || path == "data.target") return d.kind == "csv";
+  if (path == "data.task") return d.kind == "csv" || d.kind == "npy";
   if (path == "data.seed" || path == "data.noise") return synthetic;
   if (path == "model.hidden" || path == "model.activation") return p.model.kind == "mlp";
   if (path == "model.path") return p.model.kind == "torchscript";
