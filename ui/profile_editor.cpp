@@ -28,7 +28,7 @@ namespace ptw::ui {
 namespace {
 
 const QString kListSeparator = QStringLiteral(", ");  ///< how an array field's items are shown
-const QStringList kFileFields = {"model.path", "data.path", "run.resume_from"};
+const QStringList kFileFields = {"model.path", "data.path", "data.labels_path", "run.resume_from"};
 
 QString kindOf(const std::string& json) {
   if (json.empty()) return "string";
@@ -156,8 +156,10 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
         browse->setText(QStringLiteral("…"));
         browse->setToolTip(tr("Choose a file or folder"));
         connect(browse, &QToolButton::clicked, this, [this, e, path] {
-          QString chosen = path == "data.path" && m_profile.data.kind == "mnist"
-                               ? QFileDialog::getExistingDirectory(this, tr("Folder with the IDX files"), e->text())
+          const auto& kind = m_profile.data.kind;
+          const bool folder = kind == "mnist" || kind == "cifar10" || kind == "image-folder";
+          QString chosen = path == "data.path" && folder
+                               ? QFileDialog::getExistingDirectory(this, tr("Folder with the data"), e->text())
                                : QFileDialog::getOpenFileName(this, tr("Choose %1").arg(path), e->text());
           if (!chosen.isEmpty()) e->setText(chosen);
         });
