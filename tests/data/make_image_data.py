@@ -9,6 +9,7 @@ tests/core/test_data.cpp runs it into a temporary folder (nothing is committed o
   OUT/folder/<class>/*.png|jpg                                   an ImageFolder tree, 3 classes
   OUT/npy/x.npy, y.npy, img.npy, imgy.npy                        features, labels, images
   OUT/bad/...                                                    one broken input per case
+  OUT/conv.pt         a TorchScript CNN on 3×H×W batches (a Conv2d, then the mean over H, W)
   OUT/expected.json   per set: labels, sample shape, the sum of all inputs and selected values,
                       as numpy, PIL and torchvision's ImageFolder read them
 """
@@ -18,6 +19,7 @@ import os
 import sys
 
 import numpy as np
+import torch
 from PIL import Image
 from torchvision import datasets
 
@@ -115,6 +117,19 @@ tree("empty-class", {"a/0.png": png(rgb(8, 8)), "b/readme.txt": b"no images"})
 tree("cifar-length", {"data_batch_1.bin": bytes(3073 * 2 + 5)})
 tree("npy-dtype", {"x.npy": npy(np.zeros((4, 3), np.uint8)), "y.npy": npy(np.zeros(4, np.int64))})
 tree("npy-fortran", {"x.npy": npy(np.asfortranarray(np.zeros((4, 3), np.float32))), "y.npy": npy(np.zeros(4, np.int64))})
+
+
+
+class Conv(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 10, 3)
+
+    def forward(self, x):
+        return self.conv(x).mean((2, 3))
+
+
+torch.jit.script(Conv()).save(os.path.join(OUT, "conv.pt"))
 
 with open(os.path.join(OUT, "expected.json"), "w") as f:
     json.dump(expected, f)
