@@ -8,6 +8,7 @@
 #include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
+#include <atomic>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,8 @@
 #include "common/npy.h"
 #include "common/profile.h"
 #include "engine/model.h"
+#include "engine/strategy.h"
+#include "engine/trainer.h"
 #include "engine/workload.h"
 
 using namespace ptw;
@@ -255,6 +258,39 @@ class TestData : public QObject {
       QVERIFY2(found, qPrintable(QString("sample %1 is no crop of the padded image").arg(i)));
     }
     QVERIFY(flipped > 0 && flipped < 16);
+  }
+
+  // Training augments: the same profile ends with the same parameters, and not with those of
+  // the same run unaugmented.
+  void trainingAugmentsReproducibly() {
+    core::Profile p;
+    p.model.inFeatures = 3072;
+    p.model.outFeatures = 10;
+    p.data = spec("cifar10");
+    p.data.cropPadding = 4;
+    p.data.flip = true;
+    p.strategy.kind = "single";
+    p.strategy.ranks = 1;
+    p.hyper.maxSteps = 10;
+    auto train = [](const core::Profile& profile) {
+      engine::SyncContext ctx{profile, 0, 1, 0};
+      engine::Trainer t(engine::TrainerOptions(profile, 0, 1), engine::makeStrategy(ctx));
+      std::atomic<bool> stop{false};
+      t.run(stop);
+      return t.parameters();
+    };
+    const auto a = train(p), b = train(p);
+    auto plain = p;
+    plain.data.cropPadding = 0;
+    plain.data.flip = false;
+    const auto c = train(plain);
+    QCOMPARE(a.size(), b.size());
+    bool differs = false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      QVERIFY(torch::equal(a[i], b[i]));
+      differs = differs || !torch::equal(a[i], c[i]);
+    }
+    QVERIFY(differs);
   }
 
   // A torchscript model gets [N, C, H, W]; a built-in one the flat rows.
