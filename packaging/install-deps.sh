@@ -8,10 +8,11 @@ PACKAGES=(
   qt6-base-dev libqt6sql6-sqlite libqcustomplot-dev
   libtorch-dev libgloo-dev libopenblas0-pthread
   nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3 libxxhash-dev libzstd-dev
+  libpng-dev libjpeg62-turbo-dev
   clang clang-format libclang-rt-14-dev
   xvfb xauth
   debootstrap lintian desktop-file-utils appstream shared-mime-info librsvg2-bin
-  python3 python3-torch python3-numpy python3-protobuf python3-crc32c
+  python3 python3-torch python3-numpy python3-protobuf python3-crc32c python3-torchvision python3-pil
   openmpi-bin python3-mpi4py
 )
 

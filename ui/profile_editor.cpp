@@ -38,6 +38,7 @@ const QString kListSeparator = QStringLiteral(", ");  ///< how an array field's 
 /// Fields with a Browse… button beside them, and whether it picks a folder.
 const QMap<QString, bool> kBrowseFields = {{"model.path", false},
                                            {"data.path", false},
+                                           {"data.labels_path", false},
                                            {"run.resume_from", false},
                                            {"command.program", false},
                                            {"command.cwd", true}};
@@ -72,6 +73,10 @@ int itemOf(const QString& errorPath) {
   return errorPath.contains('[') ? errorPath.section('[', 1).section(']', 0, 0).toInt() : -1;
 }
 
+bool imageData(const core::Profile& p) {
+  return p.data.kind == "cifar10" || p.data.kind == "image-folder" || p.data.kind == "npy";
+}
+
 bool runsCommand(const core::Profile& p) {
   const core::StrategyInfo* s = core::findStrategy(p.strategy.kind);
   return s && s->runsCommand;
@@ -89,11 +94,15 @@ struct ApplyRule {
   bool (*holds)(const QString& path, const core::Profile& p);
 };
 const ApplyRule kApplyRules[] = {
-    {"data.path",
-     [](const QString&, const core::Profile& p) { return p.data.kind == "csv" || p.data.kind == "mnist"; }},
+    {"data.path", [](const QString&, const core::Profile& p) { return p.data.kind.rfind("synthetic", 0) != 0; }},
+    {"data.labels_path", [](const QString&, const core::Profile& p) { return p.data.kind == "npy"; }},
+    {"data.mean", [](const QString&, const core::Profile& p) { return imageData(p); }},
+    {"data.std", [](const QString&, const core::Profile& p) { return imageData(p); }},
+    {"data.crop_padding", [](const QString&, const core::Profile& p) { return imageData(p); }},
+    {"data.flip", [](const QString&, const core::Profile& p) { return imageData(p); }},
     {"data.features", [](const QString&, const core::Profile& p) { return p.data.kind == "csv"; }},
     {"data.target", [](const QString&, const core::Profile& p) { return p.data.kind == "csv"; }},
-    {"data.task", [](const QString&, const core::Profile& p) { return p.data.kind == "csv"; }},
+    {"data.task", [](const QString&, const core::Profile& p) { return p.data.kind == "csv" || p.data.kind == "npy"; }},
     {"data.seed", [](const QString&, const core::Profile& p) { return p.data.kind.rfind("synthetic", 0) == 0; }},
     {"data.noise", [](const QString&, const core::Profile& p) { return p.data.kind.rfind("synthetic", 0) == 0; }},
     {"model.hidden", [](const QString&, const core::Profile& p) { return p.model.kind == "mlp"; }},
@@ -249,7 +258,9 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
         browse->setText(tr("Browse…"));
         browse->setToolTip(kBrowseFields.value(path) ? tr("Choose a folder") : tr("Choose a file"));
         connect(browse, &QToolButton::clicked, this, [this, e, path] {
-          const bool folder = kBrowseFields.value(path) || (path == "data.path" && m_profile.data.kind == "mnist");
+          const auto& kind = m_profile.data.kind;
+          const bool folderData = kind == "mnist" || kind == "cifar10" || kind == "image-folder";
+          const bool folder = kBrowseFields.value(path) || (path == "data.path" && folderData);
           QString chosen = folder ? QFileDialog::getExistingDirectory(this, tr("Choose %1").arg(path), e->text())
                                   : QFileDialog::getOpenFileName(this, tr("Choose %1").arg(path), e->text());
           if (!chosen.isEmpty()) e->setText(chosen);

@@ -48,6 +48,11 @@ void visit(DataSpec& d, F&& f) {
   f("target", d.target);
   f("task", d.task);
   f("val_fraction", d.valFraction);
+  f("labels_path", d.labelsPath);
+  f("mean", d.mean);
+  f("std", d.std);
+  f("crop_padding", d.cropPadding);
+  f("flip", d.flip);
 }
 template <class F>
 void visit(StrategySpec& s, F&& f) {
@@ -171,6 +176,14 @@ void read(const Json& v, const std::string& path, std::vector<std::string>& out)
   for (std::size_t i = 0; i < v.size(); ++i) {
     PTW_CHECK(v[i].is_string(), path, "[", i, "]: expected a string, got ", describe(v[i]));
     out.push_back(v[i].get<std::string>());
+  }
+}
+void read(const Json& v, const std::string& path, std::vector<double>& out) {
+  PTW_CHECK(v.is_array(), path, ": expected an array of numbers, got ", describe(v));
+  out.clear();
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    PTW_CHECK(v[i].is_number(), path, "[", i, "]: expected a number, got ", describe(v[i]));
+    out.push_back(v[i].get<double>());
   }
 }
 void read(const Json& v, const std::string& path, std::vector<std::int64_t>& out) {
@@ -311,7 +324,7 @@ void validateStrategy(const StrategyInfo& info, const Profile& p, Need& need) {
 template <class Need, class OneOf>
 void validateStrategySection(const Profile& p, Need& need, OneOf& oneOf) {
   const auto& s = p.strategy;
-  const bool fileData = p.data.kind == "csv" || p.data.kind == "mnist";
+  const bool fileData = readsDataFiles(p.data);
   oneOf(s.kind, "strategy.kind");
   need(s.ranks >= 1, "strategy.ranks", "must be >= 1, got " + str(s.ranks));
   need(s.ranks <= 255, "strategy.ranks", "must be <= 255, got " + str(s.ranks));
@@ -345,6 +358,8 @@ void validateStrategySection(const Profile& p, Need& need, OneOf& oneOf) {
 
 }  // namespace
 
+bool readsDataFiles(const DataSpec& data) { return data.kind.rfind("synthetic", 0) != 0; }
+
 bool Profile::operator==(const Profile& other) const { return toJsonValue(*this) == toJsonValue(other); }
 
 std::vector<FieldError> validate(const Profile& p) {
@@ -361,7 +376,7 @@ std::vector<FieldError> validate(const Profile& p) {
     e.push_back({path, "expected one of " + list + ", got \"" + v + "\""});
   };
 
-  const bool fileData = p.data.kind == "csv" || p.data.kind == "mnist";
+  const bool fileData = readsDataFiles(p.data);
   oneOf(p.model.kind, "model.kind");
   need(p.model.inFeatures >= 1, "model.in_features", "must be >= 1, got " + str(p.model.inFeatures));
   need(p.model.outFeatures >= 1, "model.out_features", "must be >= 1, got " + str(p.model.outFeatures));
@@ -382,10 +397,26 @@ std::vector<FieldError> validate(const Profile& p) {
   oneOf(p.data.task, "data.task");
   if (fileData)
     need(!p.data.path.empty(), "data.path",
-         p.data.kind == "csv" ? "csv needs the file" : "mnist needs the folder holding the IDX files");
+         p.data.kind == "csv"            ? "csv needs the file"
+         : p.data.kind == "mnist"        ? "mnist needs the folder holding the IDX files"
+         : p.data.kind == "cifar10"      ? "cifar10 needs the folder holding data_batch_*.bin"
+         : p.data.kind == "image-folder" ? "image-folder needs the root folder (one subfolder per class)"
+                                         : "npy needs the features' .npy file");
   if (p.data.kind == "csv") need(!p.data.target.empty(), "data.target", "csv needs the name of the target column");
+  if (p.data.kind == "npy") need(!p.data.labelsPath.empty(), "data.labels_path", "npy needs the labels' .npy file");
+  const bool images = p.data.kind == "cifar10" || p.data.kind == "image-folder" || p.data.kind == "npy";
+  need(images || (p.data.mean.empty() && p.data.std.empty() && p.data.cropPadding == 0 && !p.data.flip), "data.kind",
+       "normalisation and augmentation (data.mean, data.std, data.crop_padding, data.flip) need image data: "
+       "cifar10, image-folder or npy");
+  need(p.data.mean.size() == p.data.std.size(), "data.std",
+       "needs one value per channel, like data.mean: " + str(static_cast<std::int64_t>(p.data.mean.size())) +
+           " mean(s), " + str(static_cast<std::int64_t>(p.data.std.size())) + " std(s)");
+  for (double v : p.data.std) need(v > 0 && std::isfinite(v), "data.std", "every value must be > 0, got " + str(v));
+  for (double v : p.data.mean) need(std::isfinite(v), "data.mean", "every value must be finite, got " + str(v));
+  need(p.data.cropPadding >= 0, "data.crop_padding", "must be >= 0, got " + str(p.data.cropPadding));
   const bool classification = p.data.kind == "synthetic-classification" || p.data.kind == "mnist" ||
-                              (p.data.kind == "csv" && p.data.task == "classification");
+                              p.data.kind == "cifar10" || p.data.kind == "image-folder" ||
+                              ((p.data.kind == "csv" || p.data.kind == "npy") && p.data.task == "classification");
   if (classification && p.model.kind != "torchscript")
     need(p.model.outFeatures >= 2, "model.out_features",
          "classification needs >= 2 outputs (one per class), got " + str(p.model.outFeatures));
@@ -488,7 +519,8 @@ std::vector<std::string> fieldChoices(const std::string& path) {
   static const std::map<std::string, std::vector<std::string>> choices = {
       {"model.kind", {"linear", "mlp", "cnn", "torchscript"}},
       {"model.activation", {"relu", "tanh", "gelu"}},
-      {"data.kind", {"synthetic-regression", "synthetic-classification", "csv", "mnist"}},
+      {"data.kind",
+       {"synthetic-regression", "synthetic-classification", "csv", "mnist", "cifar10", "image-folder", "npy"}},
       {"data.task", {"regression", "classification"}},
       {"strategy.device", {"cpu", "cuda"}},
       {"strategy.pool_mode", {"sync", "hogwild"}},
@@ -526,19 +558,27 @@ const std::map<std::string, std::string>& fieldHelp() {
        "TorchScript (`model.final.pt`); a weight tied to two names is one parameter, as in PyTorch"},
       {"data.kind",
        "generated regression data (the seed workload); Gaussian blobs, one per class; a CSV file; IDX files "
-       "(`train-images-idx3-ubyte`, `train-labels-idx1-ubyte`) in a folder"},
+       "(`train-images-idx3-ubyte`, `train-labels-idx1-ubyte`) in a folder; CIFAR-10 binary batches "
+       "(`data_batch_*.bin`) in a folder; a folder of PNG/JPEG images, one subfolder per class; `.npy` arrays "
+       "(features in `data.path`, labels in `data.labels_path`); see [data.md](data.md)"},
       {"data.samples",
-       "synthetic: how many samples; `csv`, `mnist`: the first N rows, 0 = all; the training part must hold at least "
+       "synthetic: how many samples; files: the first N samples, 0 = all; the training part must hold at least "
        "`strategy.ranks` samples"},
       {"data.seed", "synthetic: the generator's seed"},
       {"data.noise", "synthetic: the noise scale"},
       {"data.path", "where the data is"},
       {"data.features", "`csv`: the feature columns; empty = every column but the target"},
       {"data.target", "`csv`: the target column"},
-      {"data.task", "`csv`: regression (MSE) or classification (cross-entropy on integer class labels)"},
+      {"data.task", "`csv`, `npy`: regression (MSE) or classification (cross-entropy on integer class labels)"},
       {"data.val_fraction",
        "the share held out from the end of the data for validation: its loss (and accuracy) every `run.eval_every` "
        "steps and at the end"},
+      {"data.labels_path", "`npy`: the labels' `.npy` (int64 class labels, or float targets for regression)"},
+      {"data.mean", "images: per-channel mean, subtracted after scaling pixels to [0, 1]; empty = none"},
+      {"data.std", "images: per-channel standard deviation, divided by after the mean; one per `data.mean`"},
+      {"data.crop_padding",
+       "images: pad by this many zeros on each side, then crop a random window of the image's size; 0 = off"},
+      {"data.flip", "images: flip half of the samples left to right, at random"},
       {"strategy.kind",
        "one process; one process with a replica per CPU lane or GPU; one process per rank, gradients all-reduced; a "
        "coordinator and workers on parameters in shared memory; your own program, a process per rank (the `command` "
@@ -577,7 +617,7 @@ const std::map<std::string, std::string>& fieldHelp() {
       {"hyper.accumulate", "micro-batches per optimizer step; DDP communicates once per step"},
       {"hyper.clip_norm", "clip the global gradient norm to this; 0 = off"},
       {"hyper.precision", "`bf16`: autocast on CUDA"},
-      {"hyper.seed", "seeds the model's initial parameters and the sampler"},
+      {"hyper.seed", "seeds the model's initial parameters, the sampler and image augmentation"},
       {"hyper.shuffle",
        "sampler: shuffle every epoch (a permutation seeded with seed + epoch, as `DistributedSampler`)"},
       {"hyper.drop_last", "sampler: drop the tail that does not divide evenly over the ranks instead of padding it"},
@@ -629,7 +669,7 @@ void resolvePaths(Profile& p, const std::string& folder) {
   // Files a profile names are relative to the profile, so a folder of profiles and data
   // can be moved or shipped as one.
   const std::filesystem::path base(folder);
-  for (std::string* file : {&p.model.path, &p.data.path, &p.run.resumeFrom}) {
+  for (std::string* file : {&p.model.path, &p.data.path, &p.data.labelsPath, &p.run.resumeFrom}) {
     if (!file->empty() && std::filesystem::path(*file).is_relative())
       *file = (base / *file).lexically_normal().string();
   }

@@ -23,8 +23,9 @@ struct ModelSpec {
 
 /// Example: DataSpec{}.samples = 1000;
 struct DataSpec {
-  std::string kind = "synthetic-regression";  ///< synthetic-regression | synthetic-classification | csv | mnist
-  std::int64_t samples = 100;                 ///< synthetic: how many; csv/mnist: the first N rows, 0 = all
+  /// synthetic-regression | synthetic-classification | csv | mnist | cifar10 | image-folder | npy
+  std::string kind = "synthetic-regression";
+  std::int64_t samples = 100;  ///< synthetic: how many; files: the first N samples, 0 = all
   std::uint64_t seed = 0;
   double noise = 0.1;
   std::string path = "";                   ///< csv: the file; mnist: the folder with the IDX files
@@ -32,6 +33,11 @@ struct DataSpec {
   std::string target = "";                 ///< csv: the target column
   std::string task = "regression";         ///< csv: regression | classification (integer class labels)
   double valFraction = 0.0;                ///< held out from the end of the data for validation
+  std::string labelsPath = "";             ///< npy: the labels' .npy (data.path holds the features')
+  std::vector<double> mean = {};           ///< images: per-channel mean subtracted (after scaling to [0, 1])
+  std::vector<double> std = {};            ///< images: per-channel divisor, one per channel like mean
+  std::int64_t cropPadding = 0;            ///< images: random crop after zero padding by this many pixels
+  bool flip = false;                       ///< images: random horizontal flip, half of the samples
 };
 
 /// What a rank, and the check before a run, say for `strategy.device: cuda` where LibTorch
@@ -39,6 +45,8 @@ struct DataSpec {
 inline constexpr const char* kNoCudaDeviceMessage =
     "strategy.device: \"cuda\" but LibTorch sees no CUDA device on this machine (this LibTorch has no CUDA, or no "
     "driver is loaded); use \"cpu\"";
+/// Whether data.kind reads files named by data.path (csv, mnist, cifar10, image-folder, npy).
+bool readsDataFiles(const DataSpec& data);
 
 /// Example: StrategySpec{}.ranks = 4;
 struct StrategySpec {

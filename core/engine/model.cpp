@@ -159,7 +159,13 @@ class SequentialModel final : public Model {
 class ScriptModel final : public Model {
  public:
   explicit ScriptModel(torch::jit::Module module) : m_module(std::move(module)) {}
-  torch::Tensor forward(const torch::Tensor& x) override { return m_module.forward({x}).toTensor(); }
+  torch::Tensor forward(const torch::Tensor& x) override {
+    if (m_inputShape.empty() || x.dim() != 2) return m_module.forward({x}).toTensor();
+    std::vector<std::int64_t> sizes{x.size(0)};
+    sizes.insert(sizes.end(), m_inputShape.begin(), m_inputShape.end());
+    return m_module.forward({x.view(sizes)}).toTensor();
+  }
+  void setInputShape(const std::vector<std::int64_t>& shape) override { m_inputShape = shape; }
   // A tied weight (one submodule used under two names) is listed once, as PyTorch's
   // Module.parameters() does; the module's own list holds it under each name, and an
   // optimizer given it twice would step it twice.
@@ -184,7 +190,9 @@ class ScriptModel final : public Model {
   std::unique_ptr<Model> replicate(const torch::Device& device) const override {
     std::stringstream bytes;
     m_module.save(bytes);
-    return std::make_unique<ScriptModel>(torch::jit::load(bytes, device));
+    auto copy = std::make_unique<ScriptModel>(torch::jit::load(bytes, device));
+    copy->m_inputShape = m_inputShape;
+    return copy;
   }
   void to(const torch::Device& device) override { m_module.to(device); }
   void setTraining(bool on) override { m_module.train(on); }
@@ -192,6 +200,7 @@ class ScriptModel final : public Model {
 
  private:
   torch::jit::Module m_module;
+  std::vector<std::int64_t> m_inputShape;  ///< empty: batches as the data holds them
 };
 
 torch::nn::AnyModule activation(const std::string& name) {

@@ -36,6 +36,9 @@ class Model {
                                                 double /*weight*/, bool /*classification*/) {
     return std::nullopt;
   }
+  /// The shape of one sample, {C, H, W} for images (Dataset::sampleShape). A torchscript model
+  /// gets batches in it, [N, C, H, W]; the built-in models keep the flat rows [N, C·H·W].
+  virtual void setInputShape(const std::vector<std::int64_t>& /*shape*/) {}
 };
 
 /// Built from the spec; parameters initialised from `seed`, so every rank starts equal.

@@ -71,6 +71,7 @@ Trainer::Trainer(TrainerOptions options, std::unique_ptr<Strategy> strategy, Rec
       m_sink(std::move(sink)),
       m_data(makeDataset(m_profile.data, m_profile.model)),
       m_model(makeModel(m_profile.model, m_profile.hyper.seed)) {
+  m_model->setInputShape(m_data.sampleShape);
   checkWorkload(*m_model, m_data, m_profile);
   m_strategy = chooseFor(std::move(m_strategy), *m_model);
   m_plan = m_options.plan ? m_options.plan : m_strategy->plan(m_profile, m_data.size());
@@ -261,7 +262,11 @@ double Trainer::microBatches(const Batches& batches, std::int64_t micro, std::in
   for (std::int64_t k = 0; k < micro; ++k) {
     const auto& batch = batches[static_cast<std::size_t>(m_batchInEpoch + k)];
     auto a = Clock::now();
-    auto x = gatherRows(m_data.x, batch, m_batchX).to(dev);
+    auto x = gatherRows(m_data.x, batch, m_batchX);
+    if (augments(m_profile.data))
+      x = augmentImages(x, m_data.sampleShape, m_profile.data,
+                        augmentSeed(m_profile.hyper.seed, m_options.rank, m_epoch, m_batchInEpoch + k));
+    x = x.to(dev);
     auto y = gatherRows(m_data.y, batch, m_batchY).to(dev);
     auto b = Clock::now();
     const double weight = static_cast<double>(batch.size()) / static_cast<double>(stepSamples);

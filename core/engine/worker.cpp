@@ -578,6 +578,7 @@ int printDevices() {
 int preflight(const core::Profile& profile) {
   Dataset data = makeDataset(profile.data, profile.model);
   auto model = makeModel(profile.model, profile.hyper.seed);
+  model->setInputShape(data.sampleShape);
   checkWorkload(*model, data, profile);
   torch::NoGradGuard noGrad;
   auto out = model->forward(data.x.narrow(0, 0, 1));
@@ -592,8 +593,8 @@ int preflight(const core::Profile& profile) {
       "{\"train_samples\": %lld, \"val_samples\": %lld, \"input\": %s, \"output\": %s, "
       "\"classification\": %s, \"parameters\": %lld}\n",
       static_cast<long long>(data.size()), static_cast<long long>(data.valSize()),
-      dims(data.x.sizes().slice(1)).c_str(), dims(out.sizes().slice(1)).c_str(), data.classification ? "true" : "false",
-      static_cast<long long>(params));
+      dims(data.sampleShape.empty() ? data.x.sizes().slice(1) : c10::IntArrayRef(data.sampleShape)).c_str(),
+      dims(out.sizes().slice(1)).c_str(), data.classification ? "true" : "false", static_cast<long long>(params));
   return 0;
 }
 

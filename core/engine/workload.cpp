@@ -1,14 +1,23 @@
 #include "engine/workload.h"
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
+#include <csetjmp>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
+
+#include <jpeglib.h>
+#include <png.h>
 
 #include "common/data_files.h"
 #include "common/error.h"
+#include "common/npy.h"
 #include "engine/compat.h"
 #include "engine/model.h"
 
@@ -117,7 +126,304 @@ void loadMnist(const core::DataSpec& spec, Dataset& d) {
   PTW_CHECK(maxLabel <= 9, "data.path: \"", labelsPath, "\": label ", maxLabel, " out of range 0-9");
 }
 
+// ---- Images (cifar10, image-folder) and .npy arrays: docs/data.md ----
+
+std::string readBytes(const std::string& path, const char* field) {
+  std::ifstream in(path, std::ios::binary);
+  PTW_CHECK(in, field, ": cannot open \"", path, "\" (", std::strerror(errno), ")");
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// CIFAR-10 binary batches: records of 1 label byte and 3072 pixel bytes (R, G, B planes of 32×32).
+void loadCifar10(const core::DataSpec& spec, Dataset& d) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  std::error_code ec;
+  for (fs::directory_iterator it(spec.path, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (name.rfind("data_batch_", 0) == 0 && name.size() > 15 && name.substr(name.size() - 4) == ".bin")
+      files.push_back(it->path().string());
+  }
+  PTW_CHECK(!ec, "data.path: cannot read the folder \"", spec.path, "\" (", ec.message(), ")");
+  std::sort(files.begin(), files.end());
+  PTW_CHECK(!files.empty(), "data.path: \"", spec.path,
+            "\" holds no data_batch_*.bin; a cifar10 folder holds the binary version's batches");
+  // The test batch goes last, so data.val_fraction = 1/6 holds out exactly it.
+  if (fs::exists(fs::path(spec.path) / "test_batch.bin"))
+    files.push_back((fs::path(spec.path) / "test_batch.bin").string());
+  constexpr std::int64_t kRecord = 1 + 3 * 32 * 32;
+  std::vector<std::uint8_t> pixels;
+  std::vector<std::int64_t> labels;
+  for (const auto& file : files) {
+    const std::string bytes = readBytes(file, "data.path");
+    const auto size = static_cast<std::int64_t>(bytes.size());
+    PTW_CHECK(size > 0 && size % kRecord == 0, "data.path: \"", file, "\" has ", size,
+              " bytes; expected a multiple of ", kRecord, " (1 label byte and 3072 pixel bytes per image)");
+    for (std::int64_t at = 0; at < size; at += kRecord) {
+      if (spec.samples > 0 && static_cast<std::int64_t>(labels.size()) == spec.samples) break;
+      const auto label = static_cast<std::uint8_t>(bytes[static_cast<std::size_t>(at)]);
+      PTW_CHECK(label <= 9, "data.path: \"", file, "\" record ", at / kRecord, ": label ", int(label),
+                " out of range 0-9");
+      labels.push_back(label);
+      pixels.insert(pixels.end(), bytes.begin() + at + 1, bytes.begin() + at + kRecord);
+    }
+  }
+  const auto n = static_cast<std::int64_t>(labels.size());
+  d.x = torch::from_blob(pixels.data(), {n, kRecord - 1}, torch::kUInt8).to(torch::kFloat32).div_(255);
+  d.y = torch::from_blob(labels.data(), {n}, torch::kInt64).clone();
+  d.sampleShape = {3, 32, 32};
+  d.classification = true;
+}
+
+struct Image {
+  std::int64_t height = 0, width = 0, channels = 0;
+  std::vector<std::uint8_t> hwc;  ///< rows of pixels, channels interleaved
+};
+
+Image decodePng(const std::string& bytes, const std::string& file) {
+  png_image png;
+  std::memset(&png, 0, sizeof png);
+  png.version = PNG_IMAGE_VERSION;
+  auto fail = [&](const char* what) {
+    const std::string message = png.message;
+    png_image_free(&png);
+    PTW_FAIL("data.path: \"", file, "\": ", what, ": ", message, " (truncated or not a PNG?)");
+  };
+  if (!png_image_begin_read_from_memory(&png, bytes.data(), bytes.size())) fail("cannot read the PNG header");
+  // 8 bits a sample, the file's channels: gray (1), gray+alpha (2), RGB (3) or RGBA (4).
+  png.format &= ~static_cast<png_uint_32>(PNG_FORMAT_FLAG_LINEAR | PNG_FORMAT_FLAG_COLORMAP);
+  Image img;
+  img.height = png.height;
+  img.width = png.width;
+  img.channels = PNG_IMAGE_SAMPLE_CHANNELS(png.format);
+  img.hwc.resize(PNG_IMAGE_SIZE(png));
+  if (!png_image_finish_read(&png, nullptr, img.hwc.data(), 0, nullptr)) fail("cannot decode the PNG");
+  return img;
+}
+
+// libjpeg reports errors through a callback that must not return; it longjmps back here, past
+// no C++ object (Note [JPEG errors]). A warning (a truncated file decodes to gray) is an error too.
+struct JpegError {
+  jpeg_error_mgr mgr;
+  std::jmp_buf jump;
+  char message[JMSG_LENGTH_MAX];
+};
+
+void jpegFail(j_common_ptr info) {
+  auto* err = reinterpret_cast<JpegError*>(info->err);
+  (*info->err->format_message)(info, err->message);
+  std::longjmp(err->jump, 1);
+}
+
+void jpegMessage(j_common_ptr info, int level) {
+  if (level < 0) jpegFail(info);  // a warning: corrupt or truncated data
+}
+
+// Note [JPEG errors]: only plain data lives in this frame between setjmp and the longjmp.
+bool decodeJpegInto(const std::string& bytes, Image& img, std::vector<std::uint8_t>& out, char* message) {
+  jpeg_decompress_struct info;
+  JpegError err;
+  info.err = jpeg_std_error(&err.mgr);
+  err.mgr.error_exit = jpegFail;
+  err.mgr.emit_message = jpegMessage;
+  if (setjmp(err.jump)) {
+    std::memcpy(message, err.message, JMSG_LENGTH_MAX);
+    jpeg_destroy_decompress(&info);
+    return false;
+  }
+  jpeg_create_decompress(&info);
+  jpeg_mem_src(&info, reinterpret_cast<const unsigned char*>(bytes.data()), static_cast<unsigned long>(bytes.size()));
+  jpeg_read_header(&info, TRUE);
+  jpeg_start_decompress(&info);
+  img.height = info.output_height;
+  img.width = info.output_width;
+  img.channels = info.output_components;
+  const std::size_t row =
+      static_cast<std::size_t>(info.output_width) * static_cast<std::size_t>(info.output_components);
+  out.resize(row * info.output_height);  // the caller's vector: no object of this frame is skipped
+  while (info.output_scanline < info.output_height) {
+    unsigned char* line = out.data() + info.output_scanline * row;
+    jpeg_read_scanlines(&info, &line, 1);
+  }
+  jpeg_finish_decompress(&info);
+  jpeg_destroy_decompress(&info);
+  return true;
+}
+
+Image decodeJpeg(const std::string& bytes, const std::string& file) {
+  Image img;
+  char message[JMSG_LENGTH_MAX] = {};
+  PTW_CHECK(decodeJpegInto(bytes, img, img.hwc, message), "data.path: \"", file,
+            "\": cannot decode the JPEG: ", message, " (truncated or not a JPEG?)");
+  return img;
+}
+
+std::string lower(std::string s) {
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// root/<class>/**/*.png|jpg|jpeg, in torchvision's ImageFolder order: classes are the sorted
+// folder names, numbered from 0; files sorted by folder, then name.
+void loadImageFolder(const core::DataSpec& spec, Dataset& d) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  std::vector<std::string> classes;
+  for (fs::directory_iterator it(spec.path, ec), end; !ec && it != end; it.increment(ec))
+    if (it->is_directory()) classes.push_back(it->path().filename().string());
+  PTW_CHECK(!ec, "data.path: cannot read the folder \"", spec.path, "\" (", ec.message(), ")");
+  std::sort(classes.begin(), classes.end());
+  PTW_CHECK(!classes.empty(), "data.path: \"", spec.path, "\" has no class folders; expected root/<class>/<image>");
+  std::vector<std::pair<std::string, std::int64_t>> files;
+  for (std::size_t c = 0; c < classes.size(); ++c) {
+    const fs::path dir = fs::path(spec.path) / classes[c];
+    std::vector<std::pair<std::string, std::string>> found;  // (folder, name)
+    for (fs::recursive_directory_iterator it(dir, fs::directory_options::follow_directory_symlink, ec), end;
+         !ec && it != end; it.increment(ec)) {
+      const std::string ext = lower(it->path().extension().string());
+      if (it->is_regular_file() && (ext == ".png" || ext == ".jpg" || ext == ".jpeg"))
+        found.emplace_back(it->path().parent_path().string(), it->path().filename().string());
+    }
+    PTW_CHECK(!ec, "data.path: cannot read the folder \"", dir.string(), "\" (", ec.message(), ")");
+    PTW_CHECK(!found.empty(), "data.path: the class folder \"", dir.string(),
+              "\" has no images (.png, .jpg, .jpeg); remove it or add its images");
+    std::sort(found.begin(), found.end());
+    for (const auto& [folder, name] : found)
+      files.emplace_back((fs::path(folder) / name).string(), static_cast<std::int64_t>(c));
+  }
+  if (spec.samples > 0 && static_cast<std::int64_t>(files.size()) > spec.samples)
+    files.resize(static_cast<std::size_t>(spec.samples));
+  std::vector<std::uint8_t> pixels;
+  std::vector<std::int64_t> labels;
+  Image first;
+  for (const auto& [file, label] : files) {
+    const std::string bytes = readBytes(file, "data.path");
+    const std::string ext = lower(fs::path(file).extension().string());
+    Image img = ext == ".png" ? decodePng(bytes, file) : decodeJpeg(bytes, file);
+    if (first.hwc.empty()) {
+      first = img;
+    } else {
+      PTW_CHECK(img.height == first.height && img.width == first.width && img.channels == first.channels,
+                "data.path: \"", file, "\" is ", img.channels, "×", img.height, "×", img.width,
+                " (channels×height×width); expected ", first.channels, "×", first.height, "×", first.width, " like \"",
+                files.front().first, "\": every image must have the same size and channels");
+    }
+    auto chw = torch::from_blob(img.hwc.data(), {img.height, img.width, img.channels}, torch::kUInt8)
+                   .permute({2, 0, 1})
+                   .contiguous();
+    const auto* p = chw.data_ptr<std::uint8_t>();
+    pixels.insert(pixels.end(), p, p + chw.numel());
+    labels.push_back(label);
+  }
+  const auto n = static_cast<std::int64_t>(labels.size());
+  const std::int64_t features = first.channels * first.height * first.width;
+  d.x = torch::from_blob(pixels.data(), {n, features}, torch::kUInt8).to(torch::kFloat32).div_(255);
+  d.y = torch::from_blob(labels.data(), {n}, torch::kInt64).clone();
+  d.sampleShape = {first.channels, first.height, first.width};
+  d.classification = true;
+}
+
+torch::Tensor loadNpy(const std::string& file, const char* field) {
+  const std::string bytes = readBytes(file, field);
+  core::NpyHeader h;
+  try {
+    h = core::parseNpyHeader(bytes, file);
+  } catch (const Error& e) {
+    PTW_FAIL(field, ": ", e.what());
+  }
+  const auto type = h.descr == "<f4" ? torch::kFloat32 : h.descr == "<f8" ? torch::kFloat64 : torch::kInt64;
+  return torch::from_blob(const_cast<char*>(bytes.data()) + h.dataOffset, h.shape, type).clone();
+}
+
+// Features [n, f] or images [n, C, H, W] in data.path; labels [n] (or [n, outputs] for
+// regression) in data.labels_path. Float features become float32 as they are (no scaling).
+void loadNpyData(const core::DataSpec& spec, Dataset& d) {
+  auto x = loadNpy(spec.path, "data.path");
+  auto y = loadNpy(spec.labelsPath, "data.labels_path");
+  PTW_CHECK(x.dim() == 2 || x.dim() == 4, "data.path: \"", spec.path, "\" has shape ", x.sizes(),
+            "; expected [samples, features] or images [samples, channels, height, width]");
+  PTW_CHECK(y.dim() >= 1 && y.size(0) == x.size(0), "data.labels_path: \"", spec.labelsPath, "\" has shape ", y.sizes(),
+            "; expected ", x.size(0), " labels, one per sample of \"", spec.path, "\"");
+  d.classification = spec.task == "classification";
+  if (d.classification) {
+    PTW_CHECK(y.dim() == 1 && y.scalar_type() == torch::kInt64, "data.labels_path: \"", spec.labelsPath,
+              "\": class labels must be int64 of shape [samples]; got ", y.scalar_type(), " ", y.sizes());
+    PTW_CHECK(y.numel() == 0 || y.min().item<std::int64_t>() >= 0, "data.labels_path: \"", spec.labelsPath,
+              "\": class labels must be >= 0");
+  } else {
+    PTW_CHECK(y.dim() <= 2, "data.labels_path: \"", spec.labelsPath,
+              "\": targets must be [samples] or [samples, outputs]");
+    y = y.to(torch::kFloat32);
+    if (y.dim() == 1) y = y.unsqueeze(1);
+  }
+  if (x.dim() == 4) d.sampleShape = {x.size(1), x.size(2), x.size(3)};
+  const std::int64_t n = spec.samples > 0 ? std::min(spec.samples, x.size(0)) : x.size(0);
+  d.x = x.narrow(0, 0, n).reshape({n, -1}).to(torch::kFloat32).contiguous();
+  d.y = y.narrow(0, 0, n).contiguous();
+}
+
+// (x - mean[c]) / std[c] per channel of images.
+void normalise(const core::DataSpec& spec, Dataset& d) {
+  if (spec.mean.empty()) return;
+  const auto channels = static_cast<std::size_t>(d.sampleShape.empty() ? 0 : d.sampleShape[0]);
+  PTW_CHECK(!d.sampleShape.empty(), "data.mean: \"", spec.path,
+            "\" holds no images (a [samples, features] array); leave data.mean and data.std empty");
+  PTW_CHECK(spec.mean.size() == channels && spec.std.size() == channels, "data.mean: ", spec.mean.size(),
+            " value(s) and data.std: ", spec.std.size(), " for images with ", channels, " channel(s) in \"", spec.path,
+            "\"; give one per channel");
+  auto x = d.x.view({d.x.size(0), d.sampleShape[0], -1});
+  for (std::size_t c = 0; c < channels; ++c) {
+    auto plane = x.select(1, static_cast<std::int64_t>(c));
+    plane.sub_(spec.mean[c]).div_(spec.std[c]);
+  }
+}
+
 }  // namespace
+
+bool augments(const core::DataSpec& data) { return data.cropPadding > 0 || data.flip; }
+
+std::uint64_t augmentSeed(std::uint64_t seed, int rank, std::int64_t epoch, std::int64_t batch) {
+  auto mix = [](std::uint64_t z) {  // splitmix64's finaliser
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+  };
+  std::uint64_t h = mix(seed + 0x9e3779b97f4a7c15ULL);
+  for (std::uint64_t v :
+       {static_cast<std::uint64_t>(rank), static_cast<std::uint64_t>(epoch), static_cast<std::uint64_t>(batch)})
+    h = mix(h ^ (v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2)));
+  return h;
+}
+
+torch::Tensor augmentImages(const torch::Tensor& batch, const std::vector<std::int64_t>& shape,
+                            const core::DataSpec& data, std::uint64_t seed) {
+  PTW_CHECK(shape.size() == 3, "data.crop_padding, data.flip: augmentation needs images [channels, height, width]");
+  const std::int64_t n = batch.size(0), C = shape[0], H = shape[1], W = shape[2], pad = data.cropPadding;
+  auto in = batch.to(torch::kFloat32).contiguous();
+  auto out = torch::zeros_like(in);
+  const float* src = in.data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  std::mt19937_64 gen(seed);
+  for (std::int64_t i = 0; i < n; ++i) {
+    // Per sample: the crop's corner in the padded image, then the flip (torchvision's RandomCrop,
+    // RandomHorizontalFlip).
+    const std::int64_t dy = pad > 0 ? static_cast<std::int64_t>(gen() % static_cast<std::uint64_t>(2 * pad + 1)) : 0;
+    const std::int64_t dx = pad > 0 ? static_cast<std::int64_t>(gen() % static_cast<std::uint64_t>(2 * pad + 1)) : 0;
+    const bool flip = data.flip && (gen() & 1) != 0;
+    const float* s = src + i * C * H * W;
+    float* o = dst + i * C * H * W;
+    for (std::int64_t c = 0; c < C; ++c)
+      for (std::int64_t y = 0; y < H; ++y) {
+        const std::int64_t sy = y + dy - pad;
+        if (sy < 0 || sy >= H) continue;  // padding: zeros
+        for (std::int64_t x = 0; x < W; ++x) {
+          const std::int64_t sx = (flip ? W - 1 - x : x) + dx - pad;
+          if (sx >= 0 && sx < W) o[(c * H + y) * W + x] = s[(c * H + sy) * W + sx];
+        }
+      }
+  }
+  return out;
+}
 
 Dataset makeDataset(const core::DataSpec& data, const core::ModelSpec& model) {
   torch::NoGradGuard noGrad;
@@ -128,6 +434,12 @@ Dataset makeDataset(const core::DataSpec& data, const core::ModelSpec& model) {
     loadCsv(data, d);
   } else if (data.kind == "mnist") {
     loadMnist(data, d);
+  } else if (data.kind == "cifar10") {
+    loadCifar10(data, d);
+  } else if (data.kind == "image-folder") {
+    loadImageFolder(data, d);
+  } else if (data.kind == "npy") {
+    loadNpyData(data, d);
   } else {
     auto gen = at::detail::createCPUGenerator(data.seed);
     const auto n = data.samples, in = model.inFeatures, out = model.outFeatures;
@@ -147,6 +459,7 @@ Dataset makeDataset(const core::DataSpec& data, const core::ModelSpec& model) {
       PTW_FAIL("data.kind: unsupported \"", data.kind, "\"");
     }
   }
+  normalise(data, d);
   const std::int64_t total = d.x.size(0);
   const auto held = static_cast<std::int64_t>(static_cast<double>(total) * data.valFraction);
   if (held > 0) {

@@ -16,11 +16,14 @@ namespace ptw::engine {
 class Model;
 
 struct Dataset {
-  torch::Tensor x;     ///< training inputs [n, in_features], float32
+  /// Training inputs [n, in_features], float32; an image is flattened C·H·W (sampleShape says how).
+  torch::Tensor x;
   torch::Tensor y;     ///< regression: [n, outputs] float32; classification: [n] int64
   torch::Tensor valX;  ///< held-out split (data.val_fraction), maybe empty
   torch::Tensor valY;
   bool classification = false;
+  /// Images: {C, H, W} of one sample (a torchscript model gets [N, C, H, W]); empty otherwise.
+  std::vector<std::int64_t> sampleShape;
   std::int64_t size() const { return x.size(0); }
   std::int64_t valSize() const { return valX.defined() ? valX.size(0) : 0; }
 };
@@ -29,6 +32,19 @@ struct Dataset {
 /// samples; csv and mnist are read from data.path. Throws ptw::Error naming the file, the
 /// row and the column of anything malformed. The last val_fraction of rows is held out.
 Dataset makeDataset(const core::DataSpec& data, const core::ModelSpec& model);
+
+/// Whether data.crop_padding or data.flip asks for augmentation.
+bool augments(const core::DataSpec& data);
+
+/// The seed of one batch's augmentation: from hyper.seed, the rank, the epoch and the batch's
+/// place in the epoch, so a run (and a resumed run) augments alike.
+std::uint64_t augmentSeed(std::uint64_t seed, int rank, std::int64_t epoch, std::int64_t batch);
+
+/// A new batch of images [n, C·H·W] (shape {C, H, W}): each sample padded by data.crop_padding
+/// zeros and cropped back to H×W at a random place, then flipped left to right with chance 1/2
+/// where data.flip. Draws come from `seed` only, so the same seed gives the same batch.
+torch::Tensor augmentImages(const torch::Tensor& batch, const std::vector<std::int64_t>& shape,
+                            const core::DataSpec& data, std::uint64_t seed);
 
 /// Runs the model on two samples and checks that its output fits the loss, so a shape
 /// mistake is reported before training starts, with the fix.

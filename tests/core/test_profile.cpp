@@ -324,6 +324,22 @@ class TestProfile : public QObject {
                                       << "data.path: csv needs the file";
     QTest::newRow("csv without target") << R"({"data": {"kind": "csv", "path": "d.csv"}})"
                                         << "data.target: csv needs the name of the target column";
+    QTest::newRow("npy without labels") << R"({"data": {"kind": "npy", "path": "x.npy"}, "model": {"out_features": 2}})"
+                                        << "data.labels_path: npy needs the labels' .npy file";
+    QTest::newRow("cifar10 without path") << R"({"data": {"kind": "cifar10"}, "model": {"out_features": 10}})"
+                                          << "data.path: cifar10 needs the folder holding data_batch_*.bin";
+    QTest::newRow("mean without std")
+        << R"({"data": {"kind": "cifar10", "path": "c", "mean": [0.5, 0.5, 0.5]}, "model": {"out_features": 10}})"
+        << "data.std: needs one value per channel, like data.mean: 3 mean(s), 0 std(s)";
+    QTest::newRow("zero std")
+        << R"({"data": {"kind": "cifar10", "path": "c", "mean": [0.5], "std": [0]}, "model": {"out_features": 10}})"
+        << "data.std: every value must be > 0, got 0";
+    QTest::newRow("negative crop padding")
+        << R"({"data": {"kind": "image-folder", "path": "f", "crop_padding": -1}, "model": {"out_features": 2}})"
+        << "data.crop_padding: must be >= 0, got -1";
+    QTest::newRow("augmenting a csv") << R"({"data": {"kind": "csv", "path": "d.csv", "target": "y", "flip": true}})"
+                                      << "data.kind: normalisation and augmentation (data.mean, data.std, "
+                                         "data.crop_padding, data.flip) need image data";
     QTest::newRow("torchscript without file") << R"({"model": {"kind": "torchscript"}})"
                                               << "model.path: torchscript needs the .pt file";
     QTest::newRow("cnn on the wrong input") << R"({"model": {"kind": "cnn", "in_features": 10}})"

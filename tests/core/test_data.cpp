@@ -1,0 +1,318 @@
+// Data kinds read from files (cifar10, image-folder, npy): each loads to the tensors numpy, PIL
+// and torchvision's ImageFolder read from the same files (tests/data/make_image_data.py writes
+// both into a temporary folder), broken inputs fail with errors naming the file, and image
+// normalisation and augmentation do what docs/data.md says, reproducibly.
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+#include <atomic>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "common/error.h"
+#include "common/npy.h"
+#include "common/profile.h"
+#include "engine/model.h"
+#include "engine/strategy.h"
+#include "engine/trainer.h"
+#include "engine/workload.h"
+
+using namespace ptw;
+using namespace ptw::engine;
+
+class TestData : public QObject {
+  Q_OBJECT
+
+  QTemporaryDir m_dir;
+  QJsonObject m_expected;
+
+  std::string at(const QString& rel) const { return (m_dir.path() + "/" + rel).toStdString(); }
+
+  core::DataSpec spec(const QString& kind) const {
+    core::DataSpec d;
+    d.kind = kind.toStdString();
+    d.samples = 0;
+    d.task = "classification";
+    if (kind == "cifar10") d.path = at("cifar");
+    if (kind == "image-folder") d.path = at("folder");
+    if (kind == "npy") {
+      d.path = at("npy/x.npy");
+      d.labelsPath = at("npy/y.npy");
+    }
+    if (kind == "npy-images") {
+      d.kind = "npy";
+      d.path = at("npy/img.npy");
+      d.labelsPath = at("npy/imgy.npy");
+    }
+    return d;
+  }
+
+ private slots:
+  void initTestCase() {
+    QVERIFY(m_dir.isValid());
+    QProcess py;
+    py.start("/usr/bin/python3", {QString(qgetenv("PTW_SOURCE_DIR")) + "/tests/data/make_image_data.py", m_dir.path()});
+    QVERIFY(py.waitForFinished(120000));
+    QVERIFY2(py.exitCode() == 0, py.readAllStandardError().constData());
+    QFile f(m_dir.path() + "/expected.json");
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    m_expected = QJsonDocument::fromJson(f.readAll()).object();
+    QVERIFY(!m_expected.isEmpty());
+  }
+
+  // Every label, the sample shape, selected values exactly and the sum of all inputs.
+  void loadsWhatPythonReads_data() {
+    QTest::addColumn<QString>("kind");
+    QTest::newRow("cifar10") << "cifar10";
+    QTest::newRow("image-folder (torchvision's class order)") << "image-folder";
+    QTest::newRow("npy features, float64") << "npy";
+    QTest::newRow("npy images, float32") << "npy-images";
+  }
+  void loadsWhatPythonReads() {
+    QFETCH(QString, kind);
+    const auto want = m_expected[kind].toObject();
+    Dataset d = makeDataset(spec(kind), core::ModelSpec{});
+    QCOMPARE(d.size(), static_cast<std::int64_t>(want["n"].toInt()));
+    QVERIFY(d.classification);
+    std::vector<std::int64_t> shape;
+    for (const auto v : want["shape"].toArray()) shape.push_back(v.toInt());
+    QCOMPARE(d.sampleShape, shape);
+    const auto labels = want["labels"].toArray();
+    QCOMPARE(d.y.size(0), static_cast<std::int64_t>(labels.size()));
+    for (int i = 0; i < labels.size(); ++i)
+      QCOMPARE(d.y[i].item<std::int64_t>(), static_cast<std::int64_t>(labels[i].toInt()));
+    for (const auto pick : want["picks"].toArray()) {
+      const auto p = pick.toArray();
+      QCOMPARE(d.x[p[0].toInt()][p[1].toInt()].item<float>(), static_cast<float>(p[2].toDouble()));
+    }
+    const double sum = d.x.to(torch::kFloat64).sum().item<double>();
+    QVERIFY2(std::abs(sum - want["sum"].toDouble()) < 1e-6 * std::max(1.0, std::abs(sum)),
+             qPrintable(QString("sum %1, Python %2").arg(sum).arg(want["sum"].toDouble())));
+  }
+
+  // The header parser on its own (tests/fuzz/fuzz_npy.cpp runs it on any bytes).
+  void npyHeader_data() {
+    QTest::addColumn<QByteArray>("file");
+    QTest::addColumn<QString>("error");  // empty: parses
+    auto v1 = [](const QByteArray& dict, int dataBytes) {
+      QByteArray h = dict;
+      while ((10 + h.size() + 1) % 64) h += ' ';
+      h += '\n';
+      QByteArray f("\x93NUMPY\x01\x00", 8);
+      f += char(h.size() & 0xff);
+      f += char(h.size() >> 8);
+      return f + h + QByteArray(dataBytes, '\0');
+    };
+    const QByteArray ok = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+    QTest::newRow("float32 2x3") << v1(ok, 24) << "";
+    QTest::newRow("int64 scalar") << v1("{'descr': '<i8', 'fortran_order': False, 'shape': (), }", 8) << "";
+    QTest::newRow("empty") << v1("{'descr': '<f8', 'fortran_order': False, 'shape': (0, 4), }", 0) << "";
+    QTest::newRow("bad magic") << QByteArray("PK\x03\x04 not numpy") << "not a .npy file";
+    QTest::newRow("version 3.0") << QByteArray("\x93NUMPY\x03\x00\x00\x00", 10) << "version 3.0";
+    QTest::newRow("truncated data") << v1(ok, 23) << "truncated";
+    QTest::newRow("trailing data") << v1(ok, 25) << "(trailing bytes)";
+    QTest::newRow("big-endian") << v1("{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", 24)
+                                << "unsupported dtype '>f4'";
+    QTest::newRow("no shape") << v1("{'descr': '<f4', 'fortran_order': False}", 4) << "lacks one of";
+    QTest::newRow("unknown key") << v1("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), 'x': 1}", 4)
+                                 << "unexpected or repeated key 'x'";
+    QTest::newRow("huge dimension") << v1("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999,), }",
+                                          4)
+                                    << "dimension too large";
+  }
+  void npyHeader() {
+    QFETCH(QByteArray, file);
+    QFETCH(QString, error);
+    try {
+      const auto h =
+          core::parseNpyHeader(std::string_view(file.constData(), static_cast<std::size_t>(file.size())), "t.npy");
+      QVERIFY2(error.isEmpty(), qPrintable("parsed; expected: " + error));
+      QCOMPARE(h.dataOffset % 64, std::size_t(0));
+    } catch (const Error& e) {
+      const QString what = QString::fromUtf8(e.what());
+      QVERIFY2(!error.isEmpty() && what.contains(error) && what.contains("t.npy"), qPrintable(what));
+    }
+  }
+
+  void samplesAndValidation() {
+    auto s = spec("cifar10");
+    s.valFraction = 80.0 / 300.0;  // the test batch, read last
+    Dataset d = makeDataset(s, core::ModelSpec{});
+    QCOMPARE(d.size(), std::int64_t(220));
+    QCOMPARE(d.valSize(), std::int64_t(80));
+    s.valFraction = 0;
+    s.samples = 130;  // across the first two batches
+    QCOMPARE(makeDataset(s, core::ModelSpec{}).size(), std::int64_t(130));
+  }
+
+  void badInputNamesTheFile_data() {
+    QTest::addColumn<QString>("kind");
+    QTest::addColumn<QString>("folder");
+    QTest::addColumn<QString>("file");
+    QTest::addColumn<QString>("says");
+    QTest::newRow("truncated PNG") << "image-folder"
+                                   << "truncated-png"
+                                   << "a/1.png"
+                                   << "cannot decode the PNG";
+    QTest::newRow("truncated JPEG") << "image-folder"
+                                    << "truncated-jpeg"
+                                    << "a/1.jpg"
+                                    << "cannot decode the JPEG";
+    QTest::newRow("wrong size") << "image-folder"
+                                << "wrong-size"
+                                << "b/0.png"
+                                << "is 3×9×8 (channels×height×width); expected 3×8×8";
+    QTest::newRow("wrong channels") << "image-folder"
+                                    << "wrong-channels"
+                                    << "b/0.png"
+                                    << "is 1×8×8 (channels×height×width); expected 3×8×8";
+    QTest::newRow("class folder without images") << "image-folder"
+                                                 << "empty-class"
+                                                 << "b"
+                                                 << "has no images";
+    QTest::newRow("CIFAR file of the wrong length") << "cifar10"
+                                                    << "cifar-length"
+                                                    << "data_batch_1.bin"
+                                                    << "expected a multiple of 3073";
+    QTest::newRow("npy of an unsupported dtype") << "npy"
+                                                 << "npy-dtype"
+                                                 << "x.npy"
+                                                 << "unsupported dtype '|u1'";
+    QTest::newRow("npy in Fortran order") << "npy"
+                                          << "npy-fortran"
+                                          << "x.npy"
+                                          << "Fortran order";
+  }
+  void badInputNamesTheFile() {
+    QFETCH(QString, kind);
+    QFETCH(QString, folder);
+    QFETCH(QString, file);
+    QFETCH(QString, says);
+    core::DataSpec s;
+    s.kind = kind.toStdString();
+    s.samples = 0;
+    s.task = "classification";
+    s.path = at("bad/" + folder);
+    if (kind == "npy") {
+      s.path = at("bad/" + folder + "/x.npy");
+      s.labelsPath = at("bad/" + folder + "/y.npy");
+    }
+    const std::string named = at("bad/" + folder + "/" + file);
+    try {
+      makeDataset(s, core::ModelSpec{});
+      QFAIL("no error");
+    } catch (const Error& e) {
+      const QString what = QString::fromUtf8(e.what());
+      QVERIFY2(what.contains(QString::fromStdString(named)), qPrintable(what));
+      QVERIFY2(what.contains(says), qPrintable(what));
+    }
+  }
+
+  void normalisesPerChannel() {
+    auto s = spec("image-folder");
+    const Dataset raw = makeDataset(s, core::ModelSpec{});
+    s.mean = {0.5, 0.25, 0.125};
+    s.std = {0.2, 0.4, 0.8};
+    const Dataset norm = makeDataset(s, core::ModelSpec{});
+    auto r = raw.x.view({raw.size(), 3, -1}), n = norm.x.view({norm.size(), 3, -1});
+    for (int c = 0; c < 3; ++c)
+      QVERIFY(torch::allclose(
+          n.select(1, c), (r.select(1, c) - s.mean[static_cast<std::size_t>(c)]) / s.std[static_cast<std::size_t>(c)]));
+    s.mean = {0.5};
+    s.std = {0.2};
+    QVERIFY_THROWS_EXCEPTION(Error, makeDataset(s, core::ModelSpec{}));
+  }
+
+  // Same seed, same batch; another epoch or rank, another; each sample a crop of the padded
+  // image, maybe flipped.
+  void augmentationReproduces() {
+    auto s = spec("cifar10");
+    s.cropPadding = 4;
+    s.flip = true;
+    QVERIFY(augments(s));
+    const Dataset d = makeDataset(s, core::ModelSpec{});
+    const auto batch = d.x.narrow(0, 0, 16);
+    const auto a = augmentImages(batch, d.sampleShape, s, augmentSeed(7, 1, 2, 3));
+    QVERIFY(torch::equal(a, augmentImages(batch, d.sampleShape, s, augmentSeed(7, 1, 2, 3))));
+    QVERIFY(!torch::equal(a, augmentImages(batch, d.sampleShape, s, augmentSeed(7, 1, 3, 3))));
+    QVERIFY(!torch::equal(a, augmentImages(batch, d.sampleShape, s, augmentSeed(7, 0, 2, 3))));
+    QVERIFY(!torch::equal(a, augmentImages(batch, d.sampleShape, s, augmentSeed(8, 1, 2, 3))));
+    QVERIFY(!torch::equal(a, batch));
+    const auto images = batch.view({16, 3, 32, 32});
+    const auto padded = torch::constant_pad_nd(images, {4, 4, 4, 4}, 0);
+    int flipped = 0;
+    for (std::int64_t i = 0; i < 16; ++i) {
+      const auto got = a[i].view({3, 32, 32});
+      bool found = false;
+      for (std::int64_t dy = 0; dy <= 8 && !found; ++dy)
+        for (std::int64_t dx = 0; dx <= 8 && !found; ++dx) {
+          const auto crop = padded[i].narrow(1, dy, 32).narrow(2, dx, 32);
+          if (torch::equal(got, crop)) found = true;
+          if (!found && torch::equal(got, crop.flip({2}))) found = true, ++flipped;
+        }
+      QVERIFY2(found, qPrintable(QString("sample %1 is no crop of the padded image").arg(i)));
+    }
+    QVERIFY(flipped > 0 && flipped < 16);
+  }
+
+  // Training augments: the same profile ends with the same parameters, and not with those of
+  // the same run unaugmented.
+  void trainingAugmentsReproducibly() {
+    core::Profile p;
+    p.model.inFeatures = 3072;
+    p.model.outFeatures = 10;
+    p.data = spec("cifar10");
+    p.data.cropPadding = 4;
+    p.data.flip = true;
+    p.strategy.kind = "single";
+    p.strategy.ranks = 1;
+    p.hyper.maxSteps = 10;
+    auto train = [](const core::Profile& profile) {
+      engine::SyncContext ctx{profile, 0, 1, 0};
+      engine::Trainer t(engine::TrainerOptions(profile, 0, 1), engine::makeStrategy(ctx));
+      std::atomic<bool> stop{false};
+      t.run(stop);
+      return t.parameters();
+    };
+    const auto a = train(p), b = train(p);
+    auto plain = p;
+    plain.data.cropPadding = 0;
+    plain.data.flip = false;
+    const auto c = train(plain);
+    QCOMPARE(a.size(), b.size());
+    bool differs = false;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      QVERIFY(torch::equal(a[i], b[i]));
+      differs = differs || !torch::equal(a[i], c[i]);
+    }
+    QVERIFY(differs);
+  }
+
+  // A torchscript model gets [N, C, H, W]; a built-in one the flat rows.
+  void modelsGetTheirInputShape() {
+    const QString pt = m_dir.path() + "/conv.pt";  // made by make_image_data.py
+    const Dataset d = makeDataset(spec("cifar10"), core::ModelSpec{});
+    core::ModelSpec script;
+    script.kind = "torchscript";
+    script.path = pt.toStdString();
+    auto m = makeModel(script, 0);
+    m->setInputShape(d.sampleShape);
+    QCOMPARE(m->forward(d.x.narrow(0, 0, 2)).sizes(), (c10::IntArrayRef{2, 10}));
+    auto replica = m->replicate(torch::kCPU);
+    QCOMPARE(replica->forward(d.x.narrow(0, 0, 3)).sizes(), (c10::IntArrayRef{3, 10}));
+    core::ModelSpec linear;
+    linear.inFeatures = 3072;
+    linear.outFeatures = 10;
+    auto l = makeModel(linear, 0);
+    l->setInputShape(d.sampleShape);
+    QCOMPARE(l->forward(d.x.narrow(0, 0, 2)).sizes(), (c10::IntArrayRef{2, 10}));
+  }
+};
+
+QTEST_APPLESS_MAIN(TestData)
+#include "test_data.moc"
