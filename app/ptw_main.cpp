@@ -327,7 +327,7 @@ int main(int argc, char** argv) {
       "export",
       "Export a run's metrics: every step record of every rank as CSV (ptw export RUN FILE), or as TensorBoard "
       "event files, a folder per rank with a scalar for each step field and the validation loss and accuracy "
-      "(ptw export --format tensorboard RUN DIR; view with tensorboard --logdir DIR)");
+      "(ptw export --format tensorboard RUN DIR; open DIR in TensorBoard, docs/export.md)");
   ExportArgs exportArgs;
   exportCmd->add_option("run", exportArgs.runId, "Run id (see `ptw runs`)")->required();
   exportCmd->add_option("out", exportArgs.out,

@@ -36,12 +36,9 @@ namespace {
 
 const QString kListSeparator = QStringLiteral(", ");  ///< how an array field's items are shown
 /// Fields with a Browse… button beside them, and whether it picks a folder.
-const QMap<QString, bool> kBrowseFields = {{"model.path", false},
-                                           {"data.path", false},
-                                           {"data.labels_path", false},
-                                           {"run.resume_from", false},
-                                           {"command.program", false},
-                                           {"command.cwd", true}};
+const QMap<QString, bool> kBrowseFields = {{"model.path", false},       {"data.path", false},
+                                           {"data.labels_path", false}, {"run.resume_from", false},
+                                           {"command.program", false},  {"command.cwd", true}};
 /// The command's knobs: hyperparameters a command run's templates commonly pass on, shown even
 /// when no template names them yet (docs/scripts.md).
 const QStringList kCommandKnobs = {"hyper.lr", "hyper.max_steps", "hyper.batch_size", "hyper.seed"};

@@ -357,7 +357,7 @@ bool OutputPattern::match(std::string_view line, ScriptRecord& out) const {
     if (end == begin) return false;
     Json value(v);
     if (m_names[i] == "step" || m_names[i] == "rank" || m_names[i] == "epoch") {
-      if (!std::isfinite(v) || v < 0 || std::floor(v) != v) return false;
+      if (!std::isfinite(v) || v < 0 || v > 9e15 || std::floor(v) != v) return false;  // exact in an int64
       value = Json(static_cast<std::int64_t>(v));
     } else if (!std::isfinite(v)) {
       value = Json(std::isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity");

@@ -729,7 +729,7 @@ class TestHeadless : public QObject {
   // The metrics store fills up: the run is stopped and fails (exit 3) with the reason and what to do.
   void fullMetricsStoreExitsThreeWithTheReason() {
     QTemporaryDir runs;
-    Result r = runPtw({"--store-limit-kib", "640", "--set", "hyper.max_steps=1000000000"}, runs);
+    Result r = runPtw({"--store-limit-kib", "768", "--set", "hyper.max_steps=1000000000"}, runs);
     QCOMPARE(r.code, 3);
     // One line: the file, the folder to free space in, and the way around it.
     const QRegularExpression line(

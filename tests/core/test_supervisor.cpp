@@ -657,7 +657,7 @@ class TestSupervisor : public QObject {
   // A metrics store that fills up stops the run with the reason, instead of losing records.
   void fullStoreStopsTheRunWithTheReason() {
     QTemporaryDir runs;
-    RunStore store(runs.path().toStdString(), RunStoreOptions().setSizeLimitKib(640));  // 10 pages of 64 KiB
+    RunStore store(runs.path().toStdString(), RunStoreOptions().setSizeLimitKib(768));  // 12 pages of 64 KiB
     Profile p = test::endlessProfile(2);
     // Gloo's slower steps: the store fills over several commits (over shared memory one
     // commit's records can be more than fits, and then nothing is kept to check).
