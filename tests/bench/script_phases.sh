@@ -15,7 +15,8 @@ cat >"$work/phases.json" <<JSON
  "command": {"program": "python3", "cwd": "$src/tests/bench",
              "args": ["script_phases.py", "--seconds", "$seconds", "--phase-ms", "$phase", "--batch-size", "$batch"]}}
 JSON
-"$ptw" --headless --runs-dir "$work/runs" --profile "$work/phases.json" >/dev/null 2>&1 || {
+"$ptw" --headless --runs-dir "$work/runs" --profile "$work/phases.json" >"$work/out.txt" 2>&1 || {
+  tail -5 "$work/out.txt"
   tail -20 "$work"/runs/*/rank0.log
   exit 1
 }
