@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/command.h"
@@ -35,6 +36,12 @@ constexpr std::size_t kMaxMetricsLine = 64 * 1024;
 // Said in the rank log one by one; past that only counted, so that a program writing garbage
 // cannot flood the log.
 constexpr int kProblemsSaid = 5;
+// Note [Drained in batches]: a program that reports every step wakes a rank that reads each
+// record as it comes once per step, on cores the program's own ranks need. Once records have
+// come, the rank lets the channel fill for this long before it reads again; the pipe holds
+// far more than a period's records (F_SETPIPE_SZ below), and ptw_metrics drops rather than
+// blocks if it ever fills. Records reach the charts this much later, well under a redraw.
+constexpr auto kDrainPeriod = std::chrono::milliseconds(40);
 
 // Where ptw_metrics.py is: installed (share/ptw/python beside bin/ or lib/ptw/), else the
 // source tree this worker was built from.
@@ -270,7 +277,11 @@ class ScriptRunner {
     for (;;) {
       pollfd fds[3] = {{m_fifo, POLLIN, 0}, {m_out, POLLIN, 0}, {m_err, POLLIN, 0}};
       ::poll(fds, 3, 50);
-      readChannel((fds[0].revents & POLLHUP) != 0);
+      const auto readAt = Clock::now();
+      if (readChannel((fds[0].revents & POLLHUP) != 0) && !exited && !m_r.stop.load()) {
+        // Note [Drained in batches]
+        std::this_thread::sleep_until(readAt + kDrainPeriod);
+      }
       // Said only while the program goes on without it: every program closes it as it exits.
       if (!exited && m_closedAt && !m_closedSaid && Clock::now() - *m_closedAt > std::chrono::seconds(1)) {
         std::fprintf(stderr, "[rank %d] the program closed its metrics channel after %lld line(s)\n", m_r.rank,
@@ -295,11 +306,14 @@ class ScriptRunner {
   }
 
   // `hangUp`: every writer has closed the FIFO (poll says so only after one had it open).
-  void readChannel(bool hangUp) {
+  // Returns whether any record bytes came.
+  bool readChannel(bool hangUp) {
     char buf[65536];
+    bool came = false;
     for (;;) {
       const ssize_t n = ::read(m_fifo, buf, sizeof buf);
       if (n > 0) {
+        came = true;
         m_channelBytes += static_cast<std::size_t>(n);
         m_closedAt.reset();
         m_channel.feed(
@@ -315,7 +329,7 @@ class ScriptRunner {
         if (m_channelBytes > 0 && !m_closedAt) m_closedAt = Clock::now();
         reopenChannel();
       }
-      return;
+      return came;
     }
   }
 
