@@ -36,11 +36,12 @@ constexpr std::size_t kMaxMetricsLine = 64 * 1024;
 // Said in the rank log one by one; past that only counted, so that a program writing garbage
 // cannot flood the log.
 constexpr int kProblemsSaid = 5;
-// Note [Drained in batches]: a program that reports every step wakes a rank that reads each
-// record as it comes once per step, on cores the program's own ranks need. Once records have
-// come, the rank lets the channel fill for this long before it reads again; the pipe holds
-// far more than a period's records (F_SETPIPE_SZ below), and ptw_metrics drops rather than
-// blocks if it ever fills. Records reach the charts this much later, well under a redraw.
+// Note [Drained in batches]: a program that prints or reports every step would wake its rank,
+// and through the rank's output ptw, once per step, on the cores its own ranks need. Once
+// anything has come, the rank lets its pipes fill for this long before it reads again. The
+// pipes hold far more than a period's output (F_SETPIPE_SZ below), and ptw_metrics drops
+// rather than blocks if the channel ever fills. Lines reach the log and the charts this much
+// later, well under a redraw.
 constexpr auto kDrainPeriod = std::chrono::milliseconds(40);
 
 // Where ptw_metrics.py is: installed (share/ptw/python beside bin/ or lib/ptw/), else the
@@ -263,6 +264,7 @@ class ScriptRunner {
       return false;
     }
     m_out = out[0], m_err = err[0];
+    for (int fd : {m_out, m_err}) ::fcntl(fd, F_SETPIPE_SZ, 1 << 20);  // Note [Drained in batches]; best effort
     setNonBlocking(m_out);
     setNonBlocking(m_err);
     return true;
@@ -278,18 +280,15 @@ class ScriptRunner {
       pollfd fds[3] = {{m_fifo, POLLIN, 0}, {m_out, POLLIN, 0}, {m_err, POLLIN, 0}};
       ::poll(fds, 3, 50);
       const auto readAt = Clock::now();
-      if (readChannel((fds[0].revents & POLLHUP) != 0) && !exited && !m_r.stop.load()) {
-        // Note [Drained in batches]
-        std::this_thread::sleep_until(readAt + kDrainPeriod);
-      }
+      bool came = readChannel((fds[0].revents & POLLHUP) != 0);
       // Said only while the program goes on without it: every program closes it as it exits.
       if (!exited && m_closedAt && !m_closedSaid && Clock::now() - *m_closedAt > std::chrono::seconds(1)) {
         std::fprintf(stderr, "[rank %d] the program closed its metrics channel after %lld line(s)\n", m_r.rank,
                      static_cast<long long>(m_lines));
         m_closedSaid = true;
       }
-      readOutput(m_out, 1, m_outLines);
-      readOutput(m_err, 2, m_errLines);
+      came = readOutput(m_out, 1, m_outLines) || came;
+      came = readOutput(m_err, 2, m_errLines) || came;
       // A stop sent to this rank alone, from outside ptw, reaches the program too.
       if (m_r.stop.load() && m_r.stoppedBy.load() != 0 && !forwarded) {
         ::kill(m_child, SIGINT);
@@ -300,6 +299,7 @@ class ScriptRunner {
         exitedAt = Clock::now();
       }
       if (exited && ((m_out < 0 && m_err < 0) || Clock::now() - exitedAt > std::chrono::seconds(2))) break;
+      if (came && !exited && !m_r.stop.load()) std::this_thread::sleep_until(readAt + kDrainPeriod);
     }
     readChannel(false);
     return status;
@@ -355,18 +355,21 @@ class ScriptRunner {
     m_r.passed(m_metrics.progressStep());  // the rank furthest behind: after the writes, which note theirs
   }
 
-  void readOutput(int& fd, int to, core::LineSplitter& lines) {
-    if (fd < 0) return;
+  // Returns whether any output came.
+  bool readOutput(int& fd, int to, core::LineSplitter& lines) {
+    if (fd < 0) return false;
     char buf[65536];
+    bool came = false;
     for (;;) {
       const ssize_t n = ::read(fd, buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return;  // EAGAIN: nothing more now
+      if (n < 0) return came;  // EAGAIN: nothing more now
       if (n == 0) {
         ::close(fd);
         fd = -1;
-        return;
+        return came;
       }
+      came = true;
       writeAll(to, buf, static_cast<std::size_t>(n));
       if (m_pattern)
         lines.feed(

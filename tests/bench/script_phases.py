@@ -8,7 +8,13 @@ does. Each rank counts its steps per phase; rank 0 prints, for each reporting ph
 silent ones, its rate over the mean of theirs, and the median of those ratios. Within one run, the
 machine's drift over minutes (larger than the cost here) is the same on both sides of a phase edge.
 
-    tests/bench/script_phases.sh [seconds=60] [phase_ms=1000] [batch=8]
+The rates move with whatever else the machine runs, by more than the cost measured here; the
+cost's parts do not. Each rank also times its ptw_metrics.log calls (their CPU time), and charges the CPU time of
+its parent (the ptw rank that reads its channel and output) and of its grandparent (ptw itself,
+shared by the ranks, so split by the world size) to the phase it was spent in. Per reported step,
+the calls' time plus what the reader and ptw spend beyond a silent phase, over the step's time in
+silent phases, is the share of the script's throughput that watching takes when the ranks fill the
+cores. Each rank prints it.
 """
 import argparse
 import os
@@ -25,6 +31,24 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from ddp_train import synthetic_regression  # noqa: E402
 
 import ptw_metrics  # noqa: E402
+
+
+def cpu_seconds(pid):
+    """User plus system CPU time of process `pid`, all its threads, from /proc (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def parent_of(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 def main():
@@ -46,6 +70,13 @@ def main():
     loss_fn = torch.nn.MSELoss()
 
     steps = {}  # phase -> steps
+    # phase -> [reader, ptw] CPU seconds spent in it
+    shim = os.getppid()
+    ptw = parent_of(shim)
+    cpu = {}
+    clocks = lambda: [cpu_seconds(shim), cpu_seconds(ptw) / world]  # noqa: E731
+    log_ns = 0
+    last_phase, last_clocks = None, None
     phase_ns = args.phase_ms * 1_000_000
     end = time.monotonic() + args.seconds
     step, epoch = 0, 0
@@ -61,12 +92,37 @@ def main():
             print(f"step {step} loss {value!r}")
             phase = time.monotonic_ns() // phase_ns
             if phase % 2 == 0:
+                # CPU time, so that a preemption is not counted as the call's; less what reading
+                # the clock itself costs, timed around nothing right after.
+                t0 = time.thread_time_ns()
                 ptw_metrics.log(step, loss=value, samples=len(x))
+                t1 = time.thread_time_ns()
+                t2 = time.thread_time_ns()
+                log_ns += (t1 - t0) - (time.thread_time_ns() - t2)
             steps[phase] = steps.get(phase, 0) + 1
+            if phase != last_phase:
+                now = clocks()
+                if last_phase is not None:
+                    cpu[last_phase] = [a - b for a, b in zip(now, last_clocks)]
+                last_phase, last_clocks = phase, now
             if time.monotonic() >= end:
                 break
         epoch += 1
 
+    # Over whole phases only (the first is cut short, the last is not closed).
+    whole = sorted(cpu)[1:]
+    n = {parity: sum(steps[p] for p in whole if p % 2 == parity) for parity in (0, 1)}
+    spent = {parity: [sum(cpu[p][k] for p in whole if p % 2 == parity) / max(n[parity], 1) for k in range(2)]
+             for parity in (0, 1)}
+    reported = sum(steps[p] for p in steps if p % 2 == 0)
+    call = log_ns / 1e9 / max(reported, 1)
+    extra = [spent[0][k] - spent[1][k] for k in range(2)]
+    silent_phases = sum(1 for p in whole if p % 2 == 1)
+    step_s = silent_phases * args.phase_ms / 1e3 / max(n[1], 1)
+    # Each rank prints its own: a collective here could meet the other rank's last DDP step.
+    print(f"cost: rank {rank}: per reported step, log call {call * 1e6:.2f} us, reading rank {extra[0] * 1e6:+.2f} "
+          f"us, ptw {extra[1] * 1e6:+.2f} us CPU; a silent step {step_s * 1e6:.0f} us: "
+          f"{(call + extra[0] + extra[1]) / step_s * 100:.2f}% of it ({reported} steps reported)", flush=True)
     if rank == 0:
         phases = sorted(steps)[1:-1]  # the first and last are cut short
         ratios = [steps[p] / ((steps[p - 1] + steps[p + 1]) / 2) for p in phases

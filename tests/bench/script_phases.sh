@@ -8,7 +8,7 @@ src="$(cd "$(dirname "$0")/../.." && pwd)"
 ptw="${PTW_BIN:-$src/build/bin/ptw}"
 seconds="${1:-60}" phase="${2:-1000}" batch="${3:-8}"
 work="$(mktemp -d)"
-trap 'rm -rf "$work"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 export PATH="/usr/bin:/bin:$PATH"  # Debian's python3, with python3-torch
 cat >"$work/phases.json" <<JSON
 {"name": "script-phases", "strategy": {"kind": "command", "ranks": 2}, "run": {"timeout_s": 60},
@@ -20,4 +20,4 @@ JSON
   tail -20 "$work"/runs/*/rank0.log
   exit 1
 }
-grep '^phases:' "$work"/runs/*/rank0.log
+grep -hE '^(phases|cost):' "$work"/runs/*/rank[0-9]*.log
