@@ -18,7 +18,7 @@
 # Python: the time waiting for the next batch over the step time). Each round runs the three in
 # another order; the ratios to python-ddp are paired per round, and their medians printed.
 #
-#   tests/bench/resnet_loader.sh [rounds=1]      (about 4 minutes a round on 2 cores; STEPS=20 WARMUP=2, 3)
+#   tests/bench/resnet_loader.sh [rounds=1]      (about 4 minutes a round on 2 cores, 3 with STEPS=20 WARMUP=2)
 #
 # The run is kept as tests/bench/results/loader-<date>-<commit>.json with its machine.
 set -euo pipefail
