@@ -43,8 +43,8 @@ const QMap<QString, bool> kBrowseFields = {{"model.path", false},       {"data.p
 /// when no template names them yet (docs/scripts.md).
 const QStringList kCommandKnobs = {"hyper.lr", "hyper.max_steps", "hyper.batch_size", "hyper.seed"};
 /// Run options only ptw's own engine reads; a command run's program ignores them.
-const QStringList kEngineRunFields = {"run.threads_per_rank", "run.eval_every", "run.checkpoint_every",
-                                      "run.resume_from", "run.metrics"};
+const QStringList kEngineRunFields = {"run.threads_per_rank", "run.loader_threads", "run.eval_every",
+                                      "run.checkpoint_every", "run.resume_from",    "run.metrics"};
 
 QString kindOf(const std::string& json) {
   if (json.empty()) return "string";

@@ -89,6 +89,7 @@ template <class F>
 void visit(RunOptions& r, F&& f) {
   f("timeout_s", r.timeoutS);
   f("threads_per_rank", r.threadsPerRank);
+  f("loader_threads", r.loaderThreads);
   f("port", r.port);
   f("eval_every", r.evalEvery);
   f("checkpoint_every", r.checkpointEvery);
@@ -459,6 +460,9 @@ std::vector<FieldError> validate(const Profile& p) {
   need(r.timeoutS > 0 && r.timeoutS <= 604800, "run.timeout_s",
        "must be > 0 and at most 604800 (a week), got " + str(r.timeoutS));
   need(r.threadsPerRank >= 1, "run.threads_per_rank", "must be >= 1, got " + str(r.threadsPerRank));
+  need(r.loaderThreads >= 0 && r.loaderThreads <= core::kMaxLoaderThreads, "run.loader_threads",
+       "must be in 0.." + str(core::kMaxLoaderThreads) + " (0 prepares each batch in the step), got " +
+           str(r.loaderThreads));
   need(r.port >= 0 && r.port <= 65535, "run.port", "must be 0 (pick a free port) or 1-65535, got " + str(r.port));
   need(r.evalEvery >= 0, "run.eval_every", "must be >= 0, got " + str(r.evalEvery));
   if (r.evalEvery > 0)
@@ -625,6 +629,9 @@ const std::map<std::string, std::string>& fieldHelp() {
        "a rank silent this long, or no rank past a step this long, is reported stalled; the ranks' own collective "
        "timeout is 5 s more"},
       {"run.threads_per_rank", "intra-op (and OpenBLAS) threads per worker process"},
+      {"run.loader_threads",
+       "threads per rank that prepare the next batches (gather, augment; pinned memory on a GPU) during the step; "
+       "0 prepares each in the step"},
       {"run.port", "0: ranks meet through a `FileStore` in the run folder; else a `TCPStore` on this port"},
       {"run.eval_every", "validation every N steps, and at the end; 0 = only at the end"},
       {"run.checkpoint_every", "checkpoint every N steps, and at the end; 0 = only at the end"},

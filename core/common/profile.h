@@ -45,6 +45,8 @@ struct DataSpec {
 inline constexpr const char* kNoCudaDeviceMessage =
     "strategy.device: \"cuda\" but LibTorch sees no CUDA device on this machine (this LibTorch has no CUDA, or no "
     "driver is loaded); use \"cpu\"";
+/// The most run.loader_threads a profile may ask for: more only contend with the rank for cores.
+inline constexpr int kMaxLoaderThreads = 16;
 /// Whether data.kind reads files named by data.path (csv, mnist, cifar10, image-folder, npy).
 bool readsDataFiles(const DataSpec& data);
 
@@ -88,6 +90,7 @@ struct HyperSpec {
 struct RunOptions {
   double timeoutS = 120.0;           ///< a rank silent this long is reported stalled
   int threadsPerRank = 1;            ///< intra-op threads per worker process
+  int loaderThreads = 0;             ///< threads per rank preparing the next batches; 0 = inline
   int port = 0;                      ///< store port; 0 picks a free one
   std::int64_t evalEvery = 0;        ///< validation every N steps (and at the end); needs data.val_fraction
   std::int64_t checkpointEvery = 0;  ///< checkpoint every N steps (and at the end); 0 = only at the end

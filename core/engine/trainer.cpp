@@ -23,15 +23,16 @@ torch::Tensor scalar(std::int64_t v) { return torch::tensor(v, torch::kInt64); }
 
 // Rows `index` of `from`. A contiguous CPU tensor is gathered with one memcpy a row into
 // `into`, which is kept between steps (the step before has finished its backward by
-// then); anything else through index_select.
-torch::Tensor gatherRows(const torch::Tensor& from, const std::vector<std::int64_t>& index, torch::Tensor& into) {
+// then); anything else through index_select. `pinned` allocates `into` in pinned memory.
+torch::Tensor gatherRows(const torch::Tensor& from, const std::vector<std::int64_t>& index, torch::Tensor& into,
+                         bool pinned = false) {
   const auto n = static_cast<std::int64_t>(index.size());
   if (!from.device().is_cpu() || !from.is_contiguous() || from.dim() == 0 || from.size(0) == 0)
     return from.index_select(0, torch::from_blob(const_cast<std::int64_t*>(index.data()), {n}, torch::kInt64));
   if (!into.defined() || into.size(0) != n || into.scalar_type() != from.scalar_type()) {
     auto sizes = from.sizes().vec();
     sizes[0] = n;
-    into = torch::empty(sizes, from.options());
+    into = torch::empty(sizes, from.options().pinned_memory(pinned));
   }
   const std::int64_t rows = from.size(0);
   const auto rowBytes = static_cast<std::size_t>(from.numel() / rows) * from.element_size();
@@ -79,6 +80,12 @@ Trainer::Trainer(TrainerOptions options, std::unique_ptr<Strategy> strategy, Rec
   m_optimizer = makeOptimizer(m_profile.hyper, m_model->parameters());
   if (!m_profile.run.resumeFrom.empty()) loadCheckpoint(m_profile.run.resumeFrom);
   m_strategy->attach(*m_model);
+  if (m_profile.run.loaderThreads > 0)
+    m_loader = std::make_unique<BatchLoader>(
+        BatchLoaderOptions(m_profile.run.loaderThreads),
+        [this](std::int64_t epoch, std::int64_t index, const std::vector<std::int64_t>& rows) {
+          return loadBatch(epoch, index, rows);
+        });
 }
 
 std::pair<double, double> Trainer::validate() {
@@ -202,10 +209,13 @@ void Trainer::loadCheckpoint(const std::string& path) {
 std::int64_t Trainer::run(const std::atomic<bool>& stopRequested) {
   const auto& h = m_profile.hyper;
   const auto& opts = m_profile.run;
+  std::shared_ptr<const Batches> next;  // the next epoch's plan, when the loader has it already
   for (;; ++m_epoch, m_batchInEpoch = 0) {
     if (h.epochs > 0 && m_epoch >= h.epochs) break;
-    const auto batches = m_plan(m_epoch);
-    if (batches.empty() || trainEpoch(batches, stopRequested)) break;
+    const auto batches = next ? std::move(next) : std::make_shared<const Batches>(m_plan(m_epoch));
+    next.reset();
+    if (m_loader) queueBatches(batches, next);
+    if (batches->empty() || trainEpoch(*batches, stopRequested)) break;
   }
   m_strategy->finish();
   const bool primary = m_options.rank == 0;
@@ -256,18 +266,58 @@ bool Trainer::trainStep(const Batches& batches, bool localStop) {
   return stop;
 }
 
-double Trainer::microBatches(const Batches& batches, std::int64_t micro, std::int64_t stepSamples, StepTimes& t) {
+void Trainer::queueBatches(const std::shared_ptr<const Batches>& batches, std::shared_ptr<const Batches>& next) {
+  // Within one run the queue already holds this epoch from here, queued with the one before.
+  if (!m_loader->isNext(m_epoch, m_batchInEpoch)) {
+    m_loader->clear();
+    m_loader->queue(m_epoch, batches, std::min<std::int64_t>(m_batchInEpoch, batches->size()));
+  }
+  const auto epochs = m_profile.hyper.epochs;
+  if (epochs > 0 && m_epoch + 1 >= epochs) return;
+  next = std::make_shared<const Batches>(m_plan(m_epoch + 1));
+  m_loader->queue(m_epoch + 1, next);
+}
+
+LoadedBatch Trainer::loadBatch(std::int64_t epoch, std::int64_t index, const std::vector<std::int64_t>& rows) const {
+  // Pinned memory, so that the copy to the GPU can be asynchronous (batchOnDevice).
+  const bool pinned = m_strategy->device().is_cuda();
+  LoadedBatch b;
+  torch::Tensor x, y;
+  if (augments(m_profile.data)) {
+    torch::Tensor rowsX, out;
+    gatherRows(m_data.x, rows, rowsX);
+    if (pinned) out = torch::empty(rowsX.sizes(), rowsX.options().dtype(torch::kFloat32).pinned_memory(true));
+    b.x = augmentImages(rowsX, m_data.sampleShape, m_profile.data,
+                        augmentSeed(m_profile.hyper.seed, m_options.rank, epoch, index), out);
+  } else {
+    b.x = gatherRows(m_data.x, rows, x, pinned);
+  }
+  b.y = gatherRows(m_data.y, rows, y, pinned);
+  return b;
+}
+
+std::pair<torch::Tensor, torch::Tensor> Trainer::batchOnDevice(std::int64_t index,
+                                                               const std::vector<std::int64_t>& rows) {
   const auto dev = m_strategy->device();
+  if (m_loader) {
+    LoadedBatch b = m_loader->take();
+    PTW_CHECK(b.epoch == m_epoch && b.index == index, "data loader: handed batch ", b.index, " of epoch ", b.epoch,
+              " for batch ", index, " of epoch ", m_epoch);
+    return {b.x.to(dev, /*non_blocking=*/b.x.is_pinned()), b.y.to(dev, /*non_blocking=*/b.y.is_pinned())};
+  }
+  auto x = gatherRows(m_data.x, rows, m_batchX);
+  if (augments(m_profile.data))
+    x = augmentImages(x, m_data.sampleShape, m_profile.data,
+                      augmentSeed(m_profile.hyper.seed, m_options.rank, m_epoch, index));
+  return {x.to(dev), gatherRows(m_data.y, rows, m_batchY).to(dev)};
+}
+
+double Trainer::microBatches(const Batches& batches, std::int64_t micro, std::int64_t stepSamples, StepTimes& t) {
   double loss = 0;
   for (std::int64_t k = 0; k < micro; ++k) {
     const auto& batch = batches[static_cast<std::size_t>(m_batchInEpoch + k)];
     auto a = Clock::now();
-    auto x = gatherRows(m_data.x, batch, m_batchX);
-    if (augments(m_profile.data))
-      x = augmentImages(x, m_data.sampleShape, m_profile.data,
-                        augmentSeed(m_profile.hyper.seed, m_options.rank, m_epoch, m_batchInEpoch + k));
-    x = x.to(dev);
-    auto y = gatherRows(m_data.y, batch, m_batchY).to(dev);
+    auto [x, y] = batchOnDevice(m_batchInEpoch + k, batch);
     auto b = Clock::now();
     const double weight = static_cast<double>(batch.size()) / static_cast<double>(stepSamples);
     m_strategy->setSyncGradients(k + 1 == micro);

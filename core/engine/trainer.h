@@ -13,6 +13,7 @@
 
 #include "common/profile.h"
 #include "common/record.h"
+#include "engine/batch_loader.h"
 #include "engine/model.h"
 #include "engine/strategy.h"
 #include "engine/workload.h"
@@ -77,6 +78,13 @@ class Trainer {
   bool trainStep(const Batches& batches, bool localStop);
   /// Forward and backward of the step's `micro` micro-batches; returns their weighted loss.
   double microBatches(const Batches& batches, std::int64_t micro, std::int64_t stepSamples, StepTimes& t);
+  /// Micro-batch `index` of m_epoch (rows `rows`) on the strategy's device: from the loader when
+  /// run.loader_threads is set, else gathered and augmented here.
+  std::pair<torch::Tensor, torch::Tensor> batchOnDevice(std::int64_t index, const std::vector<std::int64_t>& rows);
+  /// What a loader thread makes of one batch (Note [Batches ahead]).
+  LoadedBatch loadBatch(std::int64_t epoch, std::int64_t index, const std::vector<std::int64_t>& rows) const;
+  /// Queues the epoch's batches from m_batchInEpoch on, and the next epoch's, in the loader.
+  void queueBatches(const std::shared_ptr<const Batches>& batches, std::shared_ptr<const Batches>& next);
   void publishStep(const StepState& state, double lr, const StepTimes& t);
   void validateAndPublish();
   std::string checkpointPath() const { return m_options.outDir + "/checkpoint.pt"; }
@@ -99,6 +107,7 @@ class Trainer {
   std::int64_t m_batchInEpoch = 0;  ///< micro-batches of m_epoch already trained
   std::int64_t m_memBytes = 0;      ///< memory as last read (publishStep)
   std::optional<Clock::time_point> m_memReadAt;
+  std::unique_ptr<BatchLoader> m_loader;  ///< run.loader_threads > 0; last, so it stops before what it reads goes
 };
 
 /// Resident set size of this process in bytes.

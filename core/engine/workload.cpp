@@ -396,11 +396,15 @@ std::uint64_t augmentSeed(std::uint64_t seed, int rank, std::int64_t epoch, std:
 }
 
 torch::Tensor augmentImages(const torch::Tensor& batch, const std::vector<std::int64_t>& shape,
-                            const core::DataSpec& data, std::uint64_t seed) {
+                            const core::DataSpec& data, std::uint64_t seed, torch::Tensor into) {
   PTW_CHECK(shape.size() == 3, "data.crop_padding, data.flip: augmentation needs images [channels, height, width]");
   const std::int64_t n = batch.size(0), C = shape[0], H = shape[1], W = shape[2], pad = data.cropPadding;
   auto in = batch.to(torch::kFloat32).contiguous();
-  auto out = torch::zeros_like(in);
+  // Every element is written below, padding included: no fill kernel, which would run on the
+  // intra-op threads (a loader thread stays on one core: Note [Batches ahead]).
+  const bool fits = into.defined() && into.sizes() == in.sizes() && into.scalar_type() == torch::kFloat32 &&
+                    into.is_contiguous() && into.device().is_cpu();
+  auto out = fits ? into : torch::empty_like(in);
   const float* src = in.data_ptr<float>();
   float* dst = out.data_ptr<float>();
   std::mt19937_64 gen(seed);
@@ -415,10 +419,14 @@ torch::Tensor augmentImages(const torch::Tensor& batch, const std::vector<std::i
     for (std::int64_t c = 0; c < C; ++c)
       for (std::int64_t y = 0; y < H; ++y) {
         const std::int64_t sy = y + dy - pad;
-        if (sy < 0 || sy >= H) continue;  // padding: zeros
+        float* row = o + (c * H + y) * W;
+        if (sy < 0 || sy >= H) {  // padding: zeros
+          std::fill(row, row + W, 0.0f);
+          continue;
+        }
         for (std::int64_t x = 0; x < W; ++x) {
           const std::int64_t sx = (flip ? W - 1 - x : x) + dx - pad;
-          if (sx >= 0 && sx < W) o[(c * H + y) * W + x] = s[(c * H + sy) * W + sx];
+          row[x] = sx >= 0 && sx < W ? s[(c * H + sy) * W + sx] : 0.0f;
         }
       }
   }

@@ -42,9 +42,10 @@ std::uint64_t augmentSeed(std::uint64_t seed, int rank, std::int64_t epoch, std:
 
 /// A new batch of images [n, C·H·W] (shape {C, H, W}): each sample padded by data.crop_padding
 /// zeros and cropped back to H×W at a random place, then flipped left to right with chance 1/2
-/// where data.flip. Draws come from `seed` only, so the same seed gives the same batch.
+/// where data.flip. Draws come from `seed` only, so the same seed gives the same batch. Written
+/// into `into` when it is a contiguous float32 CPU tensor of the batch's shape (pinned memory, say).
 torch::Tensor augmentImages(const torch::Tensor& batch, const std::vector<std::int64_t>& shape,
-                            const core::DataSpec& data, std::uint64_t seed);
+                            const core::DataSpec& data, std::uint64_t seed, torch::Tensor into = {});
 
 /// Runs the model on two samples and checks that its output fits the loss, so a shape
 /// mistake is reported before training starts, with the fix.

@@ -9,7 +9,9 @@
 #include <QTemporaryDir>
 #include <QtTest>
 #include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <torch/torch.h>
@@ -17,6 +19,7 @@
 #include "common/error.h"
 #include "common/npy.h"
 #include "common/profile.h"
+#include "engine/batch_loader.h"
 #include "engine/model.h"
 #include "engine/strategy.h"
 #include "engine/trainer.h"
@@ -291,6 +294,164 @@ class TestData : public QObject {
       differs = differs || !torch::equal(a[i], c[i]);
     }
     QVERIFY(differs);
+  }
+
+  // run.loader_threads: batches prepared ahead on loader threads train exactly what the inline
+  // path trains (Note [Batches ahead]): augmented images, more than one epoch, accumulation, a
+  // DataParallel's lanes, and a run resumed mid-epoch from a checkpoint written by one.
+  void loaderTrainsWhatInlineTrains_data() {
+    QTest::addColumn<QString>("strategy");
+    QTest::addColumn<int>("threads");
+    QTest::addColumn<int>("accumulate");
+    QTest::addColumn<int>("stopAt");  // > 0: stop after this step, then resume from the checkpoint
+    QTest::newRow("1 thread") << "single" << 1 << 1 << 0;
+    QTest::newRow("2 threads") << "single" << 2 << 1 << 0;
+    QTest::newRow("2 threads, accumulate 3") << "single" << 2 << 3 << 0;
+    QTest::newRow("2 threads, resumed mid-epoch") << "single" << 2 << 1 << 9;
+    QTest::newRow("1 thread, resumed mid-epoch") << "single" << 1 << 1 << 25;
+    QTest::newRow("2 threads, resumed at an epoch's end") << "single" << 2 << 1 << 19;
+    QTest::newRow("dataparallel, 2 threads") << "dataparallel" << 2 << 1 << 0;
+  }
+  void loaderTrainsWhatInlineTrains() {
+    QFETCH(QString, strategy);
+    QFETCH(int, threads);
+    QFETCH(int, accumulate);
+    QFETCH(int, stopAt);
+    core::Profile p;
+    p.model.inFeatures = 3072;
+    p.model.outFeatures = 10;
+    p.data = spec("cifar10");
+    p.data.cropPadding = 4;
+    p.data.flip = true;
+    p.strategy.kind = strategy.toStdString();
+    p.strategy.ranks = strategy == "dataparallel" ? 2 : 1;
+    p.hyper.batchSize = 16;  // 19 batches an epoch of 300 samples
+    p.hyper.accumulate = accumulate;
+    p.hyper.maxSteps = 0;
+    p.hyper.epochs = 3;
+    p.hyper.momentum = 0.9;
+    QVERIFY(validate(p).empty());
+    QTemporaryDir out;
+    auto train = [&](const core::Profile& profile, std::int64_t& steps) {
+      engine::SyncContext ctx{profile, 0, 1, 0};
+      engine::Trainer t(engine::TrainerOptions(profile, 0, 1).setOutDir(out.path().toStdString()),
+                        engine::makeStrategy(ctx));
+      std::atomic<bool> stop{false};
+      steps = t.run(stop);
+      return t.parameters();
+    };
+    std::int64_t total = 0, steps = 0;
+    const auto inline_ = train(p, total);
+    QCOMPARE(total, 3 * ((300 / 16 / p.strategy.ranks + accumulate) / accumulate));
+    auto loaded = p;
+    loaded.run.loaderThreads = threads;
+    if (stopAt > 0) {
+      auto first = loaded;
+      first.hyper.maxSteps = stopAt;
+      train(first, steps);
+      QCOMPARE(steps, std::int64_t(stopAt));
+      loaded.run.resumeFrom = out.filePath("checkpoint.pt").toStdString();
+    }
+    const auto ahead = train(loaded, steps);
+    QCOMPARE(steps, total);
+    QCOMPARE(ahead.size(), inline_.size());
+    for (std::size_t i = 0; i < ahead.size(); ++i)
+      QVERIFY2(torch::equal(ahead[i], inline_[i]), qPrintable(QString("parameter %1 differs").arg(i)));
+  }
+
+  // A batch that cannot be prepared on a loader thread fails the run with what the inline path
+  // says, naming the batch; the loader's threads stop with it (the test would hang otherwise).
+  void loaderFailureIsReported_data() {
+    QTest::addColumn<int>("threads");
+    QTest::newRow("inline") << 0;
+    QTest::newRow("1 thread") << 1;
+    QTest::newRow("3 threads") << 3;
+  }
+  void loaderFailureIsReported() {
+    QFETCH(int, threads);
+    core::Profile p;
+    p.model.inFeatures = 3072;
+    p.model.outFeatures = 10;
+    p.data = spec("cifar10");
+    p.data.flip = true;
+    p.strategy.kind = "single";
+    p.hyper.batchSize = 4;
+    p.hyper.maxSteps = 0;
+    p.hyper.epochs = 1;
+    p.run.loaderThreads = threads;
+    BatchPlan plan = [](std::int64_t) {
+      std::vector<std::vector<std::int64_t>> batches(8, std::vector<std::int64_t>{0, 1, 2, 3});
+      batches[5][2] = 99999;
+      return batches;
+    };
+    engine::SyncContext ctx{p, 0, 1, 0};
+    engine::Trainer t(engine::TrainerOptions(p, 0, 1).setPlan(plan), engine::makeStrategy(ctx));
+    std::atomic<bool> stop{false};
+    QString error;
+    try {
+      t.run(stop);
+    } catch (const Error& e) {
+      error = e.what();
+    }
+    QCOMPARE(t.step(), std::int64_t(5));
+    const QString says = "batch index 99999 out of range 0..299";
+    QCOMPARE(error, threads == 0 ? says : "data loader: batch 5 of epoch 0: " + says);
+  }
+
+  // The loader hands batches over in order whatever order threads finish them in, holds at most
+  // `depth` ahead of the trainer, raises a failure when its batch is taken, and stops at once
+  // with batches queued.
+  void loaderKeepsOrderAndBound() {
+    std::atomic<int> prepared{0};
+    std::atomic<int> taken{0};
+    std::atomic<int> mostAhead{0};
+    auto prepare = [&](std::int64_t, std::int64_t index, const std::vector<std::int64_t>& rows) {
+      PTW_CHECK(rows.front() != 13, "row 13 is unreadable");
+      // Later batches are quicker, so threads finish out of order.
+      std::this_thread::sleep_for(std::chrono::milliseconds(index % 3 == 0 ? 6 : 1));
+      const int ahead = ++prepared - taken.load();
+      for (int seen = mostAhead.load(); ahead > seen && !mostAhead.compare_exchange_weak(seen, ahead);) {
+      }
+      LoadedBatch b;
+      b.x = torch::full({1}, static_cast<double>(rows.front()));
+      return b;
+    };
+    auto batches = [](std::int64_t first, std::int64_t n) {
+      auto b = std::make_shared<BatchLoader::Batches>();
+      for (std::int64_t i = 0; i < n; ++i) b->push_back({first + i});
+      return std::shared_ptr<const BatchLoader::Batches>(b);
+    };
+    {
+      BatchLoader loader(BatchLoaderOptions(3).setDepth(4), prepare);
+      loader.queue(0, batches(100, 10), 2);
+      loader.queue(1, batches(0, 14));
+      QVERIFY(loader.isNext(0, 2));
+      for (std::int64_t i = 2; i < 10; ++i) {
+        auto b = loader.take();
+        ++taken;
+        QCOMPARE(b.epoch, std::int64_t(0));
+        QCOMPARE(b.index, i);
+        QCOMPARE(b.x.item<double>(), 100.0 + static_cast<double>(i));
+      }
+      QVERIFY(loader.isNext(1, 0));
+      for (std::int64_t i = 0; i < 13; ++i) {
+        auto b = loader.take();
+        ++taken;
+        QCOMPARE(b.epoch, std::int64_t(1));
+        QCOMPARE(b.index, i);
+      }
+      QVERIFY(mostAhead.load() <= 4 + 1);  // `depth` ahead, counted before its taker's increment
+      QVERIFY_EXCEPTION_THROWN(
+          try { loader.take(); } catch (const Error& e) {
+            QCOMPARE(QString(e.what()), QString("data loader: batch 13 of epoch 1: row 13 is unreadable"));
+            throw;
+          },
+          Error);
+      loader.clear();
+      QVERIFY_EXCEPTION_THROWN(loader.take(), Error);  // nothing queued
+      loader.queue(5, batches(0, 1000));
+    }  // stops with 1000 batches queued, a few of them prepared
+    QVERIFY(prepared.load() < 1000);
   }
 
   // A torchscript model gets [N, C, H, W]; a built-in one the flat rows.

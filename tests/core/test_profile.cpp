@@ -318,6 +318,12 @@ class TestProfile : public QObject {
                                         << "run.eval_every: validation needs a held-out split";
     QTest::newRow("keep no records") << R"({"run": {"keep_every": 0}})"
                                      << "run.keep_every: must be >= 1 (1 keeps every step's records), got 0";
+    QTest::newRow("negative loader threads")
+        << R"({"run": {"loader_threads": -1}})"
+        << "run.loader_threads: must be in 0..16 (0 prepares each batch in the step), got -1";
+    QTest::newRow("too many loader threads")
+        << R"({"run": {"loader_threads": 17}})"
+        << "run.loader_threads: must be in 0..16 (0 prepares each batch in the step), got 17";
     QTest::newRow("keep until a negative step") << R"({"run": {"keep_every": 5, "keep_all_until": -1}})"
                                                 << "run.keep_all_until: must be >= 0, got -1";
     QTest::newRow("csv without path") << R"({"data": {"kind": "csv", "target": "y"}})"

@@ -20,6 +20,8 @@
 #   gloo=single    DDP over Gloo with CUDA tensors, 1 rank: the same (gloo-absent where LibTorch came
 #                  without gloo's headers, as pip wheels do: the run fails at once and says so)
 #   dp=single      DataParallel with 1 lane on cuda:0: the same
+#   loader=single  Single on cuda:0 with run.loader_threads 2 (batches in pinned memory, copied with
+#                  non_blocking): the same
 #   bf16           bf16 autocast trains: its final loss is within 10% (+0.02) of fp32's and
 #                  under half the first step's
 #   memory         a CUDA rank reports the CUDA allocator's bytes at every step (at least 3 x the parameters'
@@ -140,6 +142,9 @@ fi
 
 run dp --set strategy.kind=dataparallel --set strategy.device=cuda; rc=$?
 equal "dp=single" dp single-cuda 1e-6 $rc
+
+run loader --set strategy.kind=single --set strategy.device=cuda --set run.loader_threads=2; rc=$?
+equal "loader=single" loader single-cuda 1e-6 $rc
 
 run bf16 --set strategy.kind=single --set strategy.device=cuda --set hyper.precision=bf16; rc=$?
 verdict=$(python3 - "$work/single-cuda.csv" "$work/bf16.csv" <<'EOF'

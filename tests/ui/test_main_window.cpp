@@ -352,7 +352,7 @@ class TestMainWindow : public QObject {
                              "hyper.max_steps", "hyper.batch_size", "hyper.seed", "run.timeout_s"})
       QVERIFY2(shown(path), path);
     for (const char* path : {"model.kind", "data.kind", "data.samples", "hyper.optimizer", "hyper.weight_decay",
-                             "run.eval_every", "run.checkpoint_every", "run.threads_per_rank"})
+                             "run.eval_every", "run.checkpoint_every", "run.threads_per_rank", "run.loader_threads"})
       QVERIFY2(!shown(path), path);
     QVERIFY(!e->findChild<QWidget*>("group.model")->isVisibleTo(e));
     QVERIFY(!e->findChild<QWidget*>("group.data")->isVisibleTo(e));
