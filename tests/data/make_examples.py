@@ -6,7 +6,7 @@
   OUT/cifar-tiny/data_batch_1.bin, test_batch.bin   600 32×32 RGB images in CIFAR-10's binary
                                                     format (500 + 100), 10 classes
   OUT/resnet18-cifar.scripted.pt                    torchvision's ResNet-18 for 10 classes, seeded
-                                                    weights, as TorchScript (11,173,962 parameters)
+                                                    weights, as TorchScript (11,181,642 parameters)
   OUT/shapes-folder/<class>/*.png                   240 16×16 RGB images, 3 classes, an ImageFolder
   OUT/cnn-shapes.scripted.pt                        a small CNN for them, as TorchScript
 
