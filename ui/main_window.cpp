@@ -34,8 +34,8 @@
 #include <QVBoxLayout>
 
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <thread>
 
 #include "common/command.h"
@@ -79,6 +79,12 @@ QString describeRun(const core::Profile& p) {
     return s.ranks == 1 ? QObject::tr("one process of your command")
                         : QObject::tr("%1 processes of your command").arg(s.ranks);
   return QObject::tr("%1 ranks of DDP %2").arg(s.ranks).arg(where);
+}
+
+QString regressionNote() {
+  return QObject::tr(
+      "No validation accuracy: this run is a regression (MSE); its validation loss is on the loss "
+      "chart.");
 }
 
 // A rank's memory for the table: "312 MiB"; "–" where the rank does not measure it.
@@ -268,8 +274,9 @@ QWidget* MainWindow::buildLiveTab(QWidget* parent) {
   m_accuracyStack->setObjectName("accuracyStack");
   m_accuracy = new MetricChart(tr("val accuracy (%)"), m_accuracyStack);
   m_accuracy->setObjectName("accuracyChart");
-  m_accuracy->setToolTip(tr("Validation accuracy of the held-out data (data.val_fraction), every run.eval_every "
-                            "steps and at the end; rank 0 validates, as every rank holds the same parameters"));
+  m_accuracy->setToolTip(
+      tr("Validation accuracy of the held-out data (data.val_fraction), every run.eval_every "
+         "steps and at the end; rank 0 validates, as every rank holds the same parameters"));
   m_accuracyNote = new QLabel(m_accuracyStack);
   m_accuracyNote->setObjectName("accuracyNote");
   m_accuracyNote->setAlignment(Qt::AlignCenter);
@@ -279,7 +286,8 @@ QWidget* MainWindow::buildLiveTab(QWidget* parent) {
   m_accuracyStack->addWidget(m_accuracyNote);
   m_lr = new MetricChart(tr("learning rate"), charts);
   m_lr->setObjectName("lrChart");
-  m_lr->setToolTip(tr("The learning rate of each step (hyper.lr with its schedule and warm-up), the same on every rank"));
+  m_lr->setToolTip(
+      tr("The learning rate of each step (hyper.lr with its schedule and warm-up), the same on every rank"));
   grid->addWidget(lossBox, 0, 0, 2, 1);
   grid->addWidget(m_throughput, 0, 1);
   grid->addWidget(m_split, 1, 1);
@@ -298,6 +306,9 @@ QWidget* MainWindow::buildLiveTab(QWidget* parent) {
   bottom->setObjectName("bottomSplit");
   buildRankTable(bottom);
   buildLogPane(bottom);
+  // The table's nine columns take more of the width than the log.
+  bottom->setStretchFactor(0, 3);
+  bottom->setStretchFactor(1, 2);
   live->addWidget(m_chartStack);
   live->addWidget(bottom);
   live->setStretchFactor(0, 3);
@@ -358,9 +369,8 @@ QWidget* MainWindow::buildLossBox(QWidget* charts) {
 void MainWindow::buildRankTable(QWidget* parent) {
   m_ranks = new QTableWidget(0, kColumns, parent);
   m_ranks->setObjectName("rankTable");
-  m_ranks->setHorizontalHeaderLabels(
-      {tr("rank"), tr("status"), tr("step"), tr("loss"), tr("samples/s"), tr("params"), tr("memory"), tr("last message"),
-       tr("exit")});
+  m_ranks->setHorizontalHeaderLabels({tr("rank"), tr("status"), tr("step"), tr("loss"), tr("samples/s"), tr("params"),
+                                      tr("memory"), tr("last message"), tr("exit")});
   m_ranks->setSelectionBehavior(QAbstractItemView::SelectRows);
   m_ranks->setSelectionMode(QAbstractItemView::SingleSelection);
   m_ranks->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -368,7 +378,7 @@ void MainWindow::buildRankTable(QWidget* parent) {
   m_ranks->setWordWrap(false);  // one line a rank; a long message is elided, its full text in the log
   // The columns fit the table's width: the message takes what the figures leave.
   auto* header = m_ranks->horizontalHeader();
-  const int widths[kColumns] = {44, 72, 64, 84, 80, 64, 84, 0, 84};
+  const int widths[kColumns] = {44, 72, 60, 76, 76, 60, 80, 0, 84};
   for (int c = 0; c < kColumns; ++c)
     if (c != kMessage) header->resizeSection(c, widths[c]);
   header->setSectionResizeMode(kMessage, QHeaderView::Stretch);
@@ -772,8 +782,12 @@ void MainWindow::resetLive(int ranks) {
   m_lr->clear();
   m_lr->addSeries(tr("learning rate"), seriesColor(0));
   const core::Profile p = profile();
-  m_accuracyNote->setText(tr("No validation accuracy: data.val_fraction is 0, so no data is held out."));
-  m_accuracyStack->setCurrentWidget(p.data.valFraction > 0 ? static_cast<QWidget*>(m_accuracy) : m_accuracyNote);
+  // A command run's program may report validation of either kind: its first record says.
+  const bool regression = !core::isClassification(p.data) && !core::strategyOf(p).runsCommand;
+  m_accuracyNote->setText(regression ? regressionNote()
+                                     : tr("No validation accuracy: data.val_fraction is 0, so no data is held out."));
+  m_accuracyStack->setCurrentWidget(p.data.valFraction > 0 && !regression ? static_cast<QWidget*>(m_accuracy)
+                                                                          : m_accuracyNote);
   // DataParallel's replicas report as ranks of one process, whose heartbeat speaks for them all.
   m_oneProcess = core::processCount(p) == 1;
   m_meanSeries = ranks > 1 && !pool ? m_loss->addSeries(tr("mean"), Qt::black) : -1;
@@ -927,8 +941,7 @@ void MainWindow::applyRecord(const core::Record& rec) {
     if (rec.valAccuracy >= 0) {
       m_accuracy->append(0, static_cast<double>(s.step), 100 * rec.valAccuracy);
     } else if (m_accuracyStack->currentWidget() != m_accuracyNote) {
-      m_accuracyNote->setText(tr("No validation accuracy: this run is a regression (MSE); its validation loss is "
-                                 "on the loss chart."));
+      m_accuracyNote->setText(regressionNote());
       m_accuracyStack->setCurrentWidget(m_accuracyNote);
     }
     return;

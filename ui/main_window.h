@@ -218,7 +218,7 @@ class MainWindow : public QMainWindow {
   struct RankLatest {
     std::int64_t step = -1;  ///< the highest step seen (-1: none yet), and its loss
     double loss = 0;
-    double samplesPerS = 0;  ///< of the last record that came
+    double samplesPerS = 0;     ///< of the last record that came
     std::int64_t memBytes = 0;  ///< of the highest step
   };
   std::vector<RankLatest> m_latest;  ///< what the rank table shows

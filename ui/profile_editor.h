@@ -80,7 +80,7 @@ class ProfileEditor : public QWidget {
   QMap<QString, QString> m_kinds;  ///< path -> string | bool | int | double | array
   QLabel* m_summary = nullptr;
   QLabel* m_preflight = nullptr;
-  QLabel* m_preflightImages = nullptr;        ///< the sample images of a check of image data
+  QLabel* m_preflightImages = nullptr;          ///< the sample images of a check of image data
   std::unique_ptr<QTemporaryDir> m_samplesDir;  ///< where the worker writes them
   QPushButton* m_preflightButton = nullptr;
   QPlainTextEdit* m_args = nullptr;  ///< command.args, one argument a line

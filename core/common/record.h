@@ -165,11 +165,11 @@ struct Record {
   double valLoss = 0;                ///< Validation
   double valAccuracy = -1;           ///< Validation
   char state[kStateBytes + 1] = {};  ///< Heartbeat: a lower-case word of at most 16 letters, NUL-terminated
+  char name[kNameBytes + 1] = {};    ///< Scalar: its name (isScalarName), NUL-terminated
+  double value = 0;                  ///< Scalar
   /// Heartbeat: the parameters of the rank's model (0: none yet, or a command rank's program),
   /// so that the window can show the model's size without loading it.
   std::int64_t parameters = 0;
-  char name[kNameBytes + 1] = {};    ///< Scalar: its name (isScalarName), NUL-terminated
-  double value = 0;                  ///< Scalar
 
   /// Sets `state`, cut to kStateBytes.
   void setState(std::string_view s) {

@@ -44,7 +44,13 @@ void writePng(const torch::Tensor& image, const std::string& path) {
   const std::int64_t C = image.size(0), H = image.size(1), W = image.size(2);
   const int channels = C == 3 ? 3 : 1;
   // [H, W, channels] bytes, each the nearest to x·255.
-  auto hwc = image.narrow(0, 0, channels).clamp(0, 1).mul(255).add(0.5).floor().to(torch::kUInt8).permute({1, 2, 0})
+  auto hwc = image.narrow(0, 0, channels)
+                 .clamp(0, 1)
+                 .mul(255)
+                 .add(0.5)
+                 .floor()
+                 .to(torch::kUInt8)
+                 .permute({1, 2, 0})
                  .contiguous();
   png_image png;
   std::memset(&png, 0, sizeof png);

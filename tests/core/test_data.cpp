@@ -309,8 +309,8 @@ class TestData : public QObject {
     QVERIFY((back.x[0] - a.reshape({-1})).abs().max().item<float>() <= 0.5f / 255 + 1e-6f);
 
     // Data that is not images has none to show; an unwritable file is named.
-    QVERIFY_THROWS_EXCEPTION(Error, sampleGrid(makeDataset(spec("npy"), core::ModelSpec{}), spec("npy"),
-                                               SampleGridOptions(0)));
+    QVERIFY_THROWS_EXCEPTION(
+        Error, sampleGrid(makeDataset(spec("npy"), core::ModelSpec{}), spec("npy"), SampleGridOptions(0)));
     try {
       writePng(a, "/nonexistent/dir/grid.png");
       QFAIL("no error");

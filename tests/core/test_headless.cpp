@@ -132,8 +132,8 @@ class TestHeadless : public QObject {
     QTest::newRow("ddp-resnet18-cifar") << "ddp-resnet18-cifar.json"
                                         << QStringList{"hyper.max_steps=24", "run.eval_every=12"}
                                         << "final.val_accuracy >= 0.3";
-    QTest::newRow("dataparallel-image-folder") << "dataparallel-image-folder.json"
-                                               << QStringList{"hyper.max_steps=400"} << "final.step == 400";
+    QTest::newRow("dataparallel-image-folder")
+        << "dataparallel-image-folder.json" << QStringList{"hyper.max_steps=400"} << "final.step == 400";
   }
   void imageExamplesLearn() {
     QFETCH(QString, profile);
@@ -157,7 +157,8 @@ class TestHeadless : public QObject {
       const auto tenth = static_cast<std::ptrdiff_t>(l.size() / 10);
       const double first = std::accumulate(l.begin(), l.begin() + tenth, 0.0) / static_cast<double>(tenth);
       const double last = std::accumulate(l.end() - tenth, l.end(), 0.0) / static_cast<double>(tenth);
-      QVERIFY2(last < first, qPrintable(QString("rank %1: loss %2 at the start, %3 at the end").arg(rank).arg(first).arg(last)));
+      QVERIFY2(last < first,
+               qPrintable(QString("rank %1: loss %2 at the start, %3 at the end").arg(rank).arg(first).arg(last)));
     }
   }
 

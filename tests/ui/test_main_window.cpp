@@ -821,9 +821,10 @@ class TestMainWindow : public QObject {
     QTest::addColumn<QString>("profile");
     QTest::addColumn<QString>("shapes");
     QTest::addColumn<int>("side");  // of the grid as shown
-    QTest::newRow("image folder, 16×16") << "dataparallel-image-folder.json" << "input 3×16×16 → output [3]"
-                                         << 3 * (4 * 17 - 1);
-    QTest::newRow("CIFAR, ResNet-18") << "ddp-resnet18-cifar.json" << "input 3×32×32 → output [10]" << 4 * 33 - 1;
+    QTest::newRow("image folder, 16×16") << "dataparallel-image-folder.json"
+                                         << "input 3×16×16 → output [3]" << 3 * (4 * 17 - 1);
+    QTest::newRow("CIFAR, ResNet-18") << "ddp-resnet18-cifar.json"
+                                      << "input 3×32×32 → output [10]" << 4 * 33 - 1;
   }
   void preflightShowsSampleImages() {
     QFETCH(QString, profile);
@@ -864,18 +865,19 @@ class TestMainWindow : public QObject {
     QTest::addColumn<int>("steps");
     // mlp 10 -> 16 -> 3: weights and biases of two layers.
     QTest::newRow("mlp, DDP, classification")
-        << "" << QStringList{"model.kind=mlp", "model.hidden=16", "model.out_features=3",
-                             "data.kind=synthetic-classification", "data.val_fraction=0.25", "run.eval_every=10",
-                             "hyper.schedule=cosine", "hyper.warmup_steps=5"}
+        << "" << QStringList{"model.kind=mlp",         "model.hidden=16",
+                             "model.out_features=3",   "data.kind=synthetic-classification",
+                             "data.val_fraction=0.25", "run.eval_every=10",
+                             "hyper.schedule=cosine",  "hyper.warmup_steps=5"}
         << qlonglong(10 * 16 + 16 + 16 * 3 + 3) << "" << 40;
     QTest::newRow("linear, DDP, regression")
         << "" << QStringList{"data.val_fraction=0.25", "run.eval_every=10"} << qlonglong(10 + 1) << "regression" << 20;
-    QTest::newRow("ResNet-18 example, DDP") << "ddp-resnet18-cifar.json" << QStringList{"run.eval_every=2"}
-                                            << resnet18Parameters(10, 7) << "" << 4;
+    QTest::newRow("ResNet-18 example, DDP")
+        << "ddp-resnet18-cifar.json" << QStringList{"run.eval_every=2"} << resnet18Parameters(10, 7) << "" << 4;
     // The example's CNN: conv 3->16 3×3, conv 16->32 3×3, linear 32->3.
     QTest::newRow("image folder example, DataParallel")
-        << "dataparallel-image-folder.json" << QStringList{} << qlonglong(3 * 16 * 9 + 16 + 16 * 32 * 9 + 32 + 32 * 3 + 3)
-        << "val_fraction is 0" << 20;
+        << "dataparallel-image-folder.json" << QStringList{}
+        << qlonglong(3 * 16 * 9 + 16 + 16 * 32 * 9 + 32 + 32 * 3 + 3) << "val_fraction is 0" << 20;
   }
   void accuracyLearningRateAndModelSize() {
     QFETCH(QString, profile);
@@ -927,7 +929,8 @@ class TestMainWindow : public QObject {
       QCOMPARE(drawn[i].x, lrs[i].first);
       QCOMPARE(drawn[i].mean, lrs[i].second);
     }
-    if (fields.contains("hyper.schedule=cosine")) QVERIFY(lrs.front().second < lrs[5].second && lrs.back().second < lrs[5].second);
+    if (fields.contains("hyper.schedule=cosine"))
+      QVERIFY(lrs.front().second < lrs[5].second && lrs.back().second < lrs[5].second);
 
     auto* noteLabel = w.accuracyNote();
     if (!note.isEmpty()) {
