@@ -20,6 +20,10 @@ torch::Tensor sampleGrid(const Dataset& data, const core::DataSpec& spec, const 
             options.count_, " and ", options.columns_);
   const std::int64_t n = data.size(), count = std::min<std::int64_t>(options.count_, n);
   const std::int64_t C = shape[0], H = shape[1], W = shape[2];
+  PTW_CHECK(
+      spec.mean.empty() || (static_cast<std::int64_t>(spec.mean.size()) == C && spec.std.size() == spec.mean.size()),
+      "data.mean, data.std: ", spec.mean.size(), " and ", spec.std.size(), " value(s) for images with ", C,
+      " channel(s); give one per channel");
   std::vector<std::int64_t> picks;
   for (std::int64_t i = 0; i < count; ++i) picks.push_back(i * n / count);
   auto batch = data.x.index_select(0, torch::tensor(picks, torch::kInt64));

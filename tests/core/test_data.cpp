@@ -308,7 +308,12 @@ class TestData : public QObject {
     QCOMPARE(back.sampleShape, (std::vector<std::int64_t>{3, a.size(1), a.size(2)}));
     QVERIFY((back.x[0] - a.reshape({-1})).abs().max().item<float>() <= 0.5f / 255 + 1e-6f);
 
-    // Data that is not images has none to show; an unwritable file is named.
+    // Data that is not images has none to show; a mean per channel is needed to undo it; an
+    // unwritable file is named.
+    auto oneMean = s;
+    oneMean.mean = {0.5};
+    oneMean.std = {0.2};
+    QVERIFY_THROWS_EXCEPTION(Error, sampleGrid(d, oneMean, SampleGridOptions(0)));
     QVERIFY_THROWS_EXCEPTION(
         Error, sampleGrid(makeDataset(spec("npy"), core::ModelSpec{}), spec("npy"), SampleGridOptions(0)));
     try {
