@@ -274,6 +274,7 @@ QWidget* MainWindow::buildLiveTab(QWidget* parent) {
   m_accuracyStack->setObjectName("accuracyStack");
   m_accuracy = new MetricChart(tr("val accuracy (%)"), m_accuracyStack);
   m_accuracy->setObjectName("accuracyChart");
+  m_accuracy->setYSpan(0, 100);
   m_accuracy->setToolTip(
       tr("Validation accuracy of the held-out data (data.val_fraction), every run.eval_every "
          "steps and at the end; rank 0 validates, as every rank holds the same parameters"));

@@ -949,6 +949,9 @@ class TestMainWindow : public QObject {
       QCOMPARE(points[i].mean, 100 * validation[i].valAccuracy);
       QVERIFY(points[i].mean >= 0 && points[i].mean <= 100);
     }
+    const auto yRange = w.accuracyChart()->plot()->yAxis->range();  // a percentage's whole scale
+    QVERIFY2(yRange.lower <= 0 && yRange.upper >= 100,
+             qPrintable(QString("%1..%2").arg(yRange.lower).arg(yRange.upper)));
   }
 
   // Past step 2048 the ranks send groups of steps (Note [Step groups]): the charts still
