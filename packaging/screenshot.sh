@@ -12,6 +12,8 @@ command -v xvfb-run >/dev/null || { echo "screenshot: xvfb-run not found (apt in
 mkdir -p "$out"
 runs="$(mktemp -d)"
 trap 'rm -rf "$runs"' EXIT
+# The window's saved view (splitters, chart options) would differ from one machine to another.
+export XDG_CONFIG_HOME="$runs/config"
 
 shoot() {  # name profile seconds overrides...
   local name="$1" profile="$2" after="$3"

@@ -14,6 +14,7 @@
 #include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
+#include <QLocale>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QPlainTextEdit>
@@ -34,6 +35,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <thread>
 
 #include "common/command.h"
@@ -57,7 +59,7 @@
 namespace ptw::ui {
 namespace {
 
-enum RankColumn { kRank, kStatus, kStep, kLoss, kThroughput, kMessage, kExit, kColumns };
+enum RankColumn { kRank, kStatus, kStep, kLoss, kThroughput, kParams, kMemory, kMessage, kExit, kColumns };
 constexpr std::size_t kMaxLogLines = 20000;
 constexpr int kFirstPointMs = 50;      ///< how often records are taken until a rank's first point is drawn
 constexpr int kDefaultSmoothing = 60;  ///< the loss chart's EMA weight in percent, TensorBoard's default
@@ -77,6 +79,17 @@ QString describeRun(const core::Profile& p) {
     return s.ranks == 1 ? QObject::tr("one process of your command")
                         : QObject::tr("%1 processes of your command").arg(s.ranks);
   return QObject::tr("%1 ranks of DDP %2").arg(s.ranks).arg(where);
+}
+
+QString regressionNote() {
+  return QObject::tr(
+      "No validation accuracy: this run is a regression (MSE); its validation loss is on the loss "
+      "chart.");
+}
+
+// A rank's memory for the table: "312 MiB"; "–" where the rank does not measure it.
+QString readableBytes(std::int64_t bytes) {
+  return bytes > 0 ? QLocale(QLocale::English).formattedDataSize(bytes, 1) : QStringLiteral("–");
 }
 
 }  // namespace
@@ -254,11 +267,38 @@ QWidget* MainWindow::buildLiveTab(QWidget* parent) {
   m_throughput->setObjectName("throughputChart");
   m_split = new StepSplitChart(charts);
   m_split->setObjectName("splitChart");
+  // Validation accuracy and the learning rate, smaller, below: what an image model's user
+  // watches besides the loss. The accuracy chart gives way to a line that says why it is
+  // empty (no held-out data, or a regression, whose validation has a loss and no accuracy).
+  m_accuracyStack = new QStackedWidget(charts);
+  m_accuracyStack->setObjectName("accuracyStack");
+  m_accuracy = new MetricChart(tr("val accuracy (%)"), m_accuracyStack);
+  m_accuracy->setObjectName("accuracyChart");
+  m_accuracy->setYSpan(0, 100);
+  m_accuracy->setToolTip(
+      tr("Validation accuracy of the held-out data (data.val_fraction), every run.eval_every "
+         "steps and at the end; rank 0 validates, as every rank holds the same parameters"));
+  m_accuracyNote = new QLabel(m_accuracyStack);
+  m_accuracyNote->setObjectName("accuracyNote");
+  m_accuracyNote->setAlignment(Qt::AlignCenter);
+  m_accuracyNote->setWordWrap(true);
+  m_accuracyNote->setStyleSheet("color: palette(dark)");
+  m_accuracyStack->addWidget(m_accuracy);
+  m_accuracyStack->addWidget(m_accuracyNote);
+  m_lr = new MetricChart(tr("learning rate"), charts);
+  m_lr->setObjectName("lrChart");
+  m_lr->setToolTip(
+      tr("The learning rate of each step (hyper.lr with its schedule and warm-up), the same on every rank"));
   grid->addWidget(lossBox, 0, 0, 2, 1);
   grid->addWidget(m_throughput, 0, 1);
   grid->addWidget(m_split, 1, 1);
+  grid->addWidget(m_accuracyStack, 2, 0);
+  grid->addWidget(m_lr, 2, 1);
   grid->setColumnStretch(0, 3);
   grid->setColumnStretch(1, 2);
+  grid->setRowStretch(0, 3);
+  grid->setRowStretch(1, 3);
+  grid->setRowStretch(2, 2);
   // Set once both charts they apply to exist: the live charts' defaults (a saved value,
   // restored later, wins).
   lossBox->findChild<QCheckBox*>("outliers")->setChecked(true);
@@ -267,6 +307,9 @@ QWidget* MainWindow::buildLiveTab(QWidget* parent) {
   bottom->setObjectName("bottomSplit");
   buildRankTable(bottom);
   buildLogPane(bottom);
+  // The table's nine columns take more of the width than the log.
+  bottom->setStretchFactor(0, 3);
+  bottom->setStretchFactor(1, 2);
   live->addWidget(m_chartStack);
   live->addWidget(bottom);
   live->setStretchFactor(0, 3);
@@ -327,8 +370,8 @@ QWidget* MainWindow::buildLossBox(QWidget* charts) {
 void MainWindow::buildRankTable(QWidget* parent) {
   m_ranks = new QTableWidget(0, kColumns, parent);
   m_ranks->setObjectName("rankTable");
-  m_ranks->setHorizontalHeaderLabels(
-      {tr("rank"), tr("status"), tr("step"), tr("loss"), tr("samples/s"), tr("last message"), tr("exit")});
+  m_ranks->setHorizontalHeaderLabels({tr("rank"), tr("status"), tr("step"), tr("loss"), tr("samples/s"), tr("params"),
+                                      tr("memory"), tr("last message"), tr("exit")});
   m_ranks->setSelectionBehavior(QAbstractItemView::SelectRows);
   m_ranks->setSelectionMode(QAbstractItemView::SingleSelection);
   m_ranks->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -336,11 +379,12 @@ void MainWindow::buildRankTable(QWidget* parent) {
   m_ranks->setWordWrap(false);  // one line a rank; a long message is elided, its full text in the log
   // The columns fit the table's width: the message takes what the figures leave.
   auto* header = m_ranks->horizontalHeader();
-  const int widths[kColumns] = {44, 72, 64, 84, 80, 0, 84};
+  const int widths[kColumns] = {44, 72, 60, 76, 76, 60, 80, 0, 84};
   for (int c = 0; c < kColumns; ++c)
     if (c != kMessage) header->resizeSection(c, widths[c]);
   header->setSectionResizeMode(kMessage, QHeaderView::Stretch);
-  m_ranksHint = new QLabel(tr("Each rank's state, step, loss, samples/s and last message appear here during a run."),
+  m_ranksHint = new QLabel(tr("Each rank's state, step, loss, samples/s, model size, memory and last message appear "
+                              "here during a run."),
                            m_ranks->viewport());
   m_ranksHint->setObjectName("rankTableHint");
   m_ranksHint->setWordWrap(true);
@@ -579,6 +623,23 @@ void MainWindow::setRunsDirectory(const QString& dir) {
   };
   m_loss->setDetailProvider(provider("loss"));
   m_throughput->setDetailProvider(provider("samples_per_s"));
+  m_lr->setDetailProvider(provider("lr"));
+  // Validation points are few (one per run.eval_every steps): the store's are read whole.
+  m_accuracy->setDetailProvider([this](int series, double x0, double x1) -> std::vector<std::pair<double, double>> {
+    std::vector<std::pair<double, double>> out;
+    if (m_controller->runId() <= 0 || series != 0) return out;
+    try {
+      if (!m_reader)
+        m_reader = std::make_unique<core::RunStore>(m_runsDir.isEmpty() ? core::defaultRunsDirectory()
+                                                                        : m_runsDir.toStdString());
+      for (const auto& v : m_reader->validation(m_controller->runId()))
+        if (v.step >= x0 && v.step <= x1 && std::isfinite(v.valAccuracy))
+          out.emplace_back(static_cast<double>(v.step), 100 * v.valAccuracy);
+    } catch (const Error&) {
+      out.clear();
+    }
+    return out;
+  });
   m_scalars->setDetailProviders([provider](const std::string& name) { return provider("scalar:" + name); });
 }
 
@@ -717,6 +778,19 @@ void MainWindow::resetLive(int ranks) {
     m_loss->addSeries(name, seriesColor(r));
     m_throughput->addSeries(name, seriesColor(r));
   }
+  m_accuracy->clear();
+  m_accuracy->addSeries(tr("validation"), Qt::black);
+  m_lr->clear();
+  m_lr->addSeries(tr("learning rate"), seriesColor(0));
+  const core::Profile p = profile();
+  // A command run's program may report validation of either kind: its first record says.
+  const bool regression = !core::isClassification(p.data) && !core::strategyOf(p).runsCommand;
+  m_accuracyNote->setText(regression ? regressionNote()
+                                     : tr("No validation accuracy: data.val_fraction is 0, so no data is held out."));
+  m_accuracyStack->setCurrentWidget(p.data.valFraction > 0 && !regression ? static_cast<QWidget*>(m_accuracy)
+                                                                          : m_accuracyNote);
+  // DataParallel's replicas report as ranks of one process, whose heartbeat speaks for them all.
+  m_oneProcess = core::processCount(p) == 1;
   m_meanSeries = ranks > 1 && !pool ? m_loss->addSeries(tr("mean"), Qt::black) : -1;
   m_valSeries = m_loss->addSeries(tr("validation"), Qt::black, true);
   m_totalSeries = ranks > 1 && !pool ? m_throughput->addSeries(tr("total"), Qt::black) : -1;
@@ -847,6 +921,8 @@ void MainWindow::applyEvent(const RunController::Event& e) {
   const double step = static_cast<double>(e.step);
   m_loss->truncateAfter(step);
   m_throughput->truncateAfter(step);
+  m_accuracy->truncateAfter(step);
+  m_lr->truncateAfter(step);
   m_scalars->truncateAfter(e.step);
   m_stepSums.reset(ranks);
   // The table starts over with the new attempt: every rank is restarting, its last exit
@@ -863,6 +939,16 @@ void MainWindow::applyRecord(const core::Record& rec) {
   const auto& s = rec.step;
   if (rec.kind == core::Record::Kind::Validation) {
     m_loss->append(m_valSeries, static_cast<double>(s.step), rec.valLoss);
+    if (rec.valAccuracy >= 0) {
+      m_accuracy->append(0, static_cast<double>(s.step), 100 * rec.valAccuracy);
+    } else if (m_accuracyStack->currentWidget() != m_accuracyNote) {
+      m_accuracyNote->setText(regressionNote());
+      m_accuracyStack->setCurrentWidget(m_accuracyNote);
+    }
+    return;
+  }
+  if (rec.kind == core::Record::Kind::Heartbeat) {
+    if (rec.parameters > 0) showParameters(s.rank, rec.parameters);
     return;
   }
   if (rec.kind == core::Record::Kind::Scalar) {
@@ -897,7 +983,9 @@ void MainWindow::applyRecord(const core::Record& rec) {
     }
   }
   latest.samplesPerS = s.samplesPerS;
-  if (s.step >= latest.step) latest.step = s.step, latest.loss = s.loss;
+  if (s.step >= latest.step) latest.step = s.step, latest.loss = s.loss, latest.memBytes = s.memBytes;
+  // The schedule is the same on every rank: rank 0's, at the last step of each record.
+  if (s.rank == 0) m_lr->append(0, x, s.lr);
   // The mean loss and the total throughput of a window of steps, once every rank has reported all of it.
   const std::int64_t first = group ? rec.group.first : s.step;
   if (StepSums::Done d;
@@ -933,9 +1021,12 @@ void MainWindow::redrawIfDue() {
       setRankCell(r, kThroughput, readableNumber(latest.samplesPerS));
       setRankCell(r, kStep, QString::number(latest.step));  // a step is named, as in the log, not measured
       setRankCell(r, kLoss, readableNumber(latest.loss));
+      setRankCell(r, kMemory, readableBytes(latest.memBytes));
     }
     m_loss->refresh();
     m_throughput->refresh();
+    m_accuracy->refresh();
+    m_lr->refresh();
     m_split->refresh();
     m_scalars->refresh();
     m_redrawMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - now).count();
@@ -946,6 +1037,18 @@ void MainWindow::redrawIfDue() {
       now - m_runStarted > std::chrono::seconds(10);
   const int interval = allDrawn ? static_cast<int>(period()) : kFirstPointMs;
   if (m_drainTimer->interval() != interval) m_drainTimer->setInterval(interval);
+}
+
+void MainWindow::showParameters(int rank, std::int64_t parameters) {
+  const QString text = readableNumber(static_cast<double>(parameters), 3);
+  const QString tip = tr("%1 parameters").arg(QLocale(QLocale::English).toString(static_cast<qlonglong>(parameters)));
+  for (int r = m_oneProcess ? 0 : rank; r <= (m_oneProcess ? m_reportingRanks - 1 : rank); ++r) {
+    if (r < 0 || r >= m_ranks->rowCount()) continue;
+    if (auto* item = m_ranks->item(r, kParams); item && item->toolTip() != tip) {
+      item->setText(text);
+      item->setToolTip(tip);
+    }
+  }
 }
 
 void MainWindow::appendMean(const StepSums::Done& d) {

@@ -80,6 +80,12 @@ class MainWindow : public QMainWindow {
   MetricChart* lossChart() const { return m_loss; }
   MetricChart* throughputChart() const { return m_throughput; }
   StepSplitChart* splitChart() const { return m_split; }
+  /// Validation accuracy in percent (rank 0's, which every rank's parameters equal); for a
+  /// run with no accuracy, a note takes its place (accuracyNote()).
+  MetricChart* accuracyChart() const { return m_accuracy; }
+  QLabel* accuracyNote() const { return m_accuracyNote; }
+  /// The learning rate of each step (rank 0's: the schedule is the same on every rank).
+  MetricChart* lrChart() const { return m_lr; }
   /// The named scalars' charts (tab Scalars, shown once a run reports one).
   ScalarCharts* scalarCharts() const { return m_scalars; }
   QTableWidget* rankTable() const { return m_ranks; }
@@ -134,6 +140,9 @@ class MainWindow : public QMainWindow {
   void redrawIfDue();
   void resetLive(int ranks);
   void setRankCell(int rank, int column, const QString& text);
+  /// The model's parameter count from a rank's heartbeat, in its row (every row where one
+  /// process reports for several series).
+  void showParameters(int rank, std::int64_t parameters);
   /// `again`: a line already taken, shown anew after the log's filter changed.
   void appendLog(int rank, const QString& line, bool again = false);
   /// Draws a completed window of the mean over ranks and their total throughput.
@@ -171,6 +180,11 @@ class MainWindow : public QMainWindow {
   MetricChart* m_loss = nullptr;
   MetricChart* m_throughput = nullptr;
   StepSplitChart* m_split = nullptr;
+  QStackedWidget* m_accuracyStack = nullptr;  ///< the accuracy chart, or the note that says why there is none
+  MetricChart* m_accuracy = nullptr;
+  QLabel* m_accuracyNote = nullptr;
+  MetricChart* m_lr = nullptr;
+  bool m_oneProcess = false;  ///< the run's series all come from one process (DataParallel, single)
   QTabWidget* m_tabs = nullptr;
   ScalarCharts* m_scalars = nullptr;  ///< its tab is hidden until a run reports a named scalar
   QSlider* m_smoothing = nullptr;
@@ -204,7 +218,8 @@ class MainWindow : public QMainWindow {
   struct RankLatest {
     std::int64_t step = -1;  ///< the highest step seen (-1: none yet), and its loss
     double loss = 0;
-    double samplesPerS = 0;  ///< of the last record that came
+    double samplesPerS = 0;     ///< of the last record that came
+    std::int64_t memBytes = 0;  ///< of the highest step
   };
   std::vector<RankLatest> m_latest;  ///< what the rank table shows
   std::vector<QString> m_lastMessage;

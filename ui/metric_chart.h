@@ -50,6 +50,9 @@ class MetricChart : public QWidget {
   /// whole instead.
   void setIgnoreOutliers(bool on);
   bool ignoresOutliers() const { return m_ignoreOutliers; }
+  /// While the chart follows the data, its y axis spans at least [lo, hi] (0-100 for a
+  /// percentage), so that a metric's scale reads the same from its first point.
+  void setYSpan(double lo, double hi) { m_spanLo = lo, m_spanHi = hi; }
   void setHighlighted(int series);  ///< -1: none
   /// The series that stands out among overlapping ones (the mean over ranks): drawn on top,
   /// thicker, and the others lighter behind it. -1: none.
@@ -97,7 +100,8 @@ class MetricChart : public QWidget {
   bool m_dirty = false;
   bool m_follow = true;
   bool m_ignoreOutliers = false;
-  std::vector<double> m_ys;  ///< scratch for the y percentiles, kept between redraws
+  double m_spanLo = 0, m_spanHi = 0;  ///< setYSpan; lo == hi: none
+  std::vector<double> m_ys;           ///< scratch for the y percentiles, kept between redraws
   DetailProvider m_detail;
 };
 

@@ -7,16 +7,19 @@
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QImage>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QLabel>
 #include <QLineEdit>
+#include <QPixmap>
 #include <QPlainTextEdit>
 #include <QProcess>
 #include <QPushButton>
 #include <QRegularExpression>
 #include <QTableWidget>
+#include <QTemporaryDir>
 #include <QTemporaryFile>
 #include <QTextBlock>
 #include <QTextCursor>
@@ -284,6 +287,14 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
       m_preflight->setWordWrap(true);
       connect(check, &QPushButton::clicked, this, &ProfileEditor::runPreflight);
       forms[groupOf(path)]->addRow(check, m_preflight);
+      // Image data: training images as the model gets them (augmented), normalisation undone.
+      m_preflightImages = new QLabel(this);
+      m_preflightImages->setObjectName("preflightImages");
+      m_preflightImages->setToolTip(
+          tr("Training images after augmentation (data.crop_padding, data.flip), with data.mean and data.std "
+             "undone, spread over the training set"));
+      m_preflightImages->hide();
+      forms[groupOf(path)]->addRow(QString(), m_preflightImages);
     }
   }
   m_summary = new QLabel(this);
@@ -601,8 +612,13 @@ void ProfileEditor::runPreflight() {
   file->write(QByteArray::fromStdString(core::toJson(m_profile)));
   file->close();
   m_preflight->setText(tr("Loading the model and the data…"));
+  m_preflightImages->hide();
+  m_preflightImages->clear();
+  if (!m_samplesDir) m_samplesDir = std::make_unique<QTemporaryDir>();
+  const QString samples = m_samplesDir->isValid() ? m_samplesDir->filePath("samples.png") : QString();
+  QFile::remove(samples);
   m_preflightProcess = new QProcess(this);
-  connect(m_preflightProcess, &QProcess::finished, this, [this, file](int code, QProcess::ExitStatus) {
+  connect(m_preflightProcess, &QProcess::finished, this, [this, file, samples](int code, QProcess::ExitStatus) {
     QString text;
     bool ok = code == 0;
     if (ok) {
@@ -610,13 +626,22 @@ void ProfileEditor::runPreflight() {
       auto dims = [](const QJsonValue& v) {
         QStringList parts;
         for (const auto& x : v.toArray()) parts << QString::number(x.toInt());
-        return "[" + parts.join(", ") + "]";
+        return parts.size() == 3 ? parts.join(QStringLiteral("×")) : "[" + parts.join(", ") + "]";  // C×H×W
       };
       text = tr("OK: input %1 → output %2 per sample; %3 training, %4 validation samples; %5 parameters")
                  .arg(dims(o["input"]), dims(o["output"]))
                  .arg(o["train_samples"].toInt())
                  .arg(o["val_samples"].toInt())
                  .arg(o["parameters"].toInt());
+      const int images = o["sample_images"].toInt();
+      QImage grid;
+      if (images > 0 && grid.load(samples)) {
+        // Small images are enlarged by whole pixels, up to about 256 pixels across.
+        const int scale = std::max(1, 256 / std::max(1, grid.width()));
+        m_preflightImages->setPixmap(QPixmap::fromImage(grid.scaled(grid.size() * scale)));
+        m_preflightImages->show();
+        text += tr("; %1 training images after augmentation:").arg(images);
+      }
     } else {
       text = QString::fromUtf8(m_preflightProcess->readAllStandardError()).trimmed();
       if (text.startsWith("error: ")) text = text.mid(7);
@@ -640,8 +665,9 @@ void ProfileEditor::runPreflight() {
     file->deleteLater();
     emit preflightFinished(false, text);
   });
-  m_preflightProcess->start(QString::fromStdString(core::Launcher::defaultWorkerPath()),
-                            {"--preflight", "--profile", file->fileName()});
+  QStringList args{"--preflight", "--profile", file->fileName()};
+  if (!samples.isEmpty()) args << "--samples" << samples;
+  m_preflightProcess->start(QString::fromStdString(core::Launcher::defaultWorkerPath()), args);
 }
 
 }  // namespace ptw::ui

@@ -13,6 +13,7 @@
 #include <QString>
 #include <QWidget>
 
+#include <memory>
 #include <vector>
 
 #include "common/profile.h"
@@ -23,6 +24,7 @@ class QPlainTextEdit;
 class QProcess;
 class QPushButton;
 class QTableWidget;
+class QTemporaryDir;
 
 namespace ptw::ui {
 
@@ -78,6 +80,8 @@ class ProfileEditor : public QWidget {
   QMap<QString, QString> m_kinds;  ///< path -> string | bool | int | double | array
   QLabel* m_summary = nullptr;
   QLabel* m_preflight = nullptr;
+  QLabel* m_preflightImages = nullptr;          ///< the sample images of a check of image data
+  std::unique_ptr<QTemporaryDir> m_samplesDir;  ///< where the worker writes them
   QPushButton* m_preflightButton = nullptr;
   QPlainTextEdit* m_args = nullptr;  ///< command.args, one argument a line
   QTableWidget* m_env = nullptr;     ///< command.env, KEY and VALUE columns

@@ -361,6 +361,11 @@ void validateStrategySection(const Profile& p, Need& need, OneOf& oneOf) {
 
 bool readsDataFiles(const DataSpec& data) { return data.kind.rfind("synthetic", 0) != 0; }
 
+bool isClassification(const DataSpec& data) {
+  return data.kind == "synthetic-classification" || data.kind == "mnist" || data.kind == "cifar10" ||
+         data.kind == "image-folder" || ((data.kind == "csv" || data.kind == "npy") && data.task == "classification");
+}
+
 bool Profile::operator==(const Profile& other) const { return toJsonValue(*this) == toJsonValue(other); }
 
 std::vector<FieldError> validate(const Profile& p) {
@@ -415,9 +420,7 @@ std::vector<FieldError> validate(const Profile& p) {
   for (double v : p.data.std) need(v > 0 && std::isfinite(v), "data.std", "every value must be > 0, got " + str(v));
   for (double v : p.data.mean) need(std::isfinite(v), "data.mean", "every value must be finite, got " + str(v));
   need(p.data.cropPadding >= 0, "data.crop_padding", "must be >= 0, got " + str(p.data.cropPadding));
-  const bool classification = p.data.kind == "synthetic-classification" || p.data.kind == "mnist" ||
-                              p.data.kind == "cifar10" || p.data.kind == "image-folder" ||
-                              ((p.data.kind == "csv" || p.data.kind == "npy") && p.data.task == "classification");
+  const bool classification = isClassification(p.data);
   if (classification && p.model.kind != "torchscript")
     need(p.model.outFeatures >= 2, "model.out_features",
          "classification needs >= 2 outputs (one per class), got " + str(p.model.outFeatures));

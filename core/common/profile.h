@@ -49,6 +49,8 @@ inline constexpr const char* kNoCudaDeviceMessage =
 inline constexpr int kMaxLoaderThreads = 16;
 /// Whether data.kind reads files named by data.path (csv, mnist, cifar10, image-folder, npy).
 bool readsDataFiles(const DataSpec& data);
+/// Whether the data is a classification (cross-entropy; validation reports an accuracy).
+bool isClassification(const DataSpec& data);
 
 /// Example: StrategySpec{}.ranks = 4;
 struct StrategySpec {

@@ -63,6 +63,7 @@ void formatRecord(const Record& r, std::string& out) {
       appendInt(out, s.step);
       out += ' ';
       out += r.stateName().empty() ? std::string_view("train") : r.stateName();
+      appendInt(out, r.parameters);
       break;
     case Record::Kind::Done:
       out += 'D';
@@ -126,6 +127,8 @@ constexpr std::size_t kKindAt = 4, kRankAt = 8, kStepAt = 16, kEpochAt = 24, kVa
 constexpr std::size_t kGroupAt = kRecordFrameBytes;                    // G: first, count, then 9 sums
 constexpr std::size_t kScalarValueAt = kEpochAt + Record::kNameBytes;  // N: the name, then the value
 static_assert(kScalarValueAt + 8 <= kRecordFrameBytes);
+constexpr std::size_t kParametersAt = kValuesAt + Record::kStateBytes;  // H: the state, then the parameters
+static_assert(kParametersAt + 8 <= kRecordFrameBytes);
 static_assert(kGroupAt + 16 + 9 * 8 == kGroupFrameBytes);
 
 // The step fields of `s` into the frame `f`, and back.
@@ -179,6 +182,7 @@ void encodeRecord(const Record& r, std::string& out) {
       put<std::int64_t>(f, kStepAt, s.step);
       const std::string_view state = r.stateName().empty() ? std::string_view("train") : r.stateName();
       std::memcpy(f + kValuesAt, state.data(), std::min(state.size(), kStateBytes));
+      put<std::int64_t>(f, kParametersAt, r.parameters);
       break;
     }
     case Record::Kind::Done: put<std::int64_t>(f, kStepAt, s.step); break;
@@ -246,8 +250,9 @@ std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& m
       std::size_t n = 0;
       while (n < kStateBytes && state[n] >= 'a' && state[n] <= 'z') ++n;
       r.setState(std::string_view(state, n));
-      ok = n > 0 && allZero(state + n, kStateBytes - n) && allZero(f + kEpochAt, 8) &&
-           allZero(f + kValuesAt + kStateBytes, kRecordFrameBytes - kValuesAt - kStateBytes);
+      r.parameters = get<std::int64_t>(f, kParametersAt);
+      ok = n > 0 && allZero(state + n, kStateBytes - n) && allZero(f + kEpochAt, 8) && r.parameters >= 0 &&
+           allZero(f + kParametersAt + 8, kRecordFrameBytes - kParametersAt - 8);
     } else if (kind == 'N') {
       r.kind = Record::Kind::Scalar;
       const char* name = f + kEpochAt;

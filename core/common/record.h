@@ -10,14 +10,15 @@
 //   V rank step val_loss val_accuracy          validation (accuracy is -1 for regression)
 //   G rank first step count loss_sum loss_min loss_max samples busy_ms data_ms compute_ms comm_ms opt_ms
 //     then the group's last step record's fields as in S from epoch on: a group of steps
-//   H rank step state                          heartbeat while alive; state: train|comm|quiet|done
+//   H rank step state parameters               heartbeat while alive; state: train|comm|quiet|done;
+//                                              the model's parameter count (0: none, a command rank)
 //   D rank steps                               finished cleanly
 //   N rank step name value                     a named scalar (a script's, Note [Script metrics])
 //
 // Frame (kRecordFrameBytes, native byte order: both ends are the same build on one host):
 //   u32 magic "PTWR" | u8 kind 'S'/'V'/'H'/'D'/'N' | 3 zero bytes | i32 rank | 4 zero bytes |
 //   i64 step | i64 epoch | f64 x 8 (S: loss .. lr; V: val_loss, val_accuracy; H: the state,
-//   up to 16 letters) | i64 mem_bytes: the step fields, in the order of Note [Step fields];
+//   up to 16 letters, then i64 parameters) | i64 mem_bytes: the step fields, in the order of Note [Step fields];
 //   N frames hold the name (48 bytes, NUL-padded) where the epoch is, then the value;
 //   G frames (kind 'G') then add kGroupFrameBytes - kRecordFrameBytes bytes: i64 first | i64 count | f64 loss_sum,
 //   loss_min, loss_max, samples, then the sums of step_ms, data_ms, compute_ms, comm_ms, opt_ms
@@ -166,6 +167,9 @@ struct Record {
   char state[kStateBytes + 1] = {};  ///< Heartbeat: a lower-case word of at most 16 letters, NUL-terminated
   char name[kNameBytes + 1] = {};    ///< Scalar: its name (isScalarName), NUL-terminated
   double value = 0;                  ///< Scalar
+  /// Heartbeat: the parameters of the rank's model (0: none yet, or a command rank's program),
+  /// so that the window can show the model's size without loading it.
+  std::int64_t parameters = 0;
 
   /// Sets `state`, cut to kStateBytes.
   void setState(std::string_view s) {

@@ -31,6 +31,7 @@
 #include "engine/blas.h"
 #include "engine/command_rank.h"
 #include "engine/peer_wait.h"
+#include "engine/sample_grid.h"
 #include "engine/trainer.h"
 #include "engine/workload.h"
 #ifdef PTW_WITH_CUDA
@@ -186,6 +187,7 @@ class RecordWriter {
     h.step.rank = rank;
     h.step.step = m_lastStep.load(std::memory_order_relaxed);
     h.setState(state);
+    h.parameters = m_parameters.load(std::memory_order_relaxed);
     append(h);
     flushLocked(std::chrono::steady_clock::now());
   }
@@ -196,6 +198,8 @@ class RecordWriter {
   /// The rank's latest step, sent or not (run.metrics off): heartbeats carry it, so the
   /// launcher sees the run progress and does not take it for stalled. No lock on the step.
   void passed(std::int64_t step) { m_lastStep.store(step, std::memory_order_relaxed); }
+  /// The model's parameter count, which every heartbeat from now on carries.
+  void setParameters(std::int64_t n) { m_parameters.store(n, std::memory_order_relaxed); }
 
  private:
   struct Open {
@@ -266,6 +270,7 @@ class RecordWriter {
   std::mutex m_mutex;
   std::string m_buffer;
   std::atomic<std::int64_t> m_lastStep{0};
+  std::atomic<std::int64_t> m_parameters{0};
   std::chrono::steady_clock::time_point m_lastFlush = std::chrono::steady_clock::now();
 };
 
@@ -385,6 +390,7 @@ Fault parseFault(const std::string& spec) {
 
 struct Args {
   std::string profile, out, store, steps;
+  std::string samples;  ///< --preflight: a PNG of sample images to write (sample_grid.h)
   long long stepsLimit = 0;
   int rank = -1, world = -1, port = 0, attempt = 0, records = -1;
   // Set from a standard launcher's variables (Note [Started by a standard launcher]).
@@ -410,7 +416,9 @@ void printUsage() {
                "                  [--steps FILE [--steps-limit BYTES]]   append step records to the run's step\n"
                "                                   file, send groups of them (past BYTES: a full disk)\n"
                "         one rank as ptw's launcher starts it (these flags win over a launcher's variables)\n"
-               "       ptw-worker --preflight --profile FILE   load the workload, check it, print its shapes (JSON)\n"
+               "       ptw-worker --preflight --profile FILE [--samples PNG]\n"
+               "         load the workload, check it, print its shapes (JSON); with --samples, write a grid\n"
+               "         of 16 training images after augmentation to PNG (image data only)\n"
                "       ptw-worker --devices                    print the devices LibTorch sees (JSON lines)\n"
                "       ptw-worker --blas                       print the OpenBLAS kernels ranks train with (JSON)\n";
 }
@@ -494,6 +502,8 @@ void setArg(Args& a, const std::string& k, const std::string& v) {
     a.records = toInt(k, v);
   else if (k == "--steps")
     a.steps = v;
+  else if (k == "--samples")
+    a.samples = v;
   else if (k == "--steps-limit")
     a.stepsLimit = toLong(k, v);
   else if (k == "--fault")
@@ -574,13 +584,17 @@ int printDevices() {
   return 0;
 }
 
-// Loads the data and the model, checks that they fit, and prints their shapes.
-int preflight(const core::Profile& profile) {
+// Loads the data and the model, checks that they fit, and prints their shapes; for image
+// data and a `samples` file, writes sample images there (sample_grid.h).
+int preflight(const core::Profile& profile, const std::string& samples) {
   Dataset data = makeDataset(profile.data, profile.model);
   auto model = makeModel(profile.model, profile.hyper.seed);
   model->setInputShape(data.sampleShape);
   checkWorkload(*model, data, profile);
   torch::NoGradGuard noGrad;
+  // In eval mode, as checkWorkload: BatchNorm in training mode refuses a batch of one sample
+  // where it reduces to one value per channel (ResNet-18's last block on 32×32 images).
+  model->setTraining(false);
   auto out = model->forward(data.x.narrow(0, 0, 1));
   std::int64_t params = 0;
   for (const auto& p : model->parameters()) params += p.numel();
@@ -589,12 +603,19 @@ int preflight(const core::Profile& profile) {
     for (std::size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
     return o + "]";
   };
+  std::string grid = "null";
+  if (!samples.empty() && data.sampleShape.size() == 3) {
+    const auto image = sampleGrid(data, profile.data, SampleGridOptions(profile.hyper.seed).count(16).columns(4));
+    writePng(image, samples);
+    grid = std::to_string(std::min<std::int64_t>(16, data.size()));
+  }
   std::printf(
       "{\"train_samples\": %lld, \"val_samples\": %lld, \"input\": %s, \"output\": %s, "
-      "\"classification\": %s, \"parameters\": %lld}\n",
+      "\"classification\": %s, \"parameters\": %lld, \"sample_images\": %s}\n",
       static_cast<long long>(data.size()), static_cast<long long>(data.valSize()),
       dims(data.sampleShape.empty() ? data.x.sizes().slice(1) : c10::IntArrayRef(data.sampleShape)).c_str(),
-      dims(out.sizes().slice(1)).c_str(), data.classification ? "true" : "false", static_cast<long long>(params));
+      dims(out.sizes().slice(1)).c_str(), data.classification ? "true" : "false", static_cast<long long>(params),
+      grid.c_str());
   return 0;
 }
 
@@ -633,7 +654,7 @@ int prepare(int argc, char** argv, const sigset_t& stopSignals, Args& args, core
       return 0;
     }
     profile = core::loadProfile(args.profile);
-    if (args.preflight) return preflight(profile);
+    if (args.preflight) return preflight(profile, args.samples);
     fitToLauncher(args, profile);
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
@@ -713,6 +734,10 @@ int trainRank(const Args& args, const core::Profile& profile, RecordWriter& writ
     strategy->setGradientsByHand(!args.autogradOnly);
     Trainer trainer(TrainerOptions(profile, rank, args.world).setOutDir(args.out), std::move(strategy),
                     recordSink(profile, writer, phases, killAtStep, hangAtStep));
+    std::int64_t parameters = 0;
+    for (const auto& p : trainer.parameters()) parameters += p.numel();
+    writer.setParameters(parameters);
+    writer.heartbeat(rank, "train");  // the window shows the model's size before the first step
     const auto trainStart = std::chrono::steady_clock::now();
     std::int64_t steps = trainer.run(g_stop);
     const double trainS = std::chrono::duration<double>(std::chrono::steady_clock::now() - trainStart).count();

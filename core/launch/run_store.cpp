@@ -1107,6 +1107,7 @@ std::vector<std::pair<double, double>> RunStore::series(std::int64_t runId, int 
   double StepRecord::*field = column == "loss"            ? &StepRecord::loss
                               : column == "samples_per_s" ? &StepRecord::samplesPerS
                               : column == "step_ms"       ? &StepRecord::stepMs
+                              : column == "lr"            ? &StepRecord::lr
                                                           : nullptr;
   PTW_CHECK(field != nullptr, "run store: no series \"", column, "\"");
   if (rank < 0 || std::isnan(x0) || std::isnan(x1)) return {};

@@ -160,7 +160,7 @@ class RunStore {
   std::int64_t stepCount(std::int64_t runId);
   /// The validation records of a run by step (the latest attempt's, where attempts overlap).
   std::vector<ValidationRow> validation(std::int64_t runId);
-  /// (step, value) of one rank's `column` (loss | samples_per_s | step_ms | scalar:NAME) for steps in [x0, x1],
+  /// (step, value) of one rank's `column` (loss | samples_per_s | step_ms | lr | scalar:NAME) for steps in [x0, x1],
   /// the latest attempt's where attempts overlap: what a chart reads when zoomed in.
   std::vector<std::pair<double, double>> series(std::int64_t runId, int rank, const std::string& column, double x0,
                                                 double x1);

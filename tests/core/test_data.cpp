@@ -2,6 +2,7 @@
 // and torchvision's ImageFolder read from the same files (tests/data/make_image_data.py writes
 // both into a temporary folder), broken inputs fail with errors naming the file, and image
 // normalisation and augmentation do what docs/data.md says, reproducibly.
+#include <QDir>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -21,6 +22,7 @@
 #include "common/profile.h"
 #include "engine/batch_loader.h"
 #include "engine/model.h"
+#include "engine/sample_grid.h"
 #include "engine/strategy.h"
 #include "engine/trainer.h"
 #include "engine/workload.h"
@@ -261,6 +263,68 @@ class TestData : public QObject {
       QVERIFY2(found, qPrintable(QString("sample %1 is no crop of the padded image").arg(i)));
     }
     QVERIFY(flipped > 0 && flipped < 16);
+  }
+
+  // Check workload's sample images (sample_grid.h): a 4×4 grid of images spread over the
+  // training set, the normalisation undone, so unaugmented each cell is the image as loaded;
+  // augmented, values stay in [0, 1], the same seed gives the same grid and the padding shows
+  // as the mean colour. The PNG reads back as the grid, to a byte.
+  void sampleGridShowsTheImagesAsLoaded() {
+    auto s = spec("cifar10");
+    const Dataset raw = makeDataset(s, core::ModelSpec{});
+    s.mean = {0.4, 0.5, 0.6};
+    s.std = {0.2, 0.25, 0.3};
+    const Dataset d = makeDataset(s, core::ModelSpec{});
+    const auto grid = sampleGrid(d, s, SampleGridOptions(3));
+    QCOMPARE(grid.sizes().vec(), (std::vector<std::int64_t>{3, 4 * 33 - 1, 4 * 33 - 1}));
+    const std::int64_t n = d.size();
+    for (std::int64_t k = 0; k < 16; ++k) {
+      const auto cell = grid.narrow(1, (k / 4) * 33, 32).narrow(2, (k % 4) * 33, 32);
+      const auto want = raw.x[k * n / 16].view({3, 32, 32});
+      QVERIFY2(torch::allclose(cell, want, 0, 1e-5), qPrintable(QString("cell %1").arg(k)));
+    }
+    QVERIFY(torch::equal(grid.narrow(1, 32, 1), torch::ones({3, 1, grid.size(2)})));  // the gap
+
+    s.cropPadding = 4;
+    s.flip = true;
+    const auto a = sampleGrid(d, s, SampleGridOptions(3));
+    QCOMPARE(a.sizes().vec(), grid.sizes().vec());
+    QVERIFY(a.min().item<float>() >= 0 && a.max().item<float>() <= 1);
+    QVERIFY(torch::equal(a, sampleGrid(d, s, SampleGridOptions(3))));
+    QVERIFY(!torch::equal(a, sampleGrid(d, s, SampleGridOptions(4))));
+    QVERIFY(!torch::equal(a, grid));
+    // Pixels of the mean colour: zeros after normalisation, as the crop pads.
+    const auto mean = torch::tensor(std::vector<float>{0.4f, 0.5f, 0.6f}).view({3, 1});
+    const auto padding = ((a.view({3, -1}) - mean).abs() < 1e-6).all(0).sum().item<std::int64_t>();
+    QVERIFY2(padding >= 32, qPrintable(QString("%1 padding pixels").arg(padding)));
+
+    // Fewer samples than asked for: as many cells; the last row part-filled.
+    const auto few = sampleGrid(d, s, SampleGridOptions(3).count(6).columns(4));
+    QCOMPARE(few.sizes().vec(), (std::vector<std::int64_t>{3, 2 * 33 - 1, 4 * 33 - 1}));
+
+    // The PNG, read back by the image-folder loader, is the grid to within rounding.
+    QDir(m_dir.path()).mkpath("grid/a");
+    writePng(a, at("grid/a/0.png"));
+    auto folder = spec("image-folder");
+    folder.path = at("grid");
+    const Dataset back = makeDataset(folder, core::ModelSpec{});
+    QCOMPARE(back.sampleShape, (std::vector<std::int64_t>{3, a.size(1), a.size(2)}));
+    QVERIFY((back.x[0] - a.reshape({-1})).abs().max().item<float>() <= 0.5f / 255 + 1e-6f);
+
+    // Data that is not images has none to show; a mean per channel is needed to undo it; an
+    // unwritable file is named.
+    auto oneMean = s;
+    oneMean.mean = {0.5};
+    oneMean.std = {0.2};
+    QVERIFY_THROWS_EXCEPTION(Error, sampleGrid(d, oneMean, SampleGridOptions(0)));
+    QVERIFY_THROWS_EXCEPTION(
+        Error, sampleGrid(makeDataset(spec("npy"), core::ModelSpec{}), spec("npy"), SampleGridOptions(0)));
+    try {
+      writePng(a, "/nonexistent/dir/grid.png");
+      QFAIL("no error");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).contains("/nonexistent/dir/grid.png"), e.what());
+    }
   }
 
   // Training augments: the same profile ends with the same parameters, and not with those of

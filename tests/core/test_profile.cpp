@@ -417,6 +417,7 @@ class TestProfile : public QObject {
     beat.step.rank = 1;
     beat.step.step = 41;
     beat.setState("comm");
+    beat.parameters = 11173962;  // the model's size, which the window's rank table shows
     Record done;
     done.kind = Record::Kind::Done;
     done.step.rank = 1;
@@ -442,6 +443,7 @@ class TestProfile : public QObject {
     QCOMPARE(out[1].valAccuracy, 0.875);
     QVERIFY(out[2].kind == Record::Kind::Heartbeat);
     QCOMPARE(QString::fromStdString(std::string(out[2].stateName())), QString("comm"));
+    QCOMPARE(out[2].parameters, std::int64_t(11173962));
     QVERIFY(out[3].kind == Record::Kind::Done);
     QCOMPARE(out[3].step.step, std::int64_t(42));
 
@@ -463,12 +465,17 @@ class TestProfile : public QObject {
     QVERIFY(corrupt(2, 32, 'C'));     // "Comm": not a word
     QVERIFY(corrupt(2, 33, '\x1b'));  // an escape in the state
     QVERIFY(corrupt(3, 60, 1));       // a Done frame carrying values
+    QVERIFY(corrupt(2, 55, '\x80'));  // a negative parameter count
+    QVERIFY(corrupt(2, 60, 1));       // a heartbeat carrying more than its state and parameters
     QVERIFY(!corrupt(0, 40, 1));      // a step's loss may be any double
 
     // The text form, for a worker run by hand.
     std::string line;
     formatRecord(step, line);
     QCOMPARE(QString::fromStdString(line), QString("S 3 42 2 0.25 1234.5 1.5 0.1 0.9 0.4 0.1 0.01 123456789\n"));
+    line.clear();
+    formatRecord(beat, line);
+    QCOMPARE(QString::fromStdString(line), QString("H 1 41 comm 11173962\n"));
   }
 
   // A group of steps (Note [Step groups]) travels in a longer frame: every field comes back,

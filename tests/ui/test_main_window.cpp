@@ -64,6 +64,23 @@ void showQuietly(ui::MainWindow& w, const QTemporaryDir& runs, const char* steps
   w.editor()->setFieldText("hyper.max_steps", steps);
 }
 
+// The parameters of torchvision's resnet18(num_classes=classes), counted from its layers'
+// shapes: a `stem`×`stem` first convolution (7 in torchvision's, 3 in the usual CIFAR variant),
+// four stages of two basic blocks (two 3×3 convolutions and two BatchNorms each, a 1×1
+// convolution and a BatchNorm where a stage changes the width), and the linear head.
+qlonglong resnet18Parameters(qlonglong classes, qlonglong stem) {
+  qlonglong n = 3 * 64 * stem * stem + 2 * 64, in = 64;
+  for (const qlonglong out : {64, 128, 256, 512}) {
+    for (int block = 0; block < 2; ++block) {
+      const qlonglong from = block == 0 ? in : out;
+      n += from * out * 9 + 2 * out + out * out * 9 + 2 * out;
+      if (from != out) n += from * out + 2 * out;
+    }
+    in = out;
+  }
+  return n + 512 * classes + classes;
+}
+
 QString cell(QTableWidget* t, int row, int col) {
   auto* item = t->item(row, col);
   return item ? item->text() : QString();
@@ -797,6 +814,146 @@ class TestMainWindow : public QObject {
     QVERIFY2(spy.at(3).at(0).toBool(), qPrintable(spy.at(3).at(1).toString()));
   }
 
+  // Check workload on image data shows the input as C×H×W and 16 training images after
+  // augmentation, enlarged by whole pixels to about 256 across; on data that is not images, none.
+  // (ResNet-18 checks in eval mode: in training mode its BatchNorm refuses a single sample.)
+  void preflightShowsSampleImages_data() {
+    QTest::addColumn<QString>("profile");
+    QTest::addColumn<QString>("shapes");
+    QTest::addColumn<int>("side");  // of the grid as shown
+    QTest::newRow("image folder, 16×16") << "dataparallel-image-folder.json"
+                                         << "input 3×16×16 → output [3]" << 3 * (4 * 17 - 1);
+    QTest::newRow("CIFAR, ResNet-18") << "ddp-resnet18-cifar.json"
+                                      << "input 3×32×32 → output [10]" << 4 * 33 - 1;
+  }
+  void preflightShowsSampleImages() {
+    QFETCH(QString, profile);
+    QFETCH(QString, shapes);
+    QFETCH(int, side);
+    const QString path = test::sourcePath("resources/profiles/" + profile);
+    if (!QFile::exists(test::sourcePath("resources/data/resnet18-cifar.scripted.pt")))
+      QSKIP("the image examples' data is not generated (the build's ptw_example_data target)");
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    QString error;
+    QVERIFY2(w.openProfile(path, &error), qPrintable(error));
+    QSignalSpy spy(w.editor(), &ui::ProfileEditor::preflightFinished);
+    w.editor()->runPreflight();
+    QVERIFY(spy.wait(30000));
+    const QString text = spy.at(0).at(1).toString();
+    QVERIFY2(spy.at(0).at(0).toBool(), qPrintable(text));
+    QVERIFY2(text.contains(shapes) && text.contains("16 training images after augmentation"), qPrintable(text));
+    auto* images = w.editor()->findChild<QLabel*>("preflightImages");
+    QVERIFY(images && !images->isHidden());
+    QCOMPARE(images->pixmap().size(), QSize(side, side));
+    w.newProfile();  // synthetic data: shapes, no images
+    w.editor()->runPreflight();
+    QVERIFY(spy.wait(30000));
+    QVERIFY(spy.at(1).at(0).toBool());
+    QVERIFY(images->isHidden());
+  }
+
+  // An image model's user watches validation accuracy, the learning rate and the model's
+  // size: the accuracy chart holds the stored validation accuracies (in %), the learning-rate
+  // chart each step's stored rate, and the rank table the model's parameter count, checked
+  // against a count made here from the model's shape. A run with no accuracy says why.
+  void accuracyLearningRateAndModelSize_data() {
+    QTest::addColumn<QString>("profile");  // an example, or "" for the default with the fields below
+    QTest::addColumn<QStringList>("fields");
+    QTest::addColumn<qlonglong>("parameters");
+    QTest::addColumn<QString>("note");  // what the accuracy chart's place says, or "" for the chart
+    QTest::addColumn<int>("steps");
+    // mlp 10 -> 16 -> 3: weights and biases of two layers.
+    QTest::newRow("mlp, DDP, classification")
+        << "" << QStringList{"model.kind=mlp",         "model.hidden=16",
+                             "model.out_features=3",   "data.kind=synthetic-classification",
+                             "data.val_fraction=0.25", "run.eval_every=10",
+                             "hyper.schedule=cosine",  "hyper.warmup_steps=5"}
+        << qlonglong(10 * 16 + 16 + 16 * 3 + 3) << "" << 40;
+    QTest::newRow("linear, DDP, regression")
+        << "" << QStringList{"data.val_fraction=0.25", "run.eval_every=10"} << qlonglong(10 + 1) << "regression" << 20;
+    QTest::newRow("ResNet-18 example, DDP")
+        << "ddp-resnet18-cifar.json" << QStringList{"run.eval_every=2"} << resnet18Parameters(10, 7) << "" << 4;
+    // The example's CNN: conv 3->16 3×3, conv 16->32 3×3, linear 32->3.
+    QTest::newRow("image folder example, DataParallel")
+        << "dataparallel-image-folder.json" << QStringList{}
+        << qlonglong(3 * 16 * 9 + 16 + 16 * 32 * 9 + 32 + 32 * 3 + 3) << "val_fraction is 0" << 20;
+  }
+  void accuracyLearningRateAndModelSize() {
+    QFETCH(QString, profile);
+    QFETCH(QStringList, fields);
+    QFETCH(qlonglong, parameters);
+    QFETCH(QString, note);
+    QFETCH(int, steps);
+    if (!profile.isEmpty() && !QFile::exists(test::sourcePath("resources/data/cnn-shapes.scripted.pt")))
+      QSKIP("the image examples' data is not generated (the build's ptw_example_data target)");
+    QTemporaryDir runs;
+    ui::MainWindow w;
+    if (!profile.isEmpty()) {
+      QString error;
+      QVERIFY2(w.openProfile(test::sourcePath("resources/profiles/" + profile), &error), qPrintable(error));
+    }
+    showQuietly(w, runs, qPrintable(QString::number(steps)));
+    for (const QString& f : fields) w.editor()->setFieldText(f.section('=', 0, 0), f.section('=', 1));
+    QVERIFY2(w.blockingReason().isEmpty(), qPrintable(w.blockingReason()));
+    QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+    QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 120000);
+
+    const int ranks = w.rankTable()->rowCount();
+    QCOMPARE(ranks, 2);
+    const QString count = QLocale(QLocale::English).toString(parameters);
+    for (int r = 0; r < ranks; ++r) {
+      auto* item = w.rankTable()->item(r, 5);
+      QCOMPARE(w.rankTable()->horizontalHeaderItem(5)->text(), QString("params"));
+      QCOMPARE(item->toolTip(), count + " parameters");
+      QCOMPARE(item->text(), ui::readableNumber(static_cast<double>(parameters), 3));
+      QCOMPARE(w.rankTable()->horizontalHeaderItem(6)->text(), QString("memory"));
+      QVERIFY2(cell(w.rankTable(), r, 6).endsWith("iB"), qPrintable(cell(w.rankTable(), r, 6)));
+    }
+    if (profile.startsWith("ddp-resnet18")) {
+      QCOMPARE(resnet18Parameters(1000, 7), qlonglong(11689512));  // torchvision's documented count
+      QCOMPARE(resnet18Parameters(10, 3), qlonglong(11173962));    // the CIFAR variant's
+      QCOMPARE(cell(w.rankTable(), 0, 5), QString("11.2M"));
+    }
+
+    core::RunStore store(runs.path().toStdString());
+    const auto id = w.controller()->runId();
+    // The learning rate: rank 0's stored rate at every step.
+    std::vector<std::pair<double, double>> lrs;
+    for (const auto& s : store.steps(id))
+      if (s.rank == 0) lrs.emplace_back(static_cast<double>(s.step), s.lr);
+    QCOMPARE(lrs.size(), std::size_t(steps));
+    const auto drawn = w.lrChart()->summary(0)->render(0, steps + 1, 10000);
+    QCOMPARE(drawn.size(), lrs.size());
+    for (std::size_t i = 0; i < lrs.size(); ++i) {
+      QCOMPARE(drawn[i].x, lrs[i].first);
+      QCOMPARE(drawn[i].mean, lrs[i].second);
+    }
+    if (fields.contains("hyper.schedule=cosine"))
+      QVERIFY(lrs.front().second < lrs[5].second && lrs.back().second < lrs[5].second);
+
+    auto* noteLabel = w.accuracyNote();
+    if (!note.isEmpty()) {
+      QVERIFY(noteLabel->isVisibleTo(&w) && !w.accuracyChart()->isVisibleTo(&w));
+      QVERIFY2(noteLabel->text().contains(note), qPrintable(noteLabel->text()));
+      QCOMPARE(w.accuracyChart()->pointCount(0), std::size_t(0));
+      return;
+    }
+    QVERIFY(w.accuracyChart()->isVisibleTo(&w) && !noteLabel->isVisibleTo(&w));
+    const auto validation = store.validation(id);
+    QVERIFY(validation.size() >= 2);
+    const auto points = w.accuracyChart()->summary(0)->render(0, steps + 1, 10000);
+    QCOMPARE(points.size(), validation.size());
+    for (std::size_t i = 0; i < validation.size(); ++i) {
+      QCOMPARE(points[i].x, static_cast<double>(validation[i].step));
+      QCOMPARE(points[i].mean, 100 * validation[i].valAccuracy);
+      QVERIFY(points[i].mean >= 0 && points[i].mean <= 100);
+    }
+    const auto yRange = w.accuracyChart()->plot()->yAxis->range();  // a percentage's whole scale
+    QVERIFY2(yRange.lower <= 0 && yRange.upper >= 100,
+             qPrintable(QString("%1..%2").arg(yRange.lower).arg(yRange.upper)));
+  }
+
   // Past step 2048 the ranks send groups of steps (Note [Step groups]): the charts still
   // count every step, the mean over ranks covers every step up to the last, the window cut
   // short by the end included, and its last point is the mean of the stored losses there.
@@ -839,7 +996,7 @@ class TestMainWindow : public QObject {
     for (int r = 0; r < 2; ++r) {
       QCOMPARE(cell(w.rankTable(), r, 1), QString("finished"));
       QCOMPARE(cell(w.rankTable(), r, 2), QString("300"));
-      QCOMPARE(cell(w.rankTable(), r, 6), QString("exit code 0"));
+      QCOMPARE(cell(w.rankTable(), r, 8), QString("exit code 0"));
     }
     const auto split = w.splitChart()->split(0);
     QVERIFY(split[1] > 0 && split[2] > 0);  // compute and communication measured
@@ -954,7 +1111,7 @@ class TestMainWindow : public QObject {
     ::kill(workers[1], SIGKILL);
     QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("failed"), 15000);
     QCOMPARE(cell(w.rankTable(), 1, 1), QString("failed"));
-    QVERIFY2(cell(w.rankTable(), 1, 5).contains("signal 9"), qPrintable(cell(w.rankTable(), 1, 5)));
+    QVERIFY2(cell(w.rankTable(), 1, 7).contains("signal 9"), qPrintable(cell(w.rankTable(), 1, 7)));
     QVERIFY(w.rankTable()->item(1, 1)->foreground().color() == QColor(176, 0, 32));
     QVERIFY(!test::anyAlive(workers));
     // The failure comes first, above the log, whatever the log's filter.
@@ -999,7 +1156,7 @@ class TestMainWindow : public QObject {
       // The table is the second attempt's: rank 1 is no longer shown failed.
       QCOMPARE(cell(w.rankTable(), rank, 1), QString("finished"));
       QCOMPARE(cell(w.rankTable(), rank, 2), QString("30"));
-      QCOMPARE(cell(w.rankTable(), rank, 6), QString("exit code 0"));
+      QCOMPARE(cell(w.rankTable(), rank, 8), QString("exit code 0"));
     }
   }
 
@@ -1147,7 +1304,7 @@ class TestMainWindow : public QObject {
     QCOMPARE(workers.size(), std::size_t(2));
     QTest::mouseClick(w.findChild<QPushButton*>("stop"), Qt::LeftButton);
     QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("stopped"), 15000);
-    QCOMPARE(cell(w.rankTable(), 0, 6), QString("exit code 0"));
+    QCOMPARE(cell(w.rankTable(), 0, 8), QString("exit code 0"));
     QVERIFY(w.findChild<QPushButton*>("start")->isEnabled());
     QVERIFY(!test::anyAlive(workers));
   }
