@@ -53,7 +53,8 @@ bool outputOf(const std::string& program, const char* arg, std::string& out) {
 }  // namespace
 
 std::string coresWarning(const Profile& profile, int cores) {
-  if (profile.strategy.device != "cpu") return "";
+  // Ranks on other hosts use their cores, not this machine's.
+  if (profile.strategy.device != "cpu" || profile.hosts.launcher != "local") return "";
   if (cores < 0) {
     cpu_set_t cpus;
     CPU_ZERO(&cpus);
