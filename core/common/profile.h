@@ -116,7 +116,7 @@ struct HostsSpec {
   std::string launcher = "local";       ///< local (every rank here) | ssh (each rank through OpenSSH)
   std::vector<std::string> hosts = {};  ///< ssh: "host:slots" each, horovodrun's form; ranks fill them in order
   std::string interface = "";           ///< the ranks' network interface (Gloo's device, NCCL_SOCKET_IFNAME)
-  std::string address = "";            ///< where the ranks meet (rank 0's TCPStore); "" = the first host
+  std::string address = "";             ///< where the ranks meet (rank 0's TCPStore); "" = the first host
   int port = 0;                         ///< the rendezvous port; 0 = a port free on this machine
   std::string worker = "";              ///< ptw-worker on the hosts; "" = the same path as here
   std::string sshUser = "";             ///< ssh -l; "" = ssh's default

@@ -379,8 +379,7 @@ Fault parseFault(const std::string& spec) {
   const bool atStep = f.kind == "kill-at-step" || f.kind == "hang-at-step";
   const auto second = first == std::string::npos ? first : spec.find(':', first + 1);
   const bool atStart = f.kind == "throw-at-start" || f.kind == "hang-at-start";
-  if (first == std::string::npos || (!atStart && !atStep) || (second != std::string::npos) != atStep)
-    malformed();
+  if (first == std::string::npos || (!atStart && !atStep) || (second != std::string::npos) != atStep) malformed();
   f.rank = static_cast<int>(number(spec.substr(first + 1, atStep ? second - first - 1 : std::string::npos)));
   if (atStep) f.step = number(spec.substr(second + 1));
   return f;
@@ -507,8 +506,7 @@ void setArg(Args& a, const std::string& k, const std::string& v) {
     // Gloo's device (Note [Gloo interface]) and NCCL's, as torchrun's users set them.
     ::setenv("GLOO_SOCKET_IFNAME", v.c_str(), 1);
     ::setenv("NCCL_SOCKET_IFNAME", v.c_str(), 1);
-  }
-  else if (k == "--steps")
+  } else if (k == "--steps")
     a.steps = v;
   else if (k == "--steps-limit")
     a.stepsLimit = toLong(k, v);

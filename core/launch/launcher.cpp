@@ -553,8 +553,8 @@ void Launcher::Impl::spawnRank(Rank& rk, const RankCommand& command) {
   rk.host = command.host;
   rk.exit.host = command.host;
   int outPipe[2] = {-1, -1}, errPipe[2] = {-1, -1}, recPipe[2] = {-1, -1}, ctlPipe[2] = {-1, -1};
-  bool piped = ::pipe2(outPipe, O_CLOEXEC) == 0 && ::pipe2(errPipe, O_CLOEXEC) == 0 && ::pipe2(recPipe, O_CLOEXEC) == 0 &&
-               (!rk.remote || ::pipe2(ctlPipe, O_CLOEXEC) == 0);
+  bool piped = ::pipe2(outPipe, O_CLOEXEC) == 0 && ::pipe2(errPipe, O_CLOEXEC) == 0 &&
+               ::pipe2(recPipe, O_CLOEXEC) == 0 && (!rk.remote || ::pipe2(ctlPipe, O_CLOEXEC) == 0);
   int pipeErr = errno;
   if (piped) {
     // The record pipe's write end moves above kRecordFd, so the child's dup2s cannot clobber it.
@@ -821,7 +821,8 @@ void Launcher::Impl::blameNoProgress(std::int64_t minStep) {
   if (stuck && minStep <= 0 && !waiting.empty()) {
     fail(*stuck,
          "never joined the rendezvous (port " + std::to_string(m_port) + ") within " + seconds +
-             " of the start; rank(s) " + waiting + " waited for it there (still loading, or it cannot reach the "
+             " of the start; rank(s) " + waiting +
+             " waited for it there (still loading, or it cannot reach the "
              "rendezvous address; run.timeout_s)",
          true);
   } else if (stuck && minStep <= 0) {

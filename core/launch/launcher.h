@@ -71,8 +71,8 @@ struct LaunchOptions {
 struct RankExit {
   int rank = -1;
   int pid = 0;
-  int exitCode = -1;  ///< valid when signal == 0
-  int signal = 0;     ///< the signal that ended it, or 0
+  int exitCode = -1;            ///< valid when signal == 0
+  int signal = 0;               ///< the signal that ended it, or 0
   std::string host = "";        ///< where it ran; "" = this machine
   bool connectionLost = false;  ///< a remote rank whose ssh connection failed or dropped (ssh's status 255)
   /// A rank stopped by a signal from outside ptw (kWorkerStoppedFromOutside) stopped; it did not fail.

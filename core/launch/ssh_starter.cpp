@@ -68,18 +68,12 @@ RankCommand SshStarter::command(int rank, const std::vector<std::string>& worker
   c.remote = true;
   c.host = host;
   const int alive = m_hosts.aliveIntervalS;
-  c.argv = {m_ssh,
-            "-T",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "ServerAliveInterval=" + std::to_string(alive),
-            "-o",
-            "ServerAliveCountMax=3",
-            "-o",
-            "ConnectTimeout=" + std::to_string(std::max(5, 3 * alive)),
-            "-o",
-            "LogLevel=ERROR"};
+  c.argv = {m_ssh, "-T",
+            "-o",  "BatchMode=yes",
+            "-o",  "ServerAliveInterval=" + std::to_string(alive),
+            "-o",  "ServerAliveCountMax=3",
+            "-o",  "ConnectTimeout=" + std::to_string(std::max(5, 3 * alive)),
+            "-o",  "LogLevel=ERROR"};
   if (!m_hosts.sshConfig.empty()) c.argv.insert(c.argv.end(), {"-F", m_hosts.sshConfig});
   if (!m_hosts.sshIdentity.empty()) c.argv.insert(c.argv.end(), {"-i", m_hosts.sshIdentity});
   if (m_hosts.sshPort != 0) c.argv.insert(c.argv.end(), {"-p", std::to_string(m_hosts.sshPort)});

@@ -406,9 +406,8 @@ class TestProfile : public QObject {
         << "hosts.ssh_user: expected a user name";
     QTest::newRow("address with a port") << R"({"hosts": {"launcher": "ssh", "hosts": ["a:2"], "address": "a:29500"}})"
                                          << "hosts.address: expected a host name or IPv4 address";
-    QTest::newRow("keep-alive of zero")
-        << R"({"hosts": {"launcher": "ssh", "hosts": ["a:2"], "alive_interval_s": 0}})"
-        << "hosts.alive_interval_s: must be in 1..600 seconds, got 0";
+    QTest::newRow("keep-alive of zero") << R"({"hosts": {"launcher": "ssh", "hosts": ["a:2"], "alive_interval_s": 0}})"
+                                        << "hosts.alive_interval_s: must be in 1..600 seconds, got 0";
   }
   // Ranks fill the hosts in order; auto on CPU ranks across hosts is Gloo (shared memory needs one host).
   void hostsPlaceRanksInOrder() {
