@@ -220,6 +220,23 @@ class TestMultihost : public QObject {
     QVERIFY2(noWorkersLeft(10, left), qPrintable("ptw-worker left running:" + left));
   }
 
+  // A run that loses a remote rank restarts from its checkpoint in the shared run folder, on
+  // both hosts, and ends with the uninterrupted run's parameters.
+  void aRestartFromCheckpointSpansHosts() {
+    Profile p = hostsProfile(20);
+    p.run.checkpointEvery = 5;
+    p.run.maxRestarts = 1;
+    Run run = runPtw(p, QStringLiteral("restart"), {QStringLiteral("--worker-arg=--fault=kill-at-step:3:8")});
+    QVERIFY2(run.exitCode == 0, qPrintable(run.output));
+    QCOMPARE(run.summary.value("attempts").toInt(), 2);
+    std::vector<torch::Tensor> params;
+    torch::load(params, QStringLiteral("%1/rank2.final.pt").arg(run.summary.value("run_dir").toString()).toStdString());
+    const double diff = maxAbsDiff(params, referenceParameters(p, 4));
+    QVERIFY2(diff < 1e-5, qPrintable(QStringLiteral("max |restarted - one process| = %1").arg(diff)));
+    QString left;
+    QVERIFY2(noWorkersLeft(10, left), qPrintable("ptw-worker left running:" + left));
+  }
+
   // A remote rank killed by a signal is named with its host; the others are stopped, on
   // every host.
   void aRemoteRankKilledIsNamed() {
