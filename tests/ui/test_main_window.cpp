@@ -488,7 +488,7 @@ class TestMainWindow : public QObject {
         other = args ? QJsonArray{"a b", "c,d"} : QJsonArray{"A=1", "B=x=y z"};
         edit = args ? "a b\nc,d" : "A=1\nB=x=y z";
       } else if (v.isArray()) {
-        const bool words = path == "data.features";
+        const bool words = path == "data.features" || path == "hosts.hosts";
         other = words ? QJsonArray{"a", "b"} : QJsonArray{2, 3};
         edit = words ? "a, b" : "2, 3";
       } else {
