@@ -47,8 +47,29 @@ down() {
   return 0
 }
 
+# Namespaces an earlier test left when it was killed outright (SIGKILL, a CTest timeout): ours by
+# name, with a tag ending in the pid of a process that is gone. Their keys were in its temporary
+# folder, which no longer matters; the processes inside them are killed as `down` does.
+sweep_stale() {
+  local ns owner
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E '^ptwt-(ctl|h1|h2)-[a-z]*[0-9]+$'); do
+    owner=$(echo "$ns" | grep -oE '[0-9]+$')
+    [ -d "/proc/$owner" ] && continue
+    echo "netns_hosts: removing $ns, left by process $owner" >&2
+    for round in 1 2 3 4 5; do
+      pids=$(ip netns pids "$ns" 2>/dev/null)
+      [ -z "$pids" ] && break
+      kill -9 $pids 2>/dev/null
+      sleep 0.2
+    done
+    ip netns del "$ns" 2>/dev/null
+  done
+  return 0
+}
+
 up() {
   [ -n "$tag" ] && [ -d "$dir" ] || { echo "usage: $0 up TAG DIR" >&2; return 2; }
+  sweep_stale
   trap 'echo "netns_hosts: setup failed at line $LINENO; removing what was made" >&2; down; exit 1' ERR
   set -e
   for ns in "$ctl" "${hosts[@]}"; do
