@@ -28,6 +28,7 @@
 #include "common/record.h"
 #include "common/step_block.h"
 #include "common/strategies.h"
+#include "common/version.h"
 #include "engine/blas.h"
 #include "engine/command_rank.h"
 #include "engine/peer_wait.h"
@@ -418,7 +419,8 @@ void printUsage() {
                "         one rank as ptw's launcher starts it (these flags win over a launcher's variables)\n"
                "       ptw-worker --preflight --profile FILE   load the workload, check it, print its shapes (JSON)\n"
                "       ptw-worker --devices                    print the devices LibTorch sees (JSON lines)\n"
-               "       ptw-worker --blas                       print the OpenBLAS kernels ranks train with (JSON)\n";
+               "       ptw-worker --blas                       print the OpenBLAS kernels ranks train with (JSON)\n"
+               "       ptw-worker --version                    print its version\n";
 }
 
 // Note [Started by a standard launcher]
@@ -541,6 +543,10 @@ Args parseArgs(int argc, char** argv) {
     if (k == "--blas") {
       a.blas = true;
       continue;
+    }
+    if (k == "--version") {  // what ptw's hosts check compares (docs/multihost.md)
+      std::printf("ptw-worker %s\n", kVersion);
+      std::exit(0);
     }
     const auto eq = k.rfind("--", 0) == 0 ? k.find('=') : std::string::npos;
     if (eq != std::string::npos) {

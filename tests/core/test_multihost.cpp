@@ -21,6 +21,7 @@
 
 #include <torch/torch.h>
 
+#include "common/version.h"
 #include "engine/sampler.h"
 #include "engine/strategy.h"
 #include "engine/trainer.h"
@@ -235,6 +236,35 @@ class TestMultihost : public QObject {
     QVERIFY2(diff < 1e-5, qPrintable(QStringLiteral("max |restarted - one process| = %1").arg(diff)));
     QString left;
     QVERIFY2(noWorkersLeft(10, left), qPrintable("ptw-worker left running:" + left));
+  }
+
+  // Before anything starts, each host must answer ssh and run this build's ptw-worker: a host
+  // with another build, or none at the path, is named and the run does not start (exit 2).
+  void aHostWithoutThisWorkerIsNamedBeforeStart_data() {
+    QTest::addColumn<QString>("worker");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("another build") << "old-worker"
+                                   << "hosts.hosts: host " + kH1 + " runs ptw-worker 0.0.1, this machine ptw-worker " +
+                                          QString(kVersion) + "; every host needs the same ptw build";
+    QTest::newRow("no worker there") << "missing-worker"
+                                     << "hosts.hosts: host " + kH1 + " cannot run ";
+  }
+  void aHostWithoutThisWorkerIsNamedBeforeStart() {
+    QFETCH(QString, worker);
+    QFETCH(QString, expected);
+    const QString old = m_hosts.dir + "/old-worker";
+    QFile script(old);
+    QVERIFY(script.open(QIODevice::WriteOnly));
+    script.write("#!/bin/sh\necho ptw-worker 0.0.1\n");
+    script.close();
+    script.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+    Profile p = hostsProfile(20);
+    p.hosts.worker = (m_hosts.dir + "/" + worker).toStdString();
+    Run run = runPtw(p, QStringLiteral("preflight"));
+    QCOMPARE(run.exitCode, 2);
+    QVERIFY2(run.output.contains(expected), qPrintable(run.output));
+    QString left;
+    QVERIFY2(noWorkersLeft(1, left), qPrintable("ptw-worker left running:" + left));
   }
 
   // A remote rank killed by a signal is named with its host; the others are stopped, on
