@@ -59,7 +59,7 @@
 namespace ptw::ui {
 namespace {
 
-enum RankColumn { kRank, kStatus, kStep, kLoss, kThroughput, kParams, kMemory, kMessage, kExit, kColumns };
+enum RankColumn { kRank, kStatus, kStep, kLoss, kThroughput, kParams, kMemory, kMessage, kExit, kHost, kColumns };
 constexpr std::size_t kMaxLogLines = 20000;
 constexpr int kFirstPointMs = 50;      ///< how often records are taken until a rank's first point is drawn
 constexpr int kDefaultSmoothing = 60;  ///< the loss chart's EMA weight in percent, TensorBoard's default
@@ -371,7 +371,7 @@ void MainWindow::buildRankTable(QWidget* parent) {
   m_ranks = new QTableWidget(0, kColumns, parent);
   m_ranks->setObjectName("rankTable");
   m_ranks->setHorizontalHeaderLabels({tr("rank"), tr("status"), tr("step"), tr("loss"), tr("samples/s"), tr("params"),
-                                      tr("memory"), tr("last message"), tr("exit")});
+                                      tr("memory"), tr("last message"), tr("exit"), tr("host")});
   m_ranks->setSelectionBehavior(QAbstractItemView::SelectRows);
   m_ranks->setSelectionMode(QAbstractItemView::SingleSelection);
   m_ranks->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -379,10 +379,11 @@ void MainWindow::buildRankTable(QWidget* parent) {
   m_ranks->setWordWrap(false);  // one line a rank; a long message is elided, its full text in the log
   // The columns fit the table's width: the message takes what the figures leave.
   auto* header = m_ranks->horizontalHeader();
-  const int widths[kColumns] = {44, 72, 60, 76, 76, 60, 80, 0, 84};
+  const int widths[kColumns] = {44, 72, 60, 76, 76, 60, 80, 0, 84, 110};
   for (int c = 0; c < kColumns; ++c)
     if (c != kMessage) header->resizeSection(c, widths[c]);
   header->setSectionResizeMode(kMessage, QHeaderView::Stretch);
+  m_ranks->setColumnHidden(kHost, true);  // shown for a run across hosts (resetLive)
   m_ranksHint = new QLabel(tr("Each rank's state, step, loss, samples/s, model size, memory and last message appear "
                               "here during a run."),
                            m_ranks->viewport());
@@ -812,10 +813,19 @@ void MainWindow::resetLive(int ranks) {
   m_lastMessage.assign(static_cast<std::size_t>(ranks), QString());
   m_rankStatus.assign(static_cast<std::size_t>(ranks), tr("starting"));
   m_ranks->setRowCount(ranks);
+  // Each rank's host, for a run across hosts (profile section hosts); hidden for a local run.
+  std::vector<std::string> hosts;
+  try {
+    hosts = core::rankHosts(profile());
+  } catch (const std::exception&) {  // an invalid hosts list: the profile editor says so
+  }
+  m_ranks->setColumnHidden(kHost, hosts.empty());
   for (int r = 0; r < ranks; ++r) {
     for (int c = 0; c < kColumns; ++c) m_ranks->setItem(r, c, new QTableWidgetItem);
     setRankCell(r, kRank, QString::number(r));
     setRankCell(r, kStatus, m_rankStatus[static_cast<std::size_t>(r)]);
+    if (static_cast<std::size_t>(r) < hosts.size())
+      setRankCell(r, kHost, QString::fromStdString(hosts[static_cast<std::size_t>(r)]));
   }
   m_logLines.clear();
   m_sharedLines.clear();

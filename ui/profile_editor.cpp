@@ -123,6 +123,9 @@ const ApplyRule kApplyRules[] = {
     {"run.",
      [](const QString& path, const core::Profile& p) { return !runsCommand(p) || !kEngineRunFields.contains(path); }},
     {"command.", [](const QString&, const core::Profile& p) { return runsCommand(p); }},
+    // Where the ranks run: the launcher always, the rest for ranks on other hosts.
+    {"hosts.", [](const QString& path,
+                  const core::Profile& p) { return path == "hosts.launcher" || p.hosts.launcher != "local"; }},
 };
 
 // The fields the command's templates name ({hyper.lr} in an argument, the environment or the folder).

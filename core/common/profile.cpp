@@ -6,6 +6,7 @@
 #include "common/profile.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -110,6 +111,20 @@ void visit(CommandSpec& c, F&& f) {
   f("stop_grace_s", c.stopGraceS);
 }
 template <class F>
+void visit(HostsSpec& h, F&& f) {
+  f("launcher", h.launcher);
+  f("hosts", h.hosts);
+  f("interface", h.interface);
+  f("address", h.address);
+  f("port", h.port);
+  f("worker", h.worker);
+  f("ssh_user", h.sshUser);
+  f("ssh_port", h.sshPort);
+  f("ssh_identity", h.sshIdentity);
+  f("ssh_config", h.sshConfig);
+  f("alive_interval_s", h.aliveIntervalS);
+}
+template <class F>
 void visitSections(Profile& p, F&& f) {
   f("model", p.model);
   f("data", p.data);
@@ -117,6 +132,7 @@ void visitSections(Profile& p, F&& f) {
   f("hyper", p.hyper);
   f("run", p.run);
   f("command", p.command);
+  f("hosts", p.hosts);
 }
 
 std::string describe(const Json& v) {
@@ -240,7 +256,7 @@ Profile fromJsonValue(const Json& root) {
   });
   for (auto it = root.begin(); it != root.end(); ++it) {
     PTW_CHECK(known.count(it.key()), it.key(),
-              ": unknown section (known: name, model, data, strategy, hyper, run, command)");
+              ": unknown section (known: name, model, data, strategy, hyper, run, command, hosts)");
   }
   auto errors = validate(p);
   if (!errors.empty()) throw Error(errors.front().text());
@@ -357,7 +373,117 @@ void validateStrategySection(const Profile& p, Need& need, OneOf& oneOf) {
   }
 }
 
+bool plausibleInterface(const std::string& name) {
+  if (name.empty() || name.size() > 15) return false;  // IFNAMSIZ
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-' || c == ':';
+  });
+}
+
+// The hosts section (docs/multihost.md): where the ranks run.
+template <class Need, class OneOf>
+void validateHosts(const Profile& p, Need& need, OneOf& oneOf) {
+  const auto& h = p.hosts;
+  if (h.launcher == "slurm") {
+    need(false, "hosts.launcher",
+         "\"slurm\" is not one of ptw's launchers yet; start the ranks with srun (docs/multihost.md), or use \"ssh\"");
+    return;
+  }
+  oneOf(h.launcher, "hosts.launcher");
+  need(h.port >= 0 && h.port <= 65535, "hosts.port", "must be 0 (a port free here) or 1-65535, got " + str(h.port));
+  need(h.sshPort >= 0 && h.sshPort <= 65535, "hosts.ssh_port",
+       "must be 0 (ssh's default) or 1-65535, got " + str(h.sshPort));
+  need(h.aliveIntervalS >= 1 && h.aliveIntervalS <= 600, "hosts.alive_interval_s",
+       "must be in 1..600 seconds, got " + str(h.aliveIntervalS));
+  need(h.interface.empty() || plausibleInterface(h.interface), "hosts.interface",
+       "expected a network interface's name (up to 15 letters, digits, _ . - :), got \"" + h.interface + "\"");
+  need(h.address.empty() || plausibleHostName(h.address), "hosts.address",
+       "expected a host name or IPv4 address, or \"\" for the first host, got \"" + h.address + "\"");
+  need(h.worker.empty() || h.worker.front() == '/', "hosts.worker",
+       "expected an absolute path of ptw-worker on the hosts, or \"\" for this one's, got \"" + h.worker + "\"");
+  const bool userOk = h.sshUser.size() <= 32 && (h.sshUser.empty() || h.sshUser.front() != '-') &&
+                      std::all_of(h.sshUser.begin(), h.sshUser.end(), [](char c) {
+                        return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-';
+                      });
+  need(userOk, "hosts.ssh_user",
+       "expected a user name (letters, digits, _ . -, not starting with -), got \"" + h.sshUser + "\"");
+  std::vector<HostSlots> hosts;
+  try {
+    hosts = parseHosts(h.hosts);
+  } catch (const Error& ex) {
+    need(false, "hosts.hosts", ex.what());
+    return;
+  }
+  if (h.launcher == "local") {
+    need(hosts.empty(), "hosts.hosts",
+         "lists hosts, but hosts.launcher is \"local\" (every rank on this machine); set it to \"ssh\", or empty "
+         "the list");
+    return;
+  }
+  if (h.launcher != "ssh") return;
+  need(!hosts.empty(), "hosts.hosts", "the ssh launcher needs at least one host, e.g. [\"node1:2\", \"node2:2\"]");
+  const auto& s = p.strategy;
+  need(s.kind == "ddp", "strategy.kind",
+       "\"" + s.kind + "\" runs on one host only; across hosts (hosts.launcher \"ssh\") use \"ddp\" over gloo or nccl");
+  if (s.kind == "ddp") {
+    need(s.backend != "shm", "strategy.backend",
+         "\"shm\" needs every rank on one host; across hosts use \"gloo\" (cpu) or \"nccl\" (cuda)");
+    int slots = 0;
+    for (const auto& e : hosts) slots += e.slotCount;
+    need(slots == processCount(p), "hosts.hosts",
+         "the hosts' slots add up to " + str(slots) + ", but the run has " + str(processCount(p)) +
+             " ranks (strategy.ranks); make them equal");
+  }
+  need(p.run.port == 0, "run.port",
+       "across hosts the ranks meet at hosts.address:hosts.port; set hosts.port instead and leave run.port 0");
+}
+
 }  // namespace
+
+std::vector<HostSlots> parseHosts(const std::vector<std::string>& entries) {
+  std::vector<HostSlots> out;
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < entries.size(); ++i) {
+    const std::string& e = entries[i];
+    const auto colon = e.rfind(':');
+    HostSlots hs;
+    hs.host = e.substr(0, colon);
+    bool ok = plausibleHostName(hs.host);
+    if (ok && colon != std::string::npos) {
+      const std::string n = e.substr(colon + 1);
+      ok = !n.empty() && n.size() <= 4 && std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (ok) hs.slotCount = std::stoi(n);
+      ok = ok && hs.slotCount >= 1;
+    }
+    PTW_CHECK(ok, "entry ", i, ": expected host:slots (a host name or IPv4 address, slots >= 1), got \"", e, "\"");
+    PTW_CHECK(seen.insert(hs.host).second, "entry ", i, ": host ", hs.host,
+              " is listed twice; give it once with all its slots");
+    out.push_back(hs);
+  }
+  return out;
+}
+
+bool plausibleHostName(const std::string& name) {
+  if (name.empty() || name.size() > 253) return false;
+  std::size_t start = 0;
+  for (;;) {
+    const auto dot = name.find('.', start);
+    const std::string label = name.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    if (label.empty() || label.size() > 63 || label.front() == '-' || label.back() == '-') return false;
+    for (char c : label)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '-') return false;
+    if (dot == std::string::npos) return true;
+    start = dot + 1;
+  }
+}
+
+std::vector<std::string> rankHosts(const Profile& p) {
+  std::vector<std::string> out;
+  if (p.hosts.launcher == "local") return out;
+  for (const auto& e : parseHosts(p.hosts.hosts))
+    for (int i = 0; i < e.slotCount; ++i) out.push_back(e.host);
+  return out;
+}
 
 bool readsDataFiles(const DataSpec& data) { return data.kind.rfind("synthetic", 0) != 0; }
 
@@ -476,6 +602,7 @@ std::vector<FieldError> validate(const Profile& p) {
   need(r.keepAllUntil >= 0, "run.keep_all_until", "must be >= 0, got " + str(r.keepAllUntil));
   if (info && info->runsCommand)
     for (auto& problem : validateCommand(p)) e.push_back(std::move(problem));
+  validateHosts(p, need, oneOf);
   return e;
 }
 
@@ -534,6 +661,7 @@ std::vector<std::string> fieldChoices(const std::string& path) {
       {"hyper.optimizer", {"sgd", "adam", "adamw"}},
       {"hyper.schedule", {"constant", "step", "cosine"}},
       {"hyper.precision", {"fp32", "bf16"}},
+      {"hosts.launcher", {"local", "ssh"}},
   };
   if (path == "strategy.kind" || path == "strategy.backend") {  // from the table of strategies
     std::vector<std::string> names;
@@ -658,6 +786,26 @@ const std::map<std::string, std::string>& fieldHelp() {
       {"command.report_ranks",
        "`command`: the ranks its records name; 0 = `strategy.ranks` (`mpirun -np 4` under one process: 4)"},
       {"command.stop_grace_s", "`command`: a stop sends SIGINT, then SIGTERM, then SIGKILL, this many seconds apart"},
+      {"hosts.launcher",
+       "`local`: every rank on this machine; `ssh`: each rank started on its host through OpenSSH in batch mode "
+       "([multihost.md](multihost.md))"},
+      {"hosts.hosts",
+       "`ssh`: the hosts as `host:slots` (horovodrun's form), e.g. `[\"node1:2\", \"node2:2\"]`; ranks fill them "
+       "in order; the slots add up to the ranks"},
+      {"hosts.interface",
+       "`ssh`: the network interface the ranks talk over: Gloo's device, as `GLOO_SOCKET_IFNAME`, and "
+       "`NCCL_SOCKET_IFNAME`; empty = what the host's name resolves to"},
+      {"hosts.address", "`ssh`: where the ranks meet (rank 0's `TCPStore`); empty = the first host"},
+      {"hosts.port",
+       "`ssh`: the rendezvous port; 0 = a port free on this machine, which the first host must have free"},
+      {"hosts.worker", "`ssh`: `ptw-worker`'s absolute path on the hosts; empty = the same path as on this machine"},
+      {"hosts.ssh_user", "`ssh`: the user on the hosts (`ssh -l`); empty = ssh's default"},
+      {"hosts.ssh_port", "`ssh`: the hosts' ssh port (`ssh -p`); 0 = ssh's default"},
+      {"hosts.ssh_identity", "`ssh`: the private key (`ssh -i`); empty = ssh's default"},
+      {"hosts.ssh_config", "`ssh`: an ssh configuration file (`ssh -F`); empty = ssh's default"},
+      {"hosts.alive_interval_s",
+       "`ssh`: seconds between ssh's keep-alives (`ServerAliveInterval`); a host silent for 3 of them is lost and "
+       "its ranks named"},
   };
   return help;
 }
@@ -742,7 +890,7 @@ int processCount(const Profile& p) {
 
 std::string collectiveBackend(const Profile& p, bool haveNccl) {
   if (p.strategy.backend != "auto") return p.strategy.backend;
-  if (p.strategy.device == "cpu") return "shm";
+  if (p.strategy.device == "cpu") return p.hosts.launcher == "local" ? "shm" : "gloo";  // shm needs one host
   return haveNccl ? "nccl" : "gloo";
 }
 

@@ -115,6 +115,22 @@ struct CommandSpec {
   double stopGraceS = 5.0;             ///< a stop sends SIGINT, then SIGTERM, then SIGKILL, this far apart
 };
 
+/// Example: HostsSpec{}.launcher = "ssh"; hosts = {"node1:2", "node2:2"}; interface = "eth0";
+/// Where the ranks run (docs/multihost.md): here, or on other hosts started through ssh.
+struct HostsSpec {
+  std::string launcher = "local";       ///< local (every rank here) | ssh (each rank through OpenSSH)
+  std::vector<std::string> hosts = {};  ///< ssh: "host:slots" each, horovodrun's form; ranks fill them in order
+  std::string interface = "";           ///< the ranks' network interface (Gloo's device, NCCL_SOCKET_IFNAME)
+  std::string address = "";             ///< where the ranks meet (rank 0's TCPStore); "" = the first host
+  int port = 0;                         ///< the rendezvous port; 0 = a port free on this machine
+  std::string worker = "";              ///< ptw-worker on the hosts; "" = the same path as here
+  std::string sshUser = "";             ///< ssh -l; "" = ssh's default
+  int sshPort = 0;                      ///< ssh -p; 0 = ssh's default
+  std::string sshIdentity = "";         ///< ssh -i; "" = ssh's default
+  std::string sshConfig = "";           ///< ssh -F; "" = ssh's default
+  int aliveIntervalS = 5;               ///< ssh ServerAliveInterval: a host silent 3 times this long is lost
+};
+
 /// Whether the run store keeps the step records of `step` (run.keep_every, run.keep_all_until).
 inline bool keepsStep(const RunOptions& r, std::int64_t step) {
   return r.keepEvery <= 1 || step <= r.keepAllUntil || step % r.keepEvery == 0;
@@ -128,10 +144,24 @@ struct Profile {
   HyperSpec hyper;
   RunOptions run;
   CommandSpec command;
+  HostsSpec hosts;
 
   bool operator==(const Profile& other) const;
   bool operator!=(const Profile& other) const { return !(*this == other); }
 };
+
+/// One entry of hosts.hosts, parsed: "node1:2" -> {"node1", 2}.
+struct HostSlots {
+  std::string host;
+  int slotCount = 1;
+};
+/// hosts.hosts parsed; throws ptw::Error naming the entry that is not `host:slots`.
+std::vector<HostSlots> parseHosts(const std::vector<std::string>& entries);
+/// Whether `name` is a plausible host name (RFC 1123 labels) or IPv4 address, and so safe to
+/// hand to ssh as its destination: no option, user, port or shell syntax in it.
+bool plausibleHostName(const std::string& name);
+/// The host of each process of a run, hosts.hosts filled in order; empty for the local launcher.
+std::vector<std::string> rankHosts(const Profile& profile);
 
 /// One problem with one field, e.g. {"hyper.lr", "must be > 0, got -1"}.
 struct FieldError {

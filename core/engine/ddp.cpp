@@ -67,6 +67,9 @@ class Ddp final : public Strategy {
     setDevice(
         deviceFor(p, ctx.localRank >= 0 ? ctx.localRank : ctx.rank));  // before rendezvous: a missing GPU fails fast
     const auto timeout = peerTimeout(p);
+    // Meeting the others is waiting for them (Note [Who stalled]): a rank that never comes is
+    // the one named, not those that wait for it.
+    PeerWait meeting;
     // Note [Local rendezvous] in launcher.cpp: a FileStore for local runs, else a TCPStore.
     c10::intrusive_ptr<c10d::Store> store;
     if (!ctx.storeFile.empty()) {

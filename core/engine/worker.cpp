@@ -28,6 +28,7 @@
 #include "common/record.h"
 #include "common/step_block.h"
 #include "common/strategies.h"
+#include "common/version.h"
 #include "engine/blas.h"
 #include "engine/command_rank.h"
 #include "engine/peer_wait.h"
@@ -355,15 +356,17 @@ class MetricsPhases {
 // first attempt, alive and heartbeating, as a rank stuck in its own work (the others wait
 // for it). Every rank gets the same SPEC; only rank R acts on it.
 struct Fault {
-  std::string kind;  ///< "" (none), throw-at-start, kill-at-step or hang-at-step
+  std::string kind;  ///< "" (none), throw-at-start, hang-at-start (before the rendezvous), kill-at-step or hang-at-step
   int rank = -1;
   std::int64_t step = -1;
 };
 
 Fault parseFault(const std::string& spec) {
   const auto malformed = [&] {
-    PTW_FAIL("--fault: expected throw-at-start:RANK, kill-at-step:RANK:STEP or hang-at-step:RANK:STEP, got \"", spec,
-             "\"");
+    PTW_FAIL(
+        "--fault: expected throw-at-start:RANK, hang-at-start:RANK, kill-at-step:RANK:STEP or hang-at-step:RANK:STEP, "
+        "got \"",
+        spec, "\"");
   };
   auto number = [&](const std::string& s) {
     std::size_t used = 0;
@@ -381,8 +384,8 @@ Fault parseFault(const std::string& spec) {
   f.kind = spec.substr(0, first);
   const bool atStep = f.kind == "kill-at-step" || f.kind == "hang-at-step";
   const auto second = first == std::string::npos ? first : spec.find(':', first + 1);
-  if (first == std::string::npos || (f.kind != "throw-at-start" && !atStep) || (second != std::string::npos) != atStep)
-    malformed();
+  const bool atStart = f.kind == "throw-at-start" || f.kind == "hang-at-start";
+  if (first == std::string::npos || (!atStart && !atStep) || (second != std::string::npos) != atStep) malformed();
   f.rank = static_cast<int>(number(spec.substr(first + 1, atStep ? second - first - 1 : std::string::npos)));
   if (atStep) f.step = number(spec.substr(second + 1));
   return f;
@@ -396,6 +399,7 @@ struct Args {
   // Set from a standard launcher's variables (Note [Started by a standard launcher]).
   std::string launchedBy;                ///< "" (flags: ptw's launcher, or by hand), "torchrun", "SLURM", "Open MPI"
   std::string masterAddr = "127.0.0.1";  ///< the TCPStore's host
+  std::string remoteHost;                ///< --remote HOST: started over ssh (Note [Remote ranks])
   int localRank = -1, localWorld = 0;    ///< -1: the rank; 0: not known
   bool preflight = false, devices = false, blas = false;
   // Hidden: for tests and measures, not for users.
@@ -415,12 +419,16 @@ void printUsage() {
                "                  [--records FD]   binary records to descriptor FD (else text lines on stdout)\n"
                "                  [--steps FILE [--steps-limit BYTES]]   append step records to the run's step\n"
                "                                   file, send groups of them (past BYTES: a full disk)\n"
+               "                  [--master ADDR] [--interface IF]   the TCPStore's host; the network interface\n"
+               "                  [--remote HOST]  started over ssh on HOST: records on stdout, \"stop\" on stdin\n"
+               "                                   stops, its end of file ends the rank (docs/protocol.md)\n"
                "         one rank as ptw's launcher starts it (these flags win over a launcher's variables)\n"
                "       ptw-worker --preflight --profile FILE [--samples PNG]\n"
                "         load the workload, check it, print its shapes (JSON); with --samples, write a grid\n"
                "         of 16 training images after augmentation to PNG (image data only)\n"
                "       ptw-worker --devices                    print the devices LibTorch sees (JSON lines)\n"
-               "       ptw-worker --blas                       print the OpenBLAS kernels ranks train with (JSON)\n";
+               "       ptw-worker --blas                       print the OpenBLAS kernels ranks train with (JSON)\n"
+               "       ptw-worker --version                    print its version\n";
 }
 
 // Note [Started by a standard launcher]
@@ -500,7 +508,15 @@ void setArg(Args& a, const std::string& k, const std::string& v) {
     a.store = v;
   else if (k == "--records")
     a.records = toInt(k, v);
-  else if (k == "--steps")
+  else if (k == "--remote")
+    a.remoteHost = v;
+  else if (k == "--master")
+    a.masterAddr = v;
+  else if (k == "--interface") {
+    // Gloo's device (Note [Gloo interface]) and NCCL's, as torchrun's users set them.
+    ::setenv("GLOO_SOCKET_IFNAME", v.c_str(), 1);
+    ::setenv("NCCL_SOCKET_IFNAME", v.c_str(), 1);
+  } else if (k == "--steps")
     a.steps = v;
   else if (k == "--samples")
     a.samples = v;
@@ -537,6 +553,10 @@ Args parseArgs(int argc, char** argv) {
     if (k == "--blas") {
       a.blas = true;
       continue;
+    }
+    if (k == "--version") {  // what ptw's hosts check compares (docs/multihost.md)
+      std::printf("ptw-worker %s\n", kVersion);
+      std::exit(0);
     }
     const auto eq = k.rfind("--", 0) == 0 ? k.find('=') : std::string::npos;
     if (eq != std::string::npos) {
@@ -619,6 +639,38 @@ int preflight(const core::Profile& profile, const std::string& samples) {
   return 0;
 }
 
+// Note [Remote ranks] in launch/ssh_starter.h: the records go to stdout, which is the
+// connection back to the launcher; whatever else writes to stdout (a library) goes to stderr
+// with the log. stdin is the control line: "stop" stops the rank as SIGTERM does, and its end
+// of file (the connection gone) ends the rank at once, for no one reads its records any more.
+void becomeRemote(Args& a) {
+  const int records = ::fcntl(1, F_DUPFD_CLOEXEC, 3);
+  PTW_CHECK(records >= 0 && ::dup2(2, 1) == 1, "--remote: cannot set up the record stream: ", std::strerror(errno));
+  a.records = records;
+  PTW_CHECK(::access(a.profile.c_str(), R_OK) == 0, "the run's profile ", a.profile, " is not readable on host ",
+            a.remoteHost,
+            ": ptw's ssh launcher needs the run folder on a filesystem the hosts share, at the same path "
+            "(docs/multihost.md)");
+  std::thread([host = a.remoteHost] {
+    std::string line;
+    char c;
+    for (;;) {
+      const ssize_t n = ::read(0, &c, 1);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      if (c != '\n') {
+        if (line.size() < 64) line += c;
+        continue;
+      }
+      if (line == "stop") g_stop.store(true);
+      line.clear();
+    }
+    std::fprintf(stderr, "error: ptw-worker on %s: the connection to the launcher is gone; exiting\n", host.c_str());
+    std::fflush(stderr);
+    ::_exit(1);
+  }).detach();
+}
+
 // SIGTERM and SIGINT ask for a graceful stop; returns them as a set.
 sigset_t installStopHandlers() {
   struct sigaction sa {};
@@ -648,6 +700,7 @@ int prepare(int argc, char** argv, const sigset_t& stopSignals, Args& args, core
       if (!g_stop) rerunWithBetterBlasKernels(argv, who);
       ::pthread_sigmask(SIG_UNBLOCK, &stopSignals, nullptr);
     }
+    if (!args.remoteHost.empty()) becomeRemote(args);  // after the BLAS re-exec: once, in the image that trains
     if (args.devices) return printDevices();
     if (args.blas) {
       std::printf("{\"openblas_core\": \"%s\"}\n", openblasCore().c_str());
@@ -729,6 +782,8 @@ int trainRank(const Args& args, const core::Profile& profile, RecordWriter& writ
     if (!args.launchedBy.empty())
       std::fprintf(stderr, "[rank %d] placed by %s: local rank %d, master %s:%d\n", rank, args.launchedBy.c_str(),
                    args.localRank, args.masterAddr.c_str(), args.port);
+    if (args.fault.kind == "hang-at-start" && args.fault.rank == rank && args.attempt == 0)
+      for (;;) ::pause();  // before the rendezvous, heartbeats going on: a rank that never joins
     SyncContext ctx{profile, rank, args.world, args.port, args.store, args.masterAddr, args.localRank};
     auto strategy = makeStrategy(ctx);
     strategy->setGradientsByHand(!args.autogradOnly);

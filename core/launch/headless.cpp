@@ -40,7 +40,10 @@ class ProgressPrinter : public LaunchObserver {
 
   void onStarted(int port, const std::vector<int>& pids) override {
     m_out << "started " << pids.size() << " process(es)";
-    if (m_profile.run.port != 0) m_out << ", store on 127.0.0.1:" << port;  // else a FileStore in the run folder
+    if (m_profile.hosts.launcher == "ssh")  // Note [Remote ranks]
+      m_out << " through ssh on " << m_profile.hosts.hosts.size() << " host(s), rendezvous on port " << port;
+    else if (m_profile.run.port != 0)
+      m_out << ", store on 127.0.0.1:" << port;  // else a FileStore in the run folder
     m_out << "\n";
     m_start = std::chrono::steady_clock::now();
   }

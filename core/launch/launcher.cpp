@@ -97,6 +97,10 @@ struct Rank {
   int outFd = -1;  // stdout: log lines
   int errFd = -1;  // stderr: log lines
   int recFd = -1;  // records (common/record.h)
+  int ctlFd = -1;  // a remote rank's control line, its stdin (Note [Remote ranks])
+  bool remote = false;
+  bool toldStop = false;
+  std::string host;  // "" = this machine
   std::string outBuf, errBuf;
   RecordBuffer recBuf;
   bool recMalformed = false;
@@ -112,14 +116,17 @@ struct Rank {
   Rank(const Rank&) = delete;
   Rank& operator=(const Rank&) = delete;
   ~Rank() {
-    for (int fd : {outFd, errFd, recFd})
+    for (int fd : {outFd, errFd, recFd, ctlFd})
       if (fd >= 0) ::close(fd);
   }
+  // "rank 2", or "rank 2 on host node1" for a rank on another host.
+  std::string who() const { return "rank " + std::to_string(rank) + (host.empty() ? "" : " on host " + host); }
 };
 
 }  // namespace
 
 std::string RankExit::describe() const {
+  if (connectionLost) return "ssh exit code 255 (the connection to " + host + " failed or was lost)";
   if (signal != 0) {
     const char* name = ::strsignal(signal);
     return "signal " + std::to_string(signal) + " (" + (name ? name : "unknown") + ")";
@@ -206,6 +213,21 @@ bool portIsFree(int port) {
   return ok;
 }
 
+// Writes `text` to a pipe whose reader may be gone (a remote rank's ssh that exited) without
+// the SIGPIPE that would end ptw: the signal is held back in this thread and taken if raised.
+void writeWithoutSigpipe(int fd, const std::string& text) {
+  sigset_t pipe, old;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe, &old);
+  const bool failed = ::write(fd, text.data(), text.size()) < 0 && errno == EPIPE;
+  if (failed) {
+    const timespec zero{0, 0};
+    ::sigtimedwait(&pipe, nullptr, &zero);
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
 // Reads what is available; returns false at end of file.
 bool drain(int fd, std::string& buf) {
   char chunk[65536];
@@ -272,8 +294,9 @@ class Launcher::Impl {
   void openRendezvous();
   std::vector<std::string> workerArgs(int rank) const;
   void spawnAll();
-  void spawnRank(Rank& rk, std::vector<std::string> args);
+  void spawnRank(Rank& rk, const RankCommand& command);
   void killAll(int sig);
+  bool anyRemote() const;
 
   // The supervision loop.
   void waitForActivity();
@@ -284,6 +307,7 @@ class Launcher::Impl {
   void flushBatch();
   void reap();
   void onExited(Rank& rk, int status, Rank*& firstFailed);
+  void judgePending(Rank* firstFailed);
   void detectStalls(Clock::time_point now);
   void blameNoProgress(std::int64_t minStep);
   void enforceKillDeadline();
@@ -319,6 +343,10 @@ class Launcher::Impl {
   std::optional<std::string> m_stoppedFromOutside;  ///< why, when a rank was stopped by someone else
   std::int64_t m_progressStep = -1;
   Clock::time_point m_progressAt = Clock::now();
+  // A remote rank that failed with an exit code, held back briefly (Note [Remote ranks]).
+  Rank* m_pending = nullptr;
+  Clock::time_point m_pendingUntil;
+  std::shared_ptr<const RankStarter> m_starter;
 };
 
 Launcher::Impl::~Impl() {
@@ -404,6 +432,11 @@ void Launcher::Impl::sweepStragglers() {
 // A picked port stays bound (nothing listens on it) until the run's shared-memory names
 // are removed at its end, so that no concurrent run is handed the same port, and names.
 void Launcher::Impl::openRendezvous() {
+  m_starter = o.starter ? o.starter : std::make_shared<LocalStarter>();
+  if (const int remotePort = m_starter->rendezvousPort()) {  // a TCPStore on another host
+    m_port = remotePort;
+    return;
+  }
   m_port = o.port;
   if (m_port != 0) {
     checkPortFree(m_port);
@@ -428,9 +461,7 @@ std::vector<std::string> Launcher::Impl::workerArgs(int rank) const {
                                 "--world",
                                 std::to_string(o.worldSize),
                                 "--port",
-                                std::to_string(m_port),
-                                "--records",
-                                std::to_string(kRecordFd)};
+                                std::to_string(m_port)};
   if (!o.outDir.empty()) a.insert(a.end(), {"--out", o.outDir});
   if (!m_storeFile.empty()) a.insert(a.end(), {"--store", m_storeFile});
   if (!o.stepFile.empty()) {
@@ -441,10 +472,25 @@ std::vector<std::string> Launcher::Impl::workerArgs(int rank) const {
   return a;
 }
 
+// A remote rank is asked to stop on its control line, not by a signal, which would end its
+// ssh process and with it the connection (Note [Remote ranks]); SIGKILL ends the ssh process.
 void Launcher::Impl::killAll(int sig) {
-  if (m_pgid > 0) ::kill(-m_pgid, sig);
-  for (auto& rk : m_ranks)
-    if (rk.pid > 0 && !rk.exited) ::kill(rk.pid, sig);
+  const bool ask = sig != SIGKILL;
+  if (m_pgid > 0 && !(ask && anyRemote())) ::kill(-m_pgid, sig);
+  for (auto& rk : m_ranks) {
+    if (rk.pid <= 0 || rk.exited) continue;
+    if (!rk.remote || !ask) {
+      ::kill(rk.pid, sig);
+      continue;
+    }
+    if (rk.toldStop || rk.ctlFd < 0) continue;
+    rk.toldStop = true;
+    writeWithoutSigpipe(rk.ctlFd, "stop\n");
+  }
+}
+
+bool Launcher::Impl::anyRemote() const {
+  return std::any_of(m_ranks.begin(), m_ranks.end(), [](const Rank& rk) { return rk.remote; });
 }
 
 void Launcher::Impl::spawnAll() {
@@ -454,7 +500,7 @@ void Launcher::Impl::spawnAll() {
   for (int r = 0; r < o.worldSize; ++r) {
     Rank& rk = m_ranks[static_cast<std::size_t>(r)];
     rk.rank = r;
-    spawnRank(rk, workerArgs(r));
+    spawnRank(rk, m_starter->command(r, workerArgs(r)));
     pids.push_back(rk.pid);
   }
   ::close(m_devNull);
@@ -467,7 +513,8 @@ namespace {
 // The child's side of fork(): join the run's process group, die with the launcher (Note
 // [Worker lifetime]), take the pipes as its standard descriptors and exec the worker. Only
 // async-signal-safe calls: everything it needs was built before fork().
-[[noreturn]] void execWorker(char** argv, pid_t parent, pid_t pgid, int devNull, int outFd, int errFd, int recFd) {
+// A remote rank (recFd < 0) has its records on stdout, and its stdin is its control line.
+[[noreturn]] void execWorker(char** argv, pid_t parent, pid_t pgid, int inFd, int outFd, int errFd, int recFd) {
   ::setpgid(0, pgid);
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != parent) ::_exit(127);
@@ -477,19 +524,22 @@ namespace {
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
-  ::dup2(devNull, 0);
+  ::dup2(inFd, 0);
   ::dup2(outFd, 1);
   ::dup2(errFd, 2);
-  ::dup2(recFd, kRecordFd);  // dup2 clears close-on-exec on the copy
+  if (recFd >= 0) ::dup2(recFd, kRecordFd);  // dup2 clears close-on-exec on the copy
   // Nothing else of the launcher's reaches the worker: the logs of ranks started before
   // this one, the store's database, a window's descriptors.
   static_assert(kRecordFd == 3, "the descriptors above the record pipe are closed");
   bool closed = false;
 #ifdef SYS_close_range  // Linux 5.9; the system call itself, for C libraries older than glibc 2.34
-  closed = ::syscall(SYS_close_range, kRecordFd + 1, ~0U, 0) == 0;
+  const unsigned firstToClose = recFd >= 0 ? kRecordFd + 1 : kRecordFd;
+  closed = ::syscall(SYS_close_range, firstToClose, ~0U, 0) == 0;
+#else
+  const int firstToClose = recFd >= 0 ? kRecordFd + 1 : kRecordFd;
 #endif
   if (!closed)
-    for (int fd = kRecordFd + 1; fd < 65536; ++fd) ::close(fd);
+    for (int fd = static_cast<int>(firstToClose); fd < 65536; ++fd) ::close(fd);
   ::execv(argv[0], argv);
   const char msg[] = "ptw-worker: exec failed\n";
   [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);
@@ -498,9 +548,13 @@ namespace {
 
 }  // namespace
 
-void Launcher::Impl::spawnRank(Rank& rk, std::vector<std::string> args) {
-  int outPipe[2] = {-1, -1}, errPipe[2] = {-1, -1}, recPipe[2] = {-1, -1};
-  bool piped = ::pipe2(outPipe, O_CLOEXEC) == 0 && ::pipe2(errPipe, O_CLOEXEC) == 0 && ::pipe2(recPipe, O_CLOEXEC) == 0;
+void Launcher::Impl::spawnRank(Rank& rk, const RankCommand& command) {
+  rk.remote = command.remote;
+  rk.host = command.host;
+  rk.exit.host = command.host;
+  int outPipe[2] = {-1, -1}, errPipe[2] = {-1, -1}, recPipe[2] = {-1, -1}, ctlPipe[2] = {-1, -1};
+  bool piped = ::pipe2(outPipe, O_CLOEXEC) == 0 && ::pipe2(errPipe, O_CLOEXEC) == 0 &&
+               ::pipe2(recPipe, O_CLOEXEC) == 0 && (!rk.remote || ::pipe2(ctlPipe, O_CLOEXEC) == 0);
   int pipeErr = errno;
   if (piped) {
     // The record pipe's write end moves above kRecordFd, so the child's dup2s cannot clobber it.
@@ -511,34 +565,44 @@ void Launcher::Impl::spawnRank(Rank& rk, std::vector<std::string> args) {
     piped = moved >= 0;
   }
   if (!piped) {
-    for (int fd : {outPipe[0], outPipe[1], errPipe[0], errPipe[1], recPipe[0], recPipe[1]})
+    for (int fd : {outPipe[0], outPipe[1], errPipe[0], errPipe[1], recPipe[0], recPipe[1], ctlPipe[0], ctlPipe[1]})
       if (fd >= 0) ::close(fd);
     killAll(SIGKILL);
     PTW_FAIL("cannot create pipes for rank ", rk.rank, ": ", std::strerror(pipeErr));
   }
+  std::vector<std::string> args = command.argv;
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
 
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
-  if (pid == 0) execWorker(argv.data(), parent, m_pgid, m_devNull, outPipe[1], errPipe[1], recPipe[1]);
+  if (pid == 0) {
+    if (rk.remote)  // Note [Remote ranks]: records on stdout, the control line on stdin
+      execWorker(argv.data(), parent, m_pgid, ctlPipe[0], recPipe[1], errPipe[1], -1);
+    execWorker(argv.data(), parent, m_pgid, m_devNull, outPipe[1], errPipe[1], recPipe[1]);
+  }
   const int forkErr = errno;
-  for (int fd : {outPipe[1], errPipe[1], recPipe[1]}) ::close(fd);
+  for (int fd : {outPipe[1], errPipe[1], recPipe[1], ctlPipe[0]})
+    if (fd >= 0) ::close(fd);
+  if (rk.remote) ::close(outPipe[0]);
   if (pid < 0) {
-    for (int fd : {outPipe[0], errPipe[0], recPipe[0]}) ::close(fd);
+    for (int fd : {outPipe[0], errPipe[0], recPipe[0], ctlPipe[1]})
+      if (fd >= 0 && !(rk.remote && fd == outPipe[0])) ::close(fd);
     killAll(SIGKILL);
     PTW_FAIL("cannot start rank ", rk.rank, ": fork failed: ", std::strerror(forkErr));
   }
   if (m_pgid == 0) m_pgid = pid;
   ::setpgid(pid, m_pgid);  // also in the parent, so kill(-pgid) works at once
   rk.pid = pid;
-  rk.outFd = outPipe[0];
+  rk.outFd = rk.remote ? -1 : outPipe[0];
   rk.errFd = errPipe[0];
   rk.recFd = recPipe[0];
-  setNonBlocking(rk.outFd);
+  rk.ctlFd = ctlPipe[1];
+  if (rk.outFd >= 0) setNonBlocking(rk.outFd);
   setNonBlocking(rk.errFd);
   setNonBlocking(rk.recFd);
+  if (rk.ctlFd >= 0) setNonBlocking(rk.ctlFd);
   ::fcntl(rk.recFd, F_SETPIPE_SZ, 1 << 20);  // a worker's full batch (worker.cpp) in one write; best effort
   if (!o.outDir.empty())
     rk.logFile = std::make_unique<std::ofstream>(o.outDir + "/rank" + std::to_string(rk.rank) + ".log", std::ios::app);
@@ -649,6 +713,30 @@ void Launcher::Impl::reap() {
     if (::waitpid(rk.pid, &status, WNOHANG) != rk.pid) continue;
     onExited(rk, status, firstFailed);
   }
+  judgePending(firstFailed);
+}
+
+// A failure's cause is a rank killed by a signal or a lost host; the others' exit codes are
+// the collectives it broke. Locally the cause is reaped in the same pass; a remote rank's
+// status crosses a connection, and its peers' may arrive first: a remote rank failing with an
+// exit code is held back for up to 2 s, for a cause to arrive and be named instead.
+void Launcher::Impl::judgePending(Rank* firstFailed) {
+  auto isCause = [](const Rank& rk) { return rk.exit.signal != 0 || rk.exit.connectionLost; };
+  if (firstFailed && !m_pending && !isCause(*firstFailed) && anyRemote() && m_report.failedRank < 0) {
+    m_pending = firstFailed;
+    m_pendingUntil = Clock::now() + std::chrono::seconds(2);
+    return;
+  }
+  if (m_pending && m_report.failedRank < 0) {
+    if (firstFailed && isCause(*firstFailed)) {
+      m_pending = nullptr;
+    } else if (Clock::now() >= m_pendingUntil || m_alive == 0) {
+      firstFailed = m_pending;
+      m_pending = nullptr;
+    } else {
+      return;
+    }
+  }
   if (firstFailed) fail(*firstFailed, failureOf(*firstFailed), false);
 }
 
@@ -663,6 +751,16 @@ void Launcher::Impl::onExited(Rank& rk, int status, Rank*& firstFailed) {
     rk.exit.signal = WTERMSIG(status);
   else
     rk.exit.exitCode = WEXITSTATUS(status);
+  // Note [Remote ranks]: ssh's 255 is its own (the connection); the remote shell gives a
+  // worker's death by signal N as 128+N. ssh itself killed here is the launcher's doing.
+  if (rk.remote && rk.exit.signal == 0) {
+    if (rk.exit.exitCode == 255) {
+      rk.exit.connectionLost = true;
+    } else if (rk.exit.exitCode > 128 && rk.exit.exitCode < 128 + 65) {
+      rk.exit.signal = rk.exit.exitCode - 128;
+      rk.exit.exitCode = -1;
+    }
+  }
   m_observer.onRankExit(rk.exit);
   // Stopped by a signal someone sent to the rank, not to ptw: the ranks agreed on a step
   // and stopped there, which is a stop, not a failure (no restart), said as such.
@@ -674,7 +772,8 @@ void Launcher::Impl::onExited(Rank& rk, int status, Rank*& firstFailed) {
     beginTeardown(o.stopGraceS);
     return;
   }
-  if (rk.exit.failed() && !m_tearingDown && (!firstFailed || (rk.exit.signal != 0 && firstFailed->exit.signal == 0)))
+  const auto isCause = [](const Rank& r) { return r.exit.signal != 0 || r.exit.connectionLost; };
+  if (rk.exit.failed() && !m_tearingDown && (!firstFailed || (isCause(rk) && !isCause(*firstFailed))))
     firstFailed = &rk;
 }
 
@@ -719,7 +818,14 @@ void Launcher::Impl::blameNoProgress(std::int64_t minStep) {
       stuck = &rk;
   }
   const std::string seconds = std::to_string(static_cast<int>(o.stallTimeoutS)) + " s";
-  if (stuck && minStep <= 0) {
+  if (stuck && minStep <= 0 && !waiting.empty()) {
+    fail(*stuck,
+         "never joined the rendezvous (port " + std::to_string(m_port) + ") within " + seconds +
+             " of the start; rank(s) " + waiting +
+             " waited for it there (still loading, or it cannot reach the "
+             "rendezvous address; run.timeout_s)",
+         true);
+  } else if (stuck && minStep <= 0) {
     fail(*stuck,
          "did not finish its first step within " + seconds +
              " of the start (loading, or meeting the other ranks; run.timeout_s)",
@@ -782,7 +888,7 @@ void Launcher::Impl::fail(Rank& rk, const std::string& why, bool stalled) {
   m_report.status = RunReport::Status::Failed;
   m_report.failedRank = rk.rank;
   m_report.stalled = stalled;
-  m_report.message = "rank " + std::to_string(rk.rank) + " " + why;
+  m_report.message = rk.who() + " " + why;
   if (stalled) {
     // A stalled process never exits by itself: it must be killed now.
     m_tearingDown = true;
@@ -795,6 +901,17 @@ void Launcher::Impl::fail(Rank& rk, const std::string& why, bool stalled) {
 
 // Why a rank failed; one that could not write the run's metrics said why in its last error line.
 std::string Launcher::Impl::failureOf(const Rank& rk) {
+  if (rk.exit.connectionLost) {
+    // ssh's last line says how: "Timeout, server ... not responding.", "connect to host ...".
+    std::string how;
+    for (auto line = rk.tail.rbegin(); line != rk.tail.rend() && how.empty(); ++line)
+      if (!line->empty() && line->rfind("[rank ", 0) != 0 && line->rfind("error: ", 0) != 0) how = *line;
+    return "lost its host: the ssh connection to " + rk.host + " failed or dropped (ssh exit code 255" +
+           (how.empty() ? "" : ": " + how) + ")";
+  }
+  if (rk.exit.signal == 0 && rk.exit.exitCode == 2 && rk.remote)  // bad arguments, or the run folder not shared
+    for (auto line = rk.tail.rbegin(); line != rk.tail.rend(); ++line)
+      if (line->rfind("error:", 0) == 0) return "failed with " + rk.exit.describe() + ": " + line->substr(7);
   if (rk.exit.signal == 0 && rk.exit.exitCode == kWorkerCannotStoreMetrics)
     for (auto line = rk.tail.rbegin(); line != rk.tail.rend(); ++line)
       if (const auto at = line->find("run store "); line->rfind("error:", 0) == 0 && at != std::string::npos)
@@ -811,7 +928,7 @@ RunReport Launcher::Impl::finishReport() {
     for (auto& rk : m_ranks)
       if (rk.exit.signal == 0 && rk.exit.exitCode == kWorkerCannotStoreMetrics && rk.rank != report.failedRank) {
         report.failedRank = rk.rank;
-        report.message = "rank " + std::to_string(rk.rank) + " " + failureOf(rk);
+        report.message = rk.who() + " " + failureOf(rk);
         break;
       }
   if (report.failedRank >= 0) {

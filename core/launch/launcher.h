@@ -11,10 +11,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "common/record.h"
+#include "launch/rank_starter.h"
 
 namespace ptw::core {
 
@@ -40,6 +42,9 @@ struct LaunchOptions {
   /// SIGINT, then SIGTERM, then SIGKILL, stopGraceS apart, and processes that still carry the
   /// run's token in their environment when the ranks are gone are killed.
   bool commandRanks = false;
+  /// How each rank's process is started; null: here (LocalStarter). SshStarter starts them on
+  /// other hosts (Note [Remote ranks] in ssh_starter.h).
+  std::shared_ptr<const RankStarter> starter = nullptr;
 
   LaunchOptions& setStepFile(std::string path, long long limit) {
     stepFile = std::move(path), stepFileLimit = limit;
@@ -66,10 +71,14 @@ struct LaunchOptions {
 struct RankExit {
   int rank = -1;
   int pid = 0;
-  int exitCode = -1;  ///< valid when signal == 0
-  int signal = 0;     ///< the signal that ended it, or 0
+  int exitCode = -1;            ///< valid when signal == 0
+  int signal = 0;               ///< the signal that ended it, or 0
+  std::string host = "";        ///< where it ran; "" = this machine
+  bool connectionLost = false;  ///< a remote rank whose ssh connection failed or dropped (ssh's status 255)
   /// A rank stopped by a signal from outside ptw (kWorkerStoppedFromOutside) stopped; it did not fail.
-  bool failed() const { return signal != 0 || (exitCode != 0 && exitCode != kWorkerStoppedFromOutside); }
+  bool failed() const {
+    return signal != 0 || connectionLost || (exitCode != 0 && exitCode != kWorkerStoppedFromOutside);
+  }
   std::string describe() const;  ///< "exit code 3" or "signal 9 (Killed)"
 };
 

@@ -8,9 +8,17 @@
 
 #include <cerrno>
 #include <sstream>
+#include <vector>
+
+#include <poll.h>
+#include <signal.h>
+
+#include <chrono>
 
 #include "common/data_files.h"
 #include "common/profile.h"
+#include "common/version.h"
+#include "launch/ssh_starter.h"
 
 extern char** environ;
 
@@ -50,10 +58,95 @@ bool outputOf(const std::string& program, const char* arg, std::string& out) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
+// `argv`'s stdout and stderr together, stdin on /dev/null, waiting at most `limitS` (then
+// killed); its exit code, or -1 when it could not run or was killed.
+int runBounded(const std::vector<std::string>& argv, double limitS, std::string& out) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return -1;
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int spawned = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(fds[1]);
+  if (spawned != 0) {
+    ::close(fds[0]);
+    return -1;
+  }
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long>(limitS * 1000));
+  bool killed = false;
+  char buf[4096];
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      ::kill(pid, SIGKILL);
+      killed = true;
+      break;
+    }
+    pollfd p{fds[0], POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    if (out.size() < 65536) out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return !killed && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+// The last line of `text` that says something.
+std::string lastLine(const std::string& text) {
+  std::istringstream in(text);
+  std::string line, last;
+  while (std::getline(in, line))
+    if (!line.empty()) last = line;
+  return last;
+}
+
 }  // namespace
 
+std::string hostsProblem(const Profile& profile, const std::string& workerPath) {
+  if (profile.hosts.launcher != "ssh") return "";
+  std::vector<std::string> hosts;
+  for (const auto& entry : parseHosts(profile.hosts.hosts)) hosts.push_back(entry.host);
+  if (hosts.empty()) return "";
+  HostsSpec spec = profile.hosts;
+  spec.port = 1;  // no rendezvous port is picked for the check
+  const SshStarter starter(spec, hosts, workerPath);
+  const std::string worker = spec.worker.empty() ? workerPath : spec.worker;
+  const std::string expected = std::string("ptw-worker ") + kVersion;
+  for (std::size_t i = 0; i < hosts.size(); ++i) {
+    RankCommand c = starter.command(static_cast<int>(i), {worker});
+    c.argv.back() = quoteForShell(worker) + " --version";  // the check alone, not a rank
+    std::string out;
+    const int code = runBounded(c.argv, 20.0, out);
+    const std::string said = lastLine(out);
+    if (code == 255 || code < 0)
+      return "hosts.hosts: cannot reach host " + hosts[i] + " with ssh in batch mode" +
+             (said.empty() ? std::string(" (no answer within 20 s)") : ": " + said) +
+             "; check the host, its key and hosts.ssh_* (docs/multihost.md)";
+    if (code != 0)
+      return "hosts.hosts: host " + hosts[i] + " cannot run " + worker + (said.empty() ? "" : ": " + said) +
+             "; install ptw there at that path, or set hosts.worker";
+    if (said != expected)
+      return "hosts.hosts: host " + hosts[i] + " runs " + (said.empty() ? std::string("an unknown ptw-worker") : said) +
+             ", this machine " + expected + "; every host needs the same ptw build";
+  }
+  return "";
+}
+
 std::string coresWarning(const Profile& profile, int cores) {
-  if (profile.strategy.device != "cpu") return "";
+  // Ranks on other hosts use their cores, not this machine's.
+  if (profile.strategy.device != "cpu" || profile.hosts.launcher != "local") return "";
   if (cores < 0) {
     cpu_set_t cpus;
     CPU_ZERO(&cpus);
@@ -77,7 +170,8 @@ std::string deviceProblem(const Profile& profile, const std::string& workerPath)
 
 std::string runProblem(const Profile& profile, const std::string& workerPath) {
   if (std::string problem = dataFileProblem(profile.data); !problem.empty()) return problem;
-  return deviceProblem(profile, workerPath);
+  if (std::string problem = deviceProblem(profile, workerPath); !problem.empty()) return problem;
+  return hostsProblem(profile, workerPath);
 }
 
 }  // namespace ptw::core

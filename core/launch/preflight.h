@@ -17,8 +17,14 @@ std::string coresWarning(const Profile& profile, int cores = -1);
 /// for cpu, and when the worker cannot answer (its ranks then say what is wrong).
 std::string deviceProblem(const Profile& profile, const std::string& workerPath);
 
-/// The profile's data files (dataFileProblem), then its device (deviceProblem): the first
-/// problem that stops a run, found before any folder is made or rank started.
+/// For ranks on other hosts (hosts.launcher ssh): that each host answers ssh in batch mode and
+/// runs ptw-worker of this build (`ptw-worker --version` there, the hosts one at a time, each
+/// bounded by ssh's connect timeout and 20 s). "" when all do, or for the local launcher.
+std::string hostsProblem(const Profile& profile, const std::string& workerPath);
+
+/// The profile's data files (dataFileProblem), its device (deviceProblem), then its hosts
+/// (hostsProblem): the first problem that stops a run, found before any folder is made or
+/// rank started.
 std::string runProblem(const Profile& profile, const std::string& workerPath);
 
 }  // namespace ptw::core

@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/strategies.h"
 #include "launch/run_store.h"
+#include "launch/ssh_starter.h"
 
 namespace ptw::core {
 namespace {
@@ -90,6 +91,8 @@ RunReport Supervisor::run(LaunchObserver& observer) {
       lo.commandRanks = true;
       lo.setStopGraceS(o.profile.command.stopGraceS);
     }
+    if (o.profile.hosts.launcher == "ssh")  // Note [Remote ranks]
+      lo.starter = std::make_shared<SshStarter>(o.profile.hosts, rankHosts(o.profile), o.workerPath);
     lo.extraWorkerArgs = {"--attempt", std::to_string(attempt)};
     lo.extraWorkerArgs.insert(lo.extraWorkerArgs.end(), o.workerArgs.begin(), o.workerArgs.end());
     if (o.store)  // Note [Ranks write their steps]

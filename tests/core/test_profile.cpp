@@ -367,6 +367,62 @@ class TestProfile : public QObject {
         << "hyper.accumulate: hogwild workers step on their own: must be 1, got 2";
     QTest::newRow("timeout beyond a week") << R"({"run": {"timeout_s": 1e12}})"
                                            << "run.timeout_s: must be > 0 and at most 604800 (a week)";
+    // The hosts section (docs/multihost.md).
+    QTest::newRow("ssh without hosts") << R"({"hosts": {"launcher": "ssh"}})"
+                                       << "hosts.hosts: the ssh launcher needs at least one host";
+    QTest::newRow("zero slots") << R"({"hosts": {"launcher": "ssh", "hosts": ["a:0", "b:2"]}})"
+                                << "hosts.hosts: entry 0: expected host:slots (a host name or IPv4 address, slots "
+                                   ">= 1), got \"a:0\"";
+    QTest::newRow("slots not a number") << R"({"hosts": {"launcher": "ssh", "hosts": ["a:two"]}})"
+                                        << "hosts.hosts: entry 0: expected host:slots";
+    QTest::newRow("a host that is an option") << R"({"hosts": {"launcher": "ssh", "hosts": ["-oProxyCommand=x:2"]}})"
+                                              << "hosts.hosts: entry 0: expected host:slots";
+    QTest::newRow("a host with shell syntax") << R"({"hosts": {"launcher": "ssh", "hosts": ["a;rm -rf x:1", "b:1"]}})"
+                                              << "hosts.hosts: entry 0: expected host:slots";
+    QTest::newRow("a host with a user") << R"({"hosts": {"launcher": "ssh", "hosts": ["root@a:2"]}})"
+                                        << "hosts.hosts: entry 0: expected host:slots";
+    QTest::newRow("a host twice") << R"({"hosts": {"launcher": "ssh", "hosts": ["a:1", "a:1"]}})"
+                                  << "hosts.hosts: entry 1: host a is listed twice";
+    QTest::newRow("slots and ranks differ")
+        << R"({"strategy": {"ranks": 4}, "hosts": {"launcher": "ssh", "hosts": ["a:2", "b:1"]}})"
+        << "hosts.hosts: the hosts' slots add up to 3, but the run has 4 ranks (strategy.ranks); make them equal";
+    QTest::newRow("pool across hosts")
+        << R"({"strategy": {"kind": "pool", "ranks": 1}, "hosts": {"launcher": "ssh", "hosts": ["a:2"]}})"
+        << "strategy.kind: \"pool\" runs on one host only; across hosts (hosts.launcher \"ssh\") use \"ddp\"";
+    QTest::newRow("shm across hosts")
+        << R"({"strategy": {"backend": "shm"}, "hosts": {"launcher": "ssh", "hosts": ["a:1", "b:1"]}})"
+        << "strategy.backend: \"shm\" needs every rank on one host";
+    QTest::newRow("run.port across hosts")
+        << R"({"run": {"port": 29500}, "hosts": {"launcher": "ssh", "hosts": ["a:1", "b:1"]}})"
+        << "run.port: across hosts the ranks meet at hosts.address:hosts.port; set hosts.port instead";
+    QTest::newRow("hosts with the local launcher") << R"({"hosts": {"hosts": ["a:2"]}})"
+                                                   << "hosts.hosts: lists hosts, but hosts.launcher is \"local\"";
+    QTest::newRow("slurm") << R"({"hosts": {"launcher": "slurm"}})"
+                           << "hosts.launcher: \"slurm\" is not one of ptw's launchers yet; start the ranks with srun";
+    QTest::newRow("unknown launcher") << R"({"hosts": {"launcher": "pdsh"}})"
+                                      << "hosts.launcher: expected one of local, ssh, got \"pdsh\"";
+    QTest::newRow("interface with a space")
+        << R"({"hosts": {"launcher": "ssh", "hosts": ["a:1", "b:1"], "interface": "eth 0"}})"
+        << "hosts.interface: expected a network interface's name";
+    QTest::newRow("relative worker")
+        << R"({"hosts": {"launcher": "ssh", "hosts": ["a:1", "b:1"], "worker": "bin/ptw-worker"}})"
+        << "hosts.worker: expected an absolute path of ptw-worker on the hosts";
+    QTest::newRow("user with shell syntax")
+        << R"j({"hosts": {"launcher": "ssh", "hosts": ["a:1", "b:1"], "ssh_user": "$(id)"}})j"
+        << "hosts.ssh_user: expected a user name";
+    QTest::newRow("address with a port") << R"({"hosts": {"launcher": "ssh", "hosts": ["a:2"], "address": "a:29500"}})"
+                                         << "hosts.address: expected a host name or IPv4 address";
+    QTest::newRow("keep-alive of zero") << R"({"hosts": {"launcher": "ssh", "hosts": ["a:2"], "alive_interval_s": 0}})"
+                                        << "hosts.alive_interval_s: must be in 1..600 seconds, got 0";
+  }
+  // Ranks fill the hosts in order; auto on CPU ranks across hosts is Gloo (shared memory needs one host).
+  void hostsPlaceRanksInOrder() {
+    Profile p = parseProfile(
+        R"({"strategy": {"ranks": 3}, "hosts": {"launcher": "ssh", "hosts": ["node-1.example:2", "10.0.0.7"]}})");
+    QCOMPARE(rankHosts(p), (std::vector<std::string>{"node-1.example", "node-1.example", "10.0.0.7"}));
+    QCOMPARE(collectiveBackend(p, false), std::string("gloo"));
+    QVERIFY(rankHosts(parseProfile("{}")).empty());
+    QCOMPARE(collectiveBackend(parseProfile("{}"), false), std::string("shm"));
   }
   void invalidProfilesAreRejected() {
     QFETCH(QString, json);

@@ -505,7 +505,7 @@ class TestMainWindow : public QObject {
         other = args ? QJsonArray{"a b", "c,d"} : QJsonArray{"A=1", "B=x=y z"};
         edit = args ? "a b\nc,d" : "A=1\nB=x=y z";
       } else if (v.isArray()) {
-        const bool words = path == "data.features";
+        const bool words = path == "data.features" || path == "hosts.hosts";
         other = words ? QJsonArray{"a", "b"} : QJsonArray{2, 3};
         edit = words ? "a, b" : "2, 3";
       } else {
@@ -1096,6 +1096,29 @@ class TestMainWindow : public QObject {
     QVERIFY(!tabs->isTabVisible(scalarTab));
     QCOMPARE(tabs->currentIndex(), 0);
     QCOMPARE(w.history()->table()->rowCount(), 2);
+  }
+
+  // The rank table's host column is hidden for a local run. A run across hosts checks each host
+  // before Start goes on: one whose ssh port refuses is named with ssh's reason, and nothing
+  // starts. Only loopback is contacted: 127.0.0.1 port 1, where nothing listens.
+  void aHostThatRefusesSshIsNamedBeforeStart() {
+    if (QStandardPaths::findExecutable("ssh").isEmpty()) QSKIP("ssh (openssh-client) is not installed");
+    QTemporaryDir runs;
+    ui::MainWindow w;
+    showQuietly(w, runs, "20");
+    QVERIFY(w.rankTable()->isColumnHidden(9));
+    QCOMPARE(w.rankTable()->horizontalHeaderItem(9)->text(), QString("host"));
+    core::Profile p = w.profile();
+    p.strategy.backend = "gloo";
+    p.hosts.launcher = "ssh";
+    p.hosts.hosts = {"127.0.0.1:2"};
+    p.hosts.sshPort = 1;
+    w.setProfile(p);
+    QTest::mouseClick(w.findChild<QPushButton*>("start"), Qt::LeftButton);
+    auto* problems = w.findChild<QPlainTextEdit*>("logProblems");
+    QTRY_VERIFY_WITH_TIMEOUT(problems->toPlainText().contains("hosts.hosts: cannot reach host 127.0.0.1"), 30000);
+    QVERIFY2(problems->toPlainText().contains("Connection refused"), qPrintable(problems->toPlainText()));
+    QVERIFY(test::livePtwWorkers(static_cast<int>(::getpid())).empty());
   }
 
   void killedRankShowsFailedAndTheWindowStaysResponsive() {

@@ -1,0 +1,320 @@
+// DDP across hosts through ptw's ssh launcher (docs/multihost.md), on one machine: two "hosts"
+// are network namespaces with an sshd each (tests/multihost/netns_hosts.sh), and ptw runs in a
+// third. Needs root (CAP_NET_ADMIN), iproute2 and OpenSSH; without them every case is skipped,
+// saying why (CTest reports it skipped, not passed). Traffic goes only between the namespaces
+// made here, to their 10.77.x.y addresses; they are removed when the test ends, failed or not.
+#include <QDir>
+#include <QDirIterator>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <unistd.h>
+
+#include <limits>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "common/version.h"
+#include "engine/sampler.h"
+#include "engine/strategy.h"
+#include "engine/trainer.h"
+#include "test_support.h"
+
+using namespace ptw;
+using namespace ptw::core;
+
+namespace {
+
+const QString kH1 = QStringLiteral("10.77.1.2"), kH2 = QStringLiteral("10.77.2.2");
+
+QString script() { return test::sourcePath(QStringLiteral("tests/multihost/netns_hosts.sh")); }
+
+// One process on the global batches of a `world`-rank run: the reference (as test_ddp's).
+std::vector<torch::Tensor> referenceParameters(const Profile& p, int world) {
+  Profile single = p;
+  single.strategy.kind = "single";
+  single.strategy.ranks = 1;
+  single.hosts = HostsSpec{};
+  engine::SyncContext ctx{single, 0, 1, 0};
+  const std::int64_t samples = p.data.samples;
+  engine::BatchPlan plan = [single, samples, world](std::int64_t epoch) {
+    return engine::globalBatches(engine::samplerOptions(single, samples, world, 0, epoch), single.hyper.batchSize);
+  };
+  engine::Trainer t(engine::TrainerOptions(single, 0, 1).setPlan(plan), engine::makeStrategy(ctx));
+  std::atomic<bool> stop{false};
+  t.run(stop);
+  return t.parameters();
+}
+
+double maxAbsDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
+  if (a.empty() || a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!a[i].sizes().equals(b[i].sizes())) return std::numeric_limits<double>::infinity();
+    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
+  }
+  return worst;
+}
+
+// The pids of ptw-worker processes in network namespace `ns`.
+QStringList workersIn(const QString& ns) {
+  QProcess ip;
+  ip.start(QStringLiteral("ip"), {QStringLiteral("netns"), QStringLiteral("pids"), ns});
+  ip.waitForFinished(10000);
+  QStringList found;
+  for (const auto& pid : QString::fromLatin1(ip.readAllStandardOutput()).split('\n', Qt::SkipEmptyParts)) {
+    QFile comm(QStringLiteral("/proc/%1/comm").arg(pid.trimmed()));
+    if (comm.open(QIODevice::ReadOnly) && comm.readAll().trimmed() == "ptw-worker") found << pid.trimmed();
+  }
+  return found;
+}
+
+}  // namespace
+
+class TestMultihost : public QObject {
+  Q_OBJECT
+
+  // Removes the namespaces however the test ends (a failed QVERIFY returns early; the
+  // destructor runs at exit too).
+  struct Hosts {
+    QString tag, dir;
+    bool up = false;
+    void down() {
+      if (!up) return;
+      QProcess::execute(QStringLiteral("bash"), {script(), QStringLiteral("down"), tag, dir});
+      up = false;
+    }
+    ~Hosts() { down(); }
+  };
+
+  QTemporaryDir m_dir{QDir::tempPath() + "/ptw-multihost-XXXXXX"};
+  Hosts m_hosts;
+  QString m_skip;
+
+  QString ns(const char* which) const { return QStringLiteral("ptwt-%1-%2").arg(which, m_hosts.tag); }
+
+  // A DDP profile of 2 hosts × 2 ranks over Gloo through the ssh launcher.
+  Profile hostsProfile(std::int64_t steps) const {
+    Profile p = test::mlpProfile(8, {16, 16}, 3, 96);
+    p.strategy.ranks = 4;
+    p.strategy.backend = "gloo";
+    p.hyper.maxSteps = steps;
+    p.run.timeoutS = 20;
+    p.hosts.launcher = "ssh";
+    p.hosts.hosts = {kH1.toStdString() + ":2", kH2.toStdString() + ":2"};
+    p.hosts.interface = "data";     // the hosts' own link, not the one ssh comes over
+    p.hosts.address = "10.77.3.1";  // h1 on that link
+    p.hosts.sshConfig = (m_hosts.dir + "/ssh_config").toStdString();
+    p.hosts.aliveIntervalS = 1;
+    return p;
+  }
+
+  struct Run {
+    int exitCode = -1;
+    QJsonObject summary;
+    QString output;
+  };
+
+  // ptw --headless in the control namespace; `during` runs once the ranks train.
+  Run runPtw(const Profile& p, const QString& name, const QStringList& extra = {},
+             const std::function<void()>& during = {}) {
+    const QString profile = m_hosts.dir + "/" + name + ".json";
+    saveProfile(p, profile.toStdString());
+    const QString summary = m_hosts.dir + "/" + name + ".summary.json";
+    QProcess ptw;
+    ptw.setProcessChannelMode(QProcess::MergedChannels);
+    QStringList args = {
+        QStringLiteral("netns"),      QStringLiteral("exec"),      ns("ctl"), test::binDir() + "/ptw",
+        QStringLiteral("--headless"), QStringLiteral("-p"),        profile,   QStringLiteral("--runs-dir"),
+        m_hosts.dir + "/runs",        QStringLiteral("--summary"), summary};
+    ptw.start(QStringLiteral("ip"), args + extra);
+    Run run;
+    if (!ptw.waitForStarted(10000)) return run;
+    if (during) {
+      // Bounded: the ranks on h2 are up within 30 s, or `during` is skipped and the run judged as is.
+      QElapsedTimer t;
+      t.start();
+      while (workersIn(ns("h2")).size() < 2 && t.elapsed() < 30000) ptw.waitForFinished(200);
+      ptw.waitForFinished(3000);  // a few steps in
+      if (ptw.state() == QProcess::Running) during();
+    }
+    if (!ptw.waitForFinished(180000)) {
+      ptw.kill();
+      ptw.waitForFinished(5000);
+    }
+    run.exitCode = ptw.exitStatus() == QProcess::NormalExit ? ptw.exitCode() : -1;
+    run.output = QString::fromUtf8(ptw.readAll());
+    QFile f(summary);
+    if (f.open(QIODevice::ReadOnly)) run.summary = QJsonDocument::fromJson(f.readAll()).object();
+    return run;
+  }
+
+  // No ptw-worker in any of the namespaces, within `seconds` (a host cut off ends its ranks
+  // when its sshd gives the session up: ClientAliveInterval 1 × 3).
+  bool noWorkersLeft(int seconds, QString& left) {
+    QElapsedTimer t;
+    t.start();
+    for (;;) {
+      left.clear();
+      for (const char* n : {"ctl", "h1", "h2"})
+        for (const auto& pid : workersIn(ns(n))) left += QStringLiteral(" %1:%2").arg(n, pid);
+      if (left.isEmpty()) return true;
+      if (t.elapsed() > seconds * 1000) return false;
+      QThread::msleep(200);
+    }
+  }
+
+ private slots:
+  void initTestCase() {
+    QVERIFY(m_dir.isValid());
+    QProcess check;
+    check.start(QStringLiteral("bash"), {script(), QStringLiteral("check")});
+    check.waitForFinished(20000);
+    if (check.exitCode() != 0) {
+      m_skip = "multi-host test not run: " + QString::fromUtf8(check.readAll()).trimmed();
+      return;
+    }
+    m_hosts.tag = QString::number(::getpid());
+    m_hosts.dir = m_dir.path();
+    m_hosts.up = true;  // from here on, whatever was made is removed
+    QProcess up;
+    up.setProcessChannelMode(QProcess::MergedChannels);
+    up.start(QStringLiteral("bash"), {script(), QStringLiteral("up"), m_hosts.tag, m_hosts.dir});
+    QVERIFY2(up.waitForFinished(60000) && up.exitCode() == 0, up.readAll().constData());
+  }
+  void cleanupTestCase() { m_hosts.down(); }
+  void init() {
+    if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+  }
+
+  // 2 hosts × 2 ranks over Gloo, started through ssh, end with the parameters one process
+  // gets on the same global batches; every rank's records and logs came back over its
+  // connection; nothing is left running on any host.
+  void twoHostsEqualOneProcess() {
+    const Profile p = hostsProfile(20);
+    Run run = runPtw(p, QStringLiteral("equal"));
+    QVERIFY2(run.exitCode == 0, qPrintable(run.output));
+    QCOMPARE(run.summary.value("status").toString(), QStringLiteral("finished"));
+    const QJsonArray ranks = run.summary.value("ranks").toArray();
+    QCOMPARE(ranks.size(), 4);
+    for (const auto& r : ranks) QCOMPARE(r.toObject().value("steps").toInt(), 20);  // live records from each
+    const QString runDir = run.summary.value("run_dir").toString();
+    std::vector<std::vector<torch::Tensor>> params(4);
+    for (int r = 0; r < 4; ++r) {
+      torch::load(params[static_cast<std::size_t>(r)],
+                  QStringLiteral("%1/rank%2.final.pt").arg(runDir).arg(r).toStdString());
+      QFile log(QStringLiteral("%1/rank%2.log").arg(runDir).arg(r));
+      QVERIFY(log.open(QIODevice::ReadOnly));
+      QVERIFY2(log.readAll().contains(QStringLiteral("[rank %1]").arg(r).toUtf8()), "a remote rank's log came back");
+    }
+    for (int r = 1; r < 4; ++r) QCOMPARE(maxAbsDiff(params[0], params[static_cast<std::size_t>(r)]), 0.0);
+    const double diff = maxAbsDiff(params[0], referenceParameters(p, 4));
+    QVERIFY2(diff < 1e-5, qPrintable(QStringLiteral("max |2 hosts x 2 ranks - one process| = %1").arg(diff)));
+    QString left;
+    QVERIFY2(noWorkersLeft(10, left), qPrintable("ptw-worker left running:" + left));
+  }
+
+  // A run that loses a remote rank restarts from its checkpoint in the shared run folder, on
+  // both hosts, and ends with the uninterrupted run's parameters.
+  void aRestartFromCheckpointSpansHosts() {
+    Profile p = hostsProfile(20);
+    p.run.checkpointEvery = 5;
+    p.run.maxRestarts = 1;
+    Run run = runPtw(p, QStringLiteral("restart"), {QStringLiteral("--worker-arg=--fault=kill-at-step:3:8")});
+    QVERIFY2(run.exitCode == 0, qPrintable(run.output));
+    QCOMPARE(run.summary.value("attempts").toInt(), 2);
+    std::vector<torch::Tensor> params;
+    torch::load(params, QStringLiteral("%1/rank2.final.pt").arg(run.summary.value("run_dir").toString()).toStdString());
+    const double diff = maxAbsDiff(params, referenceParameters(p, 4));
+    QVERIFY2(diff < 1e-5, qPrintable(QStringLiteral("max |restarted - one process| = %1").arg(diff)));
+    QString left;
+    QVERIFY2(noWorkersLeft(10, left), qPrintable("ptw-worker left running:" + left));
+  }
+
+  // Before anything starts, each host must answer ssh and run this build's ptw-worker: a host
+  // with another build, or none at the path, is named and the run does not start (exit 2).
+  void aHostWithoutThisWorkerIsNamedBeforeStart_data() {
+    QTest::addColumn<QString>("worker");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("another build") << "old-worker"
+                                   << "hosts.hosts: host " + kH1 + " runs ptw-worker 0.0.1, this machine ptw-worker " +
+                                          QString(kVersion) + "; every host needs the same ptw build";
+    QTest::newRow("no worker there") << "missing-worker"
+                                     << "hosts.hosts: host " + kH1 + " cannot run ";
+  }
+  void aHostWithoutThisWorkerIsNamedBeforeStart() {
+    QFETCH(QString, worker);
+    QFETCH(QString, expected);
+    const QString old = m_hosts.dir + "/old-worker";
+    QFile script(old);
+    QVERIFY(script.open(QIODevice::WriteOnly));
+    script.write("#!/bin/sh\necho ptw-worker 0.0.1\n");
+    script.close();
+    script.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+    Profile p = hostsProfile(20);
+    p.hosts.worker = (m_hosts.dir + "/" + worker).toStdString();
+    Run run = runPtw(p, QStringLiteral("preflight"));
+    QCOMPARE(run.exitCode, 2);
+    QVERIFY2(run.output.contains(expected), qPrintable(run.output));
+    QString left;
+    QVERIFY2(noWorkersLeft(1, left), qPrintable("ptw-worker left running:" + left));
+  }
+
+  // A remote rank killed by a signal is named with its host; the others are stopped, on
+  // every host.
+  void aRemoteRankKilledIsNamed() {
+    Run run = runPtw(hostsProfile(1000000), QStringLiteral("killed"),
+                     {QStringLiteral("--worker-arg=--fault=kill-at-step:3:5")});
+    QVERIFY2(run.exitCode != 0, qPrintable(run.output));
+    const QString message = run.summary.value("message").toString();
+    QVERIFY2(message.startsWith("rank 3 on host " + kH2 + " failed with signal 9"), qPrintable(message));
+    QString left;
+    QVERIFY2(noWorkersLeft(10, left), qPrintable("ptw-worker left running:" + left));
+  }
+
+  // A host cut off mid-run (its links down): its ranks are named with the host and the lost
+  // connection, the others stopped; the cut-off host's ranks end when its sshd drops them.
+  void aHostCutOffIsNamed() {
+    Run run = runPtw(hostsProfile(1000000), QStringLiteral("cut"), {}, [this] {
+      for (const char* link : {"mgmt", "data"})
+        QProcess::execute(QStringLiteral("ip"),
+                          {QStringLiteral("-n"), ns("h2"), QStringLiteral("link"), QStringLiteral("set"),
+                           QString::fromLatin1(link), QStringLiteral("down")});
+    });
+    for (const char* link : {"mgmt", "data"})  // up again for the cases after this one
+      QProcess::execute(QStringLiteral("ip"), {QStringLiteral("-n"), ns("h2"), QStringLiteral("link"),
+                                               QStringLiteral("set"), QString::fromLatin1(link), QStringLiteral("up")});
+    QVERIFY2(run.exitCode != 0, qPrintable(run.output));
+    const QString message = run.summary.value("message").toString();
+    QVERIFY2(message.contains(QRegularExpression("^rank [23] on host " + QRegularExpression::escape(kH2) +
+                                                 " lost its host: the ssh connection to " +
+                                                 QRegularExpression::escape(kH2) + " failed or dropped")),
+             qPrintable(message));
+    QString left;
+    QVERIFY2(noWorkersLeft(20, left), qPrintable("ptw-worker left running:" + left));
+  }
+
+  // A rank that never joins the rendezvous is named with its host when run.timeout_s runs
+  // out, not the ranks that waited for it.
+  void aRankThatNeverJoinsIsNamed() {
+    Profile p = hostsProfile(1000000);
+    p.run.timeoutS = 8;
+    Run run = runPtw(p, QStringLiteral("never"), {QStringLiteral("--worker-arg=--fault=hang-at-start:3")});
+    QVERIFY2(run.exitCode != 0, qPrintable(run.output));
+    const QString message = run.summary.value("message").toString();
+    QVERIFY2(message.startsWith("rank 3 on host " + kH2 + " never joined the rendezvous"), qPrintable(message));
+    QVERIFY2(message.contains("rank(s) 0, 1, 2 waited for it"), qPrintable(message));
+    QString left;
+    QVERIFY2(noWorkersLeft(10, left), qPrintable("ptw-worker left running:" + left));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestMultihost)
+#include "test_multihost.moc"

@@ -1,0 +1,65 @@
+// The ssh launcher's command line (Note [Remote ranks] in core/launch/ssh_starter.h): every
+// argument quoted for the remote shell, batch mode, the host after `--`.
+#include <QProcess>
+#include <QtTest>
+
+#include <algorithm>
+
+#include "launch/ssh_starter.h"
+
+using namespace ptw::core;
+
+class TestSshStarter : public QObject {
+  Q_OBJECT
+ private slots:
+  // Every argument reaches the remote shell single-quoted: nothing in it is interpreted.
+  void argumentsAreQuotedForTheRemoteShell_data() {
+    QTest::addColumn<QString>("value");
+    QTest::newRow("plain") << "abc";
+    QTest::newRow("spaces") << "a b  c";
+    QTest::newRow("single quotes") << "it's 'quoted'";
+    QTest::newRow("double quotes") << "say \"hi\"";
+    QTest::newRow("command substitution") << "$(touch /tmp/ptw-pwned) `id`";
+    QTest::newRow("separators") << "a; b && c | d > e";
+    QTest::newRow("newline") << "line1\nline2";
+    QTest::newRow("variables and globs") << "$HOME ${PATH} * ? ~ !";
+    QTest::newRow("empty") << "";
+  }
+  void argumentsAreQuotedForTheRemoteShell() {
+    QFETCH(QString, value);
+    // sh reads the quoted word back as the value itself, byte for byte.
+    QProcess sh;
+    sh.start(QStringLiteral("/bin/sh"),
+             {QStringLiteral("-c"), "printf '%s' " + QString::fromStdString(quoteForShell(value.toStdString()))});
+    QVERIFY(sh.waitForFinished(10000));
+    QCOMPARE(QString::fromUtf8(sh.readAllStandardOutput()), value);
+  }
+
+  // The ssh command: batch mode, keep-alives, the host after `--`, one remote command line.
+  void sshCommandIsBatchModeWithTheHostAfterDashes() {
+    HostsSpec h;
+    h.launcher = "ssh";
+    h.hosts = {"node1:1", "node2:1"};
+    h.interface = "ib0";
+    h.port = 29555;
+    h.sshUser = "alice";
+    SshStarter starter(h, {"node1", "node2"}, "/opt/ptw/ptw-worker");
+    QCOMPARE(starter.rendezvousPort(), 29555);
+    QCOMPARE(starter.address(), std::string("node1"));
+    const RankCommand c = starter.command(1, {"/opt/ptw/ptw-worker", "--profile", "/runs/a b/profile.json"});
+    QVERIFY(c.remote);
+    QCOMPARE(c.host, std::string("node2"));
+    const auto& a = c.argv;
+    QVERIFY(std::find(a.begin(), a.end(), "BatchMode=yes") != a.end());
+    QVERIFY(std::find(a.begin(), a.end(), "-T") != a.end());
+    QVERIFY(std::find(a.begin(), a.end(), "ServerAliveInterval=5") != a.end());
+    const auto dashes = std::find(a.begin(), a.end(), "--");
+    QVERIFY(dashes != a.end() && dashes + 3 == a.end());
+    QCOMPARE(*(dashes + 1), std::string("node2"));
+    QCOMPARE(*(dashes + 2), std::string("'/opt/ptw/ptw-worker' '--profile' '/runs/a b/profile.json' '--remote' 'node2' "
+                                        "'--master' 'node1' '--interface' 'ib0'; exit $?"));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestSshStarter)
+#include "test_ssh_starter.moc"
