@@ -79,8 +79,8 @@ def main():
     last_phase, last_clocks = None, None
     phase_ns = args.phase_ms * 1_000_000
     end = time.monotonic() + args.seconds
-    step, epoch = 0, 0
-    while time.monotonic() < end:
+    step, epoch, done = 0, 0, False
+    while not done:
         sampler.set_epoch(epoch)
         for x, y in loader:
             step += 1
@@ -105,8 +105,14 @@ def main():
                 if last_phase is not None:
                     cpu[last_phase] = [a - b for a, b in zip(now, last_clocks)]
                 last_phase, last_clocks = phase, now
-            if time.monotonic() >= end:
-                break
+            # The ranks agree on the last step, every 64 steps: a rank that stopped on its own
+            # clock would leave the other in its last step's all-reduce.
+            if step % 64 == 0:
+                flag = torch.tensor([1 if time.monotonic() >= end else 0])
+                dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+                done = bool(flag.item())
+                if done:
+                    break
         epoch += 1
 
     # Over whole phases only (the first is cut short, the last is not closed).
