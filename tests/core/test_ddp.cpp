@@ -27,35 +27,18 @@
 #include "engine/strategy.h"
 #include "engine/trainer.h"
 #include "engine/workload.h"
+#include "engine_support.h"
 #include "launch/launcher.h"
 #include "test_support.h"
 
 using namespace ptw;
 using namespace ptw::core;
+using ptw::test::maxAbsDiff;
+using ptw::test::referenceParameters;
 
 Q_DECLARE_METATYPE(ptw::core::Profile)
 
 namespace {
-
-// One process on the global batches of a `world`-rank run: the reference.
-// One process on the global batches of a `world`-way data-parallel run: the reference.
-// An accumulated step of k micro-batches is one batch k times larger.
-std::vector<torch::Tensor> referenceParameters(const Profile& p, int world) {
-  Profile single = p;
-  single.strategy.kind = "single";
-  single.strategy.ranks = 1;
-  single.hyper.batchSize = p.hyper.batchSize * p.hyper.accumulate;
-  single.hyper.accumulate = 1;
-  engine::SyncContext ctx{single, 0, 1, 0};
-  const std::int64_t samples = p.data.samples;
-  engine::BatchPlan plan = [single, samples, world](std::int64_t epoch) {
-    return engine::globalBatches(engine::samplerOptions(single, samples, world, 0, epoch), single.hyper.batchSize);
-  };
-  engine::Trainer t(engine::TrainerOptions(single, 0, 1).setPlan(plan), engine::makeStrategy(ctx));
-  std::atomic<bool> stop{false};
-  t.run(stop);
-  return t.parameters();
-}
 
 // Runs `p` through the launcher into `dir`; returns the report.
 RunReport launch(const QTemporaryDir& dir, const Profile& p, LaunchObserver& observer) {
@@ -80,18 +63,6 @@ struct LastValidation : LaunchObserver {
 };
 
 Profile mlpProfile() { return test::mlpProfile(8, {16, 16}, 3, 96); }
-
-// The largest difference between two parameter lists; infinite when they do not hold the
-// same tensors (a list cut short, empty, or of other shapes never passes for equal).
-double maxAbsDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  if (a.empty() || a.size() != b.size()) return std::numeric_limits<double>::infinity();
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (!a[i].sizes().equals(b[i].sizes())) return std::numeric_limits<double>::infinity();
-    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
-  }
-  return worst;
-}
 
 // The parameters and buffers of a TorchScript model file, by name ("buffer " before a buffer's).
 std::map<std::string, torch::Tensor> scriptedState(const QString& path) {

@@ -15,11 +15,13 @@
 
 #include <torch/torch.h>
 
+#include "engine_support.h"
 #include "launch/launcher.h"
 #include "test_support.h"
 
 using namespace ptw;
 using namespace ptw::core;
+using ptw::test::maxAbsDiff;
 
 namespace {
 
@@ -51,16 +53,6 @@ std::vector<torch::Tensor> loadParameters(const QString& dir, int rank) {
   std::vector<torch::Tensor> t;
   torch::load(t, (dir + QStringLiteral("/rank%1.final.pt").arg(rank)).toStdString());
   return t;
-}
-
-double maxAbsDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  if (a.empty() || a.size() != b.size()) return std::numeric_limits<double>::infinity();
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (!a[i].sizes().equals(b[i].sizes())) return std::numeric_limits<double>::infinity();
-    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
-  }
-  return worst;
 }
 
 // This process's environment without any launcher's variables (a test run under one).

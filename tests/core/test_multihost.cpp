@@ -25,43 +25,19 @@
 #include "engine/sampler.h"
 #include "engine/strategy.h"
 #include "engine/trainer.h"
+#include "engine_support.h"
 #include "test_support.h"
 
 using namespace ptw;
 using namespace ptw::core;
+using ptw::test::maxAbsDiff;
+using ptw::test::referenceParameters;
 
 namespace {
 
 const QString kH1 = QStringLiteral("10.77.1.2"), kH2 = QStringLiteral("10.77.2.2");
 
 QString script() { return test::sourcePath(QStringLiteral("tests/multihost/netns_hosts.sh")); }
-
-// One process on the global batches of a `world`-rank run: the reference (as test_ddp's).
-std::vector<torch::Tensor> referenceParameters(const Profile& p, int world) {
-  Profile single = p;
-  single.strategy.kind = "single";
-  single.strategy.ranks = 1;
-  single.hosts = HostsSpec{};
-  engine::SyncContext ctx{single, 0, 1, 0};
-  const std::int64_t samples = p.data.samples;
-  engine::BatchPlan plan = [single, samples, world](std::int64_t epoch) {
-    return engine::globalBatches(engine::samplerOptions(single, samples, world, 0, epoch), single.hyper.batchSize);
-  };
-  engine::Trainer t(engine::TrainerOptions(single, 0, 1).setPlan(plan), engine::makeStrategy(ctx));
-  std::atomic<bool> stop{false};
-  t.run(stop);
-  return t.parameters();
-}
-
-double maxAbsDiff(const std::vector<torch::Tensor>& a, const std::vector<torch::Tensor>& b) {
-  if (a.empty() || a.size() != b.size()) return std::numeric_limits<double>::infinity();
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (!a[i].sizes().equals(b[i].sizes())) return std::numeric_limits<double>::infinity();
-    worst = std::max(worst, (a[i] - b[i]).abs().max().item<double>());
-  }
-  return worst;
-}
 
 // The pids of ptw-worker processes in network namespace `ns`.
 QStringList workersIn(const QString& ns) {
