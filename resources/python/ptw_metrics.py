@@ -23,12 +23,18 @@ Promises:
   file is opened.
 - It never blocks or slows the script. The FIFO is opened non-blocking on first use; while ptw is
   not reading (no reader yet, or it went away) or lags (the pipe is full), records are dropped and
-  counted, and the open is retried at most once a second. A line is written with one ``os.write``
-  of at most 4096 bytes (``PIPE_BUF``), so it arrives whole and at once or not at all; a longer
-  record is dropped. Records from several processes on one FIFO never interleave.
+  counted, and the open is retried at most once a second. Records are written in batches, each one
+  ``os.write`` of at most 4096 bytes (``PIPE_BUF``), so a batch arrives whole and at once or not at
+  all; a record longer than 4096 bytes is dropped. Records from several processes on one FIFO never
+  interleave.
+- Records arrive live. A record is written at once when the last write was 20 ms ago or more
+  (``FLUSH_INTERVAL_S``); one that follows sooner waits for the next call past that, a full batch,
+  :func:`flush` or the process's exit, so a script stepping faster than every 20 ms pays for one
+  system call per batch rather than per step. A process killed by SIGKILL, or ended by
+  ``os._exit``, loses what was waiting: at most 20 ms of records.
 - A programming error raises: a bad name (``ValueError``), a value that is not a number or is a
   bool (``TypeError``), a step that is not an integer >= 0.
-- At exit, if any record was dropped, one line says how many, on stderr.
+- At exit, what waits is written and, if any record was dropped, one line says how many, on stderr.
 - It is thread-safe, and a forked child starts with a fresh lock.
 
 Standard library only, Python 3.9 or newer. Typical cost of :func:`log`: a few microseconds.
@@ -42,12 +48,14 @@ import sys
 import threading
 import time
 
-__all__ = ["log", "active", "dropped"]
+__all__ = ["log", "flush", "active", "dropped"]
 
 #: The longest line written, newline included: POSIX makes pipe writes up to PIPE_BUF atomic.
 MAX_LINE_BYTES = 4096
 #: The fewest seconds between two attempts to open the channel.
 REOPEN_INTERVAL_S = 1.0
+#: A record logged sooner than this after the last write waits to go with the next ones.
+FLUSH_INTERVAL_S = 0.02
 
 _valid_name = re.compile(r"[A-Za-z0-9_./-]{1,48}\Z").match
 _float_repr = float.__repr__  # what json writes for a finite float: the shortest exact text
@@ -75,6 +83,9 @@ _fd = -1
 _next_open = 0.0  # monotonic time before which no open is attempted
 _logged = 0
 _dropped = 0
+_batch = []  # encoded lines not written yet, together at most MAX_LINE_BYTES
+_batch_bytes = 0
+_last_write = float("-inf")  # monotonic time of the last write (or attempt)
 _names = {"loss", "samples"}  # names already checked, so a step's repeated names cost a lookup
 _head = '{"step": ' if _rank is None else f'{{"rank": {_rank}, "step": '
 
@@ -124,7 +135,7 @@ def log(step, loss=None, samples=None, **scalars):
     a tensor's ``.item()``) or ``None`` to leave it out. ``rank=`` overrides the rank taken from the
     environment. Returns at once, whether or not the record could be written.
     """
-    global _logged, _dropped, _fd, _next_open
+    global _logged, _dropped, _batch_bytes
     step = _integer("step", step)
     if step < 0:
         raise ValueError(f"ptw_metrics.log: step must be >= 0, got {step}")
@@ -153,27 +164,50 @@ def log(step, loss=None, samples=None, **scalars):
         if len(line) > MAX_LINE_BYTES:
             _dropped += 1
             return
-        fd = _fd
-        if fd < 0:
-            now = _monotonic()
-            if now < _next_open:
-                _dropped += 1
-                return
-            _next_open = now + REOPEN_INTERVAL_S
-            try:
-                # O_APPEND: a regular file named by PTW_METRICS (a run by hand) collects every rank's lines.
-                fd = _fd = os.open(_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_APPEND)
-            except OSError:  # ENXIO: no reader at this moment; ENOENT: no FIFO
-                _dropped += 1
-                return
+        now = _monotonic()
+        if _batch_bytes + len(line) > MAX_LINE_BYTES:
+            _write_batch_locked(now)
+        _batch.append(line)
+        _batch_bytes += len(line)
+        if now - _last_write >= FLUSH_INTERVAL_S:
+            _write_batch_locked(now)
+
+
+def flush():
+    """Write the records that wait for the next batch now (before a long pause, for instance)."""
+    with _lock:
+        if _batch:
+            _write_batch_locked(_monotonic())
+
+
+def _write_batch_locked(now):
+    # Written whole or dropped whole: one write of at most PIPE_BUF bytes to a pipe is atomic.
+    global _dropped, _fd, _next_open, _batch_bytes, _last_write
+    data = b"".join(_batch)
+    count = len(_batch)
+    _batch.clear()
+    _batch_bytes = 0
+    _last_write = now
+    fd = _fd
+    if fd < 0:
+        if now < _next_open:
+            _dropped += count
+            return
+        _next_open = now + REOPEN_INTERVAL_S
         try:
-            if os.write(fd, line) != len(line):  # only a regular file on a full disk writes part
-                _dropped += 1
-        except BlockingIOError:  # the pipe is full: the reader lags
-            _dropped += 1
-        except OSError:  # EPIPE: the reader went away; anything else: start over a second later
-            _dropped += 1
-            _close_locked()
+            # O_APPEND: a regular file named by PTW_METRICS (a run by hand) collects every rank's lines.
+            fd = _fd = os.open(_path, os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_APPEND)
+        except OSError:  # ENXIO: no reader at this moment; ENOENT: no FIFO
+            _dropped += count
+            return
+    try:
+        if os.write(fd, data) != len(data):  # only a regular file on a full disk writes part
+            _dropped += count
+    except BlockingIOError:  # the pipe is full: the reader lags
+        _dropped += count
+    except OSError:  # EPIPE: the reader went away; anything else: start over a second later
+        _dropped += count
+        _close_locked()
 
 
 def _close_locked():
@@ -189,6 +223,8 @@ def _close_locked():
 
 def _report():
     with _lock:
+        if _batch:
+            _write_batch_locked(_monotonic())
         _close_locked()
         if _dropped:
             sys.stderr.write(f"ptw_metrics: {_dropped} of {_logged} records dropped (the reader lagged or was gone)\n")
@@ -196,8 +232,11 @@ def _report():
 
 
 def _after_fork_in_child():
-    global _lock
+    # The waiting records are the parent's to write; the child would write them twice.
+    global _lock, _batch_bytes
     _lock = threading.Lock()
+    _batch.clear()
+    _batch_bytes = 0
 
 
 atexit.register(_report)

@@ -51,6 +51,10 @@ def parent_of(pid):
         return 0
 
 
+def no_report(step, loss=None, samples=None, **scalars):
+    """What a step costs without the report, timed as the report is."""
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=60)
@@ -75,7 +79,7 @@ def main():
     ptw = parent_of(shim)
     cpu = {}
     clocks = lambda: [cpu_seconds(shim), cpu_seconds(ptw) / world]  # noqa: E731
-    log_ns = 0
+    log_ns, empty_ns, empty_calls = 0, 0, 0
     last_phase, last_clocks = None, None
     phase_ns = args.phase_ms * 1_000_000
     end = time.monotonic() + args.seconds
@@ -91,14 +95,19 @@ def main():
             value = loss.item()
             print(f"step {step} loss {value!r}")
             phase = time.monotonic_ns() // phase_ns
+            # CPU time, so that a preemption is not counted as the call's. The silent phases time
+            # an empty call the same way at the same point of the step: reading the clock right
+            # after a training step costs more than reading it twice in a row, and the difference
+            # of the two is what the report itself costs.
             if phase % 2 == 0:
-                # CPU time, so that a preemption is not counted as the call's; less what reading
-                # the clock itself costs, timed around nothing right after.
                 t0 = time.thread_time_ns()
                 ptw_metrics.log(step, loss=value, samples=len(x))
-                t1 = time.thread_time_ns()
-                t2 = time.thread_time_ns()
-                log_ns += (t1 - t0) - (time.thread_time_ns() - t2)
+                log_ns += time.thread_time_ns() - t0
+            else:
+                t0 = time.thread_time_ns()
+                no_report(step, loss=value, samples=len(x))
+                empty_ns += time.thread_time_ns() - t0
+                empty_calls += 1
             steps[phase] = steps.get(phase, 0) + 1
             if phase != last_phase:
                 now = clocks()
@@ -121,12 +130,14 @@ def main():
     spent = {parity: [sum(cpu[p][k] for p in whole if p % 2 == parity) / max(n[parity], 1) for k in range(2)]
              for parity in (0, 1)}
     reported = sum(steps[p] for p in steps if p % 2 == 0)
-    call = log_ns / 1e9 / max(reported, 1)
+    empty = empty_ns / 1e9 / max(empty_calls, 1)
+    call = log_ns / 1e9 / max(reported, 1) - empty
     extra = [spent[0][k] - spent[1][k] for k in range(2)]
     silent_phases = sum(1 for p in whole if p % 2 == 1)
     step_s = silent_phases * args.phase_ms / 1e3 / max(n[1], 1)
     # Each rank prints its own: a collective here could meet the other rank's last DDP step.
-    print(f"cost: rank {rank}: per reported step, log call {call * 1e6:.2f} us, reading rank {extra[0] * 1e6:+.2f} "
+    print(f"cost: rank {rank}: per reported step, log call {call * 1e6:.2f} us (less an empty call's "
+          f"{empty * 1e6:.2f} us), reading rank {extra[0] * 1e6:+.2f} "
           f"us, ptw {extra[1] * 1e6:+.2f} us CPU; a silent step {step_s * 1e6:.0f} us: "
           f"{(call + extra[0] + extra[1]) / step_s * 100:.2f}% of it ({reported} steps reported)", flush=True)
     if rank == 0:

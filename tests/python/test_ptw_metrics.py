@@ -85,6 +85,7 @@ class MetricsTest(unittest.TestCase):
         m.log(3, loss=float("nan"), val_loss=float("inf"), comm_ms=-float("inf"), skipped=None)
         m.log(4)
         m.log(5, loss=0.25, rank=7)
+        m.flush()
         records = self.read_records(reader)
         self.assertEqual(records[:2], [
             {"rank": 1, "step": 1, "loss": 0.5, "samples": 64},
@@ -115,6 +116,7 @@ class MetricsTest(unittest.TestCase):
         for i, value in enumerate(values):
             expected.append(json.dumps({"rank": 5, "step": i, "loss": value, "samples": i, "x": value}))
             expected.append(json.dumps({"rank": i, "step": i, "a": value}))
+        m.flush()
         self.assertEqual(self.read_lines(reader), expected)
 
     def test_rank_from_the_environment_in_precedence_order(self):
@@ -139,6 +141,7 @@ class MetricsTest(unittest.TestCase):
         m = self.load(PTW_METRICS=self.fifo, RANK="0")
         reader = self.open_reader()
         m.log(numpy.int64(3), loss=numpy.float32(0.5), samples=numpy.int32(8), x=numpy.float64(0.1))
+        m.flush()
         self.assertEqual(self.read_records(reader), [{"rank": 0, "step": 3, "loss": 0.5, "samples": 8, "x": 0.1}])
 
     def test_a_reader_that_never_reads_does_not_block(self):
@@ -148,6 +151,7 @@ class MetricsTest(unittest.TestCase):
         start = time.monotonic()
         for step in range(calls):
             m.log(step, loss=0.5, samples=64)
+        m.flush()
         elapsed = time.monotonic() - start
         # A blocking write would hang on the full pipe; the bound only tells that from "returned".
         self.assertLess(elapsed, 5.0)
@@ -155,8 +159,11 @@ class MetricsTest(unittest.TestCase):
         self.assertGreater(m.dropped(), 0)
         self.assertGreater(len(records), 0)
         self.assertEqual(len(records) + m.dropped(), calls)
-        # The pipe filled and stayed full: what arrived is the first steps, each whole.
-        self.assertEqual([r["step"] for r in records], list(range(len(records))))
+        # What arrived is whole records, the first steps among them, in order: once the pipe is
+        # full, a short batch may still fit where a long one did not.
+        steps = [r["step"] for r in records]
+        self.assertEqual(steps[0], 0)
+        self.assertEqual(steps, sorted(set(steps)))
 
     def test_no_reader_drops_and_retries_the_open_once_a_second(self):
         m = self.load(PTW_METRICS=self.fifo, RANK="0")
@@ -172,6 +179,7 @@ class MetricsTest(unittest.TestCase):
         with mock.patch.object(m.os, "open", counting_open):
             for step in range(10):
                 m.log(step, loss=1.0)  # ENXIO: a FIFO without a reader
+            m.flush()
             self.assertEqual(attempts, [100.0])
             self.assertEqual(m.dropped(), 10)
             reader = self.open_reader()
@@ -180,6 +188,7 @@ class MetricsTest(unittest.TestCase):
             now[0] += 0.6
             m.log(11, loss=1.0)
             m.log(12, loss=1.0)
+            m.flush()
         self.assertEqual(attempts, [100.0, 101.1])
         self.assertEqual([r["step"] for r in self.read_records(reader)], [11, 12])
         self.assertEqual(m.dropped(), 11)
@@ -189,6 +198,7 @@ class MetricsTest(unittest.TestCase):
         m = self.load(PTW_METRICS=missing)
         for step in range(5):
             m.log(step, loss=1.0)
+        m.flush()
         self.assertEqual(m.dropped(), 5)
         self.assertFalse(os.path.exists(missing))
 
@@ -200,7 +210,9 @@ class MetricsTest(unittest.TestCase):
         m.log(1, loss=1.0)
         self.assertEqual(self.read_records(reader), [{"rank": 0, "step": 1, "loss": 1.0}])
         self.close_reader(reader)
+        now[0] += 0.05  # past FLUSH_INTERVAL_S: each record is written at once
         m.log(2, loss=1.0)  # EPIPE: dropped, and the channel closed
+        now[0] += 0.05
         m.log(3, loss=1.0)  # within the second: not reopened
         self.assertEqual(m.dropped(), 2)
         reader = self.open_reader()
@@ -228,6 +240,7 @@ class MetricsTest(unittest.TestCase):
         m.log(0, pad=at_limit * 10 + 1)  # 4097 bytes: dropped
         m.log(1, **{f"scalar_{i:03d}": 0.123456789 for i in range(200)})  # 200 names: dropped
         m.log(2, loss=0.5)
+        m.flush()
         lines = self.read_lines(reader)
         self.assertEqual([len(line) + 1 for line in lines], [4096, len('{"step": 2, "loss": 0.5}\n')])
         self.assertEqual(json.loads(lines[0])["pad"], at_limit)
@@ -291,6 +304,7 @@ class MetricsTest(unittest.TestCase):
             w.start()
         for w in workers:
             w.join()
+        m.flush()
         done.set()
         drainer.join()
         records = [json.loads(line) for line in lines]
@@ -300,6 +314,66 @@ class MetricsTest(unittest.TestCase):
         for t in range(threads):
             steps = [r["step"] for r in records if r["thread"] == t]
             self.assertEqual(steps, sorted(steps))
+
+    def test_records_close_together_share_one_write(self):
+        m = self.load(PTW_METRICS=self.fifo, RANK="0")
+        reader = self.open_reader()
+        now = [100.0]
+        m._monotonic = lambda: now[0]
+        real_write, writes = os.write, []
+
+        def counting_write(fd, data):
+            writes.append(data.count(b"\n"))
+            return real_write(fd, data)
+
+        with mock.patch.object(m.os, "write", counting_write):
+            for step, at in enumerate([100.0, 100.005, 100.010, 100.021, 100.030, 100.200]):
+                now[0] = at
+                m.log(step, loss=0.5)
+            # The first at once; 1-2 wait for 3, 20 ms after the first write; 4 waits; 5 comes
+            # late enough to go at once, and takes 4 with it.
+            self.assertEqual(writes, [1, 3, 2])
+            self.assertEqual(m.flush(), None)
+            self.assertEqual(writes, [1, 3, 2])  # nothing waited
+        self.assertEqual([r["step"] for r in self.read_records(reader)], list(range(6)))
+
+    def test_a_batch_never_passes_4096_bytes(self):
+        m = self.load(PTW_METRICS=self.fifo, RANK="0")
+        reader = self.open_reader()
+        m._monotonic = lambda: 100.0  # one instant: only the size starts a new batch
+        real_write, sizes = os.write, []
+
+        def measuring_write(fd, data):
+            sizes.append(len(data))
+            return real_write(fd, data)
+
+        with mock.patch.object(m.os, "write", measuring_write):
+            for step in range(1000):
+                m.log(step, loss=0.123456789, samples=64)
+            m.flush()
+        self.assertGreater(len(sizes), 10)
+        self.assertLessEqual(max(sizes), 4096)
+        self.assertGreater(min(sizes[1:-1]), 4096 - 64)  # full batches between the first and the rest
+        self.assertEqual([r["step"] for r in self.read_records(reader)], list(range(1000)))
+        self.assertEqual(m.dropped(), 0)
+
+    def test_a_forked_child_does_not_write_the_parents_waiting_records(self):
+        m = self.load(PTW_METRICS=self.fifo, RANK="0")
+        reader = self.open_reader()
+        m._monotonic = lambda: 100.0
+        m.log(0, loss=1.0)  # written at once
+        m.log(1, loss=1.0)  # waits
+        pid = os.fork()
+        if pid == 0:  # the child: what its flush writes would be a copy of step 1
+            try:
+                m.flush()
+                m._report()
+            finally:
+                os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        self.assertEqual(os.waitstatus_to_exitcode(status), 0)
+        m.flush()
+        self.assertEqual([r["step"] for r in self.read_records(reader)], [0, 1])
 
     def run_child(self, code, **env):
         child_env = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES + ("PTW_METRICS",)}
@@ -314,6 +388,13 @@ class MetricsTest(unittest.TestCase):
         self.assertEqual(child.returncode, 0, child.stderr)
         self.assertEqual(child.stdout, "done\n")
         self.assertEqual(child.stderr, "ptw_metrics: 7 of 7 records dropped (the reader lagged or was gone)\n")
+
+    def test_exit_writes_the_waiting_records(self):
+        reader = self.open_reader()
+        code = "import ptw_metrics\nfor s in range(50): ptw_metrics.log(s, loss=1.0)"
+        child = self.run_child(code, PTW_METRICS=self.fifo, RANK="0")
+        self.assertEqual((child.returncode, child.stderr), (0, ""))
+        self.assertEqual([r["step"] for r in self.read_records(reader)], list(range(50)))
 
     def test_no_exit_line_when_nothing_was_dropped(self):
         reader = self.open_reader()
