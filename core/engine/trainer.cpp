@@ -280,12 +280,16 @@ void Trainer::queueBatches(const std::shared_ptr<const Batches>& batches, std::s
 
 LoadedBatch Trainer::loadBatch(std::int64_t epoch, std::int64_t index, const std::vector<std::int64_t>& rows) const {
   // Pinned memory, so that the copy to the GPU can be asynchronous (batchOnDevice).
-  const bool pinned = m_strategy->device().is_cuda();
+  torch::Tensor x, y;  // fresh: the batch waits in the queue while the next is made
+  return prepareBatch(epoch, index, rows, x, y, m_strategy->device().is_cuda());
+}
+
+LoadedBatch Trainer::prepareBatch(std::int64_t epoch, std::int64_t index, const std::vector<std::int64_t>& rows,
+                                  torch::Tensor& x, torch::Tensor& y, bool pinned) const {
   LoadedBatch b;
-  torch::Tensor x, y;
   if (augments(m_profile.data)) {
-    torch::Tensor rowsX, out;
-    gatherRows(m_data.x, rows, rowsX);
+    torch::Tensor out;
+    const auto rowsX = gatherRows(m_data.x, rows, x);
     if (pinned) out = torch::empty(rowsX.sizes(), rowsX.options().dtype(torch::kFloat32).pinned_memory(true));
     b.x = augmentImages(rowsX, m_data.sampleShape, m_profile.data,
                         augmentSeed(m_profile.hyper.seed, m_options.rank, epoch, index), out);
@@ -305,11 +309,8 @@ std::pair<torch::Tensor, torch::Tensor> Trainer::batchOnDevice(std::int64_t inde
               " for batch ", index, " of epoch ", m_epoch);
     return {b.x.to(dev, /*non_blocking=*/b.x.is_pinned()), b.y.to(dev, /*non_blocking=*/b.y.is_pinned())};
   }
-  auto x = gatherRows(m_data.x, rows, m_batchX);
-  if (augments(m_profile.data))
-    x = augmentImages(x, m_data.sampleShape, m_profile.data,
-                      augmentSeed(m_profile.hyper.seed, m_options.rank, m_epoch, index));
-  return {x.to(dev), gatherRows(m_data.y, rows, m_batchY).to(dev)};
+  LoadedBatch b = prepareBatch(m_epoch, index, rows, m_batchX, m_batchY, /*pinned=*/false);
+  return {b.x.to(dev), b.y.to(dev)};
 }
 
 double Trainer::microBatches(const Batches& batches, std::int64_t micro, std::int64_t stepSamples, StepTimes& t) {

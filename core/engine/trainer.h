@@ -83,6 +83,10 @@ class Trainer {
   std::pair<torch::Tensor, torch::Tensor> batchOnDevice(std::int64_t index, const std::vector<std::int64_t>& rows);
   /// What a loader thread makes of one batch (Note [Batches ahead]).
   LoadedBatch loadBatch(std::int64_t epoch, std::int64_t index, const std::vector<std::int64_t>& rows) const;
+  /// Rows `rows` gathered (into `x`, `y` when they fit), augmented with the seed of batch `index`
+  /// of `epoch`, in pinned memory if `pinned`: what the loader and the inline path both make.
+  LoadedBatch prepareBatch(std::int64_t epoch, std::int64_t index, const std::vector<std::int64_t>& rows,
+                           torch::Tensor& x, torch::Tensor& y, bool pinned) const;
   /// Queues the epoch's batches from m_batchInEpoch on, and the next epoch's, in the loader.
   void queueBatches(const std::shared_ptr<const Batches>& batches, std::shared_ptr<const Batches>& next);
   void publishStep(const StepState& state, double lr, const StepTimes& t);
