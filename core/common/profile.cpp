@@ -706,8 +706,8 @@ const std::map<std::string, std::string>& fieldHelp() {
       {"data.target", "`csv`: the target column"},
       {"data.task", "`csv`, `npy`: regression (MSE) or classification (cross-entropy on integer class labels)"},
       {"data.val_fraction",
-       "the share held out from the end of the data for validation: its loss (and accuracy) every `run.eval_every` "
-       "steps and at the end"},
+       "the share held out from the end of the data (an image folder: from the end of every class) for validation: "
+       "its loss (and accuracy) every `run.eval_every` steps and at the end"},
       {"data.labels_path", "`npy`: the labels' `.npy` (int64 class labels, or float targets for regression)"},
       {"data.mean", "images: per-channel mean, subtracted after scaling pixels to [0, 1]; empty = none"},
       {"data.std", "images: per-channel standard deviation, divided by after the mean; one per `data.mean`"},

@@ -263,6 +263,59 @@ std::string lower(std::string s) {
   return s;
 }
 
+// Note [Every class in both splits]
+// An image folder lists its images class by class, so the generic split (the last
+// data.val_fraction of the samples held out) would validate on the last classes only, which
+// the model never trained on, and data.samples would keep the first classes only. Both instead
+// take from every class in proportion: image i of a class of n has the place (i + 0.5) / n in
+// the proportional order (ties: the class order), the cap keeps that order's first
+// data.samples, and the held-out part is its last, that is the last images of each class.
+// The images then go in ImageFolder's order, the training images first, so that the generic
+// split (the same count) holds out exactly those.
+
+// `labels` in ImageFolder's order; the indices of the samples, spread over the classes.
+std::vector<std::size_t> proportionalOrder(const std::vector<std::int64_t>& labels) {
+  std::map<std::int64_t, std::int64_t> count;
+  for (auto l : labels) ++count[l];
+  std::map<std::int64_t, std::int64_t> seen;
+  std::vector<double> place(labels.size());
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    place[i] = (static_cast<double>(seen[labels[i]]++) + 0.5) / static_cast<double>(count[labels[i]]);
+  std::vector<std::size_t> order(labels.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return place[a] < place[b]; });
+  return order;
+}
+
+// The files to read (Note [Every class in both splits]): at most `samples` (0: all), those to
+// train on first, then the held-out `valFraction`, each part in ImageFolder's order.
+template <typename File>
+std::vector<File> stratified(std::vector<File> files, std::int64_t samples, double valFraction) {
+  auto labelsOf = [](const std::vector<File>& fs) {
+    std::vector<std::int64_t> labels;
+    for (const auto& f : fs) labels.push_back(f.second);
+    return labels;
+  };
+  auto pick = [&](const std::vector<std::size_t>& order, std::size_t from, std::size_t to) {
+    std::vector<std::size_t> chosen(order.begin() + static_cast<std::ptrdiff_t>(from),
+                                    order.begin() + static_cast<std::ptrdiff_t>(to));
+    std::sort(chosen.begin(), chosen.end());
+    std::vector<File> out;
+    for (auto i : chosen) out.push_back(files[i]);
+    return out;
+  };
+  if (samples > 0 && static_cast<std::int64_t>(files.size()) > samples)
+    files = pick(proportionalOrder(labelsOf(files)), 0, static_cast<std::size_t>(samples));
+  const auto total = static_cast<std::int64_t>(files.size());
+  const auto held = static_cast<std::size_t>(static_cast<double>(total) * valFraction);  // as makeDataset
+  if (held == 0) return files;
+  const auto order = proportionalOrder(labelsOf(files));
+  auto train = pick(order, 0, files.size() - held);
+  const auto val = pick(order, files.size() - held, files.size());
+  train.insert(train.end(), val.begin(), val.end());
+  return train;
+}
+
 // root/<class>/**/*.png|jpg|jpeg, in torchvision's ImageFolder order: classes are the sorted
 // folder names, numbered from 0; files sorted by folder, then name.
 void loadImageFolder(const core::DataSpec& spec, Dataset& d) {
@@ -291,8 +344,7 @@ void loadImageFolder(const core::DataSpec& spec, Dataset& d) {
     for (const auto& [folder, name] : found)
       files.emplace_back((fs::path(folder) / name).string(), static_cast<std::int64_t>(c));
   }
-  if (spec.samples > 0 && static_cast<std::int64_t>(files.size()) > spec.samples)
-    files.resize(static_cast<std::size_t>(spec.samples));
+  files = stratified(std::move(files), spec.samples, spec.valFraction);
   std::vector<std::uint8_t> pixels;
   std::vector<std::int64_t> labels;
   Image first;

@@ -30,7 +30,8 @@ struct Dataset {
 
 /// Synthetic data is seeded, so every rank and every reference run builds the same
 /// samples; csv and mnist are read from data.path. Throws ptw::Error naming the file, the
-/// row and the column of anything malformed. The last val_fraction of rows is held out.
+/// row and the column of anything malformed. The last val_fraction of rows is held out (an
+/// image folder's: of every class, Note [Every class in both splits]).
 Dataset makeDataset(const core::DataSpec& data, const core::ModelSpec& model);
 
 /// Whether data.crop_padding or data.flip asks for augmentation.

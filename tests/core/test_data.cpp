@@ -155,6 +155,46 @@ class TestData : public QObject {
     QCOMPARE(makeDataset(s, core::ModelSpec{}).size(), std::int64_t(130));
   }
 
+  // Note [Every class in both splits]: an image folder's held-out part and a cap on its samples
+  // take the last (first) images of every class, in proportion, each part in ImageFolder's order.
+  void imageFolderSplitsEveryClass() {
+    auto s = spec("image-folder");
+    const Dataset all = makeDataset(s, core::ModelSpec{});  // Apple, mango, zebra: 70 each, in order
+    QCOMPARE(all.size(), std::int64_t(210));
+    auto rows = [&](std::int64_t first, std::int64_t count) {  // of every class: [first, first + count)
+      std::vector<std::int64_t> idx;
+      for (std::int64_t c = 0; c < 3; ++c)
+        for (std::int64_t i = first; i < first + count; ++i) idx.push_back(c * 70 + i);
+      return torch::tensor(idx, torch::kInt64);
+    };
+    QCOMPARE(all.y.index_select(0, rows(0, 70)).equal(all.y), true);
+
+    s.valFraction = 0.2;
+    const Dataset d = makeDataset(s, core::ModelSpec{});
+    QCOMPARE(d.size(), std::int64_t(168));
+    QCOMPARE(d.valSize(), std::int64_t(42));
+    QVERIFY(d.x.equal(all.x.index_select(0, rows(0, 56))));
+    QVERIFY(d.y.equal(all.y.index_select(0, rows(0, 56))));
+    QVERIFY(d.valX.equal(all.x.index_select(0, rows(56, 14))));
+    QVERIFY(d.valY.equal(all.y.index_select(0, rows(56, 14))));
+
+    s.valFraction = 0;
+    s.samples = 30;
+    const Dataset capped = makeDataset(s, core::ModelSpec{});
+    QVERIFY(capped.x.equal(all.x.index_select(0, rows(0, 10))));
+    QVERIFY(capped.y.equal(all.y.index_select(0, rows(0, 10))));
+
+    s.samples = 31;  // one more than a whole share each: the first class's next image
+    s.valFraction = 0.5;
+    const Dataset odd = makeDataset(s, core::ModelSpec{});
+    QCOMPARE(odd.size() + odd.valSize(), std::int64_t(31));
+    QCOMPARE(odd.valSize(), std::int64_t(15));
+    for (std::int64_t c = 0; c < 3; ++c) {
+      QVERIFY2(odd.y.eq(c).sum().item<std::int64_t>() >= 5, "every class trains");
+      QVERIFY2(odd.valY.eq(c).sum().item<std::int64_t>() >= 5, "every class is validated");
+    }
+  }
+
   void badInputNamesTheFile_data() {
     QTest::addColumn<QString>("kind");
     QTest::addColumn<QString>("folder");

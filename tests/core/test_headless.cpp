@@ -124,7 +124,8 @@ class TestHeadless : public QObject {
 
   // The image examples learn: shortened with --set, ResNet-18 under DDP ends well above
   // chance (10 classes) on its held-out CIFAR-shaped images, and the image folder's CNN under
-  // DataParallel ends with a lower loss than it started with; every rank's records are stored.
+  // DataParallel well above chance (3 classes) on the held-out images of every class; every
+  // rank's records are stored.
   void imageExamplesLearn_data() {
     QTest::addColumn<QString>("profile");
     QTest::addColumn<QStringList>("set");
@@ -133,7 +134,7 @@ class TestHeadless : public QObject {
                                         << QStringList{"hyper.max_steps=24", "run.eval_every=12"}
                                         << "final.val_accuracy >= 0.3";
     QTest::newRow("dataparallel-image-folder")
-        << "dataparallel-image-folder.json" << QStringList{"hyper.max_steps=400"} << "final.step == 400";
+        << "dataparallel-image-folder.json" << QStringList{"hyper.max_steps=1500"} << "final.val_accuracy >= 0.55";
   }
   void imageExamplesLearn() {
     QFETCH(QString, profile);
