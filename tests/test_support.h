@@ -67,7 +67,8 @@ inline bool anyAlive(const std::vector<int>& pids) {
   return false;
 }
 
-/// Listens on a free loopback port until destroyed, so that port is taken.
+/// Listens on a free loopback port until destroyed, so that port is taken (0: one the kernel
+/// picks, then port()).
 class TakenPort {
  public:
   explicit TakenPort(int port) : m_port(port), m_fd(::socket(AF_INET, SOCK_STREAM, 0)) {
@@ -75,7 +76,10 @@ class TakenPort {
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     a.sin_port = htons(static_cast<std::uint16_t>(port));
-    m_ok = ::bind(m_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(m_fd, 1) == 0;
+    socklen_t len = sizeof a;
+    m_ok = ::bind(m_fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(m_fd, 1) == 0 &&
+           ::getsockname(m_fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+    if (m_ok) m_port = ntohs(a.sin_port);
   }
   ~TakenPort() { ::close(m_fd); }
   TakenPort(const TakenPort&) = delete;

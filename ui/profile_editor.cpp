@@ -29,6 +29,7 @@
 
 #include <set>
 
+#include "common/network.h"
 #include "common/strategies.h"
 #include "launch/launcher.h"
 #include "ui/child_process.h"
@@ -241,6 +242,8 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
     } else if (path == "command.env") {
       row = buildEnvTable();
       editor = m_env;
+    } else if (path == "hosts.interface") {
+      editor = buildInterfacePicker();
     } else {
       auto* e = new QLineEdit(this);
       if (kind == "array") e->setPlaceholderText(tr("comma-separated, e.g. 64, 64"));
@@ -310,6 +313,32 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
 }
 
 ProfileEditor::~ProfileEditor() { stopChildProcess(m_preflightProcess, this); }
+
+// hosts.interface: this machine's interfaces with their IPv4 addresses to pick from (core
+// lists them), the empty choice, or a name typed as it is on the hosts, which may name their
+// interfaces otherwise. Picking an item writes its name alone into the field.
+QComboBox* ProfileEditor::buildInterfacePicker() {
+  auto* c = new QComboBox(this);
+  c->setEditable(true);
+  c->setInsertPolicy(QComboBox::NoInsert);
+  c->setCompleter(nullptr);  // a name typed stays as typed, not completed to an item
+  // Note [Gloo interface] (core/engine/compat_c10d.h): without one, Gloo takes the address the
+  // host's name resolves to.
+  const QString none = tr("(none: Gloo uses the address each host's name resolves to)");
+  c->lineEdit()->setPlaceholderText(none);
+  c->addItem(none, QString());
+  for (const auto& i : core::networkInterfaces())
+    c->addItem(QString::fromStdString(i.name) + QStringLiteral(" — ") + QString::fromStdString(i.ipv4),
+               QString::fromStdString(i.name));
+  connect(c, &QComboBox::activated, c, [c](int index) { c->setEditText(c->itemData(index).toString()); });
+  connect(c, &QComboBox::currentTextChanged, this, [this] {
+    if (!m_filling) {
+      collect();
+      emit edited();
+    }
+  });
+  return c;
+}
 
 // command.env: a KEY and a VALUE column, a row an entry, with buttons to add and remove rows.
 QWidget* ProfileEditor::buildEnvTable() {
@@ -452,7 +481,11 @@ void ProfileEditor::setFieldText(const QString& path, const QString& text) {
 
 QString ProfileEditor::textOf(const QString& path) const {
   QWidget* w = m_fields.value(path);
-  if (auto* c = qobject_cast<QComboBox*>(w)) return c->currentText();
+  if (auto* c = qobject_cast<QComboBox*>(w)) {
+    // An item of the interface picker ("eth1 — 10.0.0.5") stands for its name.
+    const int item = c->isEditable() ? c->findText(c->currentText()) : -1;
+    return item >= 0 ? c->itemData(item).toString() : c->currentText().trimmed();
+  }
   if (auto* b = qobject_cast<QCheckBox*>(w)) return b->isChecked() ? "true" : "false";
   if (auto* e = qobject_cast<QLineEdit*>(w)) return e->text().trimmed();
   return {};

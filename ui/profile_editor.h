@@ -2,11 +2,11 @@
 // hyperparameters, run), built from the profile's own field list so a new field appears
 // without UI work. Only the fields that apply to the chosen kinds are shown (data.path for
 // csv and mnist, bucket_mb for ddp, the command group and no model or data for a command
-// run: Note [Fields that apply]); command.args is edited one argument a line and
-// command.env as a KEY/VALUE table; each label's tooltip is the field's help from the
-// profile (core::fieldHelp). Each field's widget is named by its path ("hyper.lr"). Invalid values
-// are marked at the field with the reason; a preflight check loads the model and data in
-// a worker process and shows their shapes.
+// run: Note [Fields that apply]); command.args is edited one argument a line, command.env as
+// a KEY/VALUE table, and hosts.interface picked from this machine's interfaces or typed; each
+// label's tooltip is the field's help from the profile (core::fieldHelp). Each field's widget
+// is named by its path ("hyper.lr"). Invalid values are marked at the field with the reason;
+// a preflight check loads the model and data in a worker process and shows their shapes.
 #pragma once
 
 #include <QMap>
@@ -18,6 +18,7 @@
 
 #include "common/profile.h"
 
+class QComboBox;
 class QFormLayout;
 class QLabel;
 class QPlainTextEdit;
@@ -64,6 +65,7 @@ class ProfileEditor : public QWidget {
   /// optimizer, schedule) and hides the rest.
   void showApplicable();
   QWidget* buildEnvTable();
+  QComboBox* buildInterfacePicker();
   void setEnvEntries(const QStringList& entries);
   /// command.env's entries, "KEY=VALUE" each; `rows` gets each one's row in the table.
   QStringList envEntries(std::vector<int>* rows = nullptr) const;

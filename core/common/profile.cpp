@@ -794,10 +794,12 @@ const std::map<std::string, std::string>& fieldHelp() {
        "in order; the slots add up to the ranks"},
       {"hosts.interface",
        "`ssh`: the network interface the ranks talk over: Gloo's device, as `GLOO_SOCKET_IFNAME`, and "
-       "`NCCL_SOCKET_IFNAME`; empty = what the host's name resolves to"},
+       "`NCCL_SOCKET_IFNAME`; empty = what the host's name resolves to; the window offers this machine's "
+       "interfaces"},
       {"hosts.address", "`ssh`: where the ranks meet (rank 0's `TCPStore`); empty = the first host"},
       {"hosts.port",
-       "`ssh`: the rendezvous port; 0 = a port free on this machine, which the first host must have free"},
+       "`ssh`: the rendezvous port, on the first host; 0 = a port free there, which the check before a run asks "
+       "it for"},
       {"hosts.worker", "`ssh`: `ptw-worker`'s absolute path on the hosts; empty = the same path as on this machine"},
       {"hosts.ssh_user", "`ssh`: the user on the hosts (`ssh -l`); empty = ssh's default"},
       {"hosts.ssh_port", "`ssh`: the hosts' ssh port (`ssh -p`); 0 = ssh's default"},

@@ -122,7 +122,7 @@ struct HostsSpec {
   std::vector<std::string> hosts = {};  ///< ssh: "host:slots" each, horovodrun's form; ranks fill them in order
   std::string interface = "";           ///< the ranks' network interface (Gloo's device, NCCL_SOCKET_IFNAME)
   std::string address = "";             ///< where the ranks meet (rank 0's TCPStore); "" = the first host
-  int port = 0;                         ///< the rendezvous port; 0 = a port free on this machine
+  int port = 0;                         ///< the rendezvous port; 0 = one the first host has free (preflight.h)
   std::string worker = "";              ///< ptw-worker on the hosts; "" = the same path as here
   std::string sshUser = "";             ///< ssh -l; "" = ssh's default
   int sshPort = 0;                      ///< ssh -p; 0 = ssh's default

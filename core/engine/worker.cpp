@@ -24,6 +24,7 @@
 
 #include "common/error.h"
 #include "common/launcher_env.h"
+#include "common/network.h"
 #include "common/profile.h"
 #include "common/record.h"
 #include "common/step_block.h"
@@ -396,6 +397,7 @@ struct Args {
   std::string samples;  ///< --preflight: a PNG of sample images to write (sample_grid.h)
   long long stepsLimit = 0;
   int rank = -1, world = -1, port = 0, attempt = 0, records = -1;
+  int checkPort = -1;  ///< --check-port PORT: only check that PORT can be opened
   // Set from a standard launcher's variables (Note [Started by a standard launcher]).
   std::string launchedBy;                ///< "" (flags: ptw's launcher, or by hand), "torchrun", "SLURM", "Open MPI"
   std::string masterAddr = "127.0.0.1";  ///< the TCPStore's host
@@ -428,7 +430,10 @@ void printUsage() {
                "         of 16 training images after augmentation to PNG (image data only)\n"
                "       ptw-worker --devices                    print the devices LibTorch sees (JSON lines)\n"
                "       ptw-worker --blas                       print the OpenBLAS kernels ranks train with (JSON)\n"
-               "       ptw-worker --version                    print its version\n";
+               "       ptw-worker --version                    print its version\n"
+               "       ptw-worker --check-port PORT            open PORT on every interface as rank 0's TCPStore\n"
+               "         would, and close it: print the port (0: the free one it got) and exit 0, or exit 1\n"
+               "         saying why not (docs/multihost.md)\n";
 }
 
 // Note [Started by a standard launcher]
@@ -502,7 +507,10 @@ void setArg(Args& a, const std::string& k, const std::string& v) {
     a.world = toInt(k, v);
   else if (k == "--port")
     a.port = toInt(k, v);
-  else if (k == "--attempt")
+  else if (k == "--check-port") {
+    a.checkPort = toInt(k, v);
+    PTW_CHECK(a.checkPort >= 0 && a.checkPort <= 65535, k, ": expected a port, 0-65535, got ", v);
+  } else if (k == "--attempt")
     a.attempt = toInt(k, v);
   else if (k == "--store")
     a.store = v;
@@ -567,7 +575,7 @@ Args parseArgs(int argc, char** argv) {
     setArg(a, k, argv[++i]);
   }
   PTW_CHECK(a.records < 0 || ::fcntl(a.records, F_GETFD) != -1, "--records: descriptor ", a.records, " is not open");
-  if (a.devices || a.blas) return a;
+  if (a.devices || a.blas || a.checkPort >= 0) return a;
   PTW_CHECK(!a.profile.empty(), "--profile is required");
   if (a.preflight) return a;
   if (a.rank < 0 && a.world < 0) placeFromEnvironment(a);  // Note [Started by a standard launcher]
@@ -689,11 +697,24 @@ sigset_t installStopHandlers() {
   return stopSignals;
 }
 
+// --check-port: what the check before a run across hosts asks of rank 0's host (preflight.h).
+int checkPort(int port) {
+  const int asked = port;
+  const std::string problem = core::listenProblem(port);
+  if (!problem.empty()) {
+    std::fprintf(stderr, "cannot open port %d: %s\n", asked, problem.c_str());
+    return 1;
+  }
+  std::printf("%d\n", port);
+  return 0;
+}
+
 // Parses the arguments, takes the best BLAS kernels, and answers the commands that do not
-// train (--devices, --blas, --preflight). Returns their exit code, or -1 to train.
+// train (--devices, --blas, --check-port, --preflight). Returns their exit code, or -1 to train.
 int prepare(int argc, char** argv, const sigset_t& stopSignals, Args& args, core::Profile& profile) {
   try {
     args = parseArgs(argc, argv);
+    if (args.checkPort >= 0) return checkPort(args.checkPort);
     if (!args.preflight) {  // Note [BLAS kernels]; a stop now waits for the new image, which unblocks it
       ::pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
       const std::string who = args.rank >= 0 ? "[rank " + std::to_string(args.rank) + "]" : "ptw-worker:";

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <sstream>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include <chrono>
 
 #include "common/data_files.h"
+#include "common/error.h"
 #include "common/profile.h"
 #include "common/version.h"
 #include "launch/ssh_starter.h"
@@ -112,35 +114,96 @@ std::string lastLine(const std::string& text) {
   return last;
 }
 
-}  // namespace
+// What a host answers to `check` (a command line for its shell, run through the run's own ssh
+// command, bounded by ssh's connect timeout and 20 s): the exit code (255 or -1: ssh did not
+// get through) and the last line said.
+struct HostAnswer {
+  int code = -1;
+  std::string said;
+};
+HostAnswer askHost(const SshStarter& starter, int slot, const std::string& check) {
+  RankCommand c = starter.command(slot, {"ptw-worker"});
+  c.argv.back() = check;  // the check alone, not a rank
+  std::string out;
+  HostAnswer a;
+  a.code = runBounded(c.argv, 20.0, out);
+  a.said = lastLine(out);
+  return a;
+}
 
-std::string hostsProblem(const Profile& profile, const std::string& workerPath) {
-  if (profile.hosts.launcher != "ssh") return "";
+std::string unreachable(const std::string& host, const std::string& said) {
+  return "hosts.hosts: cannot reach host " + host + " with ssh in batch mode" +
+         (said.empty() ? std::string(" (no answer within 20 s)") : ": " + said) +
+         "; check the host, its key and hosts.ssh_* (docs/multihost.md)";
+}
+
+// An ssh command to each host of `profile`, one slot a host; its rendezvous port is not used.
+SshStarter checkStarter(const Profile& profile, const std::vector<std::string>& hosts, const std::string& workerPath) {
+  HostsSpec spec = profile.hosts;
+  spec.port = 1;  // no port is picked here for the check's commands
+  return SshStarter(spec, hosts, workerPath);
+}
+
+std::vector<std::string> hostNames(const Profile& profile) {
   std::vector<std::string> hosts;
   for (const auto& entry : parseHosts(profile.hosts.hosts)) hosts.push_back(entry.host);
+  return hosts;
+}
+
+std::string remoteWorker(const Profile& profile, const std::string& workerPath) {
+  return profile.hosts.worker.empty() ? workerPath : profile.hosts.worker;
+}
+
+}  // namespace
+
+std::string rendezvousPortProblem(const Profile& profile, const std::string& workerPath, int& port) {
+  const std::vector<std::string> hosts = hostNames(profile);
+  PTW_CHECK(!hosts.empty(), "hosts.hosts: the ssh launcher needs at least one host");
+  const std::string& host = hosts.front();  // rank 0's: the slots fill in order
+  const int asked = profile.hosts.port;
+  const HostAnswer a =
+      askHost(checkStarter(profile, {host}, workerPath), 0,
+              quoteForShell(remoteWorker(profile, workerPath)) + " --check-port " + std::to_string(asked));
+  if (a.code == 255 || a.code < 0) return unreachable(host, a.said);
+  const std::string what = asked != 0 ? "port " + std::to_string(asked) : std::string("a free port");
+  const std::string fix = asked != 0 ? "pick another hosts.port or free it" : "set hosts.port to a port it can open";
+  if (a.code != 0) {
+    // The worker says "cannot open port P: REASON"; anything else (a shell's complaint) as said.
+    const auto colon = a.said.rfind("cannot open port ", 0) == 0 ? a.said.find(": ") : std::string::npos;
+    const std::string why = colon == std::string::npos ? a.said : a.said.substr(colon + 2);
+    return "hosts.port: host " + host + " cannot open " + what + " for the rendezvous" +
+           (why.empty() ? "" : ": " + why) + "; " + fix;
+  }
+  char* end = nullptr;
+  const long opened = std::strtol(a.said.c_str(), &end, 10);
+  if (a.said.empty() || *end != '\0' || opened < 1 || opened > 65535 || (asked != 0 && opened != asked))
+    return "hosts.port: host " + host + " answered the check of " + what + " with \"" + a.said +
+           "\", not the port; every host needs this ptw build";
+  port = static_cast<int>(opened);
+  return "";
+}
+
+std::string hostsProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort) {
+  if (profile.hosts.launcher != "ssh") return "";
+  const std::vector<std::string> hosts = hostNames(profile);
   if (hosts.empty()) return "";
-  HostsSpec spec = profile.hosts;
-  spec.port = 1;  // no rendezvous port is picked for the check
-  const SshStarter starter(spec, hosts, workerPath);
-  const std::string worker = spec.worker.empty() ? workerPath : spec.worker;
+  const SshStarter starter = checkStarter(profile, hosts, workerPath);
+  const std::string worker = remoteWorker(profile, workerPath);
   const std::string expected = std::string("ptw-worker ") + kVersion;
   for (std::size_t i = 0; i < hosts.size(); ++i) {
-    RankCommand c = starter.command(static_cast<int>(i), {worker});
-    c.argv.back() = quoteForShell(worker) + " --version";  // the check alone, not a rank
-    std::string out;
-    const int code = runBounded(c.argv, 20.0, out);
-    const std::string said = lastLine(out);
-    if (code == 255 || code < 0)
-      return "hosts.hosts: cannot reach host " + hosts[i] + " with ssh in batch mode" +
-             (said.empty() ? std::string(" (no answer within 20 s)") : ": " + said) +
-             "; check the host, its key and hosts.ssh_* (docs/multihost.md)";
-    if (code != 0)
-      return "hosts.hosts: host " + hosts[i] + " cannot run " + worker + (said.empty() ? "" : ": " + said) +
+    const HostAnswer a = askHost(starter, static_cast<int>(i), quoteForShell(worker) + " --version");
+    if (a.code == 255 || a.code < 0) return unreachable(hosts[i], a.said);
+    if (a.code != 0)
+      return "hosts.hosts: host " + hosts[i] + " cannot run " + worker + (a.said.empty() ? "" : ": " + a.said) +
              "; install ptw there at that path, or set hosts.worker";
-    if (said != expected)
-      return "hosts.hosts: host " + hosts[i] + " runs " + (said.empty() ? std::string("an unknown ptw-worker") : said) +
-             ", this machine " + expected + "; every host needs the same ptw build";
+    if (a.said != expected)
+      return "hosts.hosts: host " + hosts[i] + " runs " +
+             (a.said.empty() ? std::string("an unknown ptw-worker") : a.said) + ", this machine " + expected +
+             "; every host needs the same ptw build";
   }
+  int port = 0;
+  if (std::string problem = rendezvousPortProblem(profile, workerPath, port); !problem.empty()) return problem;
+  if (rendezvousPort) *rendezvousPort = port;
   return "";
 }
 
@@ -168,10 +231,10 @@ std::string deviceProblem(const Profile& profile, const std::string& workerPath)
   return devices.find("\"kind\": \"cuda\"") == std::string::npos ? kNoCudaDeviceMessage : "";
 }
 
-std::string runProblem(const Profile& profile, const std::string& workerPath) {
+std::string runProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort) {
   if (std::string problem = dataFileProblem(profile.data); !problem.empty()) return problem;
   if (std::string problem = deviceProblem(profile, workerPath); !problem.empty()) return problem;
-  return hostsProblem(profile, workerPath);
+  return hostsProblem(profile, workerPath, rendezvousPort);
 }
 
 }  // namespace ptw::core

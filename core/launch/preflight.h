@@ -19,12 +19,19 @@ std::string deviceProblem(const Profile& profile, const std::string& workerPath)
 
 /// For ranks on other hosts (hosts.launcher ssh): that each host answers ssh in batch mode and
 /// runs ptw-worker of this build (`ptw-worker --version` there, the hosts one at a time, each
-/// bounded by ssh's connect timeout and 20 s). "" when all do, or for the local launcher.
-std::string hostsProblem(const Profile& profile, const std::string& workerPath);
+/// bounded by ssh's connect timeout and 20 s), then rendezvousPortProblem. "" when all pass,
+/// `rendezvousPort` (when given) then set to the port checked; "" for the local launcher.
+std::string hostsProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort = nullptr);
+
+/// Whether rank 0's host (the first of hosts.hosts) can open the rendezvous port on every
+/// interface, as its TCPStore will (`ptw-worker --check-port` there through the run's ssh;
+/// Note [Rendezvous port check] in common/network.cpp): hosts.port, or with hosts.port 0 a port
+/// free there, which becomes `port`. "" when it can, else the line naming host, port and why.
+std::string rendezvousPortProblem(const Profile& profile, const std::string& workerPath, int& port);
 
 /// The profile's data files (dataFileProblem), its device (deviceProblem), then its hosts
-/// (hostsProblem): the first problem that stops a run, found before any folder is made or
-/// rank started.
-std::string runProblem(const Profile& profile, const std::string& workerPath);
+/// (hostsProblem, which sets `rendezvousPort`): the first problem that stops a run, found
+/// before any folder is made or rank started.
+std::string runProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort = nullptr);
 
 }  // namespace ptw::core

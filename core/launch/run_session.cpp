@@ -87,8 +87,9 @@ void RunSession::begin() {
   PTW_CHECK(!m_supervisor, "run session: begin() called twice");
   const Profile& profile = m_options.profile;
   Launcher::checkWorker(m_options.workerPath);
-  if (profile.run.port != 0) Launcher::checkPortFree(profile.run.port);   // before anything is created
-  const std::string problem = runProblem(profile, m_options.workerPath);  // the data files, the device
+  if (profile.run.port != 0) Launcher::checkPortFree(profile.run.port);  // before anything is created
+  int rendezvousPort = 0;  // across hosts: the port rank 0's host was found to open
+  const std::string problem = runProblem(profile, m_options.workerPath, &rendezvousPort);
   PTW_CHECK(problem.empty(), problem);
   m_runDir = createRunDirectory(m_options.runsDir, profile);
   m_store = m_options.store;
@@ -99,7 +100,8 @@ void RunSession::begin() {
   m_runId = m_store->beginRun(m_runDir, profile);
   m_supervisor = std::make_unique<Supervisor>(SupervisorOptions(profile, m_runDir, m_options.workerPath)
                                                   .setStore(m_store, m_runId)
-                                                  .setWorkerArgs(m_options.workerArgs));
+                                                  .setWorkerArgs(m_options.workerArgs)
+                                                  .setRendezvousPort(rendezvousPort));
   m_stopTarget.store(m_supervisor.get());
   if (m_stopRequested.load()) m_supervisor->requestStop();
 }

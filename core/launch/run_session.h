@@ -97,7 +97,7 @@ class RunSession {
   RunSession(const RunSession&) = delete;
   RunSession& operator=(const RunSession&) = delete;
 
-  /// Checks the worker program, run.port, the data files and the device (runProblem()),
+  /// Checks the worker program, run.port, the data files, the device and the hosts (runProblem()),
   /// creates the run folder, opens the store and records the run as running. Throws
   /// ptw::Error naming what is wrong; nothing runs then.
   void begin();

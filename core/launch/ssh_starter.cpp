@@ -48,7 +48,7 @@ SshStarter::SshStarter(HostsSpec hosts, std::vector<std::string> rankHosts, std:
   m_ssh = findSsh();
   if (!m_hosts.worker.empty()) m_worker = m_hosts.worker;
   m_address = m_hosts.address.empty() ? m_rankHosts.front() : m_hosts.address;
-  // A port free here; the first host is expected to have it free too (docs/multihost.md).
+  // Only where no check asked rank 0's host for one (Note [Rendezvous port]).
   m_port = m_hosts.port != 0 ? m_hosts.port : Launcher::pickFreePort();
 }
 

@@ -24,6 +24,16 @@
 // - Exits: the remote shell waits for the worker (the `; exit $?`, so no exec), so a worker killed
 //   by signal N comes back as status 128+N, and 255 is ssh's alone: the connection failed or was
 //   lost (ServerAliveInterval × 3 without an answer). Each is named with the rank's host.
+//
+// Note [Rendezvous port]
+// Rank 0's TCPStore listens on the rendezvous port on every interface of rank 0's host. Before
+// a run, the hosts check has that host open the port as the store will (`ptw-worker
+// --check-port`, hostsProblem in preflight.h): a port in use there stops the run, named. With
+// hosts.port 0 that host picks a port it has free and the run uses it; each restart asks
+// again, so that an attempt never waits for a port its predecessor's rank 0 may still hold.
+// The port is closed again between the check and rank 0's start; a program that takes it
+// meanwhile makes rank 0 fail, named as any rank's failure. Where nothing was checked (a
+// Supervisor given no port), port 0 is a port free on this machine.
 #pragma once
 
 #include <string>
@@ -41,7 +51,8 @@ std::string quoteForShell(const std::string& s);
 class SshStarter final : public RankStarter {
  public:
   /// `rankHosts`: the host of each rank; `localWorker`: this machine's ptw-worker, the hosts'
-  /// too unless hosts.worker names another. Picks the rendezvous port when hosts.port is 0.
+  /// too unless hosts.worker names another. hosts.port 0: a port free on this machine (Note
+  /// [Rendezvous port]).
   SshStarter(HostsSpec hosts, std::vector<std::string> rankHosts, std::string localWorker);
 
   RankCommand command(int rank, const std::vector<std::string>& workerArgs) const override;

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/strategies.h"
+#include "launch/preflight.h"
 #include "launch/run_store.h"
 #include "launch/ssh_starter.h"
 
@@ -91,8 +92,22 @@ RunReport Supervisor::run(LaunchObserver& observer) {
       lo.commandRanks = true;
       lo.setStopGraceS(o.profile.command.stopGraceS);
     }
-    if (o.profile.hosts.launcher == "ssh")  // Note [Remote ranks]
-      lo.starter = std::make_shared<SshStarter>(o.profile.hosts, rankHosts(o.profile), o.workerPath);
+    if (o.profile.hosts.launcher == "ssh") {  // Note [Remote ranks]
+      HostsSpec hosts = o.profile.hosts;
+      if (o.rendezvousPort != 0) {  // Note [Rendezvous port]
+        int port = o.rendezvousPort;
+        std::string problem;
+        if (attempt > 0 && hosts.port == 0) problem = rendezvousPortProblem(o.profile, o.workerPath, port);
+        if (!problem.empty()) {
+          report = RunReport{};
+          report.status = RunReport::Status::Failed;
+          report.message = "restart could not start the ranks: " + problem;
+          break;
+        }
+        hosts.port = port;
+      }
+      lo.starter = std::make_shared<SshStarter>(hosts, rankHosts(o.profile), o.workerPath);
+    }
     lo.extraWorkerArgs = {"--attempt", std::to_string(attempt)};
     lo.extraWorkerArgs.insert(lo.extraWorkerArgs.end(), o.workerArgs.begin(), o.workerArgs.end());
     if (o.store)  // Note [Ranks write their steps]

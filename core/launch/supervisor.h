@@ -38,6 +38,10 @@ struct SupervisorOptions {
   std::int64_t runId = 0;
   /// Appended to every worker's command line, every attempt (RunSessionOptions::workerArgs).
   std::vector<std::string> workerArgs = {};
+  /// Across hosts: the port rank 0's host was found to open (hostsProblem), the first
+  /// attempt's; with hosts.port 0 each restart asks that host for another (Note [Rendezvous
+  /// port] in ssh_starter.h). 0: not checked; hosts.port, or a port free on this machine.
+  int rendezvousPort = 0;
   SupervisorOptions& setStore(RunStore* s, std::int64_t id) {
     store = s;
     runId = id;
@@ -45,6 +49,10 @@ struct SupervisorOptions {
   }
   SupervisorOptions& setWorkerArgs(std::vector<std::string> v) {
     workerArgs = std::move(v);
+    return *this;
+  }
+  SupervisorOptions& setRendezvousPort(int port) {
+    rendezvousPort = port;
     return *this;
   }
 };

@@ -243,6 +243,39 @@ class TestMultihost : public QObject {
     QVERIFY2(noWorkersLeft(1, left), qPrintable("ptw-worker left running:" + left));
   }
 
+  // Rank 0's host must be able to open the rendezvous port: one another program listens on
+  // there is named before anything starts (exit 2, no run folder, no rank).
+  void aRendezvousPortInUseOnTheFirstHostIsNamedBeforeStart() {
+    const int port = 29517;  // the namespace's own: nothing else listens there
+    QProcess holder;         // bounded: it exits by itself after 120 s, and goes with the namespaces
+    holder.start(QStringLiteral("ip"), {QStringLiteral("netns"), QStringLiteral("exec"), ns("h1"),
+                                        QStringLiteral("/usr/bin/python3"), QStringLiteral("-c"),
+                                        QStringLiteral("import socket, sys, time\n"
+                                                       "s = socket.socket()\n"
+                                                       "s.bind(('0.0.0.0', int(sys.argv[1])))\n"
+                                                       "s.listen(1)\n"
+                                                       "print('listening', flush=True)\n"
+                                                       "time.sleep(120)\n"),
+                                        QString::number(port)});
+    QVERIFY(holder.waitForReadyRead(10000));
+    QCOMPARE(holder.readAllStandardOutput().trimmed(), QByteArray("listening"));
+    const QDir runs(m_hosts.dir + "/runs");
+    const auto runFolders = [&runs] { return runs.entryList(QDir::Dirs | QDir::NoDotAndDotDot).size(); };
+    const auto before = runFolders();
+    Profile p = hostsProfile(20);
+    p.hosts.port = port;
+    Run run = runPtw(p, QStringLiteral("port"));
+    holder.kill();
+    holder.waitForFinished(5000);
+    QCOMPARE(run.exitCode, 2);
+    const QString expected = "hosts.port: host " + kH1 + " cannot open port " + QString::number(port) +
+                             " for the rendezvous: Address already in use; pick another hosts.port or free it";
+    QVERIFY2(run.output.contains(expected), qPrintable(run.output));
+    QCOMPARE(runFolders(), before);
+    QString left;
+    QVERIFY2(noWorkersLeft(1, left), qPrintable("ptw-worker left running:" + left));
+  }
+
   // A remote rank killed by a signal is named with its host; the others are stopped, on
   // every host.
   void aRemoteRankKilledIsNamed() {

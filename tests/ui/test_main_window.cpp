@@ -34,6 +34,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/network.h"
 #include "common/version.h"
 #include "launch/launcher.h"
 #include "launch/preflight.h"
@@ -347,6 +348,43 @@ class TestMainWindow : public QObject {
         ++helped;
       }
     QCOMPARE(helped, 1);
+  }
+
+  // hosts.interface, shown for ranks on other hosts only, is picked from this machine's
+  // interfaces with their addresses (loopback is always there) by keyboard; a pick writes the
+  // interface's name alone, the empty choice none, and a name typed (as another host may call
+  // its interface) is taken as typed.
+  void theInterfacePickerListsThisMachinesInterfaces() {
+    ui::ProfileEditor e;
+    e.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&e));
+    QVERIFY(!e.field("hosts.interface")->isVisibleTo(&e));
+    e.setFieldText("hosts.launcher", "ssh");
+    QVERIFY(e.field("hosts.interface")->isVisibleTo(&e));
+    auto* c = qobject_cast<QComboBox*>(e.field("hosts.interface"));
+    QVERIFY(c && c->isEditable());
+    QCOMPARE(c->itemData(0).toString(), QString());
+    QVERIFY2(c->itemText(0).startsWith("(none: "), qPrintable(c->itemText(0)));
+    QVERIFY(c->findText(QStringLiteral("lo — 127.0.0.1")) > 0);
+    QCOMPARE(c->itemData(c->findText(QStringLiteral("lo — 127.0.0.1"))).toString(), QStringLiteral("lo"));
+    c->setFocus();
+    for (int i = 0; i < c->count() && c->currentData().toString() != "lo"; ++i) QTest::keyClick(c, Qt::Key_Down);
+    QCOMPARE(c->currentText(), QStringLiteral("lo"));
+    QCOMPARE(e.profile().hosts.interface, std::string("lo"));
+    QCOMPARE(c->toolTip(), QString());  // no error at the field
+    for (int i = 0; i < c->count() && c->currentIndex() > 0; ++i) QTest::keyClick(c, Qt::Key_Up);
+    QCOMPARE(c->currentText(), QString());
+    QCOMPARE(e.profile().hosts.interface, std::string());
+    QTest::keyClicks(c->lineEdit(), "ib0");
+    QCOMPARE(e.profile().hosts.interface, std::string("ib0"));
+    QCOMPARE(c->count(), static_cast<int>(core::networkInterfaces().size()) + 1);  // nothing typed is added
+    core::Profile p = e.profile();
+    p.hosts.interface = "eth9";
+    e.setProfile(p);
+    QCOMPARE(c->currentText(), QStringLiteral("eth9"));
+    QCOMPARE(e.profile().hosts.interface, std::string("eth9"));
+    e.setFieldText("hosts.interface", "not an interface");
+    QVERIFY2(c->toolTip().contains("expected a network interface's name"), qPrintable(c->toolTip()));
   }
 
   // strategy.kind command shows the Command group and hides what only ptw's engine reads
