@@ -914,7 +914,7 @@ class TestMainWindow : public QObject {
         << "ddp-resnet18-cifar.json" << QStringList{"run.eval_every=2"} << resnet18Parameters(10, 7) << "" << 4;
     // The example's CNN: conv 3->16 3×3, conv 16->32 3×3, linear 32->3.
     QTest::newRow("image folder example, DataParallel")
-        << "dataparallel-image-folder.json" << QStringList{}
+        << "dataparallel-image-folder.json" << QStringList{"run.eval_every=0", "data.val_fraction=0"}
         << qlonglong(3 * 16 * 9 + 16 + 16 * 32 * 9 + 32 + 32 * 3 + 3) << "val_fraction is 0" << 20;
   }
   void accuracyLearningRateAndModelSize() {
