@@ -62,6 +62,13 @@ class TestSlurmStarter : public QObject {
   QTemporaryDir m_bin;  // stand-ins for SLURM's programs, first on PATH
   QByteArray m_path = qgetenv("PATH");
 
+  // What the stand-in squeue answers, a line a call.
+  void answerSqueue(const char* lines) {
+    QFile answers(m_bin.filePath("squeue.answers"));
+    QVERIFY(answers.open(QIODevice::WriteOnly));
+    answers.write(lines);
+  }
+
  private slots:
   void initTestCase() {
     QVERIFY(m_bin.isValid());
@@ -219,10 +226,7 @@ class TestSlurmStarter : public QObject {
   // for, a running one attached to, and the job cancelled by name at the end.
   void outsideAnAllocationWaitsForTheJob() {
     QTemporaryDir run;
-    QFile answers(m_bin.filePath("squeue.answers"));
-    QVERIFY(answers.open(QIODevice::WriteOnly));
-    answers.write("none\n77 PENDING \n77 RUNNING n[1-2]\n");
-    answers.close();
+    answerSqueue("none\n77 PENDING \n77 RUNNING n[1-2]\n");
     LogObserver log;
     std::atomic<bool> stop{false};
     {
@@ -247,10 +251,7 @@ class TestSlurmStarter : public QObject {
   // A stop while the job has not started ends the wait: nothing starts, the job is cancelled.
   void aStopEndsTheWait() {
     QTemporaryDir run;
-    QFile answers(m_bin.filePath("squeue.answers"));
-    QVERIFY(answers.open(QIODevice::WriteOnly));
-    answers.write("none\n");
-    answers.close();
+    answerSqueue("none\n");
     LogObserver log;
     std::atomic<bool> stop{false};
     std::thread stopper([&] {
@@ -270,10 +271,7 @@ class TestSlurmStarter : public QObject {
   // A job that ended before ptw attached is named, with where its output is.
   void aJobThatEndedIsNamed() {
     QTemporaryDir run;
-    QFile answers(m_bin.filePath("squeue.answers"));
-    QVERIFY(answers.open(QIODevice::WriteOnly));
-    answers.write("78 CANCELLED n1\n");
-    answers.close();
+    answerSqueue("78 CANCELLED n1\n");
     LogObserver log;
     std::atomic<bool> stop{false};
     SlurmJob job(slurmProfile(2), run.path().toStdString(), {});
