@@ -15,6 +15,7 @@ PACKAGES=(
   python3 python3-torch python3-numpy python3-protobuf python3-crc32c python3-torchvision python3-pil
   openmpi-bin python3-mpi4py
   iproute2 openssh-client openssh-server
+  slurmctld slurmd slurm-client munge
 )
 
 missing=()
@@ -38,11 +39,18 @@ fi
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-# openssh-server is for the multi-host test, which starts sshd itself in network namespaces; the
-# package's own service is not started (a policy-rc.d that denies it, for the install only).
+# openssh-server is for the multi-host test, which starts sshd itself in network namespaces, and
+# slurmctld, slurmd and munge for the SLURM test, which starts its own daemons with their own
+# configuration; the packages' services are not started (a policy-rc.d that denies them, for the
+# install only).
 policy=/usr/sbin/policy-rc.d
 made_policy=""
-if [[ " ${missing[*]} " == *" openssh-server "* && ! -e $policy ]]; then
+services=" openssh-server slurmctld slurmd munge "
+needs_policy=""
+for p in "${missing[@]}"; do
+  if [[ $services == *" $p "* ]]; then needs_policy=1; fi
+done
+if [[ -n $needs_policy && ! -e $policy ]]; then
   printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
   $SUDO chmod 755 "$policy"
   made_policy=1

@@ -124,9 +124,15 @@ const ApplyRule kApplyRules[] = {
     {"run.",
      [](const QString& path, const core::Profile& p) { return !runsCommand(p) || !kEngineRunFields.contains(path); }},
     {"command.", [](const QString&, const core::Profile& p) { return runsCommand(p); }},
-    // Where the ranks run: the launcher always, the rest for ranks on other hosts.
+    // Where the ranks run: the launcher always, the rest for ranks on other hosts, how to reach
+    // them through ssh for the ssh launcher only.
     {"hosts.", [](const QString& path,
                   const core::Profile& p) { return path == "hosts.launcher" || p.hosts.launcher != "local"; }},
+    {"hosts.ssh_user", [](const QString&, const core::Profile& p) { return p.hosts.launcher == "ssh"; }},
+    {"hosts.ssh_port", [](const QString&, const core::Profile& p) { return p.hosts.launcher == "ssh"; }},
+    {"hosts.ssh_identity", [](const QString&, const core::Profile& p) { return p.hosts.launcher == "ssh"; }},
+    {"hosts.ssh_config", [](const QString&, const core::Profile& p) { return p.hosts.launcher == "ssh"; }},
+    {"hosts.alive_interval_s", [](const QString&, const core::Profile& p) { return p.hosts.launcher == "ssh"; }},
 };
 
 // The fields the command's templates name ({hyper.lr} in an argument, the environment or the folder).

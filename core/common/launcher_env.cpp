@@ -280,6 +280,36 @@ std::vector<std::string> expandHostlist(const std::string& list, const char* wha
   return out;
 }
 
+std::vector<int> expandTasksPerNode(const std::string& value, const char* what) {
+  constexpr long kMost = 65536;
+  const auto bad = [&](const std::string& why) {
+    PTW_FAIL(what, ": expected task counts per node such as 2(x3),1, got \"", value, "\" (", why, ")");
+  };
+  const auto number = [&](const std::string& s) {
+    if (s.empty() || s.size() > 5 || s.find_first_not_of("0123456789") != std::string::npos)
+      bad("\"" + s + "\" is not a count");
+    return std::stol(s);
+  };
+  std::vector<int> out;
+  std::size_t at = 0;
+  while (at <= value.size()) {
+    const std::size_t comma = std::min(value.find(',', at), value.size());
+    const std::string item = value.substr(at, comma - at);
+    const std::size_t open = item.find("(x");
+    const long tasks = number(item.substr(0, open));
+    long repeat = 1;
+    if (open != std::string::npos) {
+      if (item.back() != ')') bad("\"" + item + "\" has no closing ')'");
+      repeat = number(item.substr(open + 2, item.size() - open - 3));
+    }
+    if (tasks < 1 || repeat < 1) bad("a count of 0 in \"" + item + "\"");
+    if (static_cast<long>(out.size()) + repeat > kMost) bad("more than " + std::to_string(kMost) + " nodes");
+    out.insert(out.end(), static_cast<std::size_t>(repeat), static_cast<int>(tasks));
+    at = comma + 1;
+  }
+  return out;
+}
+
 std::string firstHost(const std::string& list, const char* what) {
   const auto all = names(list, what);
   std::string host;

@@ -45,6 +45,10 @@ std::optional<RankPlace> rankFromEnvironment(const std::map<std::string, std::st
 /// ptw::Error, naming `what`, on a malformed list or one of more than 65536 hosts.
 std::vector<std::string> expandHostlist(const std::string& list, const char* what = "SLURM_JOB_NODELIST");
 
+/// One task count per node from SLURM's compressed form, as in SLURM_TASKS_PER_NODE: "2(x3),1"
+/// -> 2 2 2 1. Throws ptw::Error, naming `what`, on a malformed value.
+std::vector<int> expandTasksPerNode(const std::string& value, const char* what = "SLURM_TASKS_PER_NODE");
+
 /// The first host of a SLURM hostlist, the usual master of a SLURM job.
 std::string firstHost(const std::string& list, const char* what = "SLURM_JOB_NODELIST");
 

@@ -384,11 +384,6 @@ bool plausibleInterface(const std::string& name) {
 template <class Need, class OneOf>
 void validateHosts(const Profile& p, Need& need, OneOf& oneOf) {
   const auto& h = p.hosts;
-  if (h.launcher == "slurm") {
-    need(false, "hosts.launcher",
-         "\"slurm\" is not one of ptw's launchers yet; start the ranks with srun (docs/multihost.md), or use \"ssh\"");
-    return;
-  }
   oneOf(h.launcher, "hosts.launcher");
   need(h.port >= 0 && h.port <= 65535, "hosts.port", "must be 0 (a port free here) or 1-65535, got " + str(h.port));
   need(h.sshPort >= 0 && h.sshPort <= 65535, "hosts.ssh_port",
@@ -420,17 +415,20 @@ void validateHosts(const Profile& p, Need& need, OneOf& oneOf) {
          "the list");
     return;
   }
-  if (h.launcher != "ssh") return;
-  need(!hosts.empty(), "hosts.hosts", "the ssh launcher needs at least one host, e.g. [\"node1:2\", \"node2:2\"]");
+  if (h.launcher != "ssh" && h.launcher != "slurm") return;
+  // slurm without hosts: the allocation's nodes (docs/multihost.md).
+  need(!hosts.empty() || h.launcher == "slurm", "hosts.hosts",
+       "the ssh launcher needs at least one host, e.g. [\"node1:2\", \"node2:2\"]");
   const auto& s = p.strategy;
   need(s.kind == "ddp", "strategy.kind",
-       "\"" + s.kind + "\" runs on one host only; across hosts (hosts.launcher \"ssh\") use \"ddp\" over gloo or nccl");
+       "\"" + s.kind + "\" runs on one host only; across hosts (hosts.launcher \"" + h.launcher +
+           "\") use \"ddp\" over gloo or nccl");
   if (s.kind == "ddp") {
     need(s.backend != "shm", "strategy.backend",
          "\"shm\" needs every rank on one host; across hosts use \"gloo\" (cpu) or \"nccl\" (cuda)");
     int slots = 0;
     for (const auto& e : hosts) slots += e.slotCount;
-    need(slots == processCount(p), "hosts.hosts",
+    need(hosts.empty() || slots == processCount(p), "hosts.hosts",
          "the hosts' slots add up to " + str(slots) + ", but the run has " + str(processCount(p)) +
              " ranks (strategy.ranks); make them equal");
   }
@@ -661,7 +659,7 @@ std::vector<std::string> fieldChoices(const std::string& path) {
       {"hyper.optimizer", {"sgd", "adam", "adamw"}},
       {"hyper.schedule", {"constant", "step", "cosine"}},
       {"hyper.precision", {"fp32", "bf16"}},
-      {"hosts.launcher", {"local", "ssh"}},
+      {"hosts.launcher", {"local", "ssh", "slurm"}},
   };
   if (path == "strategy.kind" || path == "strategy.backend") {  // from the table of strategies
     std::vector<std::string> names;
@@ -787,20 +785,21 @@ const std::map<std::string, std::string>& fieldHelp() {
        "`command`: the ranks its records name; 0 = `strategy.ranks` (`mpirun -np 4` under one process: 4)"},
       {"command.stop_grace_s", "`command`: a stop sends SIGINT, then SIGTERM, then SIGKILL, this many seconds apart"},
       {"hosts.launcher",
-       "`local`: every rank on this machine; `ssh`: each rank started on its host through OpenSSH in batch mode "
-       "([multihost.md](multihost.md))"},
+       "`local`: every rank on this machine; `ssh`: each rank started on its host through OpenSSH in batch mode; "
+       "`slurm`: each rank a job step started with `srun`, in the allocation ptw runs in or in a job ptw writes "
+       "for `sbatch` ([multihost.md](multihost.md))"},
       {"hosts.hosts",
        "`ssh`: the hosts as `host:slots` (horovodrun's form), e.g. `[\"node1:2\", \"node2:2\"]`; ranks fill them "
-       "in order; the slots add up to the ranks"},
+       "in order; the slots add up to the ranks; `slurm`: the nodes, the same way; empty = the allocation's"},
       {"hosts.interface",
-       "`ssh`: the network interface the ranks talk over: Gloo's device, as `GLOO_SOCKET_IFNAME`, and "
+       "`ssh`, `slurm`: the network interface the ranks talk over: Gloo's device, as `GLOO_SOCKET_IFNAME`, and "
        "`NCCL_SOCKET_IFNAME`; empty = what the host's name resolves to; the window offers this machine's "
        "interfaces"},
-      {"hosts.address", "`ssh`: where the ranks meet (rank 0's `TCPStore`); empty = the first host"},
+      {"hosts.address", "`ssh`, `slurm`: where the ranks meet (rank 0's `TCPStore`); empty = the first host"},
       {"hosts.port",
-       "`ssh`: the rendezvous port, on the first host; 0 = a port free there, which the check before a run asks "
-       "it for"},
-      {"hosts.worker", "`ssh`: `ptw-worker`'s absolute path on the hosts; empty = the same path as on this machine"},
+       "`ssh`, `slurm`: the rendezvous port, on the first host; 0 = `ssh`: a port free there, which the check before "
+       "a run asks it for; `slurm`: 20000 + the job's id modulo 20000"},
+      {"hosts.worker", "`ssh`, `slurm`: `ptw-worker`'s absolute path on the hosts; empty = the same path as on this machine"},
       {"hosts.ssh_user", "`ssh`: the user on the hosts (`ssh -l`); empty = ssh's default"},
       {"hosts.ssh_port", "`ssh`: the hosts' ssh port (`ssh -p`); 0 = ssh's default"},
       {"hosts.ssh_identity", "`ssh`: the private key (`ssh -i`); empty = ssh's default"},

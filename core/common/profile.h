@@ -118,8 +118,8 @@ struct CommandSpec {
 /// Example: HostsSpec{}.launcher = "ssh"; hosts = {"node1:2", "node2:2"}; interface = "eth0";
 /// Where the ranks run (docs/multihost.md): here, or on other hosts started through ssh.
 struct HostsSpec {
-  std::string launcher = "local";       ///< local (every rank here) | ssh (each rank through OpenSSH)
-  std::vector<std::string> hosts = {};  ///< ssh: "host:slots" each, horovodrun's form; ranks fill them in order
+  std::string launcher = "local";       ///< local (every rank here) | ssh (each rank through OpenSSH) | slurm (srun)
+  std::vector<std::string> hosts = {};  ///< ssh, slurm: "host:slots" each, horovodrun's form; ranks fill them in order
   std::string interface = "";           ///< the ranks' network interface (Gloo's device, NCCL_SOCKET_IFNAME)
   std::string address = "";             ///< where the ranks meet (rank 0's TCPStore); "" = the first host
   int port = 0;                         ///< the rendezvous port; 0 = one the first host has free (preflight.h)

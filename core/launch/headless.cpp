@@ -42,6 +42,8 @@ class ProgressPrinter : public LaunchObserver {
     m_out << "started " << pids.size() << " process(es)";
     if (m_profile.hosts.launcher == "ssh")  // Note [Remote ranks]
       m_out << " through ssh on " << m_profile.hosts.hosts.size() << " host(s), rendezvous on port " << port;
+    else if (m_profile.hosts.launcher == "slurm")  // Note [SLURM ranks]
+      m_out << " as SLURM job steps through srun, rendezvous on port " << port;
     else if (m_profile.run.port != 0)
       m_out << ", store on 127.0.0.1:" << port;  // else a FileStore in the run folder
     m_out << "\n";

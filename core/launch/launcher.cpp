@@ -99,6 +99,7 @@ struct Rank {
   int recFd = -1;  // records (common/record.h)
   int ctlFd = -1;  // a remote rank's control line, its stdin (Note [Remote ranks])
   bool remote = false;
+  int connectionLostCode = 0;  // RankCommand's: the exit code that is the connection's
   bool toldStop = false;
   std::string host;  // "" = this machine
   std::string outBuf, errBuf;
@@ -550,6 +551,7 @@ namespace {
 
 void Launcher::Impl::spawnRank(Rank& rk, const RankCommand& command) {
   rk.remote = command.remote;
+  rk.connectionLostCode = command.connectionLostCode;
   rk.host = command.host;
   rk.exit.host = command.host;
   int outPipe[2] = {-1, -1}, errPipe[2] = {-1, -1}, recPipe[2] = {-1, -1}, ctlPipe[2] = {-1, -1};
@@ -752,9 +754,10 @@ void Launcher::Impl::onExited(Rank& rk, int status, Rank*& firstFailed) {
   else
     rk.exit.exitCode = WEXITSTATUS(status);
   // Note [Remote ranks]: ssh's 255 is its own (the connection); the remote shell gives a
-  // worker's death by signal N as 128+N. ssh itself killed here is the launcher's doing.
+  // worker's death by signal N as 128+N, as srun does (Note [SLURM ranks]). ssh or srun
+  // itself killed here is the launcher's doing.
   if (rk.remote && rk.exit.signal == 0) {
-    if (rk.exit.exitCode == 255) {
+    if (rk.connectionLostCode != 0 && rk.exit.exitCode == rk.connectionLostCode) {
       rk.exit.connectionLost = true;
     } else if (rk.exit.exitCode > 128 && rk.exit.exitCode < 128 + 65) {
       rk.exit.signal = rk.exit.exitCode - 128;
@@ -916,6 +919,11 @@ std::string Launcher::Impl::failureOf(const Rank& rk) {
     for (auto line = rk.tail.rbegin(); line != rk.tail.rend(); ++line)
       if (const auto at = line->find("run store "); line->rfind("error:", 0) == 0 && at != std::string::npos)
         return "could not write the run's metrics: " + line->substr(at);
+  // srun that could not start the rank's step says why itself (Note [SLURM ranks]).
+  if (rk.exit.signal == 0 && rk.remote)
+    for (auto line = rk.tail.rbegin(); line != rk.tail.rend(); ++line)
+      if (line->rfind("srun: error: ", 0) == 0 && line->find(": task ") == std::string::npos)
+        return "failed with " + rk.exit.describe() + ": " + *line;
   return "failed with " + rk.exit.describe();
 }
 

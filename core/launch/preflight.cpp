@@ -11,15 +11,13 @@
 #include <sstream>
 #include <vector>
 
-#include <poll.h>
-#include <signal.h>
-
-#include <chrono>
-
 #include "common/data_files.h"
 #include "common/error.h"
+#include "common/launcher_env.h"
 #include "common/profile.h"
 #include "common/version.h"
+#include "launch/run_program.h"
+#include "launch/slurm_job.h"
 #include "launch/ssh_starter.h"
 
 extern char** environ;
@@ -60,58 +58,25 @@ bool outputOf(const std::string& program, const char* arg, std::string& out) {
   return WIFEXITED(status) && WEXITSTATUS(status) == 0;
 }
 
-// `argv`'s stdout and stderr together, stdin on /dev/null, waiting at most `limitS` (then
-// killed); its exit code, or -1 when it could not run or was killed.
-int runBounded(const std::vector<std::string>& argv, double limitS, std::string& out) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return -1;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int spawned = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  if (spawned != 0) {
-    ::close(fds[0]);
-    return -1;
+// The slurm launcher (Note [SLURM job]): SLURM's programs, and inside an allocation, that it
+// holds the run's ranks.
+std::string slurmProblem(const Profile& profile) {
+  const auto env = processEnvironment();
+  const auto job = env.find("SLURM_JOB_ID");
+  const bool inside = job != env.end() && !job->second.empty();
+  for (const char* program : {"srun", "squeue", "scancel"}) {
+    if (inside && std::string(program) != "srun") break;
+    if (findProgram(program).empty())
+      return std::string("hosts.launcher: \"slurm\" needs SLURM's ") + program +
+             " on PATH, and there is none; install slurm-client, or run ptw where SLURM's commands are";
   }
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long>(limitS * 1000));
-  bool killed = false;
-  char buf[4096];
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-    if (left.count() <= 0) {
-      ::kill(pid, SIGKILL);
-      killed = true;
-      break;
-    }
-    pollfd p{fds[0], POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) continue;
-    const ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    if (out.size() < 65536) out.append(buf, static_cast<std::size_t>(n));
+  if (!inside) return "";
+  try {
+    SlurmJob::allocationRankHosts(profile, env);
+  } catch (const Error& e) {
+    return e.what();
   }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return !killed && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-// The last line of `text` that says something.
-std::string lastLine(const std::string& text) {
-  std::istringstream in(text);
-  std::string line, last;
-  while (std::getline(in, line))
-    if (!line.empty()) last = line;
-  return last;
+  return "";
 }
 
 // What a host answers to `check` (a command line for its shell, run through the run's own ssh
@@ -126,7 +91,7 @@ HostAnswer askHost(const SshStarter& starter, int slot, const std::string& check
   c.argv.back() = check;  // the check alone, not a rank
   std::string out;
   HostAnswer a;
-  a.code = runBounded(c.argv, 20.0, out);
+  a.code = runProgram(c.argv, 20.0, out);
   a.said = lastLine(out);
   return a;
 }
@@ -184,6 +149,7 @@ std::string rendezvousPortProblem(const Profile& profile, const std::string& wor
 }
 
 std::string hostsProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort) {
+  if (profile.hosts.launcher == "slurm") return slurmProblem(profile);
   if (profile.hosts.launcher != "ssh") return "";
   const std::vector<std::string> hosts = hostNames(profile);
   if (hosts.empty()) return "";

@@ -17,6 +17,8 @@ std::string coresWarning(const Profile& profile, int cores = -1);
 /// for cpu, and when the worker cannot answer (its ranks then say what is wrong).
 std::string deviceProblem(const Profile& profile, const std::string& workerPath);
 
+/// For hosts.launcher slurm: srun (and outside an allocation squeue and scancel) on PATH, and
+/// inside one that its nodes hold the run's ranks (Note [SLURM job] in slurm_job.h).
 /// For ranks on other hosts (hosts.launcher ssh): that each host answers ssh in batch mode and
 /// runs ptw-worker of this build (`ptw-worker --version` there, the hosts one at a time, each
 /// bounded by ssh's connect timeout and 20 s), then rendezvousPortProblem. "" when all pass,

@@ -17,6 +17,9 @@ struct RankCommand {
   /// line on it rather than a signal.
   bool remote = false;
   std::string host = "";  ///< where the rank runs, for messages; "" = this machine
+  /// The exit code that is the connection's, not the rank's: the connection to the host failed
+  /// or was lost (ssh's 255); 0: there is none.
+  int connectionLostCode = 0;
 };
 
 class RankStarter {
@@ -29,6 +32,16 @@ class RankStarter {
   /// [Local rendezvous] in launcher.cpp).
   virtual int rendezvousPort() const { return 0; }
 };
+
+/// The full path of `program` found on PATH, as a path the launcher can exec without a shell;
+/// "" when there is none.
+std::string findProgram(const std::string& program);
+
+/// A remote rank's worker command (Note [Remote ranks] in ssh_starter.h): `workerArgs` with
+/// `worker` as its program, and `--remote HOST --master ADDRESS [--interface IF]`.
+std::vector<std::string> remoteWorkerArgs(std::vector<std::string> workerArgs, const std::string& worker,
+                                          const std::string& host, const std::string& address,
+                                          const std::string& interface);
 
 /// Starts each rank as a child process of this machine, its records on descriptor 3.
 class LocalStarter final : public RankStarter {

@@ -3,11 +3,15 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <memory>
 
 #include "common/error.h"
+#include "common/launcher_env.h"
 #include "common/strategies.h"
 #include "launch/preflight.h"
 #include "launch/run_store.h"
+#include "launch/slurm_job.h"
+#include "launch/slurm_starter.h"
 #include "launch/ssh_starter.h"
 
 namespace ptw::core {
@@ -66,6 +70,16 @@ RunReport Supervisor::run(LaunchObserver& observer) {
   m_throughput = ThroughputMeter(o.profile);
   StoringObserver storing(observer, o.store, o.runId, *this, m_throughput);
   RunReport report;
+  // Note [SLURM job]: held for every attempt, released when the run ends.
+  std::unique_ptr<SlurmJob> slurm;
+  if (o.profile.hosts.launcher == "slurm") {
+    slurm = std::make_unique<SlurmJob>(o.profile, o.runDir, processEnvironment());
+    if (!slurm->acquire(observer, m_stopRequested)) {
+      report.status = RunReport::Status::Stopped;
+      report.message = "stopped by request while waiting for the SLURM job to start";
+      return report;
+    }
+  }
   const int maxRestarts = o.profile.run.maxRestarts;
   for (int attempt = 0;; ++attempt) {
     std::string profilePath = o.runDir + "/profile.json";
@@ -107,6 +121,8 @@ RunReport Supervisor::run(LaunchObserver& observer) {
         hosts.port = port;
       }
       lo.starter = std::make_shared<SshStarter>(hosts, rankHosts(o.profile), o.workerPath);
+    } else if (slurm) {  // Note [SLURM ranks]
+      lo.starter = std::make_shared<SlurmStarter>(o.profile.hosts, slurm->id(), slurm->rankHosts(), o.workerPath);
     }
     lo.extraWorkerArgs = {"--attempt", std::to_string(attempt)};
     lo.extraWorkerArgs.insert(lo.extraWorkerArgs.end(), o.workerArgs.begin(), o.workerArgs.end());

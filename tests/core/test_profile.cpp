@@ -397,10 +397,13 @@ class TestProfile : public QObject {
         << "run.port: across hosts the ranks meet at hosts.address:hosts.port; set hosts.port instead";
     QTest::newRow("hosts with the local launcher") << R"({"hosts": {"hosts": ["a:2"]}})"
                                                    << "hosts.hosts: lists hosts, but hosts.launcher is \"local\"";
-    QTest::newRow("slurm") << R"({"hosts": {"launcher": "slurm"}})"
-                           << "hosts.launcher: \"slurm\" is not one of ptw's launchers yet; start the ranks with srun";
+    QTest::newRow("slurm with a strategy of one host") << R"({"strategy": {"kind": "pool", "ranks": 1}, "hosts": {"launcher": "slurm"}})"
+                                                       << "strategy.kind: \"pool\" runs on one host only; across hosts (hosts.launcher \"slurm\")";
+    QTest::newRow("slurm nodes that do not fit")
+        << R"({"strategy": {"ranks": 4}, "hosts": {"launcher": "slurm", "hosts": ["n1:2", "n2:1"]}})"
+        << "hosts.hosts: the hosts' slots add up to 3, but the run has 4 ranks (strategy.ranks); make them equal";
     QTest::newRow("unknown launcher") << R"({"hosts": {"launcher": "pdsh"}})"
-                                      << "hosts.launcher: expected one of local, ssh, got \"pdsh\"";
+                                      << "hosts.launcher: expected one of local, ssh, slurm, got \"pdsh\"";
     QTest::newRow("interface with a space")
         << R"({"hosts": {"launcher": "ssh", "hosts": ["a:1", "b:1"], "interface": "eth 0"}})"
         << "hosts.interface: expected a network interface's name";
@@ -423,6 +426,11 @@ class TestProfile : public QObject {
     QCOMPARE(collectiveBackend(p, false), std::string("gloo"));
     QVERIFY(rankHosts(parseProfile("{}")).empty());
     QCOMPARE(collectiveBackend(parseProfile("{}"), false), std::string("shm"));
+    // slurm with no hosts: the allocation's nodes, known once the job runs (launch/slurm_job.h).
+    const Profile slurm = parseProfile(R"({"strategy": {"ranks": 2}, "hosts": {"launcher": "slurm"}})");
+    QVERIFY(validate(slurm).empty());
+    QVERIFY(rankHosts(slurm).empty());
+    QCOMPARE(collectiveBackend(slurm, false), std::string("gloo"));
   }
   void invalidProfilesAreRejected() {
     QFETCH(QString, json);

@@ -1,0 +1,83 @@
+// SlurmJob: the SLURM job a run's ranks start in (hosts.launcher "slurm"; docs/multihost.md),
+// found in ptw's environment or written for the user to submit, and released at the run's end.
+//
+// Note [SLURM job]
+// Inside an allocation (SLURM_JOB_ID in ptw's environment: salloc, an sbatch script, srun) the
+// ranks start in it: on hosts.hosts when given, else on the allocation's nodes, each taking
+// SLURM_TASKS_PER_NODE ranks, which must add up to the run's. The job is the user's: ptw leaves
+// it as it found it.
+// Outside one, ptw writes RUN/job.sbatch, a job of the run's shape named ptw-RUN (the run
+// folder's name, unique to the run), says to submit it, and waits for it to run, asking squeue
+// every second for half a minute and every 10 s after that; a stop ends the wait. Once the job
+// runs, the ranks start in it as above (hosts.hosts, else its nodes, the ranks spread in
+// blocks). The job's batch step only holds the allocation. It ends when ptw writes
+// RUN/slurm.release at the run's end (ptw then also cancels the job by name, which takes a job
+// still pending too), when RUN/slurm.alive, which ptw touches every 5 s while it waits and runs,
+// has not changed for a minute (ptw is gone), or at the job's time limit.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/profile.h"
+#include "launch/launcher.h"
+
+namespace ptw::core {
+
+/// Example: SlurmJob job(profile, runDir, processEnvironment()); if (job.acquire(observer, stop)) ...
+class SlurmJob {
+ public:
+  using Env = std::map<std::string, std::string>;
+  /// `env`: ptw's environment, where SLURM_JOB_ID says whether it runs inside an allocation.
+  SlurmJob(Profile profile, std::string runDir, Env env);
+  ~SlurmJob();  ///< release()
+  SlurmJob(const SlurmJob&) = delete;
+  SlurmJob& operator=(const SlurmJob&) = delete;
+
+  /// The allocation ptw runs in, or the job it writes and then waits for (Note [SLURM job]),
+  /// saying what it waits for through `observer.onLog(-1, ...)`. false: `stop` came while
+  /// waiting, and nothing started. Throws ptw::Error naming what is wrong.
+  bool acquire(LaunchObserver& observer, const std::atomic<bool>& stop);
+  /// Outside an allocation: ends the job (the release file, scancel). Repeatable.
+  void release();
+
+  bool insideAllocation() const { return m_inside; }
+  const std::string& id() const { return m_id; }
+  const std::vector<std::string>& rankHosts() const { return m_rankHosts; }
+
+  /// ptw-NAME, NAME the run folder's name.
+  static std::string jobName(const std::string& runDir);
+  /// RUN/job.sbatch's text for `profile`'s ranks; throws ptw::Error when the run folder's path
+  /// cannot be written in an #SBATCH line.
+  static std::string script(const Profile& profile, const std::string& runDir);
+  /// The node of each rank inside an allocation: hosts.hosts, else SLURM_JOB_NODELIST with
+  /// SLURM_TASKS_PER_NODE ranks each. Throws ptw::Error naming the variable that is missing or
+  /// malformed, or that does not give the run's ranks.
+  static std::vector<std::string> allocationRankHosts(const Profile& profile, const Env& env);
+  /// The node of each rank in a job ptw waited for: hosts.hosts, else the job's nodes
+  /// (`nodelist`, squeue's %N), the ranks spread over them in blocks.
+  static std::vector<std::string> jobRankHosts(const Profile& profile, const std::string& nodelist);
+
+ private:
+  bool waitForJob(LaunchObserver& observer, const std::atomic<bool>& stop);
+  void keepAlive();
+
+  Profile m_profile;
+  std::string m_runDir;
+  Env m_env;
+  bool m_inside = false;
+  bool m_wrote = false;  ///< the script is out: release() has a job to end
+  std::string m_id;
+  std::vector<std::string> m_rankHosts;
+  std::thread m_keeper;
+  std::mutex m_mutex;
+  std::condition_variable m_wake;
+  bool m_ending = false;
+};
+
+}  // namespace ptw::core

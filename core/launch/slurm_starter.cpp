@@ -1,0 +1,50 @@
+#include "launch/slurm_starter.h"
+
+#include "common/error.h"
+
+namespace ptw::core {
+
+SlurmStarter::SlurmStarter(HostsSpec hosts, std::string jobId, std::vector<std::string> rankHosts,
+                           std::string localWorker)
+    : m_hosts(std::move(hosts)),
+      m_jobId(std::move(jobId)),
+      m_rankHosts(std::move(rankHosts)),
+      m_worker(std::move(localWorker)) {
+  PTW_CHECK(!m_jobId.empty() && m_jobId.size() <= 12 && m_jobId.find_first_not_of("0123456789") == std::string::npos,
+            "SLURM job id: expected a number, got \"", m_jobId, "\"");
+  PTW_CHECK(!m_rankHosts.empty(), "hosts.hosts: the slurm launcher has no node for the ranks");
+  for (const auto& h : m_rankHosts) PTW_CHECK(plausibleHostName(h), "hosts.hosts: not a host name: \"", h, "\"");
+  m_srun = findProgram("srun");
+  PTW_CHECK(!m_srun.empty(),
+            "hosts.launcher \"slurm\" needs SLURM's srun on PATH, and there is none; install slurm-client, or run ptw "
+            "where SLURM's commands are");
+  if (!m_hosts.worker.empty()) m_worker = m_hosts.worker;
+  m_address = m_hosts.address.empty() ? m_rankHosts.front() : m_hosts.address;
+  m_port = m_hosts.port != 0 ? m_hosts.port : 20000 + static_cast<int>(std::stoll(m_jobId) % 20000);
+}
+
+RankCommand SlurmStarter::command(int rank, const std::vector<std::string>& workerArgs) const {
+  PTW_CHECK(rank >= 0 && static_cast<std::size_t>(rank) < m_rankHosts.size(), "rank ", rank, " has no node (",
+            m_rankHosts.size(), " in the SLURM job)");
+  const std::string& host = m_rankHosts[static_cast<std::size_t>(rank)];
+  RankCommand c;
+  c.remote = true;
+  c.host = host;
+  c.argv = {m_srun,
+            "--jobid=" + m_jobId,
+            "--job-name=ptw-rank" + std::to_string(rank),
+            "--nodes=1",
+            "--ntasks=1",
+            "--ntasks-per-node=1",
+            "--nodelist=" + host,
+            "--overlap",
+            "--unbuffered",
+            "--input=all",
+            "--mpi=none",
+            "--quiet",
+            "--"};
+  for (auto& a : remoteWorkerArgs(workerArgs, m_worker, host, m_address, m_hosts.interface)) c.argv.push_back(a);
+  return c;
+}
+
+}  // namespace ptw::core

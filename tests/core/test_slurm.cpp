@@ -1,0 +1,268 @@
+// DDP through ptw's slurm launcher (docs/multihost.md, Note [SLURM job]) on a one-node SLURM
+// cluster that the test starts on this machine (tests/slurm/slurm_node.sh): munged, slurmctld
+// and slurmd with their own key, configuration and state in a temporary folder, over 127.0.0.1
+// only, in a PID namespace that ends with the test. Needs root and Debian's slurmctld, slurmd,
+// slurm-client and munge; without them every case is skipped, saying why (CTest reports it
+// skipped, not passed).
+#include <QDir>
+#include <QDirIterator>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <unistd.h>
+
+#include <functional>
+
+#include <torch/torch.h>
+
+#include "engine_support.h"
+#include "test_support.h"
+
+using namespace ptw;
+using namespace ptw::core;
+using ptw::test::maxAbsDiff;
+using ptw::test::referenceParameters;
+
+namespace {
+
+const QString kNode = QStringLiteral("ptwnode1");  // the cluster's one node (slurm_node.sh)
+
+QString script() { return test::sourcePath(QStringLiteral("tests/slurm/slurm_node.sh")); }
+
+}  // namespace
+
+class TestSlurm : public QObject {
+  Q_OBJECT
+
+  // Stops the cluster however the test ends (a failed QVERIFY returns early; the destructor
+  // runs at exit too; slurm_node.sh's guard, if the test is killed outright).
+  struct Cluster {
+    QString dir;
+    bool up = false;
+    void down() {
+      if (!up) return;
+      QProcess::execute(QStringLiteral("bash"), {script(), QStringLiteral("down"), dir});
+      up = false;
+    }
+    ~Cluster() { down(); }
+  };
+
+  QTemporaryDir m_dir{QDir::tempPath() + "/ptw-slurm-XXXXXX"};
+  Cluster m_cluster;
+  QString m_skip;
+
+  // ptw's environment: the test cluster's configuration, and no allocation of the test's own.
+  QProcessEnvironment environment() const {
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    for (const auto& key : env.keys())
+      if (key.startsWith(QLatin1String("SLURM_")) || key.startsWith(QLatin1String("SBATCH_")) ||
+          key.startsWith(QLatin1String("SALLOC_")) || key.startsWith(QLatin1String("SRUN_")))
+        env.remove(key);
+    env.insert(QStringLiteral("SLURM_CONF"), m_cluster.dir + "/slurm.conf");
+    return env;
+  }
+
+  // A 2-rank DDP profile over Gloo through the slurm launcher; the ranks meet on loopback.
+  Profile slurmProfile(std::int64_t steps) const {
+    Profile p = test::mlpProfile(8, {16, 16}, 3, 96);
+    p.strategy.ranks = 2;
+    p.strategy.backend = "gloo";
+    p.hyper.maxSteps = steps;
+    p.run.timeoutS = 20;
+    p.hosts.launcher = "slurm";
+    p.hosts.address = "127.0.0.1";
+    return p;
+  }
+
+  struct Run {
+    int exitCode = -1;
+    QJsonObject summary;
+    QString output;
+  };
+
+  // `program args...`, then ptw --headless; `during` runs while it does (bounded: 120 s in all).
+  Run runPtw(const Profile& p, const QString& name, const QStringList& before, const QStringList& extra = {},
+             const std::function<void(QProcess&)>& during = {}) {
+    const QString profile = m_cluster.dir + "/" + name + ".json";
+    saveProfile(p, profile.toStdString());
+    const QString summary = m_cluster.dir + "/" + name + ".summary.json";
+    QProcess ptw;
+    ptw.setProcessEnvironment(environment());
+    ptw.setProcessChannelMode(QProcess::MergedChannels);
+    QStringList args = before;
+    args << test::binDir() + "/ptw" << QStringLiteral("--headless") << QStringLiteral("-p") << profile
+         << QStringLiteral("--runs-dir") << m_cluster.dir + "/runs-" + name << QStringLiteral("--summary") << summary
+         << extra;
+    const QString program = args.takeFirst();
+    ptw.start(program, args);
+    Run run;
+    if (!ptw.waitForStarted(10000)) return run;
+    if (during) during(ptw);
+    if (!ptw.waitForFinished(120000)) {
+      ptw.kill();
+      ptw.waitForFinished(5000);
+    }
+    run.exitCode = ptw.exitStatus() == QProcess::NormalExit ? ptw.exitCode() : -1;
+    run.output = QString::fromUtf8(ptw.readAll());
+    QFile f(summary);
+    if (f.open(QIODevice::ReadOnly)) run.summary = QJsonDocument::fromJson(f.readAll()).object();
+    return run;
+  }
+
+  // salloc's command line: the allocation ptw then runs in.
+  QStringList salloc(const QString& name) const {
+    return {QStringLiteral("salloc"), QStringLiteral("--nodes=1"), QStringLiteral("--ntasks=2"),
+            QStringLiteral("--job-name=test-") + name, QStringLiteral("--quiet")};
+  }
+
+  // Both ranks end with the parameters one process trains on the same global batches, and
+  // each rank's records came back through its srun.
+  void checkEqualsOneProcess(const Run& run, const Profile& p) {
+    QVERIFY2(run.exitCode == 0, qPrintable(run.output));
+    QCOMPARE(run.summary.value("status").toString(), QStringLiteral("finished"));
+    const QJsonArray ranks = run.summary.value("ranks").toArray();
+    QCOMPARE(ranks.size(), 2);
+    for (const auto& r : ranks) QCOMPARE(r.toObject().value("steps").toInt(), static_cast<int>(p.hyper.maxSteps));
+    const QString runDir = run.summary.value("run_dir").toString();
+    std::vector<std::vector<torch::Tensor>> params(2);
+    for (int r = 0; r < 2; ++r)
+      torch::load(params[static_cast<std::size_t>(r)],
+                  QStringLiteral("%1/rank%2.final.pt").arg(runDir).arg(r).toStdString());
+    QCOMPARE(maxAbsDiff(params[0], params[1]), 0.0);
+    const double diff = maxAbsDiff(params[0], referenceParameters(p, 2));
+    QVERIFY2(diff < 1e-5, qPrintable(QStringLiteral("max |2 SLURM ranks - one process| = %1").arg(diff)));
+  }
+
+  // No ptw-worker of this test's runs left (a remote rank whose profile is in the test's
+  // folder), within `seconds`.
+  bool noWorkersLeft(int seconds) const {
+    const auto ours = [this] {
+      for (int pid : test::liveWorkersWith("--remote")) {
+        QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));
+        if (cmdline.open(QIODevice::ReadOnly) && cmdline.readAll().contains(m_cluster.dir.toUtf8())) return true;
+      }
+      return false;
+    };
+    QElapsedTimer t;
+    t.start();
+    while (ours()) {
+      if (t.elapsed() > seconds * 1000) return false;
+      QThread::msleep(100);
+    }
+    return true;
+  }
+
+  // The test cluster's jobs that have not ended.
+  QString liveJobs() const {
+    QProcess squeue;
+    squeue.setProcessEnvironment(environment());
+    squeue.start(QStringLiteral("squeue"), {QStringLiteral("-h"), QStringLiteral("-o"), QStringLiteral("%i %j %T")});
+    squeue.waitForFinished(10000);
+    return QString::fromUtf8(squeue.readAllStandardOutput()).trimmed();
+  }
+
+ private slots:
+  void initTestCase() {
+    QVERIFY(m_dir.isValid());
+    QProcess check;
+    check.setProcessChannelMode(QProcess::MergedChannels);
+    check.start(QStringLiteral("bash"), {script(), QStringLiteral("check")});
+    check.waitForFinished(20000);
+    if (check.exitCode() != 0) {
+      m_skip = "SLURM test not run: " + QString::fromUtf8(check.readAll()).trimmed();
+      return;
+    }
+    m_cluster.dir = m_dir.path();
+    m_cluster.up = true;  // from here on, whatever was started is stopped
+    QProcess up;
+    up.setProcessChannelMode(QProcess::MergedChannels);
+    up.start(QStringLiteral("bash"),
+             {script(), QStringLiteral("up"), QString::number(::getpid()), m_cluster.dir});
+    if (!up.waitForFinished(60000) || up.exitCode() != 0) {
+      // Daemons that cannot run here (a container without what slurmd needs) skip, saying why.
+      m_skip = "SLURM test not run: the test cluster did not start: " + QString::fromUtf8(up.readAll()).trimmed();
+      m_cluster.down();
+    }
+  }
+  void cleanupTestCase() { m_cluster.down(); }
+  void init() {
+    if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+  }
+
+  // Inside an allocation (salloc runs ptw): each rank a step of it, on the allocation's node.
+  void insideAnAllocationEqualsOneProcess() {
+    const Profile p = slurmProfile(20);
+    const Run run = runPtw(p, QStringLiteral("inside"), salloc(QStringLiteral("inside")));
+    checkEqualsOneProcess(run, p);
+    QVERIFY2(run.output.contains("as SLURM job steps through srun"), qPrintable(run.output));
+    QVERIFY2(noWorkersLeft(10), "a ptw-worker was left running");
+  }
+
+  // Outside an allocation: ptw writes RUN/job.sbatch and waits; the test submits it; ptw
+  // starts the ranks in the job and cancels it at the end.
+  void outsideAnAllocationAttachesToTheJob() {
+    const Profile p = slurmProfile(20);
+    const QString runs = m_cluster.dir + "/runs-outside";
+    QString submitted;
+    const Run run = runPtw(p, QStringLiteral("outside"), {}, {}, [&](QProcess& ptw) {
+      // Bounded: the script is there within 30 s, or the run is judged as it is.
+      QElapsedTimer t;
+      t.start();
+      QString file;
+      while (file.isEmpty() && t.elapsed() < 30000 && ptw.state() == QProcess::Running) {
+        QDirIterator it(runs, {QStringLiteral("job.sbatch")}, QDir::Files, QDirIterator::Subdirectories);
+        if (it.hasNext()) file = it.next();
+        ptw.waitForFinished(100);
+      }
+      if (file.isEmpty()) return;
+      QProcess sbatch;
+      sbatch.setProcessEnvironment(environment());
+      sbatch.setProcessChannelMode(QProcess::MergedChannels);
+      sbatch.start(QStringLiteral("sbatch"), {file});
+      sbatch.waitForFinished(20000);
+      submitted = QString::fromUtf8(sbatch.readAll()).trimmed();
+    });
+    QVERIFY2(submitted.startsWith("Submitted batch job"), qPrintable(submitted + "\n" + run.output));
+    QVERIFY2(run.output.contains("submit it with: sbatch " + runs), qPrintable(run.output));
+    checkEqualsOneProcess(run, p);
+    QVERIFY2(noWorkersLeft(10), "a ptw-worker was left running");
+    // Released: the job is gone within 10 s (the release file, scancel).
+    QElapsedTimer t;
+    t.start();
+    while (liveJobs().contains("ptw-") && t.elapsed() < 10000) QThread::msleep(200);
+    QVERIFY2(!liveJobs().contains("ptw-"), qPrintable(liveJobs()));
+  }
+
+  // A rank killed by a signal is named with its node; the other is stopped; nothing is left.
+  void aRankKilledIsNamed() {
+    const Run run = runPtw(slurmProfile(1000000), QStringLiteral("killed"), salloc(QStringLiteral("killed")),
+                           {QStringLiteral("--worker-arg=--fault=kill-at-step:1:5")});
+    QVERIFY2(run.exitCode != 0, qPrintable(run.output));
+    const QString message = run.summary.value("message").toString();
+    QVERIFY2(message.startsWith("rank 1 on host " + kNode + " failed with signal 9"), qPrintable(message));
+    QVERIFY2(noWorkersLeft(10), "a ptw-worker was left running");
+  }
+
+  // A stop (SIGTERM to ptw) while it waits for its job ends the wait: nothing starts.
+  void aStopWhileWaitingEndsTheRun() {
+    const Run run = runPtw(slurmProfile(20), QStringLiteral("waiting"), {}, {}, [&](QProcess& ptw) {
+      QElapsedTimer t;
+      t.start();
+      while (t.elapsed() < 30000 && ptw.state() == QProcess::Running &&
+             !QString::fromUtf8(ptw.peek(1 << 20)).contains("waiting for the job to start"))
+        ptw.waitForReadyRead(200);
+      ::kill(static_cast<pid_t>(ptw.processId()), SIGTERM);
+    });
+    QCOMPARE(run.summary.value("status").toString(), QStringLiteral("stopped"));
+    QVERIFY2(run.summary.value("message").toString().contains("waiting for the SLURM job"), qPrintable(run.output));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestSlurm)
+#include "test_slurm.moc"
