@@ -799,7 +799,8 @@ const std::map<std::string, std::string>& fieldHelp() {
       {"hosts.port",
        "`ssh`, `slurm`: the rendezvous port, on the first host; 0 = `ssh`: a port free there, which the check before "
        "a run asks it for; `slurm`: 20000 + the job's id modulo 20000"},
-      {"hosts.worker", "`ssh`, `slurm`: `ptw-worker`'s absolute path on the hosts; empty = the same path as on this machine"},
+      {"hosts.worker",
+       "`ssh`, `slurm`: `ptw-worker`'s absolute path on the hosts; empty = the same path as on this machine"},
       {"hosts.ssh_user", "`ssh`: the user on the hosts (`ssh -l`); empty = ssh's default"},
       {"hosts.ssh_port", "`ssh`: the hosts' ssh port (`ssh -p`); 0 = ssh's default"},
       {"hosts.ssh_identity", "`ssh`: the private key (`ssh -i`); empty = ssh's default"},

@@ -55,8 +55,7 @@ std::string SlurmJob::jobName(const std::string& runDir) {
 }
 
 std::string SlurmJob::script(const Profile& p, const std::string& runDir) {
-  PTW_CHECK(!runDir.empty() && runDir.find_first_of(" \t\n\r\"'%\\$`") == std::string::npos,
-            "the run folder ", runDir,
+  PTW_CHECK(!runDir.empty() && runDir.find_first_of(" \t\n\r\"'%\\$`") == std::string::npos, "the run folder ", runDir,
             ": SLURM's #SBATCH lines cannot hold a path with blanks, quotes, %, $ or backslashes; choose a runs "
             "folder without them (--runs-dir, PTW_RUNS_DIR)");
   const int ranks = processCount(p);
@@ -172,12 +171,12 @@ bool SlurmJob::waitForJob(LaunchObserver& observer, const std::atomic<bool>& sto
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
       continue;
     }
-    next = Clock::now() + (Clock::now() - started < std::chrono::seconds(30) ? std::chrono::seconds(1)
-                                                                              : std::chrono::seconds(10));
+    next = Clock::now() +
+           (Clock::now() - started < std::chrono::seconds(30) ? std::chrono::seconds(1) : std::chrono::seconds(10));
     std::string out;
-    const int code = runProgram({squeue, "-h", "--name=" + name, "--user=" + std::to_string(::getuid()), "-t", "all",
-                                 "-o", "%i %T %N"},
-                                20.0, out);
+    const int code = runProgram(
+        {squeue, "-h", "--name=" + name, "--user=" + std::to_string(::getuid()), "-t", "all", "-o", "%i %T %N"}, 20.0,
+        out);
     if (code != 0) {
       PTW_CHECK(++failures < 5, "squeue failed 5 times in a row while ptw waited for SLURM job ", name, ": ",
                 lastLine(out).empty() ? std::string("no answer within 20 s") : lastLine(out));

@@ -36,7 +36,8 @@ RankCommand SshStarter::command(int rank, const std::vector<std::string>& worker
             m_rankHosts.size(), " slots in hosts.hosts)");
   const std::string& host = m_rankHosts[static_cast<std::size_t>(rank)];
   std::string line;
-  for (const auto& a : remoteWorkerArgs(workerArgs, m_worker, host, m_address, m_hosts.interface)) line += (line.empty() ? "" : " ") + quoteForShell(a);
+  for (const auto& a : remoteWorkerArgs(workerArgs, m_worker, host, m_address, m_hosts.interface))
+    line += (line.empty() ? "" : " ") + quoteForShell(a);
   line += "; exit $?";  // the shell waits: a signal comes back as 128+N (Note [Remote ranks])
 
   RankCommand c;

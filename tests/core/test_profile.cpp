@@ -397,8 +397,9 @@ class TestProfile : public QObject {
         << "run.port: across hosts the ranks meet at hosts.address:hosts.port; set hosts.port instead";
     QTest::newRow("hosts with the local launcher") << R"({"hosts": {"hosts": ["a:2"]}})"
                                                    << "hosts.hosts: lists hosts, but hosts.launcher is \"local\"";
-    QTest::newRow("slurm with a strategy of one host") << R"({"strategy": {"kind": "pool", "ranks": 1}, "hosts": {"launcher": "slurm"}})"
-                                                       << "strategy.kind: \"pool\" runs on one host only; across hosts (hosts.launcher \"slurm\")";
+    QTest::newRow("slurm with a strategy of one host")
+        << R"({"strategy": {"kind": "pool", "ranks": 1}, "hosts": {"launcher": "slurm"}})"
+        << "strategy.kind: \"pool\" runs on one host only; across hosts (hosts.launcher \"slurm\")";
     QTest::newRow("slurm nodes that do not fit")
         << R"({"strategy": {"ranks": 4}, "hosts": {"launcher": "slurm", "hosts": ["n1:2", "n2:1"]}})"
         << "hosts.hosts: the hosts' slots add up to 3, but the run has 4 ranks (strategy.ranks); make them equal";

@@ -182,8 +182,7 @@ class TestSlurm : public QObject {
     m_cluster.up = true;  // from here on, whatever was started is stopped
     QProcess up;
     up.setProcessChannelMode(QProcess::MergedChannels);
-    up.start(QStringLiteral("bash"),
-             {script(), QStringLiteral("up"), QString::number(::getpid()), m_cluster.dir});
+    up.start(QStringLiteral("bash"), {script(), QStringLiteral("up"), QString::number(::getpid()), m_cluster.dir});
     if (!up.waitForFinished(60000) || up.exitCode() != 0) {
       // Daemons that cannot run here (a container without what slurmd needs) skip, saying why.
       m_skip = "SLURM test not run: the test cluster did not start: " + QString::fromUtf8(up.readAll()).trimmed();

@@ -98,29 +98,28 @@ class TestSlurmStarter : public QObject {
     QVERIFY(c.remote);
     QCOMPARE(c.host, std::string("node2"));
     QCOMPARE(c.connectionLostCode, 0);
-    const std::vector<std::string> expected = {
-        (m_bin.path() + "/srun").toStdString(),
-        "--jobid=4242",
-        "--job-name=ptw-rank2",
-        "--nodes=1",
-        "--ntasks=1",
-        "--ntasks-per-node=1",
-        "--nodelist=node2",
-        "--overlap",
-        "--unbuffered",
-        "--input=all",
-        "--mpi=none",
-        "--quiet",
-        "--",
-        "/opt/ptw/ptw-worker",
-        "--profile",
-        "/runs/r/profile.json",
-        "--remote",
-        "node2",
-        "--master",
-        "node1",
-        "--interface",
-        "ib0"};
+    const std::vector<std::string> expected = {(m_bin.path() + "/srun").toStdString(),
+                                               "--jobid=4242",
+                                               "--job-name=ptw-rank2",
+                                               "--nodes=1",
+                                               "--ntasks=1",
+                                               "--ntasks-per-node=1",
+                                               "--nodelist=node2",
+                                               "--overlap",
+                                               "--unbuffered",
+                                               "--input=all",
+                                               "--mpi=none",
+                                               "--quiet",
+                                               "--",
+                                               "/opt/ptw/ptw-worker",
+                                               "--profile",
+                                               "/runs/r/profile.json",
+                                               "--remote",
+                                               "node2",
+                                               "--master",
+                                               "node1",
+                                               "--interface",
+                                               "ib0"};
     QCOMPARE(c.argv, expected);
     h.port = 29555;
     h.address = "10.0.0.1";
@@ -138,8 +137,7 @@ class TestSlurmStarter : public QObject {
     QCOMPARE(expandTasksPerNode("2(x3),1"), (std::vector<int>{2, 2, 2, 1}));
     QCOMPARE(expandTasksPerNode("4"), (std::vector<int>{4}));
     for (const char* bad : {"", "x", "2(x0)", "2(x3", "0", "2,,1", "2(y3)"})
-      QVERIFY2(errorOf([&] { expandTasksPerNode(bad); }).find("SLURM_TASKS_PER_NODE: expected task counts") == 0,
-               bad);
+      QVERIFY2(errorOf([&] { expandTasksPerNode(bad); }).find("SLURM_TASKS_PER_NODE: expected task counts") == 0, bad);
   }
 
   // Inside an allocation: its nodes, each with its tasks, must hold the run's ranks.
@@ -148,17 +146,30 @@ class TestSlurmStarter : public QObject {
     QTest::addColumn<QString>("nodes");
     QTest::addColumn<QString>("tasks");
     QTest::addColumn<QString>("expected");  // the hosts, or the start of the error
-    QTest::newRow("one node") << 2 << "ptwnode1" << "2" << "ptwnode1 ptwnode1";
-    QTest::newRow("several") << 5 << "n[1-3]" << "2(x2),1" << "n1 n1 n2 n2 n3";
-    QTest::newRow("too few tasks") << 4 << "n[1-2]" << "1(x2)"
-                                   << "SLURM_TASKS_PER_NODE: the allocation has 2 task(s) (1(x2) on n[1-2]), but the run "
-                                      "has 4 ranks (strategy.ranks); allocate that many tasks (salloc or sbatch "
-                                      "--ntasks=4), or list the nodes in hosts.hosts";
-    QTest::newRow("counts for other nodes") << 2 << "n[1-2]" << "2"
+    QTest::newRow("one node") << 2 << "ptwnode1"
+                              << "2"
+                              << "ptwnode1 ptwnode1";
+    QTest::newRow("several") << 5 << "n[1-3]"
+                             << "2(x2),1"
+                             << "n1 n1 n2 n2 n3";
+    QTest::newRow("too few tasks")
+        << 4 << "n[1-2]"
+        << "1(x2)"
+        << "SLURM_TASKS_PER_NODE: the allocation has 2 task(s) (1(x2) on n[1-2]), but the run "
+           "has 4 ranks (strategy.ranks); allocate that many tasks (salloc or sbatch "
+           "--ntasks=4), or list the nodes in hosts.hosts";
+    QTest::newRow("counts for other nodes") << 2 << "n[1-2]"
+                                            << "2"
                                             << "SLURM_TASKS_PER_NODE: \"2\" gives 1 node(s), but SLURM_JOB_NODELIST";
-    QTest::newRow("bad count") << 2 << "n1" << "two" << "SLURM_TASKS_PER_NODE: expected task counts";
-    QTest::newRow("bad list") << 2 << "n[1-" << "2" << "SLURM_JOB_NODELIST: expected a SLURM hostlist";
-    QTest::newRow("no list") << 2 << "" << "2" << "SLURM_JOB_NODELIST: not set inside the SLURM allocation";
+    QTest::newRow("bad count") << 2 << "n1"
+                               << "two"
+                               << "SLURM_TASKS_PER_NODE: expected task counts";
+    QTest::newRow("bad list") << 2 << "n[1-"
+                              << "2"
+                              << "SLURM_JOB_NODELIST: expected a SLURM hostlist";
+    QTest::newRow("no list") << 2 << ""
+                             << "2"
+                             << "SLURM_JOB_NODELIST: not set inside the SLURM allocation";
   }
   void allocationPlacesRanks() {
     QFETCH(int, ranks);
@@ -211,15 +222,17 @@ class TestSlurmStarter : public QObject {
     QVERIFY(SlurmJob::script(p, run).find("--ntasks-per-node") == std::string::npos);
     // Every #SBATCH line before the first command, as sbatch reads them.
     const auto firstCommand = text.find("\nrun=");
-    QVERIFY(text.rfind("#SBATCH", firstCommand) < firstCommand && text.find("#SBATCH", firstCommand) == std::string::npos);
+    QVERIFY(text.rfind("#SBATCH", firstCommand) < firstCommand &&
+            text.find("#SBATCH", firstCommand) == std::string::npos);
     QFile(QString::fromStdString(run + "/slurm.release")).open(QIODevice::WriteOnly);
     QProcess bash;
     bash.start(QStringLiteral("bash"), {QStringLiteral("-c"), QString::fromStdString(text)});
     QVERIFY(bash.waitForFinished(10000));
     QCOMPARE(bash.exitCode(), 0);
     QVERIFY(bash.readAllStandardOutput().contains("ptw: the run ended; releasing the allocation"));
-    QVERIFY(errorOf([&] { SlurmJob::script(p, dir.path().toStdString() + "/a b"); })
-                .find("SLURM's #SBATCH lines cannot hold a path with blanks") != std::string::npos);
+    QVERIFY(errorOf([&] {
+              SlurmJob::script(p, dir.path().toStdString() + "/a b");
+            }).find("SLURM's #SBATCH lines cannot hold a path with blanks") != std::string::npos);
   }
 
   // Outside an allocation: the script is written, the wait says so, a pending job is waited

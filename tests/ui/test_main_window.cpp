@@ -361,8 +361,8 @@ class TestMainWindow : public QObject {
     QVERIFY(!e.field("hosts.interface")->isVisibleTo(&e));
     e.setFieldText("hosts.launcher", "slurm");  // the ranks' network, not how ssh reaches them
     QVERIFY(e.field("hosts.interface")->isVisibleTo(&e));
-    for (const char* f : {"hosts.ssh_user", "hosts.ssh_port", "hosts.ssh_identity", "hosts.ssh_config",
-                          "hosts.alive_interval_s"})
+    for (const char* f :
+         {"hosts.ssh_user", "hosts.ssh_port", "hosts.ssh_identity", "hosts.ssh_config", "hosts.alive_interval_s"})
       QVERIFY2(!e.field(f)->isVisibleTo(&e), f);
     e.setFieldText("hosts.launcher", "ssh");
     QVERIFY(e.field("hosts.interface")->isVisibleTo(&e));
