@@ -20,4 +20,30 @@ JSON
   tail -20 "$work"/runs/*/rank0.log
   exit 1
 }
-grep -hE '^(phases|cost):' "$work"/runs/*/rank[0-9]*.log
+grep -hE '^(phases|cost):' "$work"/runs/*/rank[0-9]*.log | tee "$work/lines.txt"
+# Kept as tests/bench/results/script-phases-<date>-<commit>.json with its machine.
+/usr/bin/python3 - "$work/lines.txt" "$src/tests/bench/results" "$seconds" "$phase" "$batch" <<'PY'
+import datetime, json, os, re, subprocess, sys
+lines, results, seconds, phase, batch = sys.argv[1:]
+costs = []
+for line in open(lines):
+    m = re.match(r"cost: rank (\d+): per reported step, log call ([-\d.]+) us \(less an empty call's ([-\d.]+) us\), "
+                 r"reading rank ([-+\d.]+) us, ptw ([-+\d.]+) us CPU; a silent step (\d+) us: ([-\d.]+)%", line)
+    if m:
+        keys = ["rank", "log_call_us", "empty_call_us", "reading_rank_us", "ptw_us", "silent_step_us", "cost_percent"]
+        costs.append({k: (int(v) if k == "rank" else float(v)) for k, v in zip(keys, m.groups())})
+phases = next((l.strip() for l in open(lines) if l.startswith("phases:")), "")
+cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "")
+commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=results).stdout.strip()
+now = datetime.datetime.now(datetime.timezone.utc)
+kept = {"target": "script-phases", "date": now.strftime("%Y-%m-%dT%H:%M:%SZ"), "commit": commit,
+        "machine": "%d cores, %s" % (os.cpu_count(), cpu), "load_average": os.getloadavg()[0],
+        "method": "tests/bench/script_phases.py under ptw, 2 ranks, %s s in %s ms phases, batch %s; every other "
+                  "phase reports each step through ptw_metrics" % (seconds, phase, batch),
+        "costs": costs, "phases": phases}
+os.makedirs(results, exist_ok=True)
+name = os.path.join(results, "script-phases-%s-%s.json" % (now.strftime("%Y%m%dT%H%M%SZ"), commit))
+with open(name, "w") as f:
+    json.dump(kept, f, indent=1)
+print("bench: kept as %s" % os.path.relpath(name), file=sys.stderr)
+PY
