@@ -3,6 +3,9 @@
 
 #include <QDir>
 #include <QFile>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
 #include <QString>
 #include <QTemporaryDir>
 
@@ -122,6 +125,28 @@ inline core::Profile endlessProfile(int ranks) {
   p.strategy.ranks = ranks;
   p.hyper.maxSteps = 1'000'000'000;
   return p;
+}
+
+/// A headless ptw a test ran: its exit code (-1: it did not end by itself), what it printed
+/// and its --summary file.
+struct HeadlessRun {
+  int exitCode = -1;
+  QJsonObject summary;
+  QString output;
+};
+
+/// Waits for `ptw` (killed after `timeoutMs`), then reads what it printed and `summaryPath`.
+inline HeadlessRun finishHeadless(QProcess& ptw, const QString& summaryPath, int timeoutMs) {
+  if (!ptw.waitForFinished(timeoutMs)) {
+    ptw.kill();
+    ptw.waitForFinished(5000);
+  }
+  HeadlessRun run;
+  run.exitCode = ptw.exitStatus() == QProcess::NormalExit ? ptw.exitCode() : -1;
+  run.output = QString::fromUtf8(ptw.readAll());
+  QFile f(summaryPath);
+  if (f.open(QIODevice::ReadOnly)) run.summary = QJsonDocument::fromJson(f.readAll()).object();
+  return run;
 }
 
 }  // namespace ptw::test

@@ -1,12 +1,7 @@
 #include "launch/preflight.h"
 
-#include <fcntl.h>
 #include <sched.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <sstream>
 #include <vector>
@@ -18,45 +13,11 @@
 #include "common/version.h"
 #include "launch/run_program.h"
 #include "launch/slurm_job.h"
+#include "launch/slurm_starter.h"
 #include "launch/ssh_starter.h"
-
-extern char** environ;
 
 namespace ptw::core {
 namespace {
-
-// `program args...`'s standard output, with stdin and stderr on /dev/null; false when it
-// could not be run or did not exit 0.
-bool outputOf(const std::string& program, const char* arg, std::string& out) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return false;
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-  char* argv[] = {const_cast<char*>(program.c_str()), const_cast<char*>(arg), nullptr};
-  pid_t pid = 0;
-  const int spawned = ::posix_spawn(&pid, program.c_str(), &actions, nullptr, argv, environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(fds[1]);
-  if (spawned != 0) {
-    ::close(fds[0]);
-    return false;
-  }
-  char buf[4096];
-  for (;;) {
-    const ssize_t n = ::read(fds[0], buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    out.append(buf, static_cast<std::size_t>(n));
-  }
-  ::close(fds[0]);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
-}
 
 // The slurm launcher (Note [SLURM job]): SLURM's programs, and inside an allocation, that it
 // holds the run's ranks.
@@ -64,14 +25,13 @@ std::string slurmProblem(const Profile& profile) {
   const auto env = processEnvironment();
   const auto job = env.find("SLURM_JOB_ID");
   const bool inside = job != env.end() && !job->second.empty();
-  for (const char* program : {"srun", "squeue", "scancel"}) {
-    if (inside && std::string(program) != "srun") break;
-    if (findProgram(program).empty())
-      return std::string("hosts.launcher: \"slurm\" needs SLURM's ") + program +
-             " on PATH, and there is none; install slurm-client, or run ptw where SLURM's commands are";
-  }
-  if (!inside) return "";
   try {
+    slurmProgram("srun");
+    if (!inside) {
+      slurmProgram("squeue");
+      slurmProgram("scancel");
+      return "";
+    }
     SlurmJob::allocationRankHosts(profile, env);
   } catch (const Error& e) {
     return e.what();
@@ -191,8 +151,8 @@ std::string coresWarning(const Profile& profile, int cores) {
 
 std::string deviceProblem(const Profile& profile, const std::string& workerPath) {
   if (profile.strategy.device != "cuda") return "";
-  std::string devices;
-  if (!outputOf(workerPath, "--devices", devices)) return "";
+  std::string devices;  // a second or two: the worker loads LibTorch
+  if (runProgram({workerPath, "--devices"}, 60.0, devices) != 0) return "";
   // One JSON object a line (docs/protocol.md); the worker writes this key and value as here.
   return devices.find("\"kind\": \"cuda\"") == std::string::npos ? kNoCudaDeviceMessage : "";
 }

@@ -12,6 +12,7 @@
 #include "common/launcher_env.h"
 #include "launch/rank_starter.h"
 #include "launch/run_program.h"
+#include "launch/slurm_starter.h"
 #include "launch/ssh_starter.h"
 
 namespace ptw::core {
@@ -22,14 +23,6 @@ using Clock = std::chrono::steady_clock;
 constexpr const char* kScript = "/job.sbatch";
 constexpr const char* kAlive = "/slurm.alive";
 constexpr const char* kRelease = "/slurm.release";
-
-// A SLURM program on PATH, or a message naming it.
-std::string slurmProgram(const char* name) {
-  std::string path = findProgram(name);
-  PTW_CHECK(!path.empty(), "hosts.launcher \"slurm\" needs SLURM's ", name,
-            " on PATH, and there is none; install slurm-client, or run ptw where SLURM's commands are");
-  return path;
-}
 
 // States in which a job may still run (squeue's %T).
 bool stillToRun(const std::string& state) {

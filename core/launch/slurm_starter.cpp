@@ -4,6 +4,13 @@
 
 namespace ptw::core {
 
+std::string slurmProgram(const char* name) {
+  std::string path = findProgram(name);
+  PTW_CHECK(!path.empty(), "hosts.launcher: \"slurm\" needs SLURM's ", name,
+            " on PATH, and there is none; install slurm-client, or run ptw where SLURM's commands are");
+  return path;
+}
+
 SlurmStarter::SlurmStarter(HostsSpec hosts, std::string jobId, std::vector<std::string> rankHosts,
                            std::string localWorker)
     : m_hosts(std::move(hosts)),
@@ -14,10 +21,7 @@ SlurmStarter::SlurmStarter(HostsSpec hosts, std::string jobId, std::vector<std::
             "SLURM job id: expected a number, got \"", m_jobId, "\"");
   PTW_CHECK(!m_rankHosts.empty(), "hosts.hosts: the slurm launcher has no node for the ranks");
   for (const auto& h : m_rankHosts) PTW_CHECK(plausibleHostName(h), "hosts.hosts: not a host name: \"", h, "\"");
-  m_srun = findProgram("srun");
-  PTW_CHECK(!m_srun.empty(),
-            "hosts.launcher \"slurm\" needs SLURM's srun on PATH, and there is none; install slurm-client, or run ptw "
-            "where SLURM's commands are");
+  m_srun = slurmProgram("srun");
   if (!m_hosts.worker.empty()) m_worker = m_hosts.worker;
   m_address = m_hosts.address.empty() ? m_rankHosts.front() : m_hosts.address;
   m_port = m_hosts.port != 0 ? m_hosts.port : 20000 + static_cast<int>(std::stoll(m_jobId) % 20000);

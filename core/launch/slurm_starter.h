@@ -30,6 +30,10 @@
 
 namespace ptw::core {
 
+/// SLURM's program `name` (srun, squeue, scancel) on PATH; throws a message that names it
+/// when it is not there.
+std::string slurmProgram(const char* name);
+
 /// Example: SlurmStarter(profile.hosts, "4242", {"node1", "node1", "node2"}, "/usr/lib/ptw/ptw-worker")
 class SlurmStarter final : public RankStarter {
  public:

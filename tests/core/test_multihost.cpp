@@ -92,11 +92,7 @@ class TestMultihost : public QObject {
     return p;
   }
 
-  struct Run {
-    int exitCode = -1;
-    QJsonObject summary;
-    QString output;
-  };
+  using Run = test::HeadlessRun;
 
   // ptw --headless in the control namespace; `during` runs once the ranks train.
   Run runPtw(const Profile& p, const QString& name, const QStringList& extra = {},
@@ -111,8 +107,7 @@ class TestMultihost : public QObject {
         QStringLiteral("--headless"), QStringLiteral("-p"),        profile,   QStringLiteral("--runs-dir"),
         m_hosts.dir + "/runs",        QStringLiteral("--summary"), summary};
     ptw.start(QStringLiteral("ip"), args + extra);
-    Run run;
-    if (!ptw.waitForStarted(10000)) return run;
+    if (!ptw.waitForStarted(10000)) return {};
     if (during) {
       // Bounded: the ranks on h2 are up within 30 s, or `during` is skipped and the run judged as is.
       QElapsedTimer t;
@@ -121,15 +116,7 @@ class TestMultihost : public QObject {
       ptw.waitForFinished(3000);  // a few steps in
       if (ptw.state() == QProcess::Running) during();
     }
-    if (!ptw.waitForFinished(180000)) {
-      ptw.kill();
-      ptw.waitForFinished(5000);
-    }
-    run.exitCode = ptw.exitStatus() == QProcess::NormalExit ? ptw.exitCode() : -1;
-    run.output = QString::fromUtf8(ptw.readAll());
-    QFile f(summary);
-    if (f.open(QIODevice::ReadOnly)) run.summary = QJsonDocument::fromJson(f.readAll()).object();
-    return run;
+    return test::finishHeadless(ptw, summary, 180000);
   }
 
   // No ptw-worker in any of the namespaces, within `seconds` (a host cut off ends its ranks

@@ -80,11 +80,7 @@ class TestSlurm : public QObject {
     return p;
   }
 
-  struct Run {
-    int exitCode = -1;
-    QJsonObject summary;
-    QString output;
-  };
+  using Run = test::HeadlessRun;
 
   // `program args...`, then ptw --headless; `during` runs while it does (bounded: 120 s in all).
   Run runPtw(const Profile& p, const QString& name, const QStringList& before, const QStringList& extra = {},
@@ -101,18 +97,9 @@ class TestSlurm : public QObject {
          << extra;
     const QString program = args.takeFirst();
     ptw.start(program, args);
-    Run run;
-    if (!ptw.waitForStarted(10000)) return run;
+    if (!ptw.waitForStarted(10000)) return {};
     if (during) during(ptw);
-    if (!ptw.waitForFinished(120000)) {
-      ptw.kill();
-      ptw.waitForFinished(5000);
-    }
-    run.exitCode = ptw.exitStatus() == QProcess::NormalExit ? ptw.exitCode() : -1;
-    run.output = QString::fromUtf8(ptw.readAll());
-    QFile f(summary);
-    if (f.open(QIODevice::ReadOnly)) run.summary = QJsonDocument::fromJson(f.readAll()).object();
-    return run;
+    return test::finishHeadless(ptw, summary, 120000);
   }
 
   // salloc's command line: the allocation ptw then runs in.
