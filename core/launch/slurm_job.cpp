@@ -178,6 +178,7 @@ bool SlurmJob::waitForJob(LaunchObserver& observer, const std::atomic<bool>& sto
     failures = 0;
     std::istringstream lines(out);
     std::string line, endedId, endedState;
+    bool waiting = false;  // in this answer: a job of the run that may still start
     while (std::getline(lines, line)) {
       std::istringstream fields(line);
       std::string id, state, nodes;
@@ -192,12 +193,13 @@ bool SlurmJob::waitForJob(LaunchObserver& observer, const std::atomic<bool>& sto
       if (stillToRun(state)) {
         if (pending != id) observer.onLog(-1, "ptw: SLURM job " + id + " (" + name + ") is " + state + "; waiting");
         pending = id;
+        waiting = true;
       } else {
         endedId = id;
         endedState = state;
       }
     }
-    PTW_CHECK(!pending.empty() || endedId.empty(), "SLURM job ", endedId, " (", name, ") ended (", endedState,
+    PTW_CHECK(waiting || endedId.empty(), "SLURM job ", endedId, " (", name, ") ended (", endedState,
               ") before ptw started its ranks in it; see ", m_runDir, "/slurm-", endedId, ".out");
   }
 }

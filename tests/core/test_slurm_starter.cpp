@@ -281,10 +281,17 @@ class TestSlurmStarter : public QObject {
     QVERIFY(QFile::exists(m_bin.filePath("scancel.calls")));
   }
 
-  // A job that ended before ptw attached is named, with where its output is.
+  // A job that ended before ptw attached, at once or after it was seen pending, is named, with
+  // where its output is.
+  void aJobThatEndedIsNamed_data() {
+    QTest::addColumn<QByteArray>("answers");
+    QTest::newRow("ended before it ran") << QByteArray("78 CANCELLED n1\n");
+    QTest::newRow("pending, then cancelled") << QByteArray("78 PENDING \n78 CANCELLED n1\n");
+  }
   void aJobThatEndedIsNamed() {
+    QFETCH(QByteArray, answers);
     QTemporaryDir run;
-    answerSqueue("78 CANCELLED n1\n");
+    answerSqueue(answers.constData());
     LogObserver log;
     std::atomic<bool> stop{false};
     SlurmJob job(slurmProfile(2), run.path().toStdString(), {});
