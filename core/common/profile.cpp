@@ -366,7 +366,7 @@ void validateStrategySection(const Profile& p, Need& need, OneOf& oneOf) {
   need(s.bucketMb > 0, "strategy.bucket_mb", "must be > 0, got " + str(s.bucketMb));
   oneOf(s.poolMode, "strategy.pool_mode");
   if (!fileData || p.data.samples > 0) {
-    auto train = p.data.samples - static_cast<std::int64_t>(static_cast<double>(p.data.samples) * p.data.valFraction);
+    auto train = p.data.samples - p.data.heldOut(p.data.samples);
     need(train >= s.ranks, "strategy.ranks",
          "more ranks (" + str(s.ranks) + ") than training samples (" + str(train) +
              "); lower strategy.ranks or raise data.samples");

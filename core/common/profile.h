@@ -38,6 +38,11 @@ struct DataSpec {
   std::vector<double> std = {};            ///< images: per-channel divisor, one per channel like mean
   std::int64_t cropPadding = 0;            ///< images: random crop after zero padding by this many pixels
   bool flip = false;                       ///< images: random horizontal flip, half of the samples
+
+  /// How many of `total` samples are held out for validation: valFraction of them, rounded down.
+  std::int64_t heldOut(std::int64_t total) const {
+    return static_cast<std::int64_t>(static_cast<double>(total) * valFraction);
+  }
 };
 
 /// What a rank, and the check before a run, say for `strategy.device: cuda` where LibTorch

@@ -287,10 +287,11 @@ std::vector<std::size_t> proportionalOrder(const std::vector<std::int64_t>& labe
   return order;
 }
 
-// The files to read (Note [Every class in both splits]): at most `samples` (0: all), those to
-// train on first, then the held-out `valFraction`, each part in ImageFolder's order.
+// The files to read (Note [Every class in both splits]): at most data.samples (0: all), those
+// to train on first, then the held-out ones (DataSpec::heldOut, as makeDataset splits), each
+// part in ImageFolder's order.
 template <typename File>
-std::vector<File> stratified(std::vector<File> files, std::int64_t samples, double valFraction) {
+std::vector<File> stratified(std::vector<File> files, const core::DataSpec& spec) {
   auto labelsOf = [](const std::vector<File>& fs) {
     std::vector<std::int64_t> labels;
     for (const auto& f : fs) labels.push_back(f.second);
@@ -304,10 +305,9 @@ std::vector<File> stratified(std::vector<File> files, std::int64_t samples, doub
     for (auto i : chosen) out.push_back(files[i]);
     return out;
   };
-  if (samples > 0 && static_cast<std::int64_t>(files.size()) > samples)
-    files = pick(proportionalOrder(labelsOf(files)), 0, static_cast<std::size_t>(samples));
-  const auto total = static_cast<std::int64_t>(files.size());
-  const auto held = static_cast<std::size_t>(static_cast<double>(total) * valFraction);  // as makeDataset
+  if (spec.samples > 0 && static_cast<std::int64_t>(files.size()) > spec.samples)
+    files = pick(proportionalOrder(labelsOf(files)), 0, static_cast<std::size_t>(spec.samples));
+  const auto held = static_cast<std::size_t>(spec.heldOut(static_cast<std::int64_t>(files.size())));
   if (held == 0) return files;
   const auto order = proportionalOrder(labelsOf(files));
   auto train = pick(order, 0, files.size() - held);
@@ -344,7 +344,7 @@ void loadImageFolder(const core::DataSpec& spec, Dataset& d) {
     for (const auto& [folder, name] : found)
       files.emplace_back((fs::path(folder) / name).string(), static_cast<std::int64_t>(c));
   }
-  files = stratified(std::move(files), spec.samples, spec.valFraction);
+  files = stratified(std::move(files), spec);
   std::vector<std::uint8_t> pixels;
   std::vector<std::int64_t> labels;
   Image first;
@@ -521,7 +521,7 @@ Dataset makeDataset(const core::DataSpec& data, const core::ModelSpec& model) {
   }
   normalise(data, d);
   const std::int64_t total = d.x.size(0);
-  const auto held = static_cast<std::int64_t>(static_cast<double>(total) * data.valFraction);
+  const auto held = data.heldOut(total);
   if (held > 0) {
     d.valX = d.x.narrow(0, total - held, held);
     d.valY = d.y.narrow(0, total - held, held);
