@@ -559,9 +559,8 @@ void MainWindow::showAbout() {
   box->setTextFormat(Qt::RichText);
   box->setText(tr("<h3>ptw %1</h3><p>Parallel Training Workbench: configure, launch and watch data-parallel "
                   "training on the machine in front of you.</p><p>Built with Qt %2 (running on Qt %3).</p>"
-                  "<p><a href=\"%4\">%4</a></p>")
-                   .arg(QString::fromUtf8(kVersion), QStringLiteral(QT_VERSION_STR), QString::fromUtf8(qVersion()),
-                        QString::fromUtf8(kHomepage)));
+                  "<p>Free software under the GNU General Public License, version 3 or later.</p>")
+                   .arg(QString::fromUtf8(kVersion), QStringLiteral(QT_VERSION_STR), QString::fromUtf8(qVersion())));
   box->open();
 }
 

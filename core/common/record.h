@@ -13,7 +13,7 @@
 //   H rank step state parameters               heartbeat while alive; state: train|comm|quiet|done;
 //                                              the model's parameter count (0: none, a command rank)
 //   D rank steps                               finished cleanly
-//   N rank step name value                     a named scalar (a script's, Note [Script metrics])
+//   N rank step name value                     a named scalar (a script's, Note [Script ranks] in command.h)
 //
 // Frame (kRecordFrameBytes, native byte order: both ends are the same build on one host):
 //   u32 magic "PTWR" | u8 kind 'S'/'V'/'H'/'D'/'N' | 3 zero bytes | i32 rank | 4 zero bytes |

@@ -26,7 +26,7 @@ struct LoadedBatch {
   torch::Tensor x, y;
 };
 
-/// Example: BatchLoaderOptions(2).depth(8)
+/// Example: BatchLoaderOptions(2).setDepth(8)
 struct BatchLoaderOptions {
   explicit BatchLoaderOptions(int threads) : threads(threads) {}
   int threads;

@@ -20,7 +20,7 @@
 
 namespace ptw::engine {
 
-/// Example: TrainerOptions(profile, 0, 1).outDir("runs/x").plan(myPlan)
+/// Example: TrainerOptions(profile, 0, 1).setOutDir("runs/x").setPlan(myPlan)
 struct TrainerOptions {
   TrainerOptions(core::Profile profile, int rank, int world) : profile(std::move(profile)), rank(rank), world(world) {}
   core::Profile profile;

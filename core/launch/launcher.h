@@ -20,7 +20,7 @@
 
 namespace ptw::core {
 
-/// Example: LaunchOptions("bin/ptw-worker", "run/profile.json", 2).outDir("run").stallTimeoutS(30)
+/// Example: LaunchOptions("bin/ptw-worker", "run/profile.json", 2).setOutDir("run").setPort(29500)
 struct LaunchOptions {
   LaunchOptions(std::string workerPath, std::string profilePath, int worldSize)
       : workerPath(std::move(workerPath)), profilePath(std::move(profilePath)), worldSize(worldSize) {}
