@@ -29,6 +29,8 @@
 
 #include <set>
 
+#include "common/data_kinds.h"
+#include "common/launcher_kinds.h"
 #include "common/network.h"
 #include "common/strategies.h"
 #include "launch/launcher.h"
@@ -74,14 +76,31 @@ int itemOf(const QString& errorPath) {
   return errorPath.contains('[') ? errorPath.section('[', 1).section(']', 0, 0).toInt() : -1;
 }
 
-bool imageData(const core::Profile& p) {
-  return p.data.kind == "cifar10" || p.data.kind == "image-folder" || p.data.kind == "npy";
+// A column of the row of the profile's data kind, strategy or launcher in its table; false
+// for a kind not in its table, of which no field applies.
+bool dataKindHas(const core::Profile& p, bool core::DataKindInfo::*column) {
+  const core::DataKindInfo* row = core::findDataKind(p.data.kind);
+  return row && row->*column;
+}
+bool strategyHas(const core::Profile& p, bool core::StrategyInfo::*column) {
+  const core::StrategyInfo* row = core::findStrategy(p.strategy.kind);
+  return row && row->*column;
+}
+bool launcherHas(const core::Profile& p, bool core::LauncherInfo::*column) {
+  const core::LauncherInfo* row = core::findLauncher(p.hosts.launcher);
+  return row && row->*column;
 }
 
-bool runsCommand(const core::Profile& p) {
-  const core::StrategyInfo* s = core::findStrategy(p.strategy.kind);
-  return s && s->runsCommand;
+bool imageData(const core::Profile& p) { return dataKindHas(p, &core::DataKindInfo::images); }
+
+bool runsCommand(const core::Profile& p) { return strategyHas(p, &core::StrategyInfo::runsCommand); }
+
+bool readsBackend(const core::Profile& p) {
+  const core::StrategyInfo* row = core::findStrategy(p.strategy.kind);
+  return row && !row->backends.empty();
 }
+
+bool readsSshOptions(const core::Profile& p) { return launcherHas(p, &core::LauncherInfo::readsSshOptions); }
 
 // Note [Fields that apply]
 // Whether a field means anything for the kinds the profile has chosen: a field is shown when
@@ -95,23 +114,29 @@ struct ApplyRule {
   bool (*holds)(const QString& path, const core::Profile& p);
 };
 const ApplyRule kApplyRules[] = {
-    {"data.path", [](const QString&, const core::Profile& p) { return p.data.kind.rfind("synthetic", 0) != 0; }},
-    {"data.labels_path", [](const QString&, const core::Profile& p) { return p.data.kind == "npy"; }},
+    {"data.path", [](const QString&, const core::Profile& p) { return core::readsDataFiles(p.data); }},
+    {"data.labels_path",
+     [](const QString&, const core::Profile& p) { return dataKindHas(p, &core::DataKindInfo::readsLabelsFile); }},
     {"data.mean", [](const QString&, const core::Profile& p) { return imageData(p); }},
     {"data.std", [](const QString&, const core::Profile& p) { return imageData(p); }},
     {"data.crop_padding", [](const QString&, const core::Profile& p) { return imageData(p); }},
     {"data.flip", [](const QString&, const core::Profile& p) { return imageData(p); }},
-    {"data.features", [](const QString&, const core::Profile& p) { return p.data.kind == "csv"; }},
-    {"data.target", [](const QString&, const core::Profile& p) { return p.data.kind == "csv"; }},
-    {"data.task", [](const QString&, const core::Profile& p) { return p.data.kind == "csv" || p.data.kind == "npy"; }},
-    {"data.seed", [](const QString&, const core::Profile& p) { return p.data.kind.rfind("synthetic", 0) == 0; }},
-    {"data.noise", [](const QString&, const core::Profile& p) { return p.data.kind.rfind("synthetic", 0) == 0; }},
+    {"data.features",
+     [](const QString&, const core::Profile& p) { return dataKindHas(p, &core::DataKindInfo::readsColumns); }},
+    {"data.target",
+     [](const QString&, const core::Profile& p) { return dataKindHas(p, &core::DataKindInfo::readsColumns); }},
+    {"data.task",
+     [](const QString&, const core::Profile& p) { return dataKindHas(p, &core::DataKindInfo::readsTask); }},
+    {"data.seed", [](const QString&, const core::Profile& p) { return !core::readsDataFiles(p.data); }},
+    {"data.noise", [](const QString&, const core::Profile& p) { return !core::readsDataFiles(p.data); }},
     {"model.hidden", [](const QString&, const core::Profile& p) { return p.model.kind == "mlp"; }},
     {"model.activation", [](const QString&, const core::Profile& p) { return p.model.kind == "mlp"; }},
     {"model.path", [](const QString&, const core::Profile& p) { return p.model.kind == "torchscript"; }},
-    {"strategy.pool_mode", [](const QString&, const core::Profile& p) { return p.strategy.kind == "pool"; }},
-    {"strategy.backend", [](const QString&, const core::Profile& p) { return p.strategy.kind == "ddp"; }},
-    {"strategy.bucket_mb", [](const QString&, const core::Profile& p) { return p.strategy.kind == "ddp"; }},
+    {"strategy.pool_mode",
+     [](const QString&, const core::Profile& p) { return strategyHas(p, &core::StrategyInfo::readsPoolMode); }},
+    {"strategy.backend", [](const QString&, const core::Profile& p) { return readsBackend(p); }},
+    {"strategy.bucket_mb",
+     [](const QString&, const core::Profile& p) { return strategyHas(p, &core::StrategyInfo::readsBucketMb); }},
     {"strategy.gpus", [](const QString&, const core::Profile& p) { return p.strategy.device == "cuda"; }},
     {"hyper.momentum", [](const QString&, const core::Profile& p) { return p.hyper.optimizer == "sgd"; }},
     {"hyper.nesterov", [](const QString&, const core::Profile& p) { return p.hyper.optimizer == "sgd"; }},
@@ -126,13 +151,13 @@ const ApplyRule kApplyRules[] = {
     {"command.", [](const QString&, const core::Profile& p) { return runsCommand(p); }},
     // Where the ranks run: the launcher always, the rest for ranks on other hosts, how to reach
     // them through ssh for the ssh launcher only.
-    {"hosts.", [](const QString& path,
-                  const core::Profile& p) { return path == "hosts.launcher" || p.hosts.launcher != "local"; }},
-    {"hosts.ssh_user", [](const QString&, const core::Profile& p) { return p.hosts.launcher == "ssh"; }},
-    {"hosts.ssh_port", [](const QString&, const core::Profile& p) { return p.hosts.launcher == "ssh"; }},
-    {"hosts.ssh_identity", [](const QString&, const core::Profile& p) { return p.hosts.launcher == "ssh"; }},
-    {"hosts.ssh_config", [](const QString&, const core::Profile& p) { return p.hosts.launcher == "ssh"; }},
-    {"hosts.alive_interval_s", [](const QString&, const core::Profile& p) { return p.hosts.launcher == "ssh"; }},
+    {"hosts.",
+     [](const QString& path, const core::Profile& p) { return path == "hosts.launcher" || core::ranksMayBeRemote(p); }},
+    {"hosts.ssh_user", [](const QString&, const core::Profile& p) { return readsSshOptions(p); }},
+    {"hosts.ssh_port", [](const QString&, const core::Profile& p) { return readsSshOptions(p); }},
+    {"hosts.ssh_identity", [](const QString&, const core::Profile& p) { return readsSshOptions(p); }},
+    {"hosts.ssh_config", [](const QString&, const core::Profile& p) { return readsSshOptions(p); }},
+    {"hosts.alive_interval_s", [](const QString&, const core::Profile& p) { return readsSshOptions(p); }},
 };
 
 // The fields the command's templates name ({hyper.lr} in an argument, the environment or the folder).
@@ -270,8 +295,7 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
         browse->setText(tr("Browse…"));
         browse->setToolTip(kBrowseFields.value(path) ? tr("Choose a folder") : tr("Choose a file"));
         connect(browse, &QToolButton::clicked, this, [this, e, path] {
-          const auto& kind = m_profile.data.kind;
-          const bool folderData = kind == "mnist" || kind == "cifar10" || kind == "image-folder";
+          const bool folderData = dataKindHas(m_profile, &core::DataKindInfo::folder);
           const bool folder = kBrowseFields.value(path) || (path == "data.path" && folderData);
           QString chosen = folder ? QFileDialog::getExistingDirectory(this, tr("Choose %1").arg(path), e->text())
                                   : QFileDialog::getOpenFileName(this, tr("Choose %1").arg(path), e->text());
