@@ -64,21 +64,21 @@ constexpr std::size_t kMaxLogLines = 20000;
 constexpr int kFirstPointMs = 50;      ///< how often records are taken until a rank's first point is drawn
 constexpr int kDefaultSmoothing = 60;  ///< the loss chart's EMA weight in percent, TensorBoard's default
 
-// What Start will run, in a line: "2 ranks of DDP on the CPU".
+// What Start will run, in a line: "2 ranks of DDP on the CPU", from the strategy's description.
 QString describeRun(const core::Profile& p) {
   const auto& s = p.strategy;
-  const int gpus = s.kind == "single" ? 1 : s.ranks;
+  const core::StrategyInfo* info = core::findStrategy(s.kind);
+  if (!info) return QString::fromStdString(s.kind);
+  const int gpus = core::trainingRanks(p);
   const QString where = s.device != "cuda" ? QObject::tr("on the CPU")
                         : gpus == 1        ? QObject::tr("on a GPU")
                                            : QObject::tr("on %1 GPUs").arg(gpus);
-  if (s.kind == "single") return QObject::tr("one process %1").arg(where);
-  if (s.kind == "dataparallel") return QObject::tr("DataParallel with %1 replicas %2").arg(s.ranks).arg(where);
-  if (s.kind == "pool")
-    return QObject::tr("a pool of %1 workers (%2) %3").arg(s.ranks).arg(QString::fromStdString(s.poolMode), where);
-  if (const core::StrategyInfo* info = core::findStrategy(s.kind); info && info->runsCommand)
-    return s.ranks == 1 ? QObject::tr("one process of your command")
-                        : QObject::tr("%1 processes of your command").arg(s.ranks);
-  return QObject::tr("%1 ranks of DDP %2").arg(s.ranks).arg(where);
+  const QString processes = s.ranks == 1 ? QObject::tr("one process") : QObject::tr("%1 processes").arg(s.ranks);
+  return QString::fromStdString(info->description)
+      .replace(QStringLiteral("{ranks}"), QString::number(s.ranks))
+      .replace(QStringLiteral("{processes}"), processes)
+      .replace(QStringLiteral("{pool_mode}"), QString::fromStdString(s.poolMode))
+      .replace(QStringLiteral("{where}"), where);
 }
 
 QString regressionNote() {

@@ -29,6 +29,8 @@
 
 #include <set>
 
+#include "common/data_kinds.h"
+#include "common/launcher_kinds.h"
 #include "common/network.h"
 #include "common/strategies.h"
 #include "launch/launcher.h"
@@ -74,14 +76,31 @@ int itemOf(const QString& errorPath) {
   return errorPath.contains('[') ? errorPath.section('[', 1).section(']', 0, 0).toInt() : -1;
 }
 
-bool imageData(const core::Profile& p) {
-  return p.data.kind == "cifar10" || p.data.kind == "image-folder" || p.data.kind == "npy";
+// A column of the row of the profile's data kind, strategy or launcher in its table; false
+// for a kind not in its table, of which no field applies.
+bool dataKindHas(const core::Profile& p, bool core::DataKindInfo::*column) {
+  const core::DataKindInfo* row = core::findDataKind(p.data.kind);
+  return row && row->*column;
+}
+bool strategyHas(const core::Profile& p, bool core::StrategyInfo::*column) {
+  const core::StrategyInfo* row = core::findStrategy(p.strategy.kind);
+  return row && row->*column;
+}
+bool launcherHas(const core::Profile& p, bool core::LauncherInfo::*column) {
+  const core::LauncherInfo* row = core::findLauncher(p.hosts.launcher);
+  return row && row->*column;
 }
 
-bool runsCommand(const core::Profile& p) {
-  const core::StrategyInfo* s = core::findStrategy(p.strategy.kind);
-  return s && s->runsCommand;
+bool imageData(const core::Profile& p) { return dataKindHas(p, &core::DataKindInfo::images); }
+
+bool runsCommand(const core::Profile& p) { return strategyHas(p, &core::StrategyInfo::runsCommand); }
+
+bool readsBackend(const core::Profile& p) {
+  const core::StrategyInfo* row = core::findStrategy(p.strategy.kind);
+  return row && !row->backends.empty();
 }
+
+bool readsSshOptions(const core::Profile& p) { return launcherHas(p, &core::LauncherInfo::readsSshOptions); }
 
 // Note [Fields that apply]
 // Whether a field means anything for the kinds the profile has chosen: a field is shown when
@@ -95,23 +114,29 @@ struct ApplyRule {
   bool (*holds)(const QString& path, const core::Profile& p);
 };
 const ApplyRule kApplyRules[] = {
-    {"data.path", [](const QString&, const core::Profile& p) { return p.data.kind.rfind("synthetic", 0) != 0; }},
-    {"data.labels_path", [](const QString&, const core::Profile& p) { return p.data.kind == "npy"; }},
+    {"data.path", [](const QString&, const core::Profile& p) { return core::readsDataFiles(p.data); }},
+    {"data.labels_path",
+     [](const QString&, const core::Profile& p) { return dataKindHas(p, &core::DataKindInfo::readsLabelsFile); }},
     {"data.mean", [](const QString&, const core::Profile& p) { return imageData(p); }},
     {"data.std", [](const QString&, const core::Profile& p) { return imageData(p); }},
     {"data.crop_padding", [](const QString&, const core::Profile& p) { return imageData(p); }},
     {"data.flip", [](const QString&, const core::Profile& p) { return imageData(p); }},
-    {"data.features", [](const QString&, const core::Profile& p) { return p.data.kind == "csv"; }},
-    {"data.target", [](const QString&, const core::Profile& p) { return p.data.kind == "csv"; }},
-    {"data.task", [](const QString&, const core::Profile& p) { return p.data.kind == "csv" || p.data.kind == "npy"; }},
-    {"data.seed", [](const QString&, const core::Profile& p) { return p.data.kind.rfind("synthetic", 0) == 0; }},
-    {"data.noise", [](const QString&, const core::Profile& p) { return p.data.kind.rfind("synthetic", 0) == 0; }},
+    {"data.features",
+     [](const QString&, const core::Profile& p) { return dataKindHas(p, &core::DataKindInfo::readsColumns); }},
+    {"data.target",
+     [](const QString&, const core::Profile& p) { return dataKindHas(p, &core::DataKindInfo::readsColumns); }},
+    {"data.task",
+     [](const QString&, const core::Profile& p) { return dataKindHas(p, &core::DataKindInfo::readsTask); }},
+    {"data.seed", [](const QString&, const core::Profile& p) { return !core::readsDataFiles(p.data); }},
+    {"data.noise", [](const QString&, const core::Profile& p) { return !core::readsDataFiles(p.data); }},
     {"model.hidden", [](const QString&, const core::Profile& p) { return p.model.kind == "mlp"; }},
     {"model.activation", [](const QString&, const core::Profile& p) { return p.model.kind == "mlp"; }},
     {"model.path", [](const QString&, const core::Profile& p) { return p.model.kind == "torchscript"; }},
-    {"strategy.pool_mode", [](const QString&, const core::Profile& p) { return p.strategy.kind == "pool"; }},
-    {"strategy.backend", [](const QString&, const core::Profile& p) { return p.strategy.kind == "ddp"; }},
-    {"strategy.bucket_mb", [](const QString&, const core::Profile& p) { return p.strategy.kind == "ddp"; }},
+    {"strategy.pool_mode",
+     [](const QString&, const core::Profile& p) { return strategyHas(p, &core::StrategyInfo::readsPoolMode); }},
+    {"strategy.backend", [](const QString&, const core::Profile& p) { return readsBackend(p); }},
+    {"strategy.bucket_mb",
+     [](const QString&, const core::Profile& p) { return strategyHas(p, &core::StrategyInfo::readsBucketMb); }},
     {"strategy.gpus", [](const QString&, const core::Profile& p) { return p.strategy.device == "cuda"; }},
     {"hyper.momentum", [](const QString&, const core::Profile& p) { return p.hyper.optimizer == "sgd"; }},
     {"hyper.nesterov", [](const QString&, const core::Profile& p) { return p.hyper.optimizer == "sgd"; }},
@@ -126,13 +151,13 @@ const ApplyRule kApplyRules[] = {
     {"command.", [](const QString&, const core::Profile& p) { return runsCommand(p); }},
     // Where the ranks run: the launcher always, the rest for ranks on other hosts, how to reach
     // them through ssh for the ssh launcher only.
-    {"hosts.", [](const QString& path,
-                  const core::Profile& p) { return path == "hosts.launcher" || p.hosts.launcher != "local"; }},
-    {"hosts.ssh_user", [](const QString&, const core::Profile& p) { return p.hosts.launcher == "ssh"; }},
-    {"hosts.ssh_port", [](const QString&, const core::Profile& p) { return p.hosts.launcher == "ssh"; }},
-    {"hosts.ssh_identity", [](const QString&, const core::Profile& p) { return p.hosts.launcher == "ssh"; }},
-    {"hosts.ssh_config", [](const QString&, const core::Profile& p) { return p.hosts.launcher == "ssh"; }},
-    {"hosts.alive_interval_s", [](const QString&, const core::Profile& p) { return p.hosts.launcher == "ssh"; }},
+    {"hosts.",
+     [](const QString& path, const core::Profile& p) { return path == "hosts.launcher" || core::ranksMayBeRemote(p); }},
+    {"hosts.ssh_user", [](const QString&, const core::Profile& p) { return readsSshOptions(p); }},
+    {"hosts.ssh_port", [](const QString&, const core::Profile& p) { return readsSshOptions(p); }},
+    {"hosts.ssh_identity", [](const QString&, const core::Profile& p) { return readsSshOptions(p); }},
+    {"hosts.ssh_config", [](const QString&, const core::Profile& p) { return readsSshOptions(p); }},
+    {"hosts.alive_interval_s", [](const QString&, const core::Profile& p) { return readsSshOptions(p); }},
 };
 
 // The fields the command's templates name ({hyper.lr} in an argument, the environment or the folder).
@@ -169,145 +194,15 @@ QString helpFor(const QString& path) {
 
 ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
-  QMap<QString, QFormLayout*> forms;
+  QMap<QString, QFormLayout*> forms;  // by group
   for (const auto& [pathStd, json] : core::profileFields(core::defaultProfile())) {
     const QString path = QString::fromStdString(pathStd);
     const QString group = groupOf(path);
     if (!forms.contains(group)) {
-      auto* box = new QGroupBox(group, this);
-      box->setObjectName("group." + (path.contains('.') ? path.section('.', 0, 0) : path));
-      forms[group] = new QFormLayout(box);
-      forms[group]->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
-      // What a command run runs comes right after its strategy (the sections' order puts it last).
-      if (path.startsWith("command."))
-        layout->insertWidget(layout->indexOf(forms.value(tr("Strategy and devices"))->parentWidget()) + 1, box);
-      else
-        layout->addWidget(box);
-      if (group == tr("Strategy and devices")) {
-        m_devices = new DevicePicker(box);
-        forms[group]->addRow(tr("Devices"), m_devices);
-        connect(m_devices, &DevicePicker::changed, this, [this] {
-          if (m_filling) return;
-          m_filling = true;
-          if (auto* c = qobject_cast<QComboBox*>(field("strategy.device"))) c->setCurrentText(m_devices->device());
-          if (auto* e = qobject_cast<QLineEdit*>(field("strategy.ranks")))
-            e->setText(QString::number(m_devices->ranks()));
-          if (auto* e = qobject_cast<QLineEdit*>(field("strategy.gpus"))) {
-            QStringList listed;
-            for (std::int64_t g : m_devices->gpus()) listed << QString::number(g);
-            e->setText(listed.join(kListSeparator));
-          }
-          m_filling = false;
-          collect();
-          emit edited();
-        });
-      }
+      QFormLayout* form = addGroup(path, layout, forms);
+      forms[group] = form;
     }
-    const QString kind = kindOf(json);
-    m_kinds[path] = kind;
-    QWidget* editor = nullptr;
-    QWidget* row = nullptr;
-    const auto choices = core::fieldChoices(pathStd);
-    if (!choices.empty()) {
-      auto* c = new QComboBox(this);
-      for (const auto& choice : choices) {
-        c->addItem(QString::fromStdString(choice));
-        if (const core::StrategyInfo* s = pathStd == "strategy.kind" ? core::findStrategy(choice) : nullptr)
-          c->setItemData(c->count() - 1, QString::fromStdString(s->label), Qt::ToolTipRole);  // its label
-      }
-      connect(c, &QComboBox::currentTextChanged, this, [this] {
-        if (!m_filling) {
-          collect();
-          emit edited();
-        }
-      });
-      editor = c;
-    } else if (kind == "bool") {
-      auto* c = new QCheckBox(this);
-      connect(c, &QCheckBox::toggled, this, [this] {
-        if (!m_filling) {
-          collect();
-          emit edited();
-        }
-      });
-      editor = c;
-    } else if (path == "command.args") {
-      // One argument a line, taken as typed: an argument may hold spaces, commas or nothing.
-      m_args = new QPlainTextEdit(this);
-      m_args->setPlaceholderText(tr("one argument a line, e.g.\ntrain.py\n--lr\n{hyper.lr}"));
-      m_args->setLineWrapMode(QPlainTextEdit::NoWrap);
-      m_args->setTabChangesFocus(true);
-      m_args->setFixedHeight(7 * m_args->fontMetrics().lineSpacing() + 12);
-      connect(m_args, &QPlainTextEdit::textChanged, this, [this] {
-        if (!m_filling) {
-          collect();
-          emit edited();
-        }
-      });
-      editor = m_args;
-    } else if (path == "command.env") {
-      row = buildEnvTable();
-      editor = m_env;
-    } else if (path == "hosts.interface") {
-      editor = buildInterfacePicker();
-    } else {
-      auto* e = new QLineEdit(this);
-      if (kind == "array") e->setPlaceholderText(tr("comma-separated, e.g. 64, 64"));
-      connect(e, &QLineEdit::textChanged, this, [this] {
-        if (!m_filling) {
-          collect();
-          emit edited();
-        }
-      });
-      editor = e;
-      if (kBrowseFields.contains(path)) {
-        auto* box = new QWidget(this);
-        auto* h = new QHBoxLayout(box);
-        h->setContentsMargins(0, 0, 0, 0);
-        h->addWidget(e);
-        auto* browse = new QToolButton(box);
-        browse->setObjectName(path + ".browse");
-        browse->setText(tr("Browse…"));
-        browse->setToolTip(kBrowseFields.value(path) ? tr("Choose a folder") : tr("Choose a file"));
-        connect(browse, &QToolButton::clicked, this, [this, e, path] {
-          const auto& kind = m_profile.data.kind;
-          const bool folderData = kind == "mnist" || kind == "cifar10" || kind == "image-folder";
-          const bool folder = kBrowseFields.value(path) || (path == "data.path" && folderData);
-          QString chosen = folder ? QFileDialog::getExistingDirectory(this, tr("Choose %1").arg(path), e->text())
-                                  : QFileDialog::getOpenFileName(this, tr("Choose %1").arg(path), e->text());
-          if (!chosen.isEmpty()) e->setText(chosen);
-        });
-        h->addWidget(browse);
-        row = box;
-      }
-    }
-    editor->setObjectName(path);
-    m_fields[path] = editor;
-    const QString label = path.contains('.') ? path.section('.', 1) : path;
-    auto* labelWidget = new QLabel(label, this);
-    labelWidget->setToolTip(helpFor(path));
-    editor->setStatusTip(helpFor(path));  // the field's tooltip is kept for its error
-    forms[groupOf(path)]->addRow(labelWidget, row ? row : editor);
-    m_rows[path] = {forms[groupOf(path)], row ? row : editor};
-    if (path == "data.val_fraction") {
-      auto* check = new QPushButton(tr("Check workload"), this);
-      m_preflightButton = check;
-      check->setObjectName("preflight");
-      check->setToolTip(tr("Load the model and the data in a worker and show their shapes"));
-      m_preflight = new QLabel(this);
-      m_preflight->setObjectName("preflightResult");
-      m_preflight->setWordWrap(true);
-      connect(check, &QPushButton::clicked, this, &ProfileEditor::runPreflight);
-      forms[groupOf(path)]->addRow(check, m_preflight);
-      // Image data: training images as the model gets them (augmented), normalisation undone.
-      m_preflightImages = new QLabel(this);
-      m_preflightImages->setObjectName("preflightImages");
-      m_preflightImages->setToolTip(
-          tr("Training images after augmentation (data.crop_padding, data.flip), with data.mean and data.std "
-             "undone, spread over the training set"));
-      m_preflightImages->hide();
-      forms[groupOf(path)]->addRow(QString(), m_preflightImages);
-    }
+    addField(path, json, forms.value(group));
   }
   m_summary = new QLabel(this);
   m_summary->setObjectName("profileErrors");
@@ -319,6 +214,159 @@ ProfileEditor::ProfileEditor(QWidget* parent) : QWidget(parent) {
 }
 
 ProfileEditor::~ProfileEditor() { stopChildProcess(m_preflightProcess, this); }
+
+void ProfileEditor::fieldEdited() {
+  if (!m_filling) {
+    collect();
+    emit edited();
+  }
+}
+
+// The group box of the section `path` opens, in `layout`, and its form.
+QFormLayout* ProfileEditor::addGroup(const QString& path, QVBoxLayout* layout,
+                                     const QMap<QString, QFormLayout*>& forms) {
+  const QString group = groupOf(path);
+  auto* box = new QGroupBox(group, this);
+  box->setObjectName("group." + (path.contains('.') ? path.section('.', 0, 0) : path));
+  auto* form = new QFormLayout(box);
+  form->setFieldGrowthPolicy(QFormLayout::AllNonFixedFieldsGrow);
+  // What a command run runs comes right after its strategy (the sections' order puts it last).
+  if (path.startsWith("command."))
+    layout->insertWidget(layout->indexOf(forms.value(tr("Strategy and devices"))->parentWidget()) + 1, box);
+  else
+    layout->addWidget(box);
+  if (group == tr("Strategy and devices")) addDevicePicker(form, box);
+  return form;
+}
+
+// The device picker, first in the strategy's group: a pick sets strategy.device, ranks and gpus.
+void ProfileEditor::addDevicePicker(QFormLayout* form, QWidget* box) {
+  m_devices = new DevicePicker(box);
+  form->addRow(tr("Devices"), m_devices);
+  connect(m_devices, &DevicePicker::changed, this, [this] {
+    if (m_filling) return;
+    m_filling = true;
+    if (auto* c = qobject_cast<QComboBox*>(field("strategy.device"))) c->setCurrentText(m_devices->device());
+    if (auto* e = qobject_cast<QLineEdit*>(field("strategy.ranks"))) e->setText(QString::number(m_devices->ranks()));
+    if (auto* e = qobject_cast<QLineEdit*>(field("strategy.gpus"))) {
+      QStringList listed;
+      for (std::int64_t g : m_devices->gpus()) listed << QString::number(g);
+      e->setText(listed.join(kListSeparator));
+    }
+    m_filling = false;
+    collect();
+    emit edited();
+  });
+}
+
+// The row of field `path` (its value `json` in the default profile) in `form`: its label, with
+// the field's help as tooltip, and its editor.
+void ProfileEditor::addField(const QString& path, const std::string& json, QFormLayout* form) {
+  const QString kind = kindOf(json);
+  m_kinds[path] = kind;
+  QWidget* row = nullptr;
+  QWidget* editor = buildFieldEditor(path, kind, row);
+  editor->setObjectName(path);
+  m_fields[path] = editor;
+  const QString label = path.contains('.') ? path.section('.', 1) : path;
+  auto* labelWidget = new QLabel(label, this);
+  labelWidget->setToolTip(helpFor(path));
+  editor->setStatusTip(helpFor(path));  // the field's tooltip is kept for its error
+  form->addRow(labelWidget, row ? row : editor);
+  m_rows[path] = {form, row ? row : editor};
+  if (path == "data.val_fraction") addPreflightRows(form);
+}
+
+// The editor of field `path` of `kind` (kindOf); `row` is set where the form holds a box
+// around it (command.env's buttons, a Browse… button).
+QWidget* ProfileEditor::buildFieldEditor(const QString& path, const QString& kind, QWidget*& row) {
+  const auto choices = core::fieldChoices(path.toStdString());
+  if (!choices.empty()) return buildChoiceBox(path, choices);
+  if (kind == "bool") {
+    auto* c = new QCheckBox(this);
+    connect(c, &QCheckBox::toggled, this, &ProfileEditor::fieldEdited);
+    return c;
+  }
+  if (path == "command.args") return buildArgsEditor();
+  if (path == "command.env") {
+    row = buildEnvTable();
+    return m_env;
+  }
+  if (path == "hosts.interface") return buildInterfacePicker();
+  auto* e = new QLineEdit(this);
+  if (kind == "array") e->setPlaceholderText(tr("comma-separated, e.g. 64, 64"));
+  connect(e, &QLineEdit::textChanged, this, &ProfileEditor::fieldEdited);
+  if (kBrowseFields.contains(path)) row = buildBrowseRow(path, e);
+  return e;
+}
+
+// An enumerated field: its choices, each strategy and launcher with its label as tooltip.
+QComboBox* ProfileEditor::buildChoiceBox(const QString& path, const std::vector<std::string>& choices) {
+  auto* c = new QComboBox(this);
+  for (const auto& choice : choices) {
+    c->addItem(QString::fromStdString(choice));
+    std::string label;
+    if (const core::StrategyInfo* s = path == "strategy.kind" ? core::findStrategy(choice) : nullptr) label = s->label;
+    if (const core::LauncherInfo* l = path == "hosts.launcher" ? core::findLauncher(choice) : nullptr) label = l->label;
+    if (!label.empty()) c->setItemData(c->count() - 1, QString::fromStdString(label), Qt::ToolTipRole);
+  }
+  connect(c, &QComboBox::currentTextChanged, this, &ProfileEditor::fieldEdited);
+  return c;
+}
+
+// command.args: one argument a line, taken as typed: an argument may hold spaces, commas or nothing.
+QPlainTextEdit* ProfileEditor::buildArgsEditor() {
+  m_args = new QPlainTextEdit(this);
+  m_args->setPlaceholderText(tr("one argument a line, e.g.\ntrain.py\n--lr\n{hyper.lr}"));
+  m_args->setLineWrapMode(QPlainTextEdit::NoWrap);
+  m_args->setTabChangesFocus(true);
+  m_args->setFixedHeight(7 * m_args->fontMetrics().lineSpacing() + 12);
+  connect(m_args, &QPlainTextEdit::textChanged, this, &ProfileEditor::fieldEdited);
+  return m_args;
+}
+
+// `e` with a Browse… button beside it, which picks a file, or a folder for a folder field and
+// for data.path of a data kind read from a folder.
+QWidget* ProfileEditor::buildBrowseRow(const QString& path, QLineEdit* e) {
+  auto* box = new QWidget(this);
+  auto* h = new QHBoxLayout(box);
+  h->setContentsMargins(0, 0, 0, 0);
+  h->addWidget(e);
+  auto* browse = new QToolButton(box);
+  browse->setObjectName(path + ".browse");
+  browse->setText(tr("Browse…"));
+  browse->setToolTip(kBrowseFields.value(path) ? tr("Choose a folder") : tr("Choose a file"));
+  connect(browse, &QToolButton::clicked, this, [this, e, path] {
+    const bool folderData = dataKindHas(m_profile, &core::DataKindInfo::folder);
+    const bool folder = kBrowseFields.value(path) || (path == "data.path" && folderData);
+    QString chosen = folder ? QFileDialog::getExistingDirectory(this, tr("Choose %1").arg(path), e->text())
+                            : QFileDialog::getOpenFileName(this, tr("Choose %1").arg(path), e->text());
+    if (!chosen.isEmpty()) e->setText(chosen);
+  });
+  h->addWidget(browse);
+  return box;
+}
+
+// The workload check (Check workload, its result, and a check of image data's sample images).
+void ProfileEditor::addPreflightRows(QFormLayout* form) {
+  auto* check = new QPushButton(tr("Check workload"), this);
+  m_preflightButton = check;
+  check->setObjectName("preflight");
+  check->setToolTip(tr("Load the model and the data in a worker and show their shapes"));
+  m_preflight = new QLabel(this);
+  m_preflight->setObjectName("preflightResult");
+  m_preflight->setWordWrap(true);
+  connect(check, &QPushButton::clicked, this, &ProfileEditor::runPreflight);
+  form->addRow(check, m_preflight);
+  // Image data: training images as the model gets them (augmented), normalisation undone.
+  m_preflightImages = new QLabel(this);
+  m_preflightImages->setObjectName("preflightImages");
+  m_preflightImages->setToolTip(
+      tr("Training images after augmentation (data.crop_padding, data.flip), with data.mean and data.std "
+         "undone, spread over the training set"));
+  m_preflightImages->hide();
+  form->addRow(QString(), m_preflightImages);
+}
 
 // hosts.interface: this machine's interfaces with their IPv4 addresses to pick from (core
 // lists them), the empty choice, or a name typed as it is on the hosts, which may name their

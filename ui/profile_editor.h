@@ -14,6 +14,7 @@
 #include <QWidget>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/profile.h"
@@ -21,11 +22,13 @@
 class QComboBox;
 class QFormLayout;
 class QLabel;
+class QLineEdit;
 class QPlainTextEdit;
 class QProcess;
 class QPushButton;
 class QTableWidget;
 class QTemporaryDir;
+class QVBoxLayout;
 
 namespace ptw::ui {
 
@@ -64,6 +67,16 @@ class ProfileEditor : public QWidget {
   /// Shows the fields that apply to the chosen kinds (data, model, strategy, device,
   /// optimizer, schedule) and hides the rest.
   void showApplicable();
+  /// Collects the fields and says so, unless setProfile is filling them.
+  void fieldEdited();
+  QFormLayout* addGroup(const QString& path, QVBoxLayout* layout, const QMap<QString, QFormLayout*>& forms);
+  void addDevicePicker(QFormLayout* form, QWidget* box);
+  void addField(const QString& path, const std::string& json, QFormLayout* form);
+  QWidget* buildFieldEditor(const QString& path, const QString& kind, QWidget*& row);
+  QComboBox* buildChoiceBox(const QString& path, const std::vector<std::string>& choices);
+  QPlainTextEdit* buildArgsEditor();
+  QWidget* buildBrowseRow(const QString& path, QLineEdit* e);
+  void addPreflightRows(QFormLayout* form);
   QWidget* buildEnvTable();
   QComboBox* buildInterfacePicker();
   void setEnvEntries(const QStringList& entries);

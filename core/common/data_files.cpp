@@ -5,6 +5,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/data_kinds.h"
+
 namespace ptw::core {
 namespace {
 
@@ -41,7 +43,8 @@ std::string missingColumnMessage(const std::string& field, const std::string& co
 }
 
 std::string dataFileProblem(const DataSpec& data) {
-  if (data.kind == "mnist") {
+  const DataKindInfo* kind = findDataKind(data.kind);
+  if (kind && kind->kind == DataKind::Mnist) {
     if (!exists(data.path, true))
       return "data.path: " + data.path + " is not a folder; set data.path to the folder that holds " + kMnistFiles;
     for (const char* name : {"train-images-idx3-ubyte", "train-labels-idx1-ubyte"})
@@ -50,7 +53,7 @@ std::string dataFileProblem(const DataSpec& data) {
                kMnistFiles;
     return "";
   }
-  if (data.kind != "csv") return "";
+  if (!kind || kind->kind != DataKind::Csv) return "";
   // A relative data.path is read from the profile's folder (loadProfile resolves it).
   if (exists(data.path, true)) return "data.path: " + data.path + " is a folder; set data.path to a CSV file";
   if (!exists(data.path, false))

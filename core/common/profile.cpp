@@ -21,7 +21,9 @@
 #include <nlohmann/json.hpp>
 
 #include "common/command.h"
+#include "common/data_kinds.h"
 #include "common/error.h"
+#include "common/launcher_kinds.h"
 #include "common/strategies.h"
 
 namespace ptw::core {
@@ -373,6 +375,32 @@ void validateStrategySection(const Profile& p, Need& need, OneOf& oneOf) {
   }
 }
 
+// The names of the data kinds that hold images: "cifar10, image-folder or npy".
+std::string imageDataKinds() {
+  std::vector<std::string> names;
+  for (const auto& k : dataKinds())
+    if (k.images) names.push_back(k.name);
+  std::string list;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    list += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  return list;
+}
+
+// What the data kind's row in its table (common/data_kinds.h) asks of the data section.
+template <class Need>
+void validateDataKind(const Profile& p, Need& need) {
+  const DataSpec& d = p.data;
+  const DataKindInfo* kind = findDataKind(d.kind);  // none: said by oneOf
+  if (kind && kind->readsFiles) need(!d.path.empty(), "data.path", d.kind + " needs " + kind->pathHint);
+  if (kind && kind->readsColumns)
+    need(!d.target.empty(), "data.target", d.kind + " needs the name of the target column");
+  if (kind && kind->readsLabelsFile)
+    need(!d.labelsPath.empty(), "data.labels_path", d.kind + " needs the labels' .npy file");
+  need((kind && kind->images) || (d.mean.empty() && d.std.empty() && d.cropPadding == 0 && !d.flip), "data.kind",
+       "normalisation and augmentation (data.mean, data.std, data.crop_padding, data.flip) need image data: " +
+           imageDataKinds());
+}
+
 bool plausibleInterface(const std::string& name) {
   if (name.empty() || name.size() > 15) return false;  // IFNAMSIZ
   return std::all_of(name.begin(), name.end(), [](char c) {
@@ -409,21 +437,24 @@ void validateHosts(const Profile& p, Need& need, OneOf& oneOf) {
     need(false, "hosts.hosts", ex.what());
     return;
   }
-  if (h.launcher == "local") {
+  const LauncherInfo* launcher = findLauncher(h.launcher);
+  if (!launcher) return;  // said by oneOf
+  if (!launcher->remoteRanks) {
     need(hosts.empty(), "hosts.hosts",
-         "lists hosts, but hosts.launcher is \"local\" (every rank on this machine); set it to \"ssh\", or empty "
-         "the list");
+         "lists hosts, but hosts.launcher is \"" + h.launcher +
+             "\" (every rank on this machine); set it to \"ssh\", or empty the list");
     return;
   }
-  if (h.launcher != "ssh" && h.launcher != "slurm") return;
-  // slurm without hosts: the allocation's nodes (docs/multihost.md).
-  need(!hosts.empty() || h.launcher == "slurm", "hosts.hosts",
-       "the ssh launcher needs at least one host, e.g. [\"node1:2\", \"node2:2\"]");
+  // A launcher that needs no hosts takes them from elsewhere: slurm, the allocation's nodes.
+  need(!hosts.empty() || !launcher->needsHosts, "hosts.hosts",
+       "the " + h.launcher + " launcher needs at least one host, e.g. [\"node1:2\", \"node2:2\"]");
   const auto& s = p.strategy;
-  need(s.kind == "ddp", "strategy.kind",
-       "\"" + s.kind + "\" runs on one host only; across hosts (hosts.launcher \"" + h.launcher +
-           "\") use \"ddp\" over gloo or nccl");
-  if (s.kind == "ddp") {
+  const StrategyInfo* strategy = findStrategy(s.kind);
+  const bool acrossHosts = strategy && strategy->acrossHosts;
+  need(acrossHosts, "strategy.kind",
+       "\"" + s.kind + "\" runs on one host only; across hosts (hosts.launcher \"" + h.launcher + "\") use " +
+           acrossHostsStrategies() + " over gloo or nccl");
+  if (acrossHosts) {
     need(s.backend != "shm", "strategy.backend",
          "\"shm\" needs every rank on one host; across hosts use \"gloo\" (cpu) or \"nccl\" (cuda)");
     int slots = 0;
@@ -477,17 +508,20 @@ bool plausibleHostName(const std::string& name) {
 
 std::vector<std::string> rankHosts(const Profile& p) {
   std::vector<std::string> out;
-  if (p.hosts.launcher == "local") return out;
+  if (!ranksMayBeRemote(p)) return out;
   for (const auto& e : parseHosts(p.hosts.hosts))
     for (int i = 0; i < e.slotCount; ++i) out.push_back(e.host);
   return out;
 }
 
-bool readsDataFiles(const DataSpec& data) { return data.kind.rfind("synthetic", 0) != 0; }
+bool readsDataFiles(const DataSpec& data) {
+  const DataKindInfo* k = findDataKind(data.kind);
+  return !k || k->readsFiles;  // nothing is known of a kind not in the table; validation names it
+}
 
 bool isClassification(const DataSpec& data) {
-  return data.kind == "synthetic-classification" || data.kind == "mnist" || data.kind == "cifar10" ||
-         data.kind == "image-folder" || ((data.kind == "csv" || data.kind == "npy") && data.task == "classification");
+  const DataKindInfo* k = findDataKind(data.kind);
+  return k && (k->classification || (k->readsTask && data.task == "classification"));
 }
 
 bool Profile::operator==(const Profile& other) const { return toJsonValue(*this) == toJsonValue(other); }
@@ -525,19 +559,7 @@ std::vector<FieldError> validate(const Profile& p) {
   need(p.data.valFraction >= 0 && p.data.valFraction < 1, "data.val_fraction",
        "must be in [0, 1), got " + str(p.data.valFraction));
   oneOf(p.data.task, "data.task");
-  if (fileData)
-    need(!p.data.path.empty(), "data.path",
-         p.data.kind == "csv"            ? "csv needs the file"
-         : p.data.kind == "mnist"        ? "mnist needs the folder holding the IDX files"
-         : p.data.kind == "cifar10"      ? "cifar10 needs the folder holding data_batch_*.bin"
-         : p.data.kind == "image-folder" ? "image-folder needs the root folder (one subfolder per class)"
-                                         : "npy needs the features' .npy file");
-  if (p.data.kind == "csv") need(!p.data.target.empty(), "data.target", "csv needs the name of the target column");
-  if (p.data.kind == "npy") need(!p.data.labelsPath.empty(), "data.labels_path", "npy needs the labels' .npy file");
-  const bool images = p.data.kind == "cifar10" || p.data.kind == "image-folder" || p.data.kind == "npy";
-  need(images || (p.data.mean.empty() && p.data.std.empty() && p.data.cropPadding == 0 && !p.data.flip), "data.kind",
-       "normalisation and augmentation (data.mean, data.std, data.crop_padding, data.flip) need image data: "
-       "cifar10, image-folder or npy");
+  validateDataKind(p, need);
   need(p.data.mean.size() == p.data.std.size(), "data.std",
        "needs one value per channel, like data.mean: " + str(static_cast<std::int64_t>(p.data.mean.size())) +
            " mean(s), " + str(static_cast<std::int64_t>(p.data.std.size())) + " std(s)");
@@ -651,15 +673,12 @@ std::vector<std::string> fieldChoices(const std::string& path) {
   static const std::map<std::string, std::vector<std::string>> choices = {
       {"model.kind", {"linear", "mlp", "cnn", "torchscript"}},
       {"model.activation", {"relu", "tanh", "gelu"}},
-      {"data.kind",
-       {"synthetic-regression", "synthetic-classification", "csv", "mnist", "cifar10", "image-folder", "npy"}},
       {"data.task", {"regression", "classification"}},
       {"strategy.device", {"cpu", "cuda"}},
       {"strategy.pool_mode", {"sync", "hogwild"}},
       {"hyper.optimizer", {"sgd", "adam", "adamw"}},
       {"hyper.schedule", {"constant", "step", "cosine"}},
       {"hyper.precision", {"fp32", "bf16"}},
-      {"hosts.launcher", {"local", "ssh", "slurm"}},
   };
   if (path == "strategy.kind" || path == "strategy.backend") {  // from the table of strategies
     std::vector<std::string> names;
@@ -670,6 +689,12 @@ std::vector<std::string> fieldChoices(const std::string& path) {
     }
     return names;
   }
+  std::vector<std::string> names;  // from their tables
+  if (path == "data.kind")
+    for (const auto& k : dataKinds()) names.push_back(k.name);
+  if (path == "hosts.launcher")
+    for (const auto& l : launchers()) names.push_back(l.name);
+  if (!names.empty()) return names;
   auto it = choices.find(path);
   return it == choices.end() ? std::vector<std::string>{} : it->second;
 }
@@ -892,7 +917,7 @@ int processCount(const Profile& p) {
 
 std::string collectiveBackend(const Profile& p, bool haveNccl) {
   if (p.strategy.backend != "auto") return p.strategy.backend;
-  if (p.strategy.device == "cpu") return p.hosts.launcher == "local" ? "shm" : "gloo";  // shm needs one host
+  if (p.strategy.device == "cpu") return ranksMayBeRemote(p) ? "gloo" : "shm";  // shm needs one host
   return haveNccl ? "nccl" : "gloo";
 }
 

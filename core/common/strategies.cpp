@@ -14,33 +14,48 @@ const std::vector<StrategyInfo>& strategies() {
     std::vector<StrategyInfo> t(5);
     t[0].name = "single";
     t[0].label = "Single process";
+    t[0].description = "one process {where}";
     t[0].oneRank = true;
-    t[0].sweep = {{"single", "one process: the baseline", "single", "", "", true, true, -1}};
+    t[0].sweep = {SweepVariant("single", "one process: the baseline", "single").setBaseline(true).setByDefault(true)};
 
     t[1].name = "dataparallel";
     t[1].label = "DataParallel (threads in one process)";
-    t[1].sweep = {{"dataparallel", "a replica per lane, one process", "dataparallel", "", "", false, true, 2}};
+    t[1].description = "DataParallel with {ranks} replicas {where}";
+    t[1].sweep = {
+        SweepVariant("dataparallel", "a replica per lane, one process", "dataparallel").setByDefault(true).setColor(2)};
 
     t[2].name = "ddp";
     t[2].label = "DDP (a process per rank)";
+    t[2].description = "{ranks} ranks of DDP {where}";
     t[2].processPerRank = true;
     t[2].backends = {"auto", "gloo", "nccl", "shm"};
-    t[2].sweep = {{"ddp", "DDP as a profile runs it (backend auto)", "ddp", "auto", "", false, true, 0},
-                  {"ddp-gloo", "DDP over Gloo", "ddp", "gloo", "", false, true, 5},
-                  {"ddp-shm", "DDP over shared memory", "ddp", "shm", "", false, false, 9}};
+    t[2].readsBucketMb = true;
+    t[2].acrossHosts = true;
+    t[2].sweep = {SweepVariant("ddp", "DDP as a profile runs it (backend auto)", "ddp")
+                      .setBackend("auto")
+                      .setByDefault(true)
+                      .setColor(0),
+                  SweepVariant("ddp-gloo", "DDP over Gloo", "ddp").setBackend("gloo").setByDefault(true).setColor(5),
+                  SweepVariant("ddp-shm", "DDP over shared memory", "ddp").setBackend("shm").setColor(9)};
 
     t[3].name = "pool";
     t[3].label = "Process pool (shared memory)";
+    t[3].description = "a pool of {ranks} workers ({pool_mode}) {where}";
     t[3].processPerRank = true;
     t[3].coordinator = true;
     t[3].devices = {"cpu"};
     t[3].deviceAdvice = "the process pool shares CPU memory; use ddp or dataparallel for cuda";
     t[3].readsPoolMode = true;
-    t[3].sweep = {{"pool", "coordinator and workers, sync", "pool", "", "sync", false, true, 1},
-                  {"pool-hogwild", "workers step on their own (hogwild)", "pool", "", "hogwild", false, false, 3}};
+    t[3].sweep = {
+        SweepVariant("pool", "coordinator and workers, sync", "pool")
+            .setPoolMode("sync")
+            .setByDefault(true)
+            .setColor(1),
+        SweepVariant("pool-hogwild", "workers step on their own (hogwild)", "pool").setPoolMode("hogwild").setColor(3)};
 
     t[4].name = "command";
     t[4].label = "Your command (a process per rank)";
+    t[4].description = "{processes} of your command";
     t[4].processPerRank = true;
     t[4].runsCommand = true;
     return t;
@@ -89,6 +104,13 @@ std::string storedStrategyName(const Profile& profile) {
 
 const StrategyInfo* findStoredStrategy(const std::string& stored) {
   return findStrategy(stored.substr(0, stored.find('/')));
+}
+
+std::string acrossHostsStrategies() {
+  std::string names;
+  for (const auto& s : strategies())
+    if (s.acrossHosts) names += (names.empty() ? "\"" : " or \"") + s.name + "\"";
+  return names;
 }
 
 bool hasCoordinator(const Profile& profile) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/profile.h"
@@ -14,8 +15,10 @@
 namespace ptw::core {
 
 /// One configuration the scaling sweep runs: a strategy with some fields of the profile set.
-/// Example: SweepVariant{"ddp-gloo", "DDP over Gloo", "ddp", "gloo"}
+/// Example: SweepVariant("ddp-gloo", "DDP over Gloo", "ddp").setBackend("gloo").setColor(5)
 struct SweepVariant {
+  SweepVariant(std::string name, std::string label, std::string strategy)
+      : name(std::move(name)), label(std::move(label)), strategy(std::move(strategy)) {}
   std::string name;           ///< as --strategies and the sweep panel name it, e.g. "ddp-gloo"
   std::string label;          ///< the sweep panel's tooltip
   std::string strategy;       ///< its row's name (strategy.kind)
@@ -24,12 +27,36 @@ struct SweepVariant {
   bool baseline = false;      ///< the run every other is compared with (efficiency); always runs
   bool byDefault = false;     ///< run when the user names none (ptw sweep, the panel's ticks)
   int color = -1;             ///< the window's series colour (ui/palette.h index); -1 black
+  SweepVariant& setBackend(std::string v) {
+    backend = std::move(v);
+    return *this;
+  }
+  SweepVariant& setPoolMode(std::string v) {
+    poolMode = std::move(v);
+    return *this;
+  }
+  SweepVariant& setBaseline(bool v) {
+    baseline = v;
+    return *this;
+  }
+  SweepVariant& setByDefault(bool v) {
+    byDefault = v;
+    return *this;
+  }
+  SweepVariant& setColor(int v) {
+    color = v;
+    return *this;
+  }
 };
 
 /// One strategy. Example: StrategyInfo{}.name = "ddp";
 struct StrategyInfo {
   std::string name = "";   ///< strategy.kind
   std::string label = "";  ///< in the window
+  /// What a run of it is, in a line for the window ("2 ranks of DDP on the CPU"): the window
+  /// fills in {ranks} (strategy.ranks), {processes} ("one process", "4 processes"),
+  /// {pool_mode} and {where} ("on the CPU", "on 2 GPUs").
+  std::string description = "";
   /// strategy.ranks must be 1: the run has one rank (Single).
   bool oneRank = false;
   /// A worker process per rank; else every rank (lane) is a thread of one process.
@@ -42,6 +69,10 @@ struct StrategyInfo {
   /// strategy.backend values it reads (auto first); empty when it reads none.
   std::vector<std::string> backends = {};
   bool readsPoolMode = false;  ///< strategy.pool_mode means something to it (and is stored)
+  bool readsBucketMb = false;  ///< strategy.bucket_mb means something to it
+  /// Its ranks may run on other hosts (hosts.launcher ssh, slurm; a standard launcher's ranks
+  /// on several); else every rank is on one host.
+  bool acrossHosts = false;
   /// Its ranks run the profile's `command` (a user's program), not ptw's engine: no model,
   /// data or hyperparameters of ptw's own apply (Note [Script ranks]).
   bool runsCommand = false;
@@ -69,6 +100,8 @@ std::string storedStrategyName(const Profile& profile);
 /// The row of a name the run store kept (storedStrategyName), or nullptr.
 const StrategyInfo* findStoredStrategy(const std::string& stored);
 
+/// The strategies that run across hosts, quoted, for messages: "\"ddp\"" (or "\"a\" or \"b\"").
+std::string acrossHostsStrategies();
 /// True when rank 0 is a coordinator that reports for the whole run (null-safe on unknown kinds).
 bool hasCoordinator(const Profile& profile);
 /// Ranks (or lanes) that train: strategy.ranks, or 1 for a one-rank strategy.

@@ -466,9 +466,10 @@ void fitToLauncher(const Args& a, core::Profile& p) {
             p.strategy.kind, " runs ", expected, " process(es) (strategy.ranks ", p.strategy.ranks, "); start ",
             expected, ", or set strategy.ranks to fit");
   if (a.world == 1 || a.localWorld == a.world) return;  // one host: all that ptw's launcher runs works
-  PTW_CHECK(p.strategy.kind == "ddp", "strategy.kind: ", p.strategy.kind,
-            " runs on one host only, and these ranks are not all on one (", a.launchedBy,
-            "); use \"ddp\", or start every rank on one host");
+  const core::StrategyInfo* strategy = core::findStrategy(p.strategy.kind);
+  PTW_CHECK(strategy && strategy->acrossHosts, "strategy.kind: ", p.strategy.kind,
+            " runs on one host only, and these ranks are not all on one (", a.launchedBy, "); use ",
+            core::acrossHostsStrategies(), ", or start every rank on one host");
   PTW_CHECK(p.strategy.backend != "shm", "strategy.backend: \"shm\" needs every rank on one host, and these are not (",
             a.launchedBy, "); use \"gloo\" (CPU) or \"nccl\" (CUDA)");
   if (p.strategy.backend == "auto" && p.strategy.device == "cpu") {

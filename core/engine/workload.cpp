@@ -16,6 +16,7 @@
 #include <png.h>
 
 #include "common/data_files.h"
+#include "common/data_kinds.h"
 #include "common/error.h"
 #include "common/npy.h"
 #include "engine/compat.h"
@@ -485,39 +486,43 @@ torch::Tensor augmentImages(const torch::Tensor& batch, const std::vector<std::i
   return out;
 }
 
+namespace {
+
+// Inputs ~ N(0, 1); target = x·W + b + noise·N(0, 1), with W and b drawn from the same seed.
+void makeSyntheticRegression(const core::DataSpec& data, const core::ModelSpec& model, Dataset& d) {
+  auto gen = at::detail::createCPUGenerator(data.seed);
+  const auto n = data.samples, in = model.inFeatures, out = model.outFeatures;
+  d.x = torch::randn({n, in}, gen, torch::kFloat32);
+  auto w = torch::randn({in, out}, gen, torch::kFloat32);
+  auto b = torch::randn({out}, gen, torch::kFloat32);
+  d.y = d.x.matmul(w) + b + data.noise * torch::randn({n, out}, gen, torch::kFloat32);
+}
+
+// Gaussian blobs: one centre per class, samples assigned round-robin, shuffled by the sampler.
+void makeSyntheticClassification(const core::DataSpec& data, const core::ModelSpec& model, Dataset& d) {
+  auto gen = at::detail::createCPUGenerator(data.seed);
+  const auto n = data.samples, in = model.inFeatures, out = model.outFeatures;
+  auto centres = 3.0 * torch::randn({out, in}, gen, torch::kFloat32);
+  d.y = torch::arange(n, torch::kInt64).remainder(out);
+  d.x = centres.index_select(0, d.y) + (1.0 + data.noise) * torch::randn({n, in}, gen, torch::kFloat32);
+  d.classification = true;
+}
+
+}  // namespace
+
 Dataset makeDataset(const core::DataSpec& data, const core::ModelSpec& model) {
   torch::NoGradGuard noGrad;
   Dataset d;
   const std::string missing = core::dataFileProblem(data);  // the launcher's check, in case the files went since
   PTW_CHECK(missing.empty(), missing);
-  if (data.kind == "csv") {
-    loadCsv(data, d);
-  } else if (data.kind == "mnist") {
-    loadMnist(data, d);
-  } else if (data.kind == "cifar10") {
-    loadCifar10(data, d);
-  } else if (data.kind == "image-folder") {
-    loadImageFolder(data, d);
-  } else if (data.kind == "npy") {
-    loadNpyData(data, d);
-  } else {
-    auto gen = at::detail::createCPUGenerator(data.seed);
-    const auto n = data.samples, in = model.inFeatures, out = model.outFeatures;
-    if (data.kind == "synthetic-regression") {
-      // Inputs ~ N(0, 1); target = x·W + b + noise·N(0, 1), with W and b drawn from the same seed.
-      d.x = torch::randn({n, in}, gen, torch::kFloat32);
-      auto w = torch::randn({in, out}, gen, torch::kFloat32);
-      auto b = torch::randn({out}, gen, torch::kFloat32);
-      d.y = d.x.matmul(w) + b + data.noise * torch::randn({n, out}, gen, torch::kFloat32);
-    } else if (data.kind == "synthetic-classification") {
-      // Gaussian blobs: one centre per class, samples assigned round-robin, shuffled by the sampler.
-      auto centres = 3.0 * torch::randn({out, in}, gen, torch::kFloat32);
-      d.y = torch::arange(n, torch::kInt64).remainder(out);
-      d.x = centres.index_select(0, d.y) + (1.0 + data.noise) * torch::randn({n, in}, gen, torch::kFloat32);
-      d.classification = true;
-    } else {
-      PTW_FAIL("data.kind: unsupported \"", data.kind, "\"");
-    }
+  switch (core::dataKindOf(data).kind) {
+    case core::DataKind::Csv: loadCsv(data, d); break;
+    case core::DataKind::Mnist: loadMnist(data, d); break;
+    case core::DataKind::Cifar10: loadCifar10(data, d); break;
+    case core::DataKind::ImageFolder: loadImageFolder(data, d); break;
+    case core::DataKind::Npy: loadNpyData(data, d); break;
+    case core::DataKind::SyntheticRegression: makeSyntheticRegression(data, model, d); break;
+    case core::DataKind::SyntheticClassification: makeSyntheticClassification(data, model, d); break;
   }
   normalise(data, d);
   const std::int64_t total = d.x.size(0);

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/launcher_kinds.h"
 #include "common/profile.h"
 #include "launch/expectation.h"
 #include "launch/launcher.h"
@@ -40,12 +41,17 @@ class ProgressPrinter : public LaunchObserver {
 
   void onStarted(int port, const std::vector<int>& pids) override {
     m_out << "started " << pids.size() << " process(es)";
-    if (m_profile.hosts.launcher == "ssh")  // Note [Remote ranks]
-      m_out << " through ssh on " << m_profile.hosts.hosts.size() << " host(s), rendezvous on port " << port;
-    else if (m_profile.hosts.launcher == "slurm")  // Note [SLURM ranks]
-      m_out << " as SLURM job steps through srun, rendezvous on port " << port;
-    else if (m_profile.run.port != 0)
-      m_out << ", store on 127.0.0.1:" << port;  // else a FileStore in the run folder
+    switch (launcherOf(m_profile).kind) {
+      case LauncherKind::Ssh:  // Note [Remote ranks]
+        m_out << " through ssh on " << m_profile.hosts.hosts.size() << " host(s), rendezvous on port " << port;
+        break;
+      case LauncherKind::Slurm:  // Note [SLURM ranks]
+        m_out << " as SLURM job steps through srun, rendezvous on port " << port;
+        break;
+      case LauncherKind::Local:
+        if (m_profile.run.port != 0) m_out << ", store on 127.0.0.1:" << port;  // else a FileStore in the run folder
+        break;
+    }
     m_out << "\n";
     m_start = std::chrono::steady_clock::now();
   }

@@ -9,6 +9,7 @@
 #include "common/data_files.h"
 #include "common/error.h"
 #include "common/launcher_env.h"
+#include "common/launcher_kinds.h"
 #include "common/profile.h"
 #include "common/version.h"
 #include "launch/run_program.h"
@@ -109,8 +110,9 @@ std::string rendezvousPortProblem(const Profile& profile, const std::string& wor
 }
 
 std::string hostsProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort) {
-  if (profile.hosts.launcher == "slurm") return slurmProblem(profile);
-  if (profile.hosts.launcher != "ssh") return "";
+  const LauncherInfo* launcher = findLauncher(profile.hosts.launcher);
+  if (!launcher || launcher->kind == LauncherKind::Local) return "";
+  if (launcher->kind == LauncherKind::Slurm) return slurmProblem(profile);
   const std::vector<std::string> hosts = hostNames(profile);
   if (hosts.empty()) return "";
   const SshStarter starter = checkStarter(profile, hosts, workerPath);
@@ -135,7 +137,7 @@ std::string hostsProblem(const Profile& profile, const std::string& workerPath, 
 
 std::string coresWarning(const Profile& profile, int cores) {
   // Ranks on other hosts use their cores, not this machine's.
-  if (profile.strategy.device != "cpu" || profile.hosts.launcher != "local") return "";
+  if (profile.strategy.device != "cpu" || ranksMayBeRemote(profile)) return "";
   if (cores < 0) {
     cpu_set_t cpus;
     CPU_ZERO(&cpus);

@@ -7,12 +7,12 @@
 
 #include "common/error.h"
 #include "common/launcher_env.h"
+#include "common/launcher_kinds.h"
 #include "common/strategies.h"
 #include "launch/preflight.h"
+#include "launch/rank_starters.h"
 #include "launch/run_store.h"
 #include "launch/slurm_job.h"
-#include "launch/slurm_starter.h"
-#include "launch/ssh_starter.h"
 
 namespace ptw::core {
 namespace {
@@ -49,6 +49,16 @@ class StoringObserver final : public LaunchObserver {
   int m_attempt = 0;
 };
 
+// The port attempt `attempt`'s ranks meet on across hosts (Note [Rendezvous port]): the one
+// checked before the run, asked of rank 0's host again for a restart when hosts.port is 0.
+// 0 where none was checked. Returns "" or the problem that stops the restart.
+std::string attemptRendezvousPort(const SupervisorOptions& o, int attempt, int& port) {
+  port = o.rendezvousPort;
+  if (port == 0 || attempt == 0 || o.profile.hosts.port != 0 || launcherOf(o.profile).kind != LauncherKind::Ssh)
+    return "";
+  return rendezvousPortProblem(o.profile, o.workerPath, port);
+}
+
 }  // namespace
 
 std::int64_t checkpointStep(const std::string& runDir) {
@@ -72,7 +82,7 @@ RunReport Supervisor::run(LaunchObserver& observer) {
   RunReport report;
   // Note [SLURM job]: held for every attempt, released when the run ends.
   std::unique_ptr<SlurmJob> slurm;
-  if (o.profile.hosts.launcher == "slurm") {
+  if (launcherOf(o.profile).kind == LauncherKind::Slurm) {
     slurm = std::make_unique<SlurmJob>(o.profile, o.runDir, processEnvironment());
     if (!slurm->acquire(observer, m_stopRequested)) {
       report.status = RunReport::Status::Stopped;
@@ -106,24 +116,14 @@ RunReport Supervisor::run(LaunchObserver& observer) {
       lo.commandRanks = true;
       lo.setStopGraceS(o.profile.command.stopGraceS);
     }
-    if (o.profile.hosts.launcher == "ssh") {  // Note [Remote ranks]
-      HostsSpec hosts = o.profile.hosts;
-      if (o.rendezvousPort != 0) {  // Note [Rendezvous port]
-        int port = o.rendezvousPort;
-        std::string problem;
-        if (attempt > 0 && hosts.port == 0) problem = rendezvousPortProblem(o.profile, o.workerPath, port);
-        if (!problem.empty()) {
-          report = RunReport{};
-          report.status = RunReport::Status::Failed;
-          report.message = "restart could not start the ranks: " + problem;
-          break;
-        }
-        hosts.port = port;
-      }
-      lo.starter = std::make_shared<SshStarter>(hosts, rankHosts(o.profile), o.workerPath);
-    } else if (slurm) {  // Note [SLURM ranks]
-      lo.starter = std::make_shared<SlurmStarter>(o.profile.hosts, slurm->id(), slurm->rankHosts(), o.workerPath);
+    int port = 0;
+    if (std::string problem = attemptRendezvousPort(o, attempt, port); !problem.empty()) {
+      report = RunReport{};
+      report.status = RunReport::Status::Failed;
+      report.message = "restart could not start the ranks: " + problem;
+      break;
     }
+    lo.starter = makeRankStarter(o.profile, o.workerPath, port, slurm.get());
     lo.extraWorkerArgs = {"--attempt", std::to_string(attempt)};
     lo.extraWorkerArgs.insert(lo.extraWorkerArgs.end(), o.workerArgs.begin(), o.workerArgs.end());
     if (o.store)  // Note [Ranks write their steps]

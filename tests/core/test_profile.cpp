@@ -12,9 +12,12 @@
 #include <fstream>
 #include <map>
 
+#include "common/data_kinds.h"
 #include "common/error.h"
+#include "common/launcher_kinds.h"
 #include "common/profile.h"
 #include "common/record.h"
+#include "common/strategies.h"
 
 using namespace ptw;
 using namespace ptw::core;
@@ -433,6 +436,124 @@ class TestProfile : public QObject {
     QVERIFY(rankHosts(slurm).empty());
     QCOMPARE(collectiveBackend(slurm, false), std::string("gloo"));
   }
+  // Every launcher name parses to its kind and back, and an unknown one reads as validation says it.
+  void launcherNamesParseToTheirKind_data() {
+    QTest::addColumn<QString>("name");
+    QTest::addColumn<int>("kind");
+    QTest::addColumn<bool>("remote");
+    QTest::newRow("local") << "local" << static_cast<int>(LauncherKind::Local) << false;
+    QTest::newRow("ssh") << "ssh" << static_cast<int>(LauncherKind::Ssh) << true;
+    QTest::newRow("slurm") << "slurm" << static_cast<int>(LauncherKind::Slurm) << true;
+  }
+  void launcherNamesParseToTheirKind() {
+    QFETCH(QString, name);
+    QFETCH(int, kind);
+    QFETCH(bool, remote);
+    Profile p;
+    p.hosts.launcher = name.toStdString();
+    const LauncherInfo& row = launcherOf(p);
+    QCOMPARE(static_cast<int>(row.kind), kind);
+    QCOMPARE(launcherInfo(row.kind).name, name.toStdString());
+    QCOMPARE(row.remoteRanks, remote);
+    QCOMPARE(ranksMayBeRemote(p), remote);
+  }
+  void launcherTableIsTheChoices() {
+    std::vector<std::string> names;
+    for (const auto& l : launchers()) names.push_back(l.name);
+    QCOMPARE(names, fieldChoices("hosts.launcher"));
+    QCOMPARE(names.size(), std::size_t(3));
+    Profile p;
+    p.hosts.launcher = "pdsh";
+    QString thrown;
+    try {
+      launcherOf(p);
+    } catch (const Error& e) {
+      thrown = e.what();
+    }
+    QCOMPARE(thrown, QString("hosts.launcher: expected one of local, ssh, slurm, got \"pdsh\""));
+    const auto errors = validate(p);
+    QVERIFY(!errors.empty());
+    QCOMPARE(QString::fromStdString(errors.front().text()), thrown);
+    QVERIFY(ranksMayBeRemote(p));  // nothing is known of it
+  }
+
+  // Every data kind of the table is accepted with what its row says it needs, and refused
+  // without it, with the message its row words.
+  void dataKindsAreWhatValidationRequires_data() {
+    QTest::addColumn<QString>("name");
+    for (const auto& k : dataKinds()) QTest::newRow(k.name.c_str()) << QString::fromStdString(k.name);
+  }
+  void dataKindsAreWhatValidationRequires() {
+    QFETCH(QString, name);
+    const DataKindInfo* kind = findDataKind(name.toStdString());
+    QVERIFY(kind);
+    Profile p;
+    p.data.kind = kind->name;
+    QCOMPARE(&dataKindOf(p.data), kind);
+    p.model.outFeatures = 2;  // a classification's classes; a regression's two outputs
+    if (kind->readsFiles) p.data.path = "data";
+    if (kind->readsColumns) p.data.target = "y";
+    if (kind->readsLabelsFile) p.data.labelsPath = "labels.npy";
+    auto firstError = [](const Profile& q) {
+      const auto errors = validate(q);
+      return errors.empty() ? std::string("none") : errors.front().text();
+    };
+    QCOMPARE(firstError(p), std::string("none"));
+    QCOMPARE(readsDataFiles(p.data), kind->readsFiles);
+    QCOMPARE(isClassification(p.data), kind->classification);
+
+    Profile noPath = p;
+    noPath.data.path.clear();
+    QCOMPARE(firstError(noPath), kind->readsFiles ? "data.path: " + kind->name + " needs " + kind->pathHint : "none");
+    Profile noTarget = p;
+    noTarget.data.target.clear();
+    QCOMPARE(firstError(noTarget) != "none", kind->readsColumns);
+    Profile noLabels = p;
+    noLabels.data.labelsPath.clear();
+    QCOMPARE(firstError(noLabels) != "none", kind->readsLabelsFile);
+    Profile flipped = p;
+    flipped.data.flip = true;
+    QCOMPARE(firstError(flipped) == "none", kind->images);
+    Profile noSamples = p;
+    noSamples.data.samples = 0;  // files: every sample; generated: none
+    QCOMPARE(firstError(noSamples) == "none", kind->readsFiles);
+    Profile oneOutput = p;
+    oneOutput.model.outFeatures = 1;
+    QCOMPARE(firstError(oneOutput) != "none", kind->classification);
+    Profile classes = p;
+    classes.data.task = "classification";
+    QCOMPARE(isClassification(classes.data), kind->classification || kind->readsTask);
+  }
+  void dataKindTableIsTheChoices() {
+    std::vector<std::string> names;
+    for (const auto& k : dataKinds()) names.push_back(k.name);
+    QCOMPARE(names, fieldChoices("data.kind"));
+    QCOMPARE(names, (std::vector<std::string>{"synthetic-regression", "synthetic-classification", "csv", "mnist",
+                                              "cifar10", "image-folder", "npy"}));
+    QCOMPARE(Profile().data.kind, names.front());
+  }
+
+  // A strategy runs across hosts exactly when its row says so.
+  void strategiesAcrossHostsFollowTheirRow_data() {
+    QTest::addColumn<QString>("name");
+    for (const auto& s : strategies()) QTest::newRow(s.name.c_str()) << QString::fromStdString(s.name);
+  }
+  void strategiesAcrossHostsFollowTheirRow() {
+    QFETCH(QString, name);
+    const StrategyInfo* info = findStrategy(name.toStdString());
+    QVERIFY(info);
+    Profile p;
+    p.strategy.kind = info->name;
+    p.strategy.ranks = 1;
+    p.strategy.backend = info->backends.empty() ? p.strategy.backend : "gloo";
+    p.hosts.launcher = "ssh";
+    p.hosts.hosts = {"a:" + std::to_string(processCount(p))};
+    bool refused = false;
+    for (const auto& e : validate(p)) refused = refused || e.path == "strategy.kind";
+    QCOMPARE(refused, !info->acrossHosts);
+    QCOMPARE(acrossHostsStrategies(), std::string("\"ddp\""));
+  }
+
   void invalidProfilesAreRejected() {
     QFETCH(QString, json);
     QFETCH(QString, expected);

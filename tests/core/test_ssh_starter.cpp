@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "common/error.h"
+#include "launch/rank_starters.h"
 #include "launch/ssh_starter.h"
 
 using namespace ptw::core;
@@ -58,6 +60,23 @@ class TestSshStarter : public QObject {
     QCOMPARE(*(dashes + 1), std::string("node2"));
     QCOMPARE(*(dashes + 2), std::string("'/opt/ptw/ptw-worker' '--profile' '/runs/a b/profile.json' '--remote' 'node2' "
                                         "'--master' 'node1' '--interface' 'ib0'; exit $?"));
+  }
+
+  // Each launcher's ranks start through its own starter: here, or through ssh on the port given.
+  void eachLauncherHasItsStarter() {
+    Profile p;
+    const auto local = makeRankStarter(p, "/opt/ptw/ptw-worker");
+    QVERIFY(!local->command(0, {"/opt/ptw/ptw-worker"}).remote);
+    QCOMPARE(local->rendezvousPort(), 0);
+    p.hosts.launcher = "ssh";
+    p.hosts.hosts = {"node1:2"};
+    const auto ssh = makeRankStarter(p, "/opt/ptw/ptw-worker", 29556);
+    QCOMPARE(ssh->rendezvousPort(), 29556);
+    const RankCommand c = ssh->command(1, {"/opt/ptw/ptw-worker"});
+    QVERIFY(c.remote);
+    QCOMPARE(c.host, std::string("node1"));
+    p.hosts.launcher = "slurm";  // its ranks need the job they run in
+    QVERIFY_THROWS_EXCEPTION(ptw::Error, makeRankStarter(p, "/opt/ptw/ptw-worker"));
   }
 };
 
