@@ -48,10 +48,10 @@ bool qtPlatformChosen() {
 // Interrupted runs' step records are packed into chunks (Note [Step blocks]), with progress on
 // stderr for a long run's; where that fails (a full disk) they are still read, so this only
 // says so.
-void unpackEnded(ptw::core::RunStore& store) {
+void packEnded(ptw::core::RunStore& store) {
   std::map<std::int64_t, std::function<void(std::int64_t, std::int64_t)>> reporters;
   try {
-    store.unpackEndedRuns([&](std::int64_t run, std::int64_t done, std::int64_t total) {
+    store.packEndedRuns([&](std::int64_t run, std::int64_t done, std::int64_t total) {
       auto& report = reporters[run];
       if (!report) report = ptw::core::unpackReporter(std::cerr, "step records of run " + std::to_string(run));
       report(done, total);
@@ -197,7 +197,7 @@ std::string existingRuns(const std::string& given) {
 
 int listRuns(const std::string& runsDir) {
   ptw::core::RunStore store(existingRuns(runsDir));
-  unpackEnded(store);
+  packEnded(store);
   std::printf("%5s  %-11s  %-20s  %-13s  %5s  %12s  %12s  %-7s  %s\n", "id", "status", "started (UTC)", "strategy",
               "world", "final loss", "samples/s", "version", "name");
   // A run of a build that did not record its version shows "-".
@@ -225,7 +225,7 @@ int exportRun(const ExportArgs& a) {
   }
   ptw::core::RunStore store(existingRuns(a.runsDir));
   store.run(a.runId);
-  unpackEnded(store);
+  packEnded(store);
   const auto id = static_cast<long long>(a.runId);
   if (csv) {
     const std::string file = a.csv.empty() ? a.out : a.csv;

@@ -361,7 +361,7 @@ RunStore::RunStore(const std::string& runsDir, const RunStoreOptions& options)
   }
 }
 
-void RunStore::unpackEndedRuns(const RunUnpackProgress& progress) {
+void RunStore::packEndedRuns(const RunPackProgress& progress) {
   std::vector<std::int64_t> packed;
   {
     Statement q(m_db,
@@ -373,9 +373,9 @@ void RunStore::unpackEndedRuns(const RunUnpackProgress& progress) {
   }
   for (auto id : packed) {
     if (!progress)
-      unpackBlocks(id);
+      packSteps(id);
     else
-      unpackBlocks(id, [&](std::int64_t done, std::int64_t total) { progress(id, done, total); });
+      packSteps(id, [&](std::int64_t done, std::int64_t total) { progress(id, done, total); });
   }
 }
 
@@ -647,8 +647,8 @@ bool RunStore::insertChunks(std::int64_t runId, const std::vector<PendingBlock>&
 
 // Rows of an old database's step_blocks (Note [Step blocks]) into chunks, a row a
 // transaction; their records are added to `done` as they are.
-void RunStore::unpackBlockRows(std::int64_t runId, const std::vector<std::pair<std::int64_t, std::int64_t>>& rows,
-                               std::int64_t& done, std::int64_t total, const UnpackProgress& progress) {
+void RunStore::packBlockRows(std::int64_t runId, const std::vector<std::pair<std::int64_t, std::int64_t>>& rows,
+                             std::int64_t& done, std::int64_t total, const PackProgress& progress) {
   auto fail = [&](bool inTransaction) {
     std::string why = sqlite3_errmsg(m_db);
     if (inTransaction) sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
@@ -688,7 +688,7 @@ void RunStore::unpackBlockRows(std::int64_t runId, const std::vector<std::pair<s
 // unpacked length past them: the write lock is held for a few tens of milliseconds at a
 // time (another run writing to the same store is never kept waiting long), and a reader
 // sees each block either in the file or in a chunk, never neither nor both.
-void RunStore::unpackBlocks(std::int64_t runId, const UnpackProgress& progress) {
+void RunStore::packSteps(std::int64_t runId, const PackProgress& progress) {
   constexpr std::int64_t kChunkRecords = 2 * kBlockRecords;
   auto fail = [&](bool inTransaction) {
     std::string why = sqlite3_errmsg(m_db);
@@ -725,7 +725,7 @@ void RunStore::unpackBlocks(std::int64_t runId, const UnpackProgress& progress) 
       return true;
     });
   if (progress && total > 0) progress(0, total);
-  unpackBlockRows(runId, rows, done, total, progress);
+  packBlockRows(runId, rows, done, total, progress);
 
   Statement advance(m_db, "UPDATE step_files SET unpacked_bytes = ? WHERE run_id = ?");
   std::vector<PendingBlock> pending;
@@ -782,11 +782,11 @@ void RunStore::unpackBlocks(std::int64_t runId, const UnpackProgress& progress) 
 }
 
 void RunStore::endRun(std::int64_t runId, const std::string& status, const std::string& message, double finalLoss,
-                      double samplesPerS, int attempts, const UnpackProgress& progress) {
+                      double samplesPerS, int attempts, const PackProgress& progress) {
   commitBuffer();
   try {
-    unpackBlocks(runId, progress);
-    unpackEndedRuns();  // an interrupted run's, or one whose unpacking failed before
+    packSteps(runId, progress);
+    packEndedRuns();  // an interrupted run's, or one whose unpacking failed before
   } catch (const Error&) {
     // Nothing is lost (the blocks are kept and read), so the run is not failed for it; the
     // next run to end, `ptw runs` or `ptw export` tries again.

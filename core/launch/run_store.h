@@ -130,24 +130,24 @@ class RunStore {
   long long stepFileLimit() const { return m_maxStepFileBytes; }
   /// Called as step records become chunks: `done` of `total`, from 0 (before the first block)
   /// to `total`, once a block (at most 8,192 records).
-  using UnpackProgress = std::function<void(std::int64_t done, std::int64_t total)>;
+  using PackProgress = std::function<void(std::int64_t done, std::int64_t total)>;
 
-  /// Marks the run ended and unpacks its step blocks (reporting to `progress`). A final loss
+  /// Marks the run ended and packs its step blocks into chunks (reporting to `progress`). A final loss
   /// not given (NaN) comes from the records; a throughput not given is left empty.
   void endRun(std::int64_t runId, const std::string& status, const std::string& message, double finalLoss,
-              double samplesPerS, int attempts, const UnpackProgress& progress = {});
+              double samplesPerS, int attempts, const PackProgress& progress = {});
 
   /// "" while every write succeeded, else what failed and what to do.
   const std::string& error() const { return m_error; }
 
   /// Packs the run's step blocks into chunks (Note [Step blocks]); endRun does it.
   /// Throws ptw::Error when it cannot (the blocks are then kept and still read).
-  void unpackBlocks(std::int64_t runId, const UnpackProgress& progress = {});
-  /// Unpacks the blocks of every run that is not running (interrupted, or whose unpacking
-  /// failed), reporting each run's unpacking to `progress` with its id. endRun does it, after
+  void packSteps(std::int64_t runId, const PackProgress& progress = {});
+  /// Packs the blocks of every run that is not running (interrupted, or whose packing
+  /// failed), reporting each run's packing to `progress` with its id. endRun does it, after
   /// its own run; long for a large run, so not on a window's thread.
-  using RunUnpackProgress = std::function<void(std::int64_t runId, std::int64_t done, std::int64_t total)>;
-  void unpackEndedRuns(const RunUnpackProgress& progress = {});
+  using RunPackProgress = std::function<void(std::int64_t runId, std::int64_t done, std::int64_t total)>;
+  void packEndedRuns(const RunPackProgress& progress = {});
 
   std::vector<RunRow> runs();
   RunRow run(std::int64_t id);
@@ -186,8 +186,8 @@ class RunStore {
   void commitBuffer();
   struct PendingBlock;
   bool insertChunks(std::int64_t runId, const std::vector<PendingBlock>& blocks, long long after);
-  void unpackBlockRows(std::int64_t runId, const std::vector<std::pair<std::int64_t, std::int64_t>>& rows,
-                       std::int64_t& done, std::int64_t total, const UnpackProgress& progress);
+  void packBlockRows(std::int64_t runId, const std::vector<std::pair<std::int64_t, std::int64_t>>& rows,
+                     std::int64_t& done, std::int64_t total, const PackProgress& progress);
   /// Step records of `runId` in [x0, x1] of `rank` (-1: every rank) from rows and blocks,
   /// ordered by rank and step, where attempts overlap the latest attempt's.
   std::vector<StepRecord> collect(std::int64_t runId, int rank, std::int64_t x0, std::int64_t x1);

@@ -382,7 +382,7 @@ class TestRunStore : public QObject {
       RunStore reader(dir.path().toStdString());
       int blocks = 0;
       try {
-        store.unpackBlocks(id, [&](std::int64_t done, std::int64_t total) {
+        store.packSteps(id, [&](std::int64_t done, std::int64_t total) {
           QCOMPARE(total, 2 * steps);
           QCOMPARE(reader.stepCount(id), 2 * steps);
           QCOMPARE(reader.steps(id).size(), std::size_t(2 * steps));
@@ -396,7 +396,7 @@ class TestRunStore : public QObject {
     }
     RunStore again(dir.path().toStdString());
     QCOMPARE(again.stepCount(id), 2 * steps);
-    again.unpackBlocks(id);
+    again.packSteps(id);
     Sql sql(again.path());
     // Each record once: as many in chunks as the run has, and that many (rank, step) pairs.
     QCOMPARE(sql.count(kChunked), 2 * steps);
@@ -421,9 +421,9 @@ class TestRunStore : public QObject {
     first.flush();
     RunStore second(dir.path().toStdString());
     bool otherDone = false;
-    first.unpackBlocks(id, [&](std::int64_t done, std::int64_t) {
+    first.packSteps(id, [&](std::int64_t done, std::int64_t) {
       if (done > 0 && !otherDone) {  // after the first of four blocks
-        second.unpackBlocks(id);
+        second.packSteps(id);
         otherDone = true;
       }
     });
@@ -446,7 +446,7 @@ class TestRunStore : public QObject {
     writer.flush();
     {
       RunStore other(dir.path().toStdString());
-      other.unpackBlocks(id);
+      other.packSteps(id);
     }
     QVERIFY(!std::filesystem::exists(stepFile(dir, id)));
     writer.append(id, 0, {stepRecord(0, 3)});
@@ -510,7 +510,7 @@ class TestRunStore : public QObject {
     for (std::int64_t s = 600; s <= 1200; ++s) second.push_back(stepRecord(0, s, 1));
     store.append(id, 0, first);
     store.flush();
-    store.unpackBlocks(id);
+    store.packSteps(id);
     store.append(id, 1, second);
     store.flush();
     QCOMPARE(store.stepCount(id), std::int64_t(1601));
@@ -527,7 +527,7 @@ class TestRunStore : public QObject {
     QCOMPARE(part[2].second, stepRecord(0, 600, 1).step.stepMs);
 
     // Packed, each chunk keeps its attempt, and the run reads the same.
-    store.unpackBlocks(id);
+    store.packSteps(id);
     Sql sql(store.path());
     QVERIFY(!std::filesystem::exists(stepFile(dir, id)));
     QCOMPARE(sql.count(kChunked + " WHERE attempt = 1 AND first_step >= 600 AND last_step <= 1200"), std::int64_t(601));
@@ -576,7 +576,7 @@ class TestRunStore : public QObject {
       QCOMPARE(store.stepCount(id), std::int64_t(6000));
     }
     RunStore again(dir.path().toStdString());
-    again.unpackEndedRuns();
+    again.packEndedRuns();
     Sql sql(again.path());
     QVERIFY(!std::filesystem::exists(stepFile(dir, id)));
     QCOMPARE(sql.count(kChunked), std::int64_t(6000));
@@ -614,7 +614,7 @@ class TestRunStore : public QObject {
     Sql sql(again.path());
     QCOMPARE(blocksOf(fileBytes(stepFile(dir, dead))).size(), std::size_t(2));
     QCOMPARE(again.steps(dead).size(), std::size_t(3));
-    again.unpackEndedRuns();
+    again.packEndedRuns();
     QCOMPARE(sql.count(kChunked + " WHERE run_id = " + std::to_string(dead)), std::int64_t(3));
     QVERIFY(!std::filesystem::exists(stepFile(dir, dead)));
     QCOMPARE(blocksOf(fileBytes(stepFile(dir, live))).size(), std::size_t(1));
