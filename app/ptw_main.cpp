@@ -8,6 +8,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -45,17 +46,27 @@ bool qtPlatformChosen() {
 }
 #endif
 
-// Interrupted runs' step records are packed into chunks (Note [Step blocks]), with progress on
-// stderr for a long run's; where that fails (a full disk) they are still read, so this only
-// says so.
-void unpackEnded(ptw::core::RunStore& store) {
-  std::map<std::int64_t, std::function<void(std::int64_t, std::int64_t)>> reporters;
+// Progress on stderr, run by run, as a large run's step records become chunks (Note [Step
+// blocks]): packed from its step file, or converted from a store of an earlier build.
+std::function<void(std::int64_t, std::int64_t, std::int64_t)> progressByRun() {
+  auto reporters = std::make_shared<std::map<std::int64_t, std::function<void(std::int64_t, std::int64_t)>>>();
+  return [reporters](std::int64_t run, std::int64_t done, std::int64_t total) {
+    auto& report = (*reporters)[run];
+    if (!report) report = ptw::core::unpackReporter(std::cerr, "step records of run " + std::to_string(run));
+    report(done, total);
+  };
+}
+
+// The store of an existing runs directory, as `ptw runs` and `ptw export` open it.
+ptw::core::RunStoreOptions existingStoreOptions() {
+  return ptw::core::RunStoreOptions().setConversionProgress(progressByRun());
+}
+
+// Interrupted runs' step records are packed into chunks, with progress on stderr for a long
+// run's; where that fails (a full disk) they are still read, so this only says so.
+void packEnded(ptw::core::RunStore& store) {
   try {
-    store.unpackEndedRuns([&](std::int64_t run, std::int64_t done, std::int64_t total) {
-      auto& report = reporters[run];
-      if (!report) report = ptw::core::unpackReporter(std::cerr, "step records of run " + std::to_string(run));
-      report(done, total);
-    });
+    store.packEndedRuns(progressByRun());
   } catch (const ptw::Error& e) {
     std::fprintf(stderr, "ptw: %s\n", e.what());
   }
@@ -196,8 +207,8 @@ std::string existingRuns(const std::string& given) {
 }
 
 int listRuns(const std::string& runsDir) {
-  ptw::core::RunStore store(existingRuns(runsDir));
-  unpackEnded(store);
+  ptw::core::RunStore store(existingRuns(runsDir), existingStoreOptions());
+  packEnded(store);
   std::printf("%5s  %-11s  %-20s  %-13s  %5s  %12s  %12s  %-7s  %s\n", "id", "status", "started (UTC)", "strategy",
               "world", "final loss", "samples/s", "version", "name");
   // A run of a build that did not record its version shows "-".
@@ -223,9 +234,9 @@ int exportRun(const ExportArgs& a) {
     PTW_CHECK(!a.out.empty(), "export: give the folder to write to: ptw export --format ", a.format, " RUN DIR");
     ptw::core::checkExportFolder(a.out);
   }
-  ptw::core::RunStore store(existingRuns(a.runsDir));
+  ptw::core::RunStore store(existingRuns(a.runsDir), existingStoreOptions());
   store.run(a.runId);
-  unpackEnded(store);
+  packEnded(store);
   const auto id = static_cast<long long>(a.runId);
   if (csv) {
     const std::string file = a.csv.empty() ? a.out : a.csv;

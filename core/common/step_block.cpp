@@ -31,7 +31,7 @@ std::uint64_t blockChecksum(const unsigned char* p, std::size_t n) { return XXH3
 
 // The sum of the records' 8-byte words with a rotation, in four lanes: what blocks carried
 // before they carried XXH3, kept so that a step file written by an older build (a run
-// interrupted then, unpacked by this one) still reads.
+// interrupted then, packed by this one) still reads.
 std::uint64_t legacyBlockChecksum(const unsigned char* p, std::size_t n) {
   auto mix = [](std::uint64_t sum, std::uint64_t word) { return ((sum << 7) | (sum >> 57)) + word; };
   std::uint64_t lane[4] = {n, 1, 2, 3};

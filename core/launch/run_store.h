@@ -4,8 +4,12 @@
 // least every 250 ms, so a crash of a worker or of the supervisor loses at most the last
 // fraction of a second. Nothing is sampled away, unless the profile asks
 // (run.keep_every past run.keep_all_until).
-// The schema is documented in the README. A RunStore is used by one thread at a time
-// (it may be handed from one to another); readers elsewhere open their own.
+// The schema is documented in docs/storage.md. A RunStore is used by one thread at a time
+// (it may be handed from one to another); readers elsewhere open their own. It is made of
+// parts, each with a file pair of its own: RunCatalog (the runs), StepFileWriter (a run's
+// live step file), ChunkArchive (step records packed into chunks, and read in both forms),
+// MetricRows (validation and named scalars), LegacyStepConverter (the forms of earlier
+// builds) and CsvExport, over one StoreDatabase.
 //
 // Note [Step blocks]
 // A rank of a small model steps in microseconds, and an indexed SQLite row per record costs
@@ -13,38 +17,46 @@
 // take a noticeable share of a core from the ranks (BENCHMARKS.md). While a run is going,
 // its step records are therefore packed in blocks, one per rank per commit holding that
 // rank's records (kBlockRecordBytes each, little-endian, layout in common/step_block.h and
-// the README), and appended to the run's step file, <runs dir>/runs.blocks/<run id>, in one
-// write a commit; in a supervised run by the ranks themselves
+// docs/storage.md), and appended to the run's step file, <runs dir>/runs.blocks/<run id>, in
+// one write a commit; in a supervised run by the ranks themselves
 // (Note [Ranks write their steps] in engine/worker.cpp). The blocks stay out of the
 // database: in WAL mode every byte written there is written twice (to the WAL, then copied
 // back into the database), besides SQLite's own work.
 // When the run ends (endRun) its blocks are packed into `step_chunks`, 16,384 records or
 // fewer a transaction, as a row per rank and attempt, the records compressed field by field
 // (launch/step_chunk.h), a few bytes each; an interrupted run's when the next run ends, or
-// at `ptw runs` or `ptw export`. Stores of older builds hold `steps`, one row per record,
-// or blocks as rows of `step_blocks` in the database: both are still read, and step_blocks rows are
-// packed like a file's blocks. Chunks are committed with the file's unpacked length
-// (`step_files`), so a reader reads the file only past what is chunks, and an unpacking cut
-// short resumes where it stopped; the file is removed once all of it is chunks. Every
-// reader here reads all forms, so a record is visible as soon as it is written, in
-// whichever form it is at the time. A block that is not whole (a write cut short: its rank
-// killed, a crash) is passed over, and reading goes on at the next block's header.
+// at `ptw runs` or `ptw export`. Chunks are committed with the length of the file packed so
+// far (`step_files`), so a reader reads the file only past what is chunks, and a packing cut
+// short resumes where it stopped; the file is removed once all of it is chunks. A run's
+// records are so in two forms, chunks and the live step file past them, and every reader
+// reads both, so a record is visible as soon as it is written, in whichever form it is at
+// the time. A block that is not whole (a write cut short: its rank killed, a crash) is
+// passed over, and reading goes on at the next block's header.
+// Stores of earlier builds hold `steps`, one row per record, or blocks as rows of
+// `step_blocks` in the database. Opening a store converts them into chunks, a transaction
+// at a time that adds the chunks and removes the rows they hold: a conversion cut short
+// leaves each record in one form, and the next opening finishes it. No reader reads those
+// forms.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <map>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/profile.h"
 #include "common/record.h"
-
-struct sqlite3;
-struct sqlite3_stmt;
+#include "launch/metric_rows.h"
+#include "launch/run_catalog.h"
 
 namespace ptw::core {
+
+class ChunkArchive;
+class StepFileWriter;
+class StoreDatabase;
 
 /// The bytes a step record of the default profile costs the store once its run has ended,
 /// at most (Note [Step blocks]; a test holds a realistic run to it): what projections use.
@@ -58,54 +70,31 @@ inline constexpr double kStoredRecordBytes = 16;
 /// holds `runsDir` (or the nearest folder above it that exists).
 std::string storeSpaceWarning(const Profile& profile, const std::string& runsDir, long long freeBytes = -1);
 
-struct RunRow {
-  std::int64_t id = 0;
-  std::string dir;
-  std::string name;
-  std::string strategy;
-  int world = 0;
-  std::string status;              ///< running | finished | failed | stopped | interrupted
-  std::string startedAt, endedAt;  ///< UTC, ISO 8601
-  std::string message;
-  double finalLoss = 0;
-  double samplesPerS = 0;
-  int attempts = 0;
-  std::string profileJson;
-  std::string ptwVersion;  ///< the ptw that made the run; "" for runs of builds before it was recorded
-};
-
-/// One value of a named scalar (a script's, reported by name).
-struct ScalarPoint {
-  int rank = 0;
-  std::int64_t step = 0;
-  std::string name;
-  double value = 0;
-};
-
-/// A validation record of a run (rank 0's: the ranks' parameters are equal when it validates).
-struct ValidationRow {
-  std::int64_t step = 0;
-  double valLoss = 0;
-  double valAccuracy = 0;  ///< NaN for a regression (none stored)
-};
-
 /// How a RunStore is opened.
 /// Example: RunStore store(dir, RunStoreOptions().setSizeLimitKib(640));
 struct RunStoreOptions {
   /// The KiB the database, and each run's step file, may reach before writes fail as on a
   /// full disk (the disk-full tests); 0: no limit.
   long long sizeLimitKib = 0;
+  /// Told how converting the step records of a store of an earlier build goes when it is
+  /// opened (Note [Step blocks]), run by run: `done` of `total`, from 0, once a transaction.
+  std::function<void(std::int64_t runId, std::int64_t done, std::int64_t total)> conversionProgress = {};
   RunStoreOptions& setSizeLimitKib(long long kib) {
     sizeLimitKib = kib;
+    return *this;
+  }
+  RunStoreOptions& setConversionProgress(std::function<void(std::int64_t, std::int64_t, std::int64_t)> f) {
+    conversionProgress = std::move(f);
     return *this;
   }
 };
 
 class RunStore {
  public:
-  /// Opens or creates <runsDir>/runs.sqlite. Runs that a supervisor left `running` and
-  /// that no live process owns any more are marked `interrupted`. Throws ptw::Error
-  /// naming the file when it cannot be opened or written.
+  /// Opens or creates <runsDir>/runs.sqlite, converting the step records of an earlier
+  /// build's store into chunks (Note [Step blocks]). Runs that a supervisor left `running`
+  /// and that no live process owns any more are marked `interrupted`. Throws ptw::Error
+  /// naming the file when it cannot be opened or written, or its records not converted.
   explicit RunStore(const std::string& runsDir, const RunStoreOptions& options = {});
   ~RunStore();
   RunStore(const RunStore&) = delete;
@@ -127,27 +116,27 @@ class RunStore {
   std::string stepFileForRanks(std::int64_t runId);
   /// The bytes a step file may reach before writes to it fail as on a full disk
   /// (RunStoreOptions::sizeLimitKib); 0: no limit.
-  long long stepFileLimit() const { return m_maxStepFileBytes; }
+  long long stepFileLimit() const;
   /// Called as step records become chunks: `done` of `total`, from 0 (before the first block)
   /// to `total`, once a block (at most 8,192 records).
-  using UnpackProgress = std::function<void(std::int64_t done, std::int64_t total)>;
+  using PackProgress = std::function<void(std::int64_t done, std::int64_t total)>;
 
-  /// Marks the run ended and unpacks its step blocks (reporting to `progress`). A final loss
-  /// not given (NaN) comes from the records; a throughput not given is left empty.
+  /// Marks the run ended and packs its step blocks into chunks (reporting to `progress`). A
+  /// final loss not given (NaN) comes from the records; a throughput not given is left empty.
   void endRun(std::int64_t runId, const std::string& status, const std::string& message, double finalLoss,
-              double samplesPerS, int attempts, const UnpackProgress& progress = {});
+              double samplesPerS, int attempts, const PackProgress& progress = {});
 
   /// "" while every write succeeded, else what failed and what to do.
   const std::string& error() const { return m_error; }
 
   /// Packs the run's step blocks into chunks (Note [Step blocks]); endRun does it.
   /// Throws ptw::Error when it cannot (the blocks are then kept and still read).
-  void unpackBlocks(std::int64_t runId, const UnpackProgress& progress = {});
-  /// Unpacks the blocks of every run that is not running (interrupted, or whose unpacking
-  /// failed), reporting each run's unpacking to `progress` with its id. endRun does it, after
+  void packSteps(std::int64_t runId, const PackProgress& progress = {});
+  /// Packs the blocks of every run that is not running (interrupted, or whose packing
+  /// failed), reporting each run's packing to `progress` with its id. endRun does it, after
   /// its own run; long for a large run, so not on a window's thread.
-  using RunUnpackProgress = std::function<void(std::int64_t runId, std::int64_t done, std::int64_t total)>;
-  void unpackEndedRuns(const RunUnpackProgress& progress = {});
+  using RunPackProgress = std::function<void(std::int64_t runId, std::int64_t done, std::int64_t total)>;
+  void packEndedRuns(const RunPackProgress& progress = {});
 
   std::vector<RunRow> runs();
   RunRow run(std::int64_t id);
@@ -171,60 +160,22 @@ class RunStore {
   std::vector<ScalarPoint> scalars(std::int64_t runId, const std::string& name = "", int rank = -1, double x0 = 0,
                                    double x1 = 9e18);
   /// Writes every step record of a run as CSV with a header row, then a column per named
-  /// scalar; atomically.
+  /// scalar; atomically (CsvExport).
   void exportCsv(std::int64_t runId, const std::string& path);
 
  private:
-  std::vector<RunRow> selectRuns(const char* where, std::int64_t id);
-  std::string stepFilePath(std::int64_t runId) const;
-  /// Makes the step file's folder and gives the run its step_files row; false (with `why`) when it cannot.
-  bool registerStepFile(std::int64_t runId, std::string& why);
-  /// Appends the buffered blocks to their run's step file; false (with m_error set) when it cannot.
-  bool writeBlocks();
-  void closeStepFile();
-  void exec(const char* sql);
   void commitBuffer();
-  struct PendingBlock;
-  bool insertChunks(std::int64_t runId, const std::vector<PendingBlock>& blocks, long long after);
-  void unpackBlockRows(std::int64_t runId, const std::vector<std::pair<std::int64_t, std::int64_t>>& rows,
-                       std::int64_t& done, std::int64_t total, const UnpackProgress& progress);
-  /// Step records of `runId` in [x0, x1] of `rank` (-1: every rank) from rows and blocks,
-  /// ordered by rank and step, where attempts overlap the latest attempt's.
-  std::vector<StepRecord> collect(std::int64_t runId, int rank, std::int64_t x0, std::int64_t x1);
-  /// The first and last step of each rank's records of `runId`, in whichever form they are.
-  std::map<int, std::pair<std::int64_t, std::int64_t>> stepExtents(std::int64_t runId);
+  /// The mean over ranks of the loss of the run's last step, from its records; NaN when none.
+  double lastLoss(std::int64_t runId);
 
   std::string m_path;
-  sqlite3* m_db = nullptr;
-  std::map<std::int64_t, RunOptions> m_keep;  ///< the runs begun here: which step records they keep
-  std::string m_stepsColumns;                 ///< what collect() selects from `steps` (stepsColumns())
-  sqlite3_stmt* m_insertValidation = nullptr;
-  sqlite3_stmt* m_insertScalar = nullptr;
-  struct Block {
-    std::int64_t runId;
-    int attempt;
-    int rank;
-    std::int64_t firstStep, lastStep, count;
-    std::string bytes;
-  };
-  struct Validation {
-    std::int64_t runId;
-    int attempt;
-    Record record;
-  };
-  std::vector<Block> m_blocks;       ///< a few: one per rank (and attempt) since the last commit
-  std::vector<std::string> m_spare;  ///< emptied block buffers, kept for their mapped pages
-  std::vector<Validation> m_validation;
-  std::vector<Validation> m_scalars;  ///< Scalar records since the last commit
+  std::unique_ptr<StoreDatabase> m_db;  ///< first: the parts below use it until they go
+  std::unique_ptr<RunCatalog> m_catalog;
+  std::unique_ptr<MetricRows> m_metrics;
+  std::unique_ptr<StepFileWriter> m_writer;
+  std::unique_ptr<ChunkArchive> m_archive;
   std::chrono::steady_clock::time_point m_lastCommit = std::chrono::steady_clock::now();
   std::string m_error;
-  std::string m_blocksDir;
-  long long m_maxStepFileBytes = 0;  ///< RunStoreOptions::sizeLimitKib in bytes; 0: none
-  struct StepFile {
-    std::int64_t runId = 0;
-    int fd = -1;
-    long long bytes = 0;
-  } m_stepFile;  ///< the file this store appends to
 };
 
 }  // namespace ptw::core

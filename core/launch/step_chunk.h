@@ -1,4 +1,4 @@
-// Step chunks: how the run store keeps a run's step records once its step file is unpacked
+// Step chunks: how the run store keeps a run's step records once its step file is packed
 // (Note [Step blocks] in launch/run_store.h): the records of one rank and attempt, field by
 // field (Note [Step fields]), each field's column transformed and then compressed with
 // zstd, so that a record costs a few bytes rather than the 88 of a block or more as a row

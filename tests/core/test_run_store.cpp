@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -121,6 +122,101 @@ CREATE TABLE IF NOT EXISTS validation (
   val_accuracy REAL
 );
 )sql";
+
+// A store of an earlier build, made with its schema `schema` (kRowsSchema, or the same
+// without `mem_bytes` when `memBytes` is false) and run 1, to which steps of that build's
+// forms are added: `steps` rows, or `step_blocks` rows of the first block layout.
+class EarlierStore {
+ public:
+  EarlierStore(const std::string& runsDir, bool memBytes) {
+    std::string schema = kRowsSchema;
+    if (!memBytes) schema.replace(schema.find(",\n  mem_bytes INTEGER"), std::strlen(",\n  mem_bytes INTEGER"), "");
+    sqlite3_open((runsDir + "/runs.sqlite").c_str(), &m_db);
+    exec(schema);
+    exec(
+        "INSERT INTO runs (id, dir, name, strategy, world, status, started_at, ended_at, pid, host, profile) VALUES "
+        "(1, '/old', 'old', 'ddp', 2, 'finished', '2026-01-01T00:00:00Z', '2026-01-01T00:01:00Z', 1, 'h', '{}')");
+    m_memBytes = memBytes;
+  }
+  ~EarlierStore() { sqlite3_close(m_db); }
+  void exec(const std::string& sql) { QCOMPARE(sqlite3_exec(m_db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK); }
+  // Steps [first, last] of `rank` and `attempt` as `steps` rows; returns their records as read back.
+  std::vector<StepRecord> rows(int rank, std::int64_t first, std::int64_t last, int attempt) {
+    sqlite3_stmt* insert = nullptr;
+    const std::string sql =
+        std::string("INSERT INTO steps VALUES (1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?") + (m_memBytes ? ", ?)" : ")");
+    sqlite3_prepare_v2(m_db, sql.c_str(), -1, &insert, nullptr);
+    exec("BEGIN");
+    std::vector<StepRecord> out;
+    for (std::int64_t step = first; step <= last; ++step) {
+      StepRecord r = stepRecord(rank, step, attempt).step;
+      sqlite3_reset(insert);
+      sqlite3_bind_int(insert, 1, attempt);
+      sqlite3_bind_int(insert, 2, r.rank);
+      sqlite3_bind_int64(insert, 3, r.step);
+      sqlite3_bind_int64(insert, 4, r.epoch);
+      int column = 5;
+      for (double v : {r.loss, r.samplesPerS, r.stepMs, r.dataMs, r.computeMs, r.commMs, r.optMs, r.lr})
+        sqlite3_bind_double(insert, column++, v);
+      if (m_memBytes)
+        sqlite3_bind_int64(insert, 13, r.memBytes);
+      else
+        r.memBytes = 0;  // a field the store has not: read as 0
+      if (sqlite3_step(insert) != SQLITE_DONE) out.clear();
+      out.push_back(r);
+    }
+    exec("COMMIT");
+    sqlite3_finalize(insert);
+    return out;
+  }
+  // Steps [first, last] of `rank` and `attempt` as one `step_blocks` row; returns their records.
+  std::vector<StepRecord> block(int rank, std::int64_t first, std::int64_t last, int attempt) {
+    std::string blob;
+    std::vector<StepRecord> out;
+    auto put = [&](const auto& v) {
+      std::uint64_t u;
+      std::memcpy(&u, &v, 8);
+      for (int i = 0; i < 8; ++i) blob += static_cast<char>((u >> (8 * i)) & 0xff);
+    };
+    for (std::int64_t step = first; step <= last; ++step) {
+      const StepRecord r = stepRecord(rank, step, attempt).step;
+      put(r.step), put(r.epoch);
+      for (double v : {r.loss, r.samplesPerS, r.stepMs, r.dataMs, r.computeMs, r.commMs, r.optMs, r.lr}) put(v);
+      put(r.memBytes);
+      out.push_back(r);
+    }
+    sqlite3_stmt* insert = nullptr;
+    sqlite3_prepare_v2(m_db, "INSERT INTO step_blocks VALUES (1, ?, ?, ?, ?, ?, ?)", -1, &insert, nullptr);
+    sqlite3_bind_int(insert, 1, attempt);
+    sqlite3_bind_int(insert, 2, rank);
+    sqlite3_bind_int64(insert, 3, first);
+    sqlite3_bind_int64(insert, 4, last);
+    sqlite3_bind_int64(insert, 5, last - first + 1);
+    sqlite3_bind_blob(insert, 6, blob.data(), static_cast<int>(blob.size()), SQLITE_TRANSIENT);
+    if (sqlite3_step(insert) != SQLITE_DONE) out.clear();
+    sqlite3_finalize(insert);
+    return out;
+  }
+
+ private:
+  sqlite3* m_db = nullptr;
+  bool m_memBytes = true;
+};
+
+// `records` by rank and step, the latest attempt's where attempts overlap (what readers read).
+std::vector<StepRecord> latestByStep(std::vector<std::pair<int, StepRecord>> records) {
+  std::stable_sort(records.begin(), records.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.second.rank, a.second.step, a.first) < std::tie(b.second.rank, b.second.step, b.first);
+  });
+  std::vector<StepRecord> out;
+  for (const auto& [attempt, r] : records) {
+    if (!out.empty() && out.back().rank == r.rank && out.back().step == r.step)
+      out.back() = r;
+    else
+      out.push_back(r);
+  }
+  return out;
+}
 
 std::uint64_t little(const unsigned char* p, int bytes) {
   std::uint64_t u = 0;
@@ -382,7 +478,7 @@ class TestRunStore : public QObject {
       RunStore reader(dir.path().toStdString());
       int blocks = 0;
       try {
-        store.unpackBlocks(id, [&](std::int64_t done, std::int64_t total) {
+        store.packSteps(id, [&](std::int64_t done, std::int64_t total) {
           QCOMPARE(total, 2 * steps);
           QCOMPARE(reader.stepCount(id), 2 * steps);
           QCOMPARE(reader.steps(id).size(), std::size_t(2 * steps));
@@ -396,7 +492,7 @@ class TestRunStore : public QObject {
     }
     RunStore again(dir.path().toStdString());
     QCOMPARE(again.stepCount(id), 2 * steps);
-    again.unpackBlocks(id);
+    again.packSteps(id);
     Sql sql(again.path());
     // Each record once: as many in chunks as the run has, and that many (rank, step) pairs.
     QCOMPARE(sql.count(kChunked), 2 * steps);
@@ -421,9 +517,9 @@ class TestRunStore : public QObject {
     first.flush();
     RunStore second(dir.path().toStdString());
     bool otherDone = false;
-    first.unpackBlocks(id, [&](std::int64_t done, std::int64_t) {
+    first.packSteps(id, [&](std::int64_t done, std::int64_t) {
       if (done > 0 && !otherDone) {  // after the first of four blocks
-        second.unpackBlocks(id);
+        second.packSteps(id);
         otherDone = true;
       }
     });
@@ -446,7 +542,7 @@ class TestRunStore : public QObject {
     writer.flush();
     {
       RunStore other(dir.path().toStdString());
-      other.unpackBlocks(id);
+      other.packSteps(id);
     }
     QVERIFY(!std::filesystem::exists(stepFile(dir, id)));
     writer.append(id, 0, {stepRecord(0, 3)});
@@ -458,11 +554,14 @@ class TestRunStore : public QObject {
   }
 
   // A database from before step files keeps a running run's blocks in `step_blocks` rows:
-  // they are read, and unpacked, like a file's.
+  // opening it converts them into chunks, read and packed beside a file's.
   void oldStepBlockRowsAreReadAndUnpacked() {
     QTemporaryDir dir;
-    RunStore store(dir.path().toStdString());
-    const auto id = store.beginRun(dir.path().toStdString(), defaultProfile());
+    std::int64_t id = 0;
+    {
+      RunStore first(dir.path().toStdString());
+      id = first.beginRun(dir.path().toStdString(), defaultProfile());
+    }
     std::string blob;
     for (std::int64_t s = 1; s <= 3; ++s) {
       const auto r = stepRecord(1, s).step;
@@ -475,14 +574,18 @@ class TestRunStore : public QObject {
       for (double v : {r.loss, r.samplesPerS, r.stepMs, r.dataMs, r.computeMs, r.commMs, r.optMs, r.lr}) put(v);
       put(r.memBytes);
     }
+    {
+      Sql old(dir.path().toStdString() + "/runs.sqlite");
+      sqlite3_stmt* s = nullptr;
+      QCOMPARE(sqlite3_prepare_v2(old.db(), "INSERT INTO step_blocks VALUES (?, 0, 1, 1, 3, 3, ?)", -1, &s, nullptr),
+               SQLITE_OK);
+      sqlite3_bind_int64(s, 1, id);
+      sqlite3_bind_blob(s, 2, blob.data(), static_cast<int>(blob.size()), SQLITE_STATIC);
+      QCOMPARE(sqlite3_step(s), SQLITE_DONE);
+      sqlite3_finalize(s);
+    }
+    RunStore store(dir.path().toStdString());
     Sql sql(store.path());
-    sqlite3_stmt* s = nullptr;
-    QCOMPARE(sqlite3_prepare_v2(sql.db(), "INSERT INTO step_blocks VALUES (?, 0, 1, 1, 3, 3, ?)", -1, &s, nullptr),
-             SQLITE_OK);
-    sqlite3_bind_int64(s, 1, id);
-    sqlite3_bind_blob(s, 2, blob.data(), static_cast<int>(blob.size()), SQLITE_STATIC);
-    QCOMPARE(sqlite3_step(s), SQLITE_DONE);
-    sqlite3_finalize(s);
     store.append(id, 0, {stepRecord(0, 1)});
     store.flush();
     auto check = [&] {
@@ -510,7 +613,7 @@ class TestRunStore : public QObject {
     for (std::int64_t s = 600; s <= 1200; ++s) second.push_back(stepRecord(0, s, 1));
     store.append(id, 0, first);
     store.flush();
-    store.unpackBlocks(id);
+    store.packSteps(id);
     store.append(id, 1, second);
     store.flush();
     QCOMPARE(store.stepCount(id), std::int64_t(1601));
@@ -527,7 +630,7 @@ class TestRunStore : public QObject {
     QCOMPARE(part[2].second, stepRecord(0, 600, 1).step.stepMs);
 
     // Packed, each chunk keeps its attempt, and the run reads the same.
-    store.unpackBlocks(id);
+    store.packSteps(id);
     Sql sql(store.path());
     QVERIFY(!std::filesystem::exists(stepFile(dir, id)));
     QCOMPARE(sql.count(kChunked + " WHERE attempt = 1 AND first_step >= 600 AND last_step <= 1200"), std::int64_t(601));
@@ -576,7 +679,7 @@ class TestRunStore : public QObject {
       QCOMPARE(store.stepCount(id), std::int64_t(6000));
     }
     RunStore again(dir.path().toStdString());
-    again.unpackEndedRuns();
+    again.packEndedRuns();
     Sql sql(again.path());
     QVERIFY(!std::filesystem::exists(stepFile(dir, id)));
     QCOMPARE(sql.count(kChunked), std::int64_t(6000));
@@ -614,7 +717,7 @@ class TestRunStore : public QObject {
     Sql sql(again.path());
     QCOMPARE(blocksOf(fileBytes(stepFile(dir, dead))).size(), std::size_t(2));
     QCOMPARE(again.steps(dead).size(), std::size_t(3));
-    again.unpackEndedRuns();
+    again.packEndedRuns();
     QCOMPARE(sql.count(kChunked + " WHERE run_id = " + std::to_string(dead)), std::int64_t(3));
     QVERIFY(!std::filesystem::exists(stepFile(dir, dead)));
     QCOMPARE(blocksOf(fileBytes(stepFile(dir, live))).size(), std::size_t(1));
@@ -624,8 +727,8 @@ class TestRunStore : public QObject {
   }
 
   // A store written by the build before chunks: its schema verbatim, one row per record in
-  // `steps`. This build opens it, reads every record back equal, packs nothing of it, and
-  // stores a new run beside it in chunks.
+  // `steps`. This build opens it, converts its rows into chunks, reads every record back
+  // equal, and stores a new run beside it in chunks.
   void aStoreOfRowsIsReadBackWhole() {
     QTemporaryDir dir;
     const std::string db = dir.path().toStdString() + "/runs.sqlite";
@@ -682,11 +785,120 @@ class TestRunStore : public QObject {
     store.endRun(id, "finished", "", std::nan(""), std::nan(""), 1);
     check();
     Sql sql(store.path());
-    QCOMPARE(sql.count("SELECT count(*) FROM steps"), std::int64_t(2 * 300 + 2 * 100));
-    QCOMPARE(sql.count(kChunked + " WHERE run_id = 1"), std::int64_t(0));
+    QCOMPARE(sql.count("SELECT count(*) FROM steps"), std::int64_t(0));
+    QCOMPARE(sql.count(kChunked + " WHERE run_id = 1"), std::int64_t(2 * 300 + 2 * 100));
     QCOMPARE(sql.count(kChunked + " WHERE run_id = " + std::to_string(id)), std::int64_t(2));
     QCOMPARE(store.run(id).finalLoss, stepRecord(0, 2).step.loss);
     QCOMPARE(store.run(id).ptwVersion, std::string(ptw::kVersion));
+  }
+
+  // A store of each earlier form: `steps` rows (with every field, or one without mem_bytes,
+  // which reads as 0), `step_blocks` rows, both, and a restart's attempt replaying steps in
+  // the other form. Opening it converts every record into chunks, a transaction at a time
+  // with progress from 0 to all, leaves the earlier tables empty, and reads back the
+  // records written, the latest attempt's where attempts overlap.
+  void aStoreOfEachEarlierFormIsConvertedWhenOpened_data() {
+    QTest::addColumn<bool>("memBytes");
+    QTest::addColumn<std::int64_t>("rowSteps");    // steps 1.. as rows, attempt 0, both ranks
+    QTest::addColumn<std::int64_t>("blockSteps");  // steps after them as blocks of 8,192, attempt 0
+    QTest::addColumn<bool>("replay");              // attempt 1 replays steps 101-400 of rank 1 as blocks
+    QTest::newRow("steps rows") << true << std::int64_t(10000) << std::int64_t(0) << false;
+    QTest::newRow("steps rows without mem_bytes") << false << std::int64_t(300) << std::int64_t(0) << false;
+    QTest::newRow("step_blocks rows") << true << std::int64_t(0) << std::int64_t(9000) << false;
+    QTest::newRow("rows, then blocks") << true << std::int64_t(5000) << std::int64_t(5000) << false;
+    QTest::newRow("rows, and a replay as blocks") << true << std::int64_t(500) << std::int64_t(0) << true;
+  }
+  void aStoreOfEachEarlierFormIsConvertedWhenOpened() {
+    QFETCH(bool, memBytes);
+    QFETCH(std::int64_t, rowSteps);
+    QFETCH(std::int64_t, blockSteps);
+    QFETCH(bool, replay);
+    QTemporaryDir dir;
+    std::vector<std::pair<int, StepRecord>> written;
+    auto add = [&](int attempt, const std::vector<StepRecord>& records) {
+      for (const auto& r : records) written.emplace_back(attempt, r);
+    };
+    {
+      EarlierStore old(dir.path().toStdString(), memBytes);
+      for (int rank = 0; rank < 2; ++rank) {
+        if (rowSteps > 0) add(0, old.rows(rank, 1, rowSteps, 0));
+        for (std::int64_t at = rowSteps + 1; at <= rowSteps + blockSteps; at += 8192)
+          add(0, old.block(rank, at, std::min(at + 8191, rowSteps + blockSteps), 0));
+      }
+      if (replay) add(1, old.block(1, 101, 400, 1));
+    }
+    const auto total = static_cast<std::int64_t>(written.size());
+    std::vector<std::pair<std::int64_t, std::int64_t>> shown;
+    RunStore store(dir.path().toStdString(),
+                   RunStoreOptions().setConversionProgress([&](std::int64_t run, std::int64_t done, std::int64_t all) {
+                     QCOMPARE(run, std::int64_t(1));
+                     shown.emplace_back(done, all);
+                   }));
+    QVERIFY(shown.size() >= 2);
+    QCOMPARE(shown.front(), std::make_pair(std::int64_t(0), total));
+    QCOMPARE(shown.back(), std::make_pair(total, total));
+    for (std::size_t i = 1; i < shown.size(); ++i) QVERIFY(shown[i].first > shown[i - 1].first);
+    Sql sql(store.path());
+    QCOMPARE(sql.count("SELECT count(*) FROM steps"), std::int64_t(0));
+    QCOMPARE(sql.count("SELECT count(*) FROM step_blocks"), std::int64_t(0));
+    QCOMPARE(sql.count(kChunked + " WHERE run_id = 1"), total);
+    QCOMPARE(store.stepCount(1), total);
+    const auto expected = latestByStep(written);
+    const auto all = store.steps(1);
+    QCOMPARE(all.size(), expected.size());
+    for (std::size_t i = 0; i < all.size(); ++i)
+      QVERIFY2(sameBits(all[i], expected[i]), qPrintable(QString("record %1 differs").arg(i)));
+    const auto part = store.series(1, 1, "loss", 99, 102);
+    QCOMPARE(part.size(), std::size_t(4));
+    QCOMPARE(part[2].second, stepRecord(1, 101, replay ? 1 : 0).step.loss);
+    // Opened again, nothing is left to convert.
+    shown.clear();
+    RunStore again(dir.path().toStdString(),
+                   RunStoreOptions().setConversionProgress(
+                       [&](std::int64_t, std::int64_t done, std::int64_t all) { shown.emplace_back(done, all); }));
+    QVERIFY(shown.empty());
+    QCOMPARE(again.steps(1).size(), expected.size());
+  }
+
+  // A conversion cut short (a crash, or a full disk between two transactions) leaves each
+  // record in one form, the earlier one or a chunk; opening the store again finishes it,
+  // and every record reads back once.
+  void aConversionCutShortIsFinishedWhenOpenedAgain() {
+    QTemporaryDir dir;
+    std::vector<std::pair<int, StepRecord>> written;
+    {
+      EarlierStore old(dir.path().toStdString(), true);
+      for (int rank = 0; rank < 2; ++rank) {
+        for (const auto& r : old.rows(rank, 1, 20000, 0)) written.emplace_back(0, r);
+        for (const auto& r : old.block(rank, 20001, 20100, 0)) written.emplace_back(0, r);
+      }
+    }
+    const auto total = static_cast<std::int64_t>(written.size());
+    struct Stop {};
+    try {
+      RunStore cut(dir.path().toStdString(),
+                   RunStoreOptions().setConversionProgress([](std::int64_t, std::int64_t done, std::int64_t) {
+                     if (done > 0) throw Stop{};
+                   }));
+      QFAIL("the conversion was not stopped");
+    } catch (const Stop&) {
+    }
+    {
+      Sql sql(dir.path().toStdString() + "/runs.sqlite");
+      const std::int64_t rows = sql.count("SELECT count(*) FROM steps"), chunked = sql.count(kChunked);
+      QVERIFY2(rows > 0 && chunked > 0, qPrintable(QString("%1 rows, %2 in chunks").arg(rows).arg(chunked)));
+      QCOMPARE(rows + sql.count("SELECT ifnull(sum(count), 0) FROM step_blocks") + chunked, total);
+    }
+    RunStore store(dir.path().toStdString());
+    Sql sql(store.path());
+    QCOMPARE(sql.count("SELECT count(*) FROM steps") + sql.count("SELECT count(*) FROM step_blocks"), std::int64_t(0));
+    QCOMPARE(sql.count(kChunked), total);
+    QCOMPARE(store.stepCount(1), total);
+    const auto expected = latestByStep(written);
+    const auto all = store.steps(1);
+    QCOMPARE(all.size(), expected.size());
+    for (std::size_t i = 0; i < all.size(); ++i)
+      QVERIFY2(sameBits(all[i], expected[i]), qPrintable(QString("record %1 differs").arg(i)));
   }
 
   // Each run records the ptw that made it (project()'s version); a store opened again keeps it,

@@ -1,0 +1,258 @@
+#include "launch/chunk_archive.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <tuple>
+
+#include "common/error.h"
+#include "launch/step_chunk.h"
+#include "launch/step_file_reader.h"
+#include "launch/store_database.h"
+
+namespace ptw::core {
+
+using Statement = StoreDatabase::Statement;
+
+ChunkArchive::ChunkArchive(StoreDatabase& db, std::string blocksDir) : m_db(db), m_blocksDir(std::move(blocksDir)) {}
+
+long long ChunkArchive::packedBytes(std::int64_t runId) {
+  Statement s(m_db, "SELECT unpacked_bytes FROM step_files WHERE run_id = ?");
+  sqlite3_bind_int64(s, 1, runId);
+  const int rc = sqlite3_step(s);
+  PTW_CHECK(rc == SQLITE_ROW || rc == SQLITE_DONE, "run store: cannot read step_files (", m_db.error(), ")");
+  return rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
+}
+
+bool ChunkArchive::insert(std::int64_t runId, const std::vector<Pending>& blocks, long long after) {
+  Statement insert(m_db, "INSERT INTO step_chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+  std::vector<bool> done(blocks.size(), false);
+  std::vector<StepRecord> records;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    if (done[i] || blocks[i].end <= after) continue;
+    records.clear();
+    for (std::size_t j = i; j < blocks.size(); ++j) {
+      const Pending& b = blocks[j];
+      if (done[j] || b.end <= after || b.attempt != blocks[i].attempt || b.rank != blocks[i].rank) continue;
+      records.insert(records.end(), b.records.begin(), b.records.end());
+      done[j] = true;
+    }
+    if (records.empty()) continue;
+    std::int64_t first = records.front().step, last = first;
+    for (const auto& r : records) first = std::min(first, r.step), last = std::max(last, r.step);
+    const std::string blob = packChunk(records);
+    sqlite3_bind_int64(insert, 1, runId);
+    sqlite3_bind_int(insert, 2, blocks[i].attempt);
+    sqlite3_bind_int(insert, 3, blocks[i].rank);
+    sqlite3_bind_int64(insert, 4, first);
+    sqlite3_bind_int64(insert, 5, last);
+    sqlite3_bind_int64(insert, 6, static_cast<std::int64_t>(records.size()));
+    sqlite3_bind_int(insert, 7, kChunkCodec);
+    sqlite3_bind_blob(insert, 8, blob.data(), static_cast<int>(blob.size()), SQLITE_STATIC);
+    if (sqlite3_step(insert) != SQLITE_DONE) return false;
+    sqlite3_reset(insert);
+  }
+  return true;
+}
+
+void ChunkArchive::failPacking(std::int64_t runId) {
+  const std::string why = m_db.error();
+  m_db.rollback();
+  PTW_FAIL("run store ", m_db.path(), ": cannot pack run ", runId, "'s step blocks into chunks (", why,
+           "); they are kept and still read");
+}
+
+// The chunks of `pending`, and the file's packed length moved past the last of them, in one
+// transaction; false when another connection packed all of the file meanwhile (its row
+// gone), and there is nothing left to do.
+bool ChunkArchive::commitPending(std::int64_t runId, const std::vector<Pending>& pending) {
+  if (!m_db.tryExec("BEGIN IMMEDIATE")) failPacking(runId);
+  long long now = 0;
+  try {
+    now = packedBytes(runId);
+  } catch (const Error&) {
+    failPacking(runId);
+  }
+  if (now < 0) {
+    if (!m_db.tryExec("COMMIT")) failPacking(runId);
+    return false;
+  }
+  const long long end = pending.back().end;
+  if (now < end) {  // else another connection packed these blocks meanwhile
+    if (!insert(runId, pending, now)) failPacking(runId);
+    Statement advance(m_db, "UPDATE step_files SET unpacked_bytes = ? WHERE run_id = ?");
+    sqlite3_bind_int64(advance, 1, end);
+    sqlite3_bind_int64(advance, 2, runId);
+    if (sqlite3_step(advance) != SQLITE_DONE) failPacking(runId);
+  }
+  if (!m_db.tryExec("COMMIT")) failPacking(runId);
+  return true;
+}
+
+// All of the file that can be read is chunks. The file goes first: a crash between the two
+// leaves a row whose file is gone, which readers skip and the next packing drops.
+void ChunkArchive::forgetStepFile(std::int64_t runId) {
+  const std::string file = stepFilePath(runId);
+  if (::unlink(file.c_str()) != 0 && errno != ENOENT)
+    PTW_FAIL("run store ", m_db.path(), ": cannot remove ", file, " (", std::strerror(errno), ") after packing it");
+  Statement forget(m_db, "DELETE FROM step_files WHERE run_id = ?");
+  sqlite3_bind_int64(forget, 1, runId);
+  if (sqlite3_step(forget) != SQLITE_DONE) failPacking(runId);
+}
+
+// A transaction packs the records of a few blocks, at most kChunkRecords over the ranks, into
+// one chunk per rank, and moves the file's packed length past them: another run writing to
+// the same store is never kept waiting long, and a reader sees each block either in the file
+// or in a chunk, never neither nor both. Each block's records are read once; progress counts
+// a block passed over as done.
+void ChunkArchive::pack(std::int64_t runId, const Progress& progress) {
+  const StepFileReader file(stepFilePath(runId));
+  const long long from = packedBytes(runId);
+  std::vector<BlockHeader> blocks;
+  std::int64_t total = 0, done = 0;
+  if (file.isOpen() && from >= 0)
+    file.forEachBlock(from, [&](const BlockHeader& b) {
+      blocks.push_back(b);
+      total += b.count;
+      return true;
+    });
+  if (progress && total > 0) progress(0, total);
+  std::vector<Pending> pending;
+  std::int64_t pendingRecords = 0;
+  std::vector<unsigned char> bytes;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const BlockHeader& b = blocks[i];
+    // A block whose records are not what was written (the pages a crash left) is passed over, as readers do.
+    Pending& p = pending.emplace_back();
+    p.attempt = b.attempt, p.rank = b.rank, p.end = b.end();
+    if (file.read(b, bytes))
+      StepFileReader::forEachRecord(bytes.data(), bytes.size(), b.count, b.rank, b.fields,
+                                    [&](const StepRecord& r) { p.records.push_back(r); });
+    pendingRecords += b.count;
+    done += b.count;
+    if (pendingRecords >= kChunkRecords || i + 1 == blocks.size()) {
+      if (!commitPending(runId, pending)) break;
+      pending.clear();
+      pendingRecords = 0;
+    }
+    if (progress) progress(done, total);
+  }
+  if (from >= 0) forgetStepFile(runId);
+}
+
+std::vector<std::int64_t> ChunkArchive::endedRunsToPack() {
+  std::vector<std::int64_t> out;
+  Statement q(m_db, "SELECT run_id FROM step_files EXCEPT SELECT id FROM runs WHERE status = 'running'");
+  int rc;
+  while ((rc = sqlite3_step(q)) == SQLITE_ROW) out.push_back(sqlite3_column_int64(q, 0));
+  PTW_CHECK(rc == SQLITE_DONE, "run store ", m_db.path(), ": cannot list step files (", m_db.error(), ")");
+  return out;
+}
+
+// The records of the run's chunks that overlap [x0, x1], with their attempt.
+void ChunkArchive::readChunks(std::int64_t runId, int rank, std::int64_t x0, std::int64_t x1,
+                              const std::function<void(int attempt, const StepRecord&)>& f) {
+  // No rank filter in the text for every rank, so that one rank's range uses the
+  // (run_id, rank, first_step) index rather than an `?2 < 0 OR` that defeats it.
+  const std::string sql =
+      std::string("SELECT attempt, rank, count, codec, records FROM step_chunks WHERE run_id = ?1") +
+      (rank < 0 ? "" : " AND rank = ?2") + " AND last_step >= ?3 AND first_step <= ?4";
+  Statement s(m_db, sql.c_str());
+  sqlite3_bind_int64(s, 1, runId);
+  sqlite3_bind_int(s, 2, rank);
+  sqlite3_bind_int64(s, 3, x0);
+  sqlite3_bind_int64(s, 4, x1);
+  std::vector<StepRecord> chunk;
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
+    const int attempt = sqlite3_column_int(s, 0), codec = sqlite3_column_int(s, 3);
+    PTW_CHECK(codec == kChunkCodec, "run store ", m_db.path(), ": run ", runId, " has step chunks of codec ", codec,
+              ", this build reads ", kChunkCodec, " (written by a newer ptw?)");
+    chunk.clear();
+    unpackChunk(static_cast<const unsigned char*>(sqlite3_column_blob(s, 4)),
+                static_cast<std::size_t>(sqlite3_column_bytes(s, 4)), sqlite3_column_int64(s, 2),
+                sqlite3_column_int(s, 1), chunk);
+    for (const auto& r : chunk) f(attempt, r);
+  }
+  PTW_CHECK(rc == SQLITE_DONE, "run store ", m_db.path(), ": cannot read run ", runId, "'s steps (", m_db.error(), ")");
+}
+
+std::vector<StepRecord> ChunkArchive::collect(std::int64_t runId, int rank, std::int64_t x0, std::int64_t x1) {
+  struct Found {
+    int attempt;
+    StepRecord r;
+  };
+  std::vector<Found> found;
+  auto keep = [&](int attempt, const StepRecord& r) {
+    if (r.step >= x0 && r.step <= x1) found.push_back({attempt, r});
+  };
+  const StepFileReader file(stepFilePath(runId));
+  const StoreDatabase::Snapshot snapshot(m_db);
+  readChunks(runId, rank, x0, x1, keep);
+  if (const long long from = packedBytes(runId); file.isOpen() && from >= 0) {
+    std::vector<unsigned char> bytes;
+    file.forEachBlock(from, [&](const BlockHeader& b) {
+      if ((rank >= 0 && b.rank != rank) || b.lastStep < x0 || b.firstStep > x1 || !file.read(b, bytes)) return true;
+      StepFileReader::forEachRecord(bytes.data(), bytes.size(), b.count, b.rank, b.fields,
+                                    [&](const StepRecord& r) { keep(b.attempt, r); });
+      return true;
+    });
+  }
+  // Where a restart replayed steps, the later attempt's record wins.
+  std::stable_sort(found.begin(), found.end(), [](const Found& a, const Found& b) {
+    return std::tie(a.r.rank, a.r.step, a.attempt) < std::tie(b.r.rank, b.r.step, b.attempt);
+  });
+  std::vector<StepRecord> out;
+  out.reserve(found.size());
+  for (const auto& f : found) {
+    if (!out.empty() && out.back().rank == f.r.rank && out.back().step == f.r.step)
+      out.back() = f.r;
+    else
+      out.push_back(f.r);
+  }
+  return out;
+}
+
+std::map<int, std::pair<std::int64_t, std::int64_t>> ChunkArchive::extents(std::int64_t runId) {
+  std::map<int, std::pair<std::int64_t, std::int64_t>> out;
+  auto widen = [&out](int rank, std::int64_t first, std::int64_t last) {
+    const auto [at, fresh] = out.try_emplace(rank, first, last);
+    if (fresh) return;
+    at->second.first = std::min(at->second.first, first);
+    at->second.second = std::max(at->second.second, last);
+  };
+  const StepFileReader file(stepFilePath(runId));
+  const StoreDatabase::Snapshot snapshot(m_db);
+  Statement s(m_db, "SELECT rank, min(first_step), max(last_step) FROM step_chunks WHERE run_id = ?1 GROUP BY rank");
+  sqlite3_bind_int64(s, 1, runId);
+  int rc;
+  while ((rc = sqlite3_step(s)) == SQLITE_ROW)
+    widen(sqlite3_column_int(s, 0), sqlite3_column_int64(s, 1), sqlite3_column_int64(s, 2));
+  PTW_CHECK(rc == SQLITE_DONE, "run store ", m_db.path(), ": cannot read run ", runId, "'s steps (", m_db.error(), ")");
+  if (const long long from = packedBytes(runId); file.isOpen() && from >= 0)
+    file.forEachBlock(from, [&](const BlockHeader& b) {
+      widen(b.rank, b.firstStep, b.lastStep);
+      return true;
+    });
+  return out;
+}
+
+std::int64_t ChunkArchive::count(std::int64_t runId) {
+  const StepFileReader file(stepFilePath(runId));
+  const StoreDatabase::Snapshot snapshot(m_db);
+  Statement s(m_db, "SELECT ifnull(sum(count), 0) FROM step_chunks WHERE run_id = ?1");
+  sqlite3_bind_int64(s, 1, runId);
+  std::int64_t n = sqlite3_step(s) == SQLITE_ROW ? sqlite3_column_int64(s, 0) : 0;
+  if (const long long from = packedBytes(runId); file.isOpen() && from >= 0) {
+    std::vector<unsigned char> bytes;
+    file.forEachBlock(from, [&](const BlockHeader& b) {
+      if (file.read(b, bytes)) n += b.count;  // what the other readers read
+      return true;
+    });
+  }
+  return n;
+}
+
+}  // namespace ptw::core

@@ -1,0 +1,72 @@
+// ChunkArchive: the run store's step records, read and packed. A run's records are in two
+// forms (Note [Step blocks] in launch/run_store.h): compressed chunks in the database
+// (`step_chunks`, launch/step_chunk.h), and the blocks of its live step file past the length
+// already packed (`step_files`). This archive packs a step file's blocks into chunks and
+// reads both forms as one, so a record is visible as soon as it is written.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/record.h"
+#include "common/step_block.h"
+
+namespace ptw::core {
+
+class StoreDatabase;
+
+class ChunkArchive {
+ public:
+  /// The step records of `db`, the step files of its runs in `blocksDir`.
+  ChunkArchive(StoreDatabase& db, std::string blocksDir);
+
+  /// Called as step records become chunks: `done` of `total`.
+  using Progress = std::function<void(std::int64_t done, std::int64_t total)>;
+  /// Records on their way into chunks: of one attempt and rank, from a step file's block
+  /// that ends at `end` (or from rows of an earlier build's form).
+  struct Pending {
+    int attempt = 0, rank = 0;
+    long long end = 0;
+    std::vector<StepRecord> records;
+  };
+  /// At most this many records a transaction, over the ranks: fewer and larger chunks
+  /// compress better, and the write lock is held for a few tens of milliseconds at a time.
+  static constexpr std::int64_t kChunkRecords = 2 * kBlockRecords;
+
+  /// The records of `pending` that end past `after`, as one chunk per attempt and rank,
+  /// inserted in the transaction the caller holds. False when an insert fails.
+  bool insert(std::int64_t runId, const std::vector<Pending>& pending, long long after);
+  /// Packs the blocks of the run's step file into chunks and removes the file (Note [Step
+  /// blocks]), reporting to `progress` from 0 of all, once a block, to all. Its writer must
+  /// have stopped. Throws ptw::Error when it cannot (the blocks are then kept and still read).
+  void pack(std::int64_t runId, const Progress& progress = {});
+  /// The runs not `running` whose step file is not all chunks: interrupted, or whose packing failed.
+  std::vector<std::int64_t> endedRunsToPack();
+
+  /// Step records of `runId` in [x0, x1] of `rank` (-1: every rank), ordered by rank and
+  /// step, where attempts overlap the latest attempt's.
+  std::vector<StepRecord> collect(std::int64_t runId, int rank, std::int64_t x0, std::int64_t x1);
+  /// The first and last step of each rank's records of `runId`.
+  std::map<int, std::pair<std::int64_t, std::int64_t>> extents(std::int64_t runId);
+  /// The records of `runId`, every attempt's.
+  std::int64_t count(std::int64_t runId);
+
+ private:
+  std::string stepFilePath(std::int64_t runId) const { return m_blocksDir + "/" + std::to_string(runId); }
+  /// How much of a run's step file is chunks already, or -1 when the run has none to read.
+  long long packedBytes(std::int64_t runId);
+  void readChunks(std::int64_t runId, int rank, std::int64_t x0, std::int64_t x1,
+                  const std::function<void(int attempt, const StepRecord&)>& f);
+  bool commitPending(std::int64_t runId, const std::vector<Pending>& pending);
+  void forgetStepFile(std::int64_t runId);
+  [[noreturn]] void failPacking(std::int64_t runId);
+
+  StoreDatabase& m_db;
+  std::string m_blocksDir;
+};
+
+}  // namespace ptw::core

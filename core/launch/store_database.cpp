@@ -1,0 +1,159 @@
+#include "launch/store_database.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+
+namespace ptw::core {
+namespace {
+
+// The tables of this build. `steps` and `step_blocks` are the forms of earlier builds, kept
+// empty once converted (Note [Step blocks]): a script or an earlier build that reads them
+// finds them.
+constexpr const char* kSchema = R"sql(
+CREATE TABLE IF NOT EXISTS runs (
+  id INTEGER PRIMARY KEY,
+  dir TEXT NOT NULL,
+  name TEXT NOT NULL,
+  strategy TEXT NOT NULL,
+  world INTEGER NOT NULL,
+  status TEXT NOT NULL,
+  started_at TEXT NOT NULL,
+  ended_at TEXT,
+  message TEXT,
+  final_loss REAL,
+  samples_per_s REAL,
+  attempts INTEGER NOT NULL DEFAULT 1,
+  pid INTEGER NOT NULL,
+  host TEXT NOT NULL,
+  profile TEXT NOT NULL,
+  ptw_version TEXT
+);
+CREATE TABLE IF NOT EXISTS step_blocks (
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  first_step INTEGER NOT NULL,
+  last_step INTEGER NOT NULL,
+  count INTEGER NOT NULL,
+  records BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS step_blocks_by_run ON step_blocks (run_id, rank, first_step);
+CREATE TABLE IF NOT EXISTS step_chunks (
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  first_step INTEGER NOT NULL,
+  last_step INTEGER NOT NULL,
+  count INTEGER NOT NULL,
+  codec INTEGER NOT NULL,
+  records BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS step_chunks_by_run ON step_chunks (run_id, rank, first_step);
+CREATE TABLE IF NOT EXISTS step_files (
+  run_id INTEGER PRIMARY KEY REFERENCES runs(id),
+  unpacked_bytes INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS validation (
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  attempt INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  val_loss REAL,
+  val_accuracy REAL
+);
+CREATE TABLE IF NOT EXISTS scalars (
+  run_id INTEGER NOT NULL REFERENCES runs(id),
+  attempt INTEGER NOT NULL,
+  rank INTEGER NOT NULL,
+  step INTEGER NOT NULL,
+  name TEXT NOT NULL,
+  value REAL
+);
+CREATE INDEX IF NOT EXISTS scalars_by_run ON scalars (run_id, name, rank, step);
+)sql";
+
+}  // namespace
+
+StoreDatabase::StoreDatabase(const std::string& path, long long sizeLimitKib) : m_path(path) {
+  // One thread at a time uses a store (run_store.h), so SQLite's own per-call locking
+  // (taken many times a stored record) is left out.
+  if (sqlite3_open_v2(m_path.c_str(), &m_db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
+                      nullptr) != SQLITE_OK) {
+    std::string why = m_db ? sqlite3_errmsg(m_db) : "out of memory";
+    sqlite3_close(m_db);
+    m_db = nullptr;
+    PTW_FAIL("run store ", m_path, ": cannot open (", why, "); choose a writable runs directory with --runs-dir");
+  }
+  sqlite3_busy_timeout(m_db, 5000);  // another ptw writing its own run: wait, don't fail
+  try {
+    configure(sizeLimitKib);
+  } catch (...) {
+    sqlite3_close(m_db);
+    throw;
+  }
+}
+
+StoreDatabase::~StoreDatabase() { sqlite3_close(m_db); }
+
+// The pragmas, the schema, and a store made by an earlier build brought up to it in place,
+// keeping its runs: columns added since are added empty (NULL), and every reader treats NULL
+// as "not recorded". Earlier builds still open a store migrated so (they name the columns
+// they write).
+void StoreDatabase::configure(long long sizeLimitKib) {
+  // Large pages: a chunk is written in 64 KiB writes rather than 4 KiB ones (a new database
+  // only; an existing one keeps its page size).
+  exec("PRAGMA page_size=65536");
+  exec("PRAGMA journal_mode=WAL");
+  exec("PRAGMA synchronous=NORMAL");
+  // The disk-full tests' cap on the database's size.
+  PTW_CHECK(sizeLimitKib >= 0, "run store: the size limit must be >= 0 KiB, got ", sizeLimitKib);
+  if (sizeLimitKib > 0) {
+    Statement size(m_db, "PRAGMA page_size");
+    const long long page = sqlite3_step(size) == SQLITE_ROW ? sqlite3_column_int64(size, 0) : 4096;
+    exec(("PRAGMA max_page_count=" + std::to_string(std::max(1LL, sizeLimitKib * 1024 / page))).c_str());
+  }
+  exec(kSchema);
+  if (!hasColumn("runs", "ptw_version")) exec("ALTER TABLE runs ADD COLUMN ptw_version TEXT");
+}
+
+void StoreDatabase::exec(const char* sql) {
+  char* msg = nullptr;
+  if (sqlite3_exec(m_db, sql, nullptr, nullptr, &msg) != SQLITE_OK) {
+    std::string why = msg ? msg : sqlite3_errmsg(m_db);
+    sqlite3_free(msg);
+    PTW_FAIL("run store ", m_path, ": ", why);
+  }
+}
+
+bool StoreDatabase::tryExec(const char* sql) { return sqlite3_exec(m_db, sql, nullptr, nullptr, nullptr) == SQLITE_OK; }
+
+void StoreDatabase::rollback() {
+  if (!sqlite3_get_autocommit(m_db)) sqlite3_exec(m_db, "ROLLBACK", nullptr, nullptr, nullptr);
+}
+
+bool StoreDatabase::hasColumn(const char* table, const char* column) {
+  Statement info(m_db, (std::string("PRAGMA table_info(") + table + ")").c_str());
+  while (sqlite3_step(info) == SQLITE_ROW)
+    if (std::strcmp(reinterpret_cast<const char*>(sqlite3_column_text(info, 1)), column) == 0) return true;
+  return false;
+}
+
+StoreDatabase::Statement::Statement(sqlite3* db, const char* sql) {
+  PTW_CHECK(sqlite3_prepare_v2(db, sql, -1, &m_stmt, nullptr) == SQLITE_OK, "run store: ", sqlite3_errmsg(db));
+}
+
+StoreDatabase::Snapshot::Snapshot(const StoreDatabase& db)
+    : m_db(db.handle()),
+      m_on(sqlite3_get_autocommit(m_db) && sqlite3_exec(m_db, "BEGIN", nullptr, nullptr, nullptr) == SQLITE_OK) {}
+
+StoreDatabase::Snapshot::~Snapshot() {
+  if (m_on) sqlite3_exec(m_db, "COMMIT", nullptr, nullptr, nullptr);
+}
+
+std::string StoreDatabase::text(sqlite3_stmt* s, int col) {
+  auto p = sqlite3_column_text(s, col);
+  return p ? reinterpret_cast<const char*>(p) : "";
+}
+
+}  // namespace ptw::core
