@@ -11,10 +11,8 @@
 #include <QFileInfo>
 #include <QGridLayout>
 #include <QHBoxLayout>
-#include <QHeaderView>
 #include <QLabel>
 #include <QLineEdit>
-#include <QLocale>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QPlainTextEdit>
@@ -45,21 +43,25 @@
 #include "launch/preflight.h"
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
+#include "ui/accuracy_panel.h"
 #include "ui/chart_format.h"
 #include "ui/device_picker.h"
+#include "ui/loss_panel.h"
+#include "ui/lr_panel.h"
 #include "ui/metric_chart.h"
 #include "ui/palette.h"
 #include "ui/profile_editor.h"
+#include "ui/rank_table.h"
 #include "ui/run_controller.h"
 #include "ui/run_history.h"
 #include "ui/scalar_charts.h"
 #include "ui/step_split_chart.h"
 #include "ui/sweep_panel.h"
+#include "ui/throughput_panel.h"
 
 namespace ptw::ui {
 namespace {
 
-enum RankColumn { kRank, kStatus, kStep, kLoss, kThroughput, kParams, kMemory, kMessage, kExit, kHost, kColumns };
 constexpr std::size_t kMaxLogLines = 20000;
 constexpr int kFirstPointMs = 50;      ///< how often records are taken until a rank's first point is drawn
 constexpr int kDefaultSmoothing = 60;  ///< the loss chart's EMA weight in percent, TensorBoard's default
@@ -81,18 +83,15 @@ QString describeRun(const core::Profile& p) {
       .replace(QStringLiteral("{where}"), where);
 }
 
-QString regressionNote() {
-  return QObject::tr(
-      "No validation accuracy: this run is a regression (MSE); its validation loss is on the loss "
-      "chart.");
-}
-
-// A rank's memory for the table: "312 MiB"; "–" where the rank does not measure it.
-QString readableBytes(std::int64_t bytes) {
-  return bytes > 0 ? QLocale(QLocale::English).formattedDataSize(bytes, 1) : QStringLiteral("–");
-}
-
 }  // namespace
+
+// Note [Live panels]
+// Each part of the live view (the loss, throughput, step-split, accuracy and learning-rate
+// charts, the named scalars and the rank table) is a LivePanel, in m_panels: the window
+// hands each of them the run, the records, a restart and a redraw, and none of it knows
+// what a panel draws. A new chart is a LivePanel class and the line that lays it out with
+// addPanel(). The window keeps typed pointers only where it sets a panel's options (the
+// smoothing, the zoomed-in detail) or reads it (the rank table's progress).
 
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new RunController(this)) {
   buildUi();
@@ -188,7 +187,7 @@ void MainWindow::buildUi() {
   tabs->addTab(buildLiveTab(tabs), tr("&Live"));
   // A run's named scalars get a tab of their own beside Live, shown once one arrives, so
   // that a run without them (every run of ptw's own engine) has nothing more to look at.
-  m_scalars = new ScalarCharts(tabs);
+  m_scalars = addPanel(new ScalarCharts(tabs));
   m_scalars->setObjectName("scalarCharts");
   tabs->addTab(m_scalars, tr("S&calars"));
   tabs->setTabVisible(tabs->indexOf(m_scalars), false);
@@ -262,38 +261,17 @@ QWidget* MainWindow::buildLiveTab(QWidget* parent) {
   auto* charts = new QWidget(m_chartStack);
   m_chartStack->addWidget(charts);
   auto* grid = new QGridLayout(charts);
-  QWidget* lossBox = buildLossBox(charts);
-  m_throughput = new MetricChart(tr("samples/s"), charts);
-  m_throughput->setObjectName("throughputChart");
-  m_split = new StepSplitChart(charts);
-  m_split->setObjectName("splitChart");
+  grid->addWidget(buildLossBox(charts), 0, 0, 2, 1);
+  grid->addWidget(m_throughput = addPanel(new ThroughputPanel(charts)), 0, 1);
+  grid->addWidget(m_split = addPanel(new StepSplitChart(charts)), 1, 1);
   // Validation accuracy and the learning rate, smaller, below: what an image model's user
-  // watches besides the loss. The accuracy chart gives way to a line that says why it is
-  // empty (no held-out data, or a regression, whose validation has a loss and no accuracy).
-  m_accuracyStack = new QStackedWidget(charts);
-  m_accuracyStack->setObjectName("accuracyStack");
-  m_accuracy = new MetricChart(tr("val accuracy (%)"), m_accuracyStack);
-  m_accuracy->setObjectName("accuracyChart");
-  m_accuracy->setYSpan(0, 100);
-  m_accuracy->setToolTip(
-      tr("Validation accuracy of the held-out data (data.val_fraction), every run.eval_every "
-         "steps and at the end; rank 0 validates, as every rank holds the same parameters"));
-  m_accuracyNote = new QLabel(m_accuracyStack);
-  m_accuracyNote->setObjectName("accuracyNote");
-  m_accuracyNote->setAlignment(Qt::AlignCenter);
-  m_accuracyNote->setWordWrap(true);
-  m_accuracyNote->setStyleSheet("color: palette(dark)");
-  m_accuracyStack->addWidget(m_accuracy);
-  m_accuracyStack->addWidget(m_accuracyNote);
-  m_lr = new MetricChart(tr("learning rate"), charts);
+  // watches besides the loss.
+  grid->addWidget(m_accuracy = addPanel(new AccuracyPanel(charts)), 2, 0);
+  grid->addWidget(m_lr = addPanel(new LrPanel(charts)), 2, 1);
+  m_throughput->setObjectName("throughputChart");
+  m_split->setObjectName("splitChart");
+  m_accuracy->setObjectName("accuracyStack");
   m_lr->setObjectName("lrChart");
-  m_lr->setToolTip(
-      tr("The learning rate of each step (hyper.lr with its schedule and warm-up), the same on every rank"));
-  grid->addWidget(lossBox, 0, 0, 2, 1);
-  grid->addWidget(m_throughput, 0, 1);
-  grid->addWidget(m_split, 1, 1);
-  grid->addWidget(m_accuracyStack, 2, 0);
-  grid->addWidget(m_lr, 2, 1);
   grid->setColumnStretch(0, 3);
   grid->setColumnStretch(1, 2);
   grid->setRowStretch(0, 3);
@@ -301,11 +279,19 @@ QWidget* MainWindow::buildLiveTab(QWidget* parent) {
   grid->setRowStretch(2, 2);
   // Set once both charts they apply to exist: the live charts' defaults (a saved value,
   // restored later, wins).
-  lossBox->findChild<QCheckBox*>("outliers")->setChecked(true);
+  charts->findChild<QCheckBox*>("outliers")->setChecked(true);
   m_smoothing->setValue(kDefaultSmoothing);
   auto* bottom = new QSplitter(Qt::Horizontal, live);
   bottom->setObjectName("bottomSplit");
-  buildRankTable(bottom);
+  m_rankTable = addPanel(new RankTable(bottom));
+  m_rankTable->setObjectName("rankTable");
+  connect(m_rankTable, &RankTable::firstStep, this, [this] { m_forceRedraw = true; });  // drawn at once
+  connect(m_rankTable, &QTableWidget::itemSelectionChanged, this, [this] {
+    auto rows = m_rankTable->selectionModel()->selectedRows();
+    const int rank = rows.isEmpty() ? -1 : rows.front().row();
+    for (MetricChart* chart : optionCharts()) chart->setHighlighted(rank);
+    m_scalars->setHighlighted(rank);
+  });
   buildLogPane(bottom);
   // The table's nine columns take more of the width than the log.
   bottom->setStretchFactor(0, 3);
@@ -348,11 +334,10 @@ QWidget* MainWindow::buildLossBox(QWidget* charts) {
   m_pauseButton->setObjectName("pauseCharts");
   controls->addWidget(m_pauseButton);
   lossLayout->addLayout(controls);
-  m_loss = new MetricChart(tr("loss"), lossBox);
+  lossLayout->addWidget(m_loss = addPanel(new LossPanel(lossBox)), 1);
   m_loss->setObjectName("lossChart");
-  lossLayout->addWidget(m_loss, 1);
   connect(m_smoothing, &QSlider::valueChanged, this, [this](int v) {
-    for (auto* chart : {m_loss, m_throughput}) {
+    for (MetricChart* chart : optionCharts()) {
       chart->setSmoothing(v / 100.0);
       chart->refresh();
     }
@@ -361,45 +346,19 @@ QWidget* MainWindow::buildLossBox(QWidget* charts) {
   connect(m_logX, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogX(on); });
   connect(m_logY, &QCheckBox::toggled, this, [this](bool on) { m_loss->setLogY(on); });
   connect(outliers, &QCheckBox::toggled, this, [this](bool on) {
-    for (auto* chart : {m_loss, m_throughput}) chart->setIgnoreOutliers(on);
+    for (MetricChart* chart : optionCharts()) chart->setIgnoreOutliers(on);
     if (m_scalars) m_scalars->setIgnoreOutliers(on);
   });
   return lossBox;
 }
 
-void MainWindow::buildRankTable(QWidget* parent) {
-  m_ranks = new QTableWidget(0, kColumns, parent);
-  m_ranks->setObjectName("rankTable");
-  m_ranks->setHorizontalHeaderLabels({tr("rank"), tr("status"), tr("step"), tr("loss"), tr("samples/s"), tr("params"),
-                                      tr("memory"), tr("last message"), tr("exit"), tr("host")});
-  m_ranks->setSelectionBehavior(QAbstractItemView::SelectRows);
-  m_ranks->setSelectionMode(QAbstractItemView::SingleSelection);
-  m_ranks->setEditTriggers(QAbstractItemView::NoEditTriggers);
-  m_ranks->verticalHeader()->setVisible(false);
-  m_ranks->setWordWrap(false);  // one line a rank; a long message is elided, its full text in the log
-  // The columns fit the table's width: the message takes what the figures leave.
-  auto* header = m_ranks->horizontalHeader();
-  const int widths[kColumns] = {44, 72, 60, 76, 76, 60, 80, 0, 84, 110};
-  for (int c = 0; c < kColumns; ++c)
-    if (c != kMessage) header->resizeSection(c, widths[c]);
-  header->setSectionResizeMode(kMessage, QHeaderView::Stretch);
-  m_ranks->setColumnHidden(kHost, true);  // shown for a run across hosts (resetLive)
-  m_ranksHint = new QLabel(tr("Each rank's state, step, loss, samples/s, model size, memory and last message appear "
-                              "here during a run."),
-                           m_ranks->viewport());
-  m_ranksHint->setObjectName("rankTableHint");
-  m_ranksHint->setWordWrap(true);
-  m_ranksHint->setAlignment(Qt::AlignCenter);
-  m_ranksHint->setStyleSheet("color: palette(dark)");
-  (new QVBoxLayout(m_ranks->viewport()))->addWidget(m_ranksHint);
-  connect(m_ranks, &QTableWidget::itemSelectionChanged, this, [this] {
-    auto rows = m_ranks->selectionModel()->selectedRows();
-    const int rank = rows.isEmpty() ? -1 : rows.front().row();
-    m_loss->setHighlighted(rank);
-    m_throughput->setHighlighted(rank);
-    m_scalars->setHighlighted(rank);
-  });
-}
+MetricChart* MainWindow::lossChart() const { return m_loss; }
+MetricChart* MainWindow::throughputChart() const { return m_throughput; }
+MetricChart* MainWindow::accuracyChart() const { return m_accuracy->chart(); }
+QLabel* MainWindow::accuracyNote() const { return m_accuracy->note(); }
+MetricChart* MainWindow::lrChart() const { return m_lr; }
+QTableWidget* MainWindow::rankTable() const { return m_rankTable; }
+std::array<MetricChart*, 2> MainWindow::optionCharts() const { return {m_loss, m_throughput}; }
 
 void MainWindow::buildLogPane(QWidget* parent) {
   auto* logBox = new QWidget(parent);
@@ -625,21 +584,22 @@ void MainWindow::setRunsDirectory(const QString& dir) {
   m_throughput->setDetailProvider(provider("samples_per_s"));
   m_lr->setDetailProvider(provider("lr"));
   // Validation points are few (one per run.eval_every steps): the store's are read whole.
-  m_accuracy->setDetailProvider([this](int series, double x0, double x1) -> std::vector<std::pair<double, double>> {
-    std::vector<std::pair<double, double>> out;
-    if (m_controller->runId() <= 0 || series != 0) return out;
-    try {
-      if (!m_reader)
-        m_reader = std::make_unique<core::RunStore>(m_runsDir.isEmpty() ? core::defaultRunsDirectory()
-                                                                        : m_runsDir.toStdString());
-      for (const auto& v : m_reader->validation(m_controller->runId()))
-        if (v.step >= x0 && v.step <= x1 && std::isfinite(v.valAccuracy))
-          out.emplace_back(static_cast<double>(v.step), 100 * v.valAccuracy);
-    } catch (const Error&) {
-      out.clear();
-    }
-    return out;
-  });
+  m_accuracy->chart()->setDetailProvider(
+      [this](int series, double x0, double x1) -> std::vector<std::pair<double, double>> {
+        std::vector<std::pair<double, double>> out;
+        if (m_controller->runId() <= 0 || series != 0) return out;
+        try {
+          if (!m_reader)
+            m_reader = std::make_unique<core::RunStore>(m_runsDir.isEmpty() ? core::defaultRunsDirectory()
+                                                                            : m_runsDir.toStdString());
+          for (const auto& v : m_reader->validation(m_controller->runId()))
+            if (v.step >= x0 && v.step <= x1 && std::isfinite(v.valAccuracy))
+              out.emplace_back(static_cast<double>(v.step), 100 * v.valAccuracy);
+        } catch (const Error&) {
+          out.clear();
+        }
+        return out;
+      });
   m_scalars->setDetailProviders([provider](const std::string& name) { return provider("scalar:" + name); });
 }
 
@@ -770,62 +730,17 @@ bool MainWindow::saveProfile(const QString& path, QString* error) {
 
 void MainWindow::resetLive(int ranks) {
   m_reportingRanks = ranks;
-  m_loss->clear();
-  m_throughput->clear();
-  const bool pool = core::hasCoordinator(profile());  // its rank 0 speaks for the run
-  for (int r = 0; r < ranks; ++r) {
-    const QString name = pool ? (r == 0 ? tr("coordinator") : tr("worker %1").arg(r)) : tr("rank %1").arg(r);
-    m_loss->addSeries(name, seriesColor(r));
-    m_throughput->addSeries(name, seriesColor(r));
-  }
-  m_accuracy->clear();
-  m_accuracy->addSeries(tr("validation"), Qt::black);
-  m_lr->clear();
-  m_lr->addSeries(tr("learning rate"), seriesColor(0));
-  const core::Profile p = profile();
-  // A command run's program may report validation of either kind: its first record says.
-  const bool regression = !core::isClassification(p.data) && !core::strategyOf(p).runsCommand;
-  m_accuracyNote->setText(regression ? regressionNote()
-                                     : tr("No validation accuracy: data.val_fraction is 0, so no data is held out."));
-  m_accuracyStack->setCurrentWidget(p.data.valFraction > 0 && !regression ? static_cast<QWidget*>(m_accuracy)
-                                                                          : m_accuracyNote);
-  // DataParallel's replicas report as ranks of one process, whose heartbeat speaks for them all.
-  m_oneProcess = core::processCount(p) == 1;
-  m_meanSeries = ranks > 1 && !pool ? m_loss->addSeries(tr("mean"), Qt::black) : -1;
-  m_valSeries = m_loss->addSeries(tr("validation"), Qt::black, true);
-  m_totalSeries = ranks > 1 && !pool ? m_throughput->addSeries(tr("total"), Qt::black) : -1;
-  m_loss->setEmphasized(m_meanSeries);
-  QStringList names;
+  LiveRun run{profile(), ranks, {}};
+  const bool pool = core::hasCoordinator(run.profile);  // its rank 0 speaks for the run
   for (int r = 0; r < ranks; ++r)
-    names << (pool ? (r == 0 ? tr("coordinator") : tr("worker %1").arg(r)) : tr("rank %1").arg(r));
-  m_scalars->reset(names);
+    run.names << (pool ? (r == 0 ? tr("coordinator") : tr("worker %1").arg(r)) : tr("rank %1").arg(r));
+  for (LivePanel* panel : m_panels) panel->reset(run);
+  for (MetricChart* chart : optionCharts()) chart->setSmoothing(m_smoothing->value() / 100.0);
   m_scalars->setSmoothing(m_smoothing->value() / 100.0);
   if (m_tabs->currentWidget() == m_scalars) m_tabs->setCurrentIndex(0);  // the new run's, live
   m_tabs->setTabVisible(m_tabs->indexOf(m_scalars), false);
   m_tabs->setTabText(m_tabs->indexOf(m_scalars), tr("S&calars"));
   m_chartStack->setCurrentIndex(1);
-  m_ranksHint->hide();
-  for (auto* chart : {m_loss, m_throughput}) chart->setSmoothing(m_smoothing->value() / 100.0);
-  m_split->reset(ranks);
-  m_stepSums.reset(ranks);
-  m_latest.assign(static_cast<std::size_t>(ranks), RankLatest{});
-  m_lastMessage.assign(static_cast<std::size_t>(ranks), QString());
-  m_rankStatus.assign(static_cast<std::size_t>(ranks), tr("starting"));
-  m_ranks->setRowCount(ranks);
-  // Each rank's host, for a run across hosts (profile section hosts); hidden for a local run.
-  std::vector<std::string> hosts;
-  try {
-    hosts = core::rankHosts(profile());
-  } catch (const std::exception&) {  // an invalid hosts list: the profile editor says so
-  }
-  m_ranks->setColumnHidden(kHost, hosts.empty());
-  for (int r = 0; r < ranks; ++r) {
-    for (int c = 0; c < kColumns; ++c) m_ranks->setItem(r, c, new QTableWidgetItem);
-    setRankCell(r, kRank, QString::number(r));
-    setRankCell(r, kStatus, m_rankStatus[static_cast<std::size_t>(r)]);
-    if (static_cast<std::size_t>(r) < hosts.size())
-      setRankCell(r, kHost, QString::fromStdString(hosts[static_cast<std::size_t>(r)]));
-  }
   m_logLines.clear();
   m_sharedLines.clear();
   m_log->clear();
@@ -837,11 +752,6 @@ void MainWindow::resetLive(int ranks) {
   m_logRank->addItem(tr("ptw"), -1);
   for (int r = 0; r < ranks; ++r) m_logRank->addItem(tr("rank %1").arg(r), r);
   m_logRank->blockSignals(false);
-}
-
-void MainWindow::setRankCell(int rank, int column, const QString& text) {
-  if (rank < 0 || rank >= m_ranks->rowCount()) return;
-  if (auto* item = m_ranks->item(rank, column)) item->setText(text);
 }
 
 void MainWindow::startRun() {
@@ -882,10 +792,8 @@ void MainWindow::setChartsPaused(bool paused) {
   m_chartsPaused = paused;
   if (paused) {
     m_drainTimer->stop();
-    const auto latest = std::min_element(m_latest.begin(), m_latest.end(),
-                                         [](const RankLatest& a, const RankLatest& b) { return a.step < b.step; });
     m_status->setText(tr("Charts paused at step %1; the run goes on and every record is stored (Ctrl+Shift+P resumes)")
-                          .arg(latest == m_latest.end() || latest->step < 0 ? 0 : latest->step));
+                          .arg(std::max<std::int64_t>(0, m_rankTable->lowestStep())));
   } else {
     m_drainTimer->start();
     m_status->setText(tr("Running %1 series…").arg(m_reportingRanks));
@@ -902,15 +810,21 @@ void MainWindow::drainRun() {
   m_controller->take(m_batch);
   const auto& batch = m_batch;
   std::size_t nextEvent = 0, index = 0;
-  // Restarts and exits at their place among the records (RunController::Event).
+  // Restarts and exits at their place among the records (RunController::Event); the panels
+  // take the records between two of them in one call each.
   auto eventsAt = [&](std::size_t i) {
     for (; nextEvent < batch.events.size() && batch.events[nextEvent].index == i; ++nextEvent)
       applyEvent(batch.events[nextEvent]);
   };
   for (const auto& chunk : batch.chunks)
-    for (const core::Record& rec : chunk) {
-      eventsAt(index++);
-      applyRecord(rec);
+    for (std::size_t i = 0; i < chunk.size();) {
+      eventsAt(index);
+      std::size_t n = chunk.size() - i;  // up to the next event, or to the chunk's end
+      if (nextEvent < batch.events.size() && batch.events[nextEvent].index > index)
+        n = std::min(n, batch.events[nextEvent].index - index);
+      const RecordSpan records(chunk.data() + i, chunk.data() + i + n);
+      for (LivePanel* panel : m_panels) panel->add(records);
+      i += n, index += n;
     }
   eventsAt(index);  // what came after the last record
   for (const auto& [rank, line] : batch.logs) appendLog(rank, QString::fromStdString(line));
@@ -918,88 +832,10 @@ void MainWindow::drainRun() {
 }
 
 void MainWindow::applyEvent(const RunController::Event& e) {
-  const int ranks = m_reportingRanks;
-  if (!e.restart) {
-    setRankCell(e.rank, kExit, e.how);
-    if (e.rank >= 0 && e.rank < static_cast<int>(m_rankStatus.size())) {
-      m_rankStatus[static_cast<std::size_t>(e.rank)] = e.failed ? tr("failed") : tr("exited");
-      setRankCell(e.rank, kStatus, m_rankStatus[static_cast<std::size_t>(e.rank)]);
-    }
-    return;
-  }
-  const double step = static_cast<double>(e.step);
-  m_loss->truncateAfter(step);
-  m_throughput->truncateAfter(step);
-  m_accuracy->truncateAfter(step);
-  m_lr->truncateAfter(step);
-  m_scalars->truncateAfter(e.step);
-  m_stepSums.reset(ranks);
-  // The table starts over with the new attempt: every rank is restarting, its last exit
-  // was the attempt's, and its latest step is whatever it reports next.
-  for (int r = 0; r < ranks; ++r) {
-    m_latest[static_cast<std::size_t>(r)] = RankLatest{};
-    m_rankStatus[static_cast<std::size_t>(r)] = tr("restarting");
-    setRankCell(r, kStatus, tr("restarting"));
-    setRankCell(r, kExit, QString());
-  }
-}
-
-void MainWindow::applyRecord(const core::Record& rec) {
-  const auto& s = rec.step;
-  if (rec.kind == core::Record::Kind::Validation) {
-    m_loss->append(m_valSeries, static_cast<double>(s.step), rec.valLoss);
-    if (rec.valAccuracy >= 0) {
-      m_accuracy->append(0, static_cast<double>(s.step), 100 * rec.valAccuracy);
-    } else if (m_accuracyStack->currentWidget() != m_accuracyNote) {
-      m_accuracyNote->setText(regressionNote());
-      m_accuracyStack->setCurrentWidget(m_accuracyNote);
-    }
-    return;
-  }
-  if (rec.kind == core::Record::Kind::Heartbeat) {
-    if (rec.parameters > 0) showParameters(s.rank, rec.parameters);
-    return;
-  }
-  if (rec.kind == core::Record::Kind::Scalar) {
-    if (s.rank >= 0 && s.rank < m_reportingRanks) m_scalars->add(rec.scalarName(), s.rank, s.step, rec.value);
-    return;
-  }
-  const bool group = rec.kind == core::Record::Kind::Group;
-  if ((rec.kind != core::Record::Kind::Step && !group) || s.rank < 0 || s.rank >= m_reportingRanks) return;
-  // A step record is a group of one (Note [Step groups]).
-  const double x = static_cast<double>(s.step);
-  const std::int64_t count = group ? rec.group.count : 1;
-  const double lossSum = group ? rec.group.lossSum : s.loss;
-  const double rate = group && rec.group.stepMs > 0 ? rec.group.samples / (rec.group.stepMs / 1000.0) : s.samplesPerS;
-  if (group) {
-    const auto& g = rec.group;
-    const double x0 = static_cast<double>(g.first), n = static_cast<double>(g.count);
-    const auto points = static_cast<std::size_t>(g.count);
-    m_loss->appendGroup(s.rank, x0, x, g.lossSum / n, g.lossMin, g.lossMax, points);
-    m_throughput->appendGroup(s.rank, x0, x, rate, rate, rate, points);
-    m_split->add(s.rank, {g.dataMs / n, g.computeMs / n, g.commMs / n, g.optMs / n}, g.count);
-  } else {
-    m_loss->append(s.rank, x, s.loss);
-    m_throughput->append(s.rank, x, s.samplesPerS);
-    m_split->add(s);
-  }
-  auto& latest = m_latest[static_cast<std::size_t>(s.rank)];
-  if (latest.step < 0) {
-    m_forceRedraw = true;  // a rank's first point is drawn at once
-    if (auto& st = m_rankStatus[static_cast<std::size_t>(s.rank)]; st == tr("starting") || st == tr("restarting")) {
-      st = tr("running");
-      setRankCell(s.rank, kStatus, st);
-    }
-  }
-  latest.samplesPerS = s.samplesPerS;
-  if (s.step >= latest.step) latest.step = s.step, latest.loss = s.loss, latest.memBytes = s.memBytes;
-  // The schedule is the same on every rank: rank 0's, at the last step of each record.
-  if (s.rank == 0) m_lr->append(0, x, s.lr);
-  // The mean loss and the total throughput of a window of steps, once every rank has reported all of it.
-  const std::int64_t first = group ? rec.group.first : s.step;
-  if (StepSums::Done d;
-      m_meanSeries >= 0 && m_stepSums.add(first, lossSum, rate * static_cast<double>(count), count, d))
-    appendMean(d);
+  if (e.restart)
+    for (LivePanel* panel : m_panels) panel->truncateAfter(e.step);
+  else
+    m_rankTable->rankExited(e.rank, e.how, e.failed);
 }
 
 // Note [Redraw budget]
@@ -1022,59 +858,19 @@ void MainWindow::redrawIfDue() {
   if (sinceMs >= 0.9 * period() || m_forceRedraw) {
     m_forceRedraw = false;
     m_lastRedraw = now;
-    // The table shows each rank's latest record; a changed cell repaints the table, so it
-    // changes with the charts.
-    for (int r = 0; r < m_reportingRanks; ++r) {
-      const RankLatest& latest = m_latest[static_cast<std::size_t>(r)];
-      if (latest.step < 0) continue;
-      setRankCell(r, kThroughput, readableNumber(latest.samplesPerS));
-      setRankCell(r, kStep, QString::number(latest.step));  // a step is named, as in the log, not measured
-      setRankCell(r, kLoss, readableNumber(latest.loss));
-      setRankCell(r, kMemory, readableBytes(latest.memBytes));
-    }
-    m_loss->refresh();
-    m_throughput->refresh();
-    m_accuracy->refresh();
-    m_lr->refresh();
-    m_split->refresh();
-    m_scalars->refresh();
+    for (LivePanel* panel : m_panels) panel->refresh();
     m_redrawMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - now).count();
   }
   // A rank that never reports (it died before its first step) does not keep the fast pace.
-  const bool allDrawn =
-      std::all_of(m_latest.begin(), m_latest.end(), [](const RankLatest& l) { return l.step >= 0; }) ||
-      now - m_runStarted > std::chrono::seconds(10);
+  const bool allDrawn = m_rankTable->allReported() || now - m_runStarted > std::chrono::seconds(10);
   const int interval = allDrawn ? static_cast<int>(period()) : kFirstPointMs;
   if (m_drainTimer->interval() != interval) m_drainTimer->setInterval(interval);
-}
-
-void MainWindow::showParameters(int rank, std::int64_t parameters) {
-  const QString text = readableNumber(static_cast<double>(parameters), 3);
-  const QString tip = tr("%1 parameters").arg(QLocale(QLocale::English).toString(static_cast<qlonglong>(parameters)));
-  for (int r = m_oneProcess ? 0 : rank; r <= (m_oneProcess ? m_reportingRanks - 1 : rank); ++r) {
-    if (r < 0 || r >= m_ranks->rowCount()) continue;
-    if (auto* item = m_ranks->item(r, kParams); item && item->toolTip() != tip) {
-      item->setText(text);
-      item->setToolTip(tip);
-    }
-  }
-}
-
-void MainWindow::appendMean(const StepSums::Done& d) {
-  const double from = static_cast<double>(d.first), to = static_cast<double>(d.step);
-  const auto steps = static_cast<std::size_t>(d.step - d.first + 1);
-  m_loss->appendGroup(m_meanSeries, from, to, d.loss, d.loss, d.loss, steps);
-  if (m_totalSeries >= 0)
-    m_throughput->appendGroup(m_totalSeries, from, to, d.throughput, d.throughput, d.throughput, steps);
 }
 
 void MainWindow::appendLog(int rank, const QString& line, bool again) {
   m_logLines.push_back({rank, line});
   if (m_logLines.size() > kMaxLogLines) m_logLines.pop_front();
-  if (!again && rank >= 0 && rank < static_cast<int>(m_lastMessage.size())) {
-    m_lastMessage[static_cast<std::size_t>(rank)] = line;
-    setRankCell(rank, kMessage, line);
-  }
+  if (!again) m_rankTable->showMessage(rank, line);
   const int wantRank = m_logRank->currentData().isValid() ? m_logRank->currentData().toInt() : -2;
   const int level = m_logLevel->currentData().toInt();
   const bool isError = line.contains("error", Qt::CaseInsensitive) || line.contains("failed");
@@ -1106,8 +902,7 @@ void MainWindow::onFinished(const QString& status, const QString& message, int f
   drainRun();  // what is left
   // The last window of steps, cut short by the end, is drawn with the steps it has (Note
   // [Step groups]); then everything once more.
-  if (m_meanSeries >= 0)
-    for (const auto& d : m_stepSums.finish()) appendMean(d);
+  for (LivePanel* panel : m_panels) panel->finish();
   m_forceRedraw = true;
   drainRun();
   m_drainTimer->stop();
@@ -1115,17 +910,11 @@ void MainWindow::onFinished(const QString& status, const QString& message, int f
   m_lastStatus = status;
   revalidate();
   m_status->setText(tr("Run %1: %2").arg(status, message));
-  for (int r = 0; r < m_reportingRanks; ++r) {
-    auto& st = m_rankStatus[static_cast<std::size_t>(r)];
-    if (st != tr("failed")) st = status == "finished" ? tr("finished") : status == "stopped" ? tr("stopped") : st;
-    setRankCell(r, kStatus, st);
-  }
+  m_rankTable->runEnded(status == "finished"  ? RankTable::Status::Finished
+                        : status == "stopped" ? RankTable::Status::Stopped
+                                              : RankTable::Status::Failed,
+                        failedRank, message);
   if (failedRank >= 0 && failedRank < m_reportingRanks) {
-    m_rankStatus[static_cast<std::size_t>(failedRank)] = tr("failed");
-    setRankCell(failedRank, kStatus, tr("failed"));
-    setRankCell(failedRank, kMessage, message);
-    for (int c = 0; c < kColumns; ++c)
-      if (auto* item = m_ranks->item(failedRank, c)) item->setForeground(failureColor());
     appendLog(-1, tr("rank %1 failed: %2").arg(failedRank).arg(message));
     for (const QString& l : lastLines) appendLog(-1, QStringLiteral("  | ") + l);
   } else if (status == "failed") {

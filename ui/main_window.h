@@ -6,6 +6,7 @@
 #include <QMessageBox>
 #include <QString>
 
+#include <array>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -15,7 +16,6 @@
 
 #include "common/profile.h"
 #include "ui/run_controller.h"
-#include "ui/step_sums.h"
 
 class QAction;
 class QSettings;
@@ -39,13 +39,19 @@ class RunStore;
 
 namespace ptw::ui {
 
+class AccuracyPanel;
+class LivePanel;
+class LossPanel;
+class LrPanel;
 class MetricChart;
 class ProfileEditor;
+class RankTable;
 class ScalarCharts;
 class RunController;
 class RunHistory;
 class StepSplitChart;
 class SweepPanel;
+class ThroughputPanel;
 
 class MainWindow : public QMainWindow {
   Q_OBJECT
@@ -77,18 +83,18 @@ class MainWindow : public QMainWindow {
   QString blockingReason() const { return m_blockingReason; }
   RunController* controller() const { return m_controller; }
   ProfileEditor* editor() const { return m_editor; }
-  MetricChart* lossChart() const { return m_loss; }
-  MetricChart* throughputChart() const { return m_throughput; }
+  MetricChart* lossChart() const;
+  MetricChart* throughputChart() const;
   StepSplitChart* splitChart() const { return m_split; }
   /// Validation accuracy in percent (rank 0's, which every rank's parameters equal); for a
   /// run with no accuracy, a note takes its place (accuracyNote()).
-  MetricChart* accuracyChart() const { return m_accuracy; }
-  QLabel* accuracyNote() const { return m_accuracyNote; }
+  MetricChart* accuracyChart() const;
+  QLabel* accuracyNote() const;
   /// The learning rate of each step (rank 0's: the schedule is the same on every rank).
-  MetricChart* lrChart() const { return m_lr; }
+  MetricChart* lrChart() const;
   /// The named scalars' charts (tab Scalars, shown once a run reports one).
   ScalarCharts* scalarCharts() const { return m_scalars; }
-  QTableWidget* rankTable() const { return m_ranks; }
+  QTableWidget* rankTable() const;
   RunHistory* history() const { return m_history; }
   SweepPanel* sweep() const { return m_sweep; }
   QString lastStatus() const { return m_lastStatus; }
@@ -119,7 +125,14 @@ class MainWindow : public QMainWindow {
   void fitProfileWidth();
   QWidget* buildLiveTab(QWidget* parent);
   QWidget* buildLossBox(QWidget* charts);
-  void buildRankTable(QWidget* parent);
+  /// Joins `panel` to the live view's list (Note [Live panels]).
+  template <class Panel>
+  Panel* addPanel(Panel* panel) {
+    m_panels.push_back(panel);
+    return panel;
+  }
+  /// The charts the smoothing and outlier options apply to (the named scalars' have their own calls).
+  std::array<MetricChart*, 2> optionCharts() const;
   void buildLogPane(QWidget* parent);
   void buildHistoryTabs(QTabWidget* tabs);
   void buildMenus();
@@ -136,17 +149,10 @@ class MainWindow : public QMainWindow {
   bool replaceProfile(const core::Profile& p, const QString& message);
   void drainRun();
   void applyEvent(const RunController::Event& e);
-  void applyRecord(const core::Record& rec);
   void redrawIfDue();
   void resetLive(int ranks);
-  void setRankCell(int rank, int column, const QString& text);
-  /// The model's parameter count from a rank's heartbeat, in its row (every row where one
-  /// process reports for several series).
-  void showParameters(int rank, std::int64_t parameters);
   /// `again`: a line already taken, shown anew after the log's filter changed.
   void appendLog(int rank, const QString& line, bool again = false);
-  /// Draws a completed window of the mean over ranks and their total throughput.
-  void appendMean(const StepSums::Done& done);
   void refilterLog();
   void onFinished(const QString& status, const QString& message, int failedRank, const QStringList& lastLines);
   void markSaved(const QString& path);
@@ -175,23 +181,20 @@ class MainWindow : public QMainWindow {
   QLabel* m_status = nullptr;
   QStackedWidget* m_chartStack = nullptr;  ///< the first-run hint, then the charts
   QLabel* m_firstRunHint = nullptr;
-  QLabel* m_ranksHint = nullptr;         ///< what the rank table will hold, until a run starts
   QPlainTextEdit* m_problems = nullptr;  ///< the ranks' warnings and errors, above the log
-  MetricChart* m_loss = nullptr;
-  MetricChart* m_throughput = nullptr;
+  std::vector<LivePanel*> m_panels;      ///< every part of the live view (Note [Live panels])
+  LossPanel* m_loss = nullptr;
+  ThroughputPanel* m_throughput = nullptr;
   StepSplitChart* m_split = nullptr;
-  QStackedWidget* m_accuracyStack = nullptr;  ///< the accuracy chart, or the note that says why there is none
-  MetricChart* m_accuracy = nullptr;
-  QLabel* m_accuracyNote = nullptr;
-  MetricChart* m_lr = nullptr;
-  bool m_oneProcess = false;  ///< the run's series all come from one process (DataParallel, single)
+  AccuracyPanel* m_accuracy = nullptr;  ///< the accuracy chart, or the note that says why there is none
+  LrPanel* m_lr = nullptr;
+  RankTable* m_rankTable = nullptr;
   QTabWidget* m_tabs = nullptr;
   ScalarCharts* m_scalars = nullptr;  ///< its tab is hidden until a run reports a named scalar
   QSlider* m_smoothing = nullptr;
   QCheckBox* m_logX = nullptr;
   QCheckBox* m_logY = nullptr;
   QToolButton* m_pauseButton = nullptr;  ///< Pause Live Charts beside the chart options
-  QTableWidget* m_ranks = nullptr;
   QPlainTextEdit* m_log = nullptr;
   QComboBox* m_logRank = nullptr;
   QComboBox* m_logLevel = nullptr;
@@ -210,20 +213,7 @@ class MainWindow : public QMainWindow {
   std::deque<LogLine> m_logLines;
   std::set<QString> m_sharedLines;  ///< rank lines shown once for all ranks
   int m_reportingRanks = 0;
-  int m_valSeries = -1;
-  int m_meanSeries = -1;
-  int m_totalSeries = -1;
-  StepSums m_stepSums;           ///< the mean loss and total throughput per step
   RunController::Batch m_batch;  ///< the last records taken; kept for its capacity
-  struct RankLatest {
-    std::int64_t step = -1;  ///< the highest step seen (-1: none yet), and its loss
-    double loss = 0;
-    double samplesPerS = 0;     ///< of the last record that came
-    std::int64_t memBytes = 0;  ///< of the highest step
-  };
-  std::vector<RankLatest> m_latest;  ///< what the rank table shows
-  std::vector<QString> m_lastMessage;
-  std::vector<QString> m_rankStatus;
   std::chrono::steady_clock::time_point m_lastRedraw{};
   std::chrono::steady_clock::time_point m_runStarted{};
   double m_redrawMs = 0;        ///< cost of the last redraw (Note [Redraw budget])

@@ -102,6 +102,11 @@ void ScalarCharts::add(std::string_view name, int rank, std::int64_t step, doubl
   c->open.erase(c->open.begin(), std::next(c->open.find(step)));
 }
 
+void ScalarCharts::add(RecordSpan records) {
+  for (const core::Record& rec : records)
+    if (rec.kind == core::Record::Kind::Scalar) add(rec.scalarName(), rec.step.rank, rec.step.step, rec.value);
+}
+
 void ScalarCharts::truncateAfter(std::int64_t step) {
   for (auto& [name, c] : m_charts) {
     c.chart->truncateAfter(static_cast<double>(step));

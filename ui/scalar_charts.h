@@ -17,13 +17,14 @@
 #include <utility>
 #include <vector>
 
+#include "ui/live_panel.h"
 #include "ui/metric_chart.h"
 
 class QGridLayout;
 
 namespace ptw::ui {
 
-class ScalarCharts : public QWidget {
+class ScalarCharts : public QWidget, public LivePanel {
   Q_OBJECT
  public:
   /// More names than this are stored but not charted: each chart is a plot of its own.
@@ -36,11 +37,14 @@ class ScalarCharts : public QWidget {
   void setDetailProviders(DetailProviders providers) { m_providers = std::move(providers); }
   /// Removes every chart; the next run's ranks are named `series` ("rank 0", ...).
   void reset(const QStringList& series);
+  void reset(const LiveRun& run) override { reset(run.names); }
   /// One value of `name` from `rank` at `step`; makes the name's chart when it is new.
   void add(std::string_view name, int rank, std::int64_t step, double value);
+  /// Adds the named scalars among the records.
+  void add(RecordSpan records) override;
   /// Drops every point past `step` (a restart replays from there).
-  void truncateAfter(std::int64_t step);
-  void refresh();
+  void truncateAfter(std::int64_t step) override;
+  void refresh() override;
   void fit();
   void setSmoothing(double weight);
   void setIgnoreOutliers(bool on);

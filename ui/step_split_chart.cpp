@@ -64,6 +64,15 @@ void StepSplitChart::add(int rank, const std::array<double, 4>& meanMs, std::int
   m_dirty = true;
 }
 
+void StepSplitChart::add(RecordSpan records) {
+  for (const core::Record& rec : records) {
+    if (!core::holdsSteps(rec)) continue;
+    const core::StepGroup g = core::asGroup(rec);
+    const double n = static_cast<double>(g.count);
+    add(rec.step.rank, {g.dataMs / n, g.computeMs / n, g.commMs / n, g.optMs / n}, g.count);
+  }
+}
+
 std::array<double, 4> StepSplitChart::split(int rank) const {
   return rank >= 0 && rank < static_cast<int>(m_average.size()) ? m_average[static_cast<std::size_t>(rank)]
                                                                 : std::array<double, 4>{0, 0, 0, 0};

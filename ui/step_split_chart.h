@@ -9,23 +9,29 @@
 #include <vector>
 
 #include "common/record.h"
+#include "ui/live_panel.h"
 
 class QCustomPlot;
 class QCPBars;
 
 namespace ptw::ui {
 
-class StepSplitChart : public QWidget {
+class StepSplitChart : public QWidget, public LivePanel {
   Q_OBJECT
  public:
   explicit StepSplitChart(QWidget* parent = nullptr);
 
   void reset(int ranks);
+  void reset(const LiveRun& run) override { reset(run.ranks); }
   void add(const core::StepRecord& r);
   /// Adds `steps` steps of `rank` whose data, compute, communication and optimizer times
   /// (ms) have these means (a group of steps, Note [Step groups]).
   void add(int rank, const std::array<double, 4>& meanMs, std::int64_t steps);
-  void refresh();
+  /// Adds the steps the records hold.
+  void add(RecordSpan records) override;
+  /// Keeps the averages: the replayed steps move them as the next steps would.
+  void truncateAfter(std::int64_t) override {}
+  void refresh() override;
 
   /// Moving averages (ms) of data, compute, communication and optimizer time of `rank`.
   std::array<double, 4> split(int rank) const;

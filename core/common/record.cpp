@@ -42,6 +42,18 @@ bool isScalarName(std::string_view name) {
   return true;
 }
 
+StepGroup asGroup(const Record& r) {
+  if (r.kind == Record::Kind::Group) return r.group;
+  StepGroup one;
+  if (r.kind == Record::Kind::Step) one.add(r.step);
+  return one;
+}
+
+double samplesPerS(const Record& r) {
+  if (r.kind == Record::Kind::Group && r.group.stepMs > 0) return r.group.samples / (r.group.stepMs / 1000.0);
+  return r.step.samplesPerS;
+}
+
 void formatRecord(const Record& r, std::string& out) {
   const StepRecord& s = r.step;
   switch (r.kind) {

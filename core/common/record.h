@@ -188,6 +188,17 @@ struct Record {
 /// A named scalar's name: 1 to Record::kNameBytes characters of [A-Za-z0-9_./-].
 bool isScalarName(std::string_view name);
 
+/// Whether `r` holds steps: a Step or a Group record.
+inline bool holdsSteps(const Record& r) { return r.kind == Record::Kind::Step || r.kind == Record::Kind::Group; }
+
+/// The steps `r` holds, as a group: a step record is a group of one (Note [Step groups]),
+/// so that whoever sums steps reads both kinds the same way. Other kinds hold none.
+StepGroup asGroup(const Record& r);
+
+/// Samples per second over the steps `r` holds: a step's own rate, exactly as the rank
+/// measured it; a group's samples over its time (its last step's rate when it took none).
+double samplesPerS(const Record& r);
+
 static_assert(std::is_trivially_copyable_v<Record>);
 
 /// A frame: 16 bytes of magic, kind and rank, then the step fields (Note [Step fields]).

@@ -23,6 +23,7 @@
 #include "common/launcher_kinds.h"
 #include "common/profile.h"
 #include "launch/expectation.h"
+#include "launch/last_steps.h"
 #include "launch/launcher.h"
 #include "launch/preflight.h"
 #include "launch/rate_window.h"
@@ -37,7 +38,7 @@ namespace {
 class ProgressPrinter : public LaunchObserver {
  public:
   ProgressPrinter(std::ostream& out, const Profile& p, bool tty)
-      : m_out(out), m_profile(p), m_tty(tty), m_ranks(static_cast<std::size_t>(reportingRanks(p))) {}
+      : m_out(out), m_profile(p), m_tty(tty), m_last(reportingRanks(p)), m_ranks(m_last.size()) {}
 
   void onStarted(int port, const std::vector<int>& pids) override {
     m_out << "started " << pids.size() << " process(es)";
@@ -57,13 +58,10 @@ class ProgressPrinter : public LaunchObserver {
   }
   void onRecords(std::vector<Record>& batch) override {
     for (const auto& r : batch) {
-      const bool step = r.kind == Record::Kind::Step, group = r.kind == Record::Kind::Group;
-      if ((!step && !group) || r.step.rank < 0 || r.step.rank >= static_cast<int>(m_ranks.size())) continue;
-      auto& slot = m_ranks[static_cast<std::size_t>(r.step.rank)];
-      slot.last = r.step;
-      slot.seen = true;
-      const double busyS = (group ? r.group.stepMs : r.step.stepMs) / 1000.0;
-      slot.rate.add(secondsSince(m_start), group ? r.group.samples : r.step.samplesPerS * busyS, busyS);
+      if (!m_last.add(r)) continue;
+      const StepGroup steps = asGroup(r);
+      m_ranks[static_cast<std::size_t>(r.step.rank)].rate.add(secondsSince(m_start), steps.samples,
+                                                              steps.stepMs / 1000.0);
     }
     print(false);
   }
@@ -84,18 +82,19 @@ class ProgressPrinter : public LaunchObserver {
     m_printedLines = 0;
     for (std::size_t r = 0; r < m_ranks.size(); ++r) {
       const auto& s = m_ranks[r];
+      const RankFinal& f = m_last[r];
       std::ostringstream line;
       line << "rank " << r << "  ";
-      if (!s.seen) {
+      if (!f.seen) {
         line << "starting";
       } else {
-        line << "step " << s.last.step;
+        line << "step " << f.last.step;
         if (total > 0) line << "/" << total;
-        line << "  epoch " << s.last.epoch << "  loss " << std::setprecision(5) << s.last.loss << "  " << std::fixed
+        line << "  epoch " << f.last.epoch << "  loss " << std::setprecision(5) << f.last.loss << "  " << std::fixed
              << std::setprecision(0) << s.rate.rate() << " samples/s";
-        if (total > 0 && s.last.step > 0) {
+        if (total > 0 && f.last.step > 0) {
           double elapsed = std::chrono::duration<double>(now - m_start).count();
-          double eta = elapsed / static_cast<double>(s.last.step) * static_cast<double>(total - s.last.step);
+          double eta = elapsed / static_cast<double>(f.last.step) * static_cast<double>(total - f.last.step);
           line << "  ETA " << std::setprecision(1) << std::max(0.0, eta) << " s";
         }
       }
@@ -108,9 +107,7 @@ class ProgressPrinter : public LaunchObserver {
     m_out.flush();
   }
   struct RankView {
-    StepRecord last;
     RateWindow rate;  ///< the last seconds' rate: a single group's jumps (Note [Step groups])
-    bool seen = false;
     std::string exit;
   };
 
@@ -122,7 +119,8 @@ class ProgressPrinter : public LaunchObserver {
   std::ostream& m_out;
   const Profile& m_profile;
   bool m_tty;
-  std::vector<RankView> m_ranks;
+  LastSteps m_last;
+  std::vector<RankView> m_ranks;  ///< beside m_last, one a rank
   std::chrono::steady_clock::time_point m_start = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point m_lastPrint{};
   int m_printedLines = 0;

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "common/strategies.h"
+#include "launch/forwarding_observer.h"
 #include "launch/preflight.h"
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
@@ -14,12 +15,11 @@ namespace ptw::core {
 
 // Passes everything on to the caller's observer and keeps what the final metrics are made
 // of: each reporting rank's last step and the last validation.
-class RunSession::Tracker final : public LaunchObserver {
+class RunSession::Tracker final : public ForwardingObserver {
  public:
   Tracker(LaunchObserver& outer, const Profile& profile)
-      : m_outer(outer), m_profile(profile), m_ranks(static_cast<std::size_t>(reportingRanks(profile))) {}
+      : ForwardingObserver(outer), m_profile(profile), m_last(reportingRanks(profile)) {}
 
-  void onStarted(int port, const std::vector<int>& pids) override { m_outer.onStarted(port, pids); }
   void onRecords(std::vector<Record>& batch) override {
     for (const auto& r : batch) {  // before the outer observer, which may take the batch
       if (r.kind == Record::Kind::Validation) {
@@ -27,19 +27,12 @@ class RunSession::Tracker final : public LaunchObserver {
         m_valAccuracy = r.valAccuracy;
         continue;
       }
-      if (r.kind != Record::Kind::Step && r.kind != Record::Kind::Group) continue;
-      if (r.step.rank < 0 || r.step.rank >= static_cast<int>(m_ranks.size())) continue;
-      auto& slot = m_ranks[static_cast<std::size_t>(r.step.rank)];
-      slot.last = r.step;
-      slot.seen = true;
+      m_last.add(r);
     }
-    m_outer.onRecords(batch);
+    ForwardingObserver::onRecords(batch);
   }
-  void onLog(int rank, const std::string& line) override { m_outer.onLog(rank, line); }
-  void onRankExit(const RankExit& e) override { m_outer.onRankExit(e); }
-  void onRestart(int attempt, std::int64_t step) override { m_outer.onRestart(attempt, step); }
 
-  const std::vector<RankFinal>& ranks() const { return m_ranks; }
+  const std::vector<RankFinal>& ranks() const { return m_last.ranks(); }
 
   /// The metrics expectations, the summary and the store speak of (knownMetrics()).
   std::map<std::string, double> metrics(double wallS, const ThroughputMeter& throughput) const {
@@ -47,9 +40,9 @@ class RunSession::Tracker final : public LaunchObserver {
     std::int64_t steps = 0;
     int seen = 0;
     // A coordinator (the pool's rank 0) already reports the whole run's loss and samples.
-    const std::size_t counted = hasCoordinator(m_profile) ? std::min<std::size_t>(1, m_ranks.size()) : m_ranks.size();
+    const std::size_t counted = hasCoordinator(m_profile) ? std::min<std::size_t>(1, m_last.size()) : m_last.size();
     for (std::size_t i = 0; i < counted; ++i) {
-      const auto& r = m_ranks[i];
+      const auto& r = m_last[i];
       if (!r.seen) continue;
       loss += r.last.loss;
       const double sps = throughput.stepsPerS(static_cast<int>(i));
@@ -69,9 +62,8 @@ class RunSession::Tracker final : public LaunchObserver {
   }
 
  private:
-  LaunchObserver& m_outer;
   const Profile& m_profile;
-  std::vector<RankFinal> m_ranks;
+  LastSteps m_last;
   double m_valLoss = std::nan("");
   double m_valAccuracy = std::nan("");
 };

@@ -20,6 +20,7 @@
 
 #include "common/profile.h"
 #include "common/record.h"
+#include "launch/last_steps.h"
 #include "launch/launcher.h"
 #include "launch/run_store.h"
 #include "launch/throughput.h"
@@ -68,12 +69,6 @@ struct RunSessionOptions {
     unpackProgress = std::move(v);
     return *this;
   }
-};
-
-/// A reporting rank's last step record (a group's last step).
-struct RankFinal {
-  StepRecord last;
-  bool seen = false;
 };
 
 /// What a run ended with.

@@ -9,6 +9,7 @@
 #include "common/launcher_env.h"
 #include "common/launcher_kinds.h"
 #include "common/strategies.h"
+#include "launch/forwarding_observer.h"
 #include "launch/preflight.h"
 #include "launch/rank_starters.h"
 #include "launch/run_store.h"
@@ -18,30 +19,26 @@ namespace ptw::core {
 namespace {
 
 // Passes everything on to the caller's observer, counts throughput, and records to the store.
-class StoringObserver final : public LaunchObserver {
+class StoringObserver final : public ForwardingObserver {
  public:
   StoringObserver(LaunchObserver& outer, RunStore* store, std::int64_t runId, Supervisor& owner,
                   ThroughputMeter& throughput)
-      : m_outer(outer), m_store(store), m_runId(runId), m_owner(owner), m_throughput(throughput) {}
+      : ForwardingObserver(outer), m_store(store), m_runId(runId), m_owner(owner), m_throughput(throughput) {}
   void setAttempt(int a) { m_attempt = a; }
-  void onStarted(int port, const std::vector<int>& pids) override { m_outer.onStarted(port, pids); }
   void onRecords(std::vector<Record>& batch) override {
     m_throughput.add(batch);  // before the outer observer, which may take the batch
     if (m_store) {
       m_store->append(m_runId, m_attempt, batch);
       if (!m_store->error().empty()) m_owner.requestStop();  // a run we cannot record is stopped, not lost
     }
-    m_outer.onRecords(batch);
+    ForwardingObserver::onRecords(batch);
   }
-  void onLog(int rank, const std::string& line) override { m_outer.onLog(rank, line); }
-  void onRankExit(const RankExit& e) override { m_outer.onRankExit(e); }
   void onRestart(int attempt, std::int64_t step) override {
     m_throughput.restart();
-    m_outer.onRestart(attempt, step);
+    ForwardingObserver::onRestart(attempt, step);
   }
 
  private:
-  LaunchObserver& m_outer;
   RunStore* m_store;
   std::int64_t m_runId;
   Supervisor& m_owner;

@@ -39,10 +39,7 @@ void ThroughputMeter::add(int rankOf, const StepGroup& g) {
 
 void ThroughputMeter::add(const std::vector<Record>& batch) {
   for (const auto& r : batch)
-    if (r.kind == Record::Kind::Step)
-      add(r.step);
-    else if (r.kind == Record::Kind::Group)
-      add(r.step.rank, r.group);
+    if (holdsSteps(r)) add(r.step.rank, asGroup(r));
 }
 
 void ThroughputMeter::restart() { std::fill(m_sinceStart.begin(), m_sinceStart.end(), 0); }

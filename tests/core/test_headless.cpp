@@ -29,7 +29,9 @@
 #include "common/error.h"
 #include "common/version.h"
 #include "launch/expectation.h"
+#include "launch/forwarding_observer.h"
 #include "launch/headless.h"
+#include "launch/last_steps.h"
 #include "launch/launcher.h"
 #include "launch/preflight.h"
 #include "launch/rate_window.h"
@@ -376,6 +378,74 @@ class TestHeadless : public QObject {
     window.add(100.0, samples, slowS);  // after a pause: only the newest record is left
     QCOMPARE(window.rate(), samples / slowS);
     QCOMPARE(RateWindow().rate(), 0.0);
+  }
+
+  // Each rank's last step is the last record that holds steps, a step's or a group's last;
+  // other kinds and ranks past the reporting ones leave it.
+  void lastStepsKeepEachRanksLastStep() {
+    LastSteps last(2);
+    QCOMPARE(last.size(), std::size_t(2));
+    QVERIFY(!last[0].seen && !last[1].seen);
+    Record step;
+    step.step.rank = 1;
+    step.step.step = 7;
+    step.step.loss = 0.5;
+    QVERIFY(last.add(step));
+    Record group = step;
+    group.kind = Record::Kind::Group;
+    group.step.step = 9;
+    group.group.first = 8;
+    group.group.count = 2;
+    QVERIFY(last.add(group));
+    Record validation = step;
+    validation.kind = Record::Kind::Validation;
+    validation.step.step = 10;
+    QVERIFY(!last.add(validation));
+    Record beyond = step;
+    beyond.step.rank = 2;
+    QVERIFY(!last.add(beyond));
+    QVERIFY(!last[0].seen);
+    QVERIFY(last[1].seen);
+    QCOMPARE(last[1].last.step, std::int64_t(9));
+    QCOMPARE(last[1].last.loss, 0.5);
+  }
+
+  // A wrapper passes on every callback it does not act on, in order, to the observer inside.
+  void aForwardingObserverPassesEveryCallbackOn() {
+    struct Inner final : LaunchObserver {
+      std::vector<std::string> heard;
+      void onStarted(int port, const std::vector<int>& pids) override {
+        heard.push_back("started " + std::to_string(port) + " " + std::to_string(pids.size()));
+      }
+      void onRecords(std::vector<Record>& batch) override {
+        heard.push_back("records " + std::to_string(batch.size()));
+      }
+      void onLog(int rank, const std::string& line) override { heard.push_back(std::to_string(rank) + " " + line); }
+      void onRankExit(const RankExit& e) override { heard.push_back("exit " + std::to_string(e.rank)); }
+      void onRestart(int attempt, std::int64_t step) override {
+        heard.push_back("restart " + std::to_string(attempt) + " " + std::to_string(step));
+      }
+    } inner;
+    struct Counting final : ForwardingObserver {
+      using ForwardingObserver::ForwardingObserver;
+      std::size_t records = 0;
+      void onRecords(std::vector<Record>& batch) override {
+        records += batch.size();
+        ForwardingObserver::onRecords(batch);
+      }
+    } outer(inner);
+    std::vector<Record> batch(3);
+    RankExit exit;
+    exit.rank = 1;
+    LaunchObserver& observer = outer;
+    observer.onStarted(29500, {11, 12});
+    observer.onRecords(batch);
+    observer.onLog(0, "hello");
+    observer.onRankExit(exit);
+    observer.onRestart(1, 40);
+    QCOMPARE(outer.records, std::size_t(3));
+    const std::vector<std::string> expected = {"started 29500 2", "records 3", "0 hello", "exit 1", "restart 1 40"};
+    QVERIFY(inner.heard == expected);
   }
 
   // More CPU ranks than cores: one line that says what to do, on stderr before the run, and

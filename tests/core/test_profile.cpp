@@ -713,6 +713,39 @@ class TestProfile : public QObject {
              QString("G 1 4096 4100 5 1.75 0.125 0.5 6.5 7.25 0.5 4.5 2 0.625 7 0.25 1234.5 1.5 0.1 0.9 0.4 0.1 0.01 "
                      "123456789\n"));
   }
+
+  // A step record is read as a group of one step (Note [Step groups]): its sums are the
+  // step's own, so whoever sums steps adds steps and groups alike; a group is its own sums.
+  void aStepIsAGroupOfOne() {
+    Record step;
+    step.step = {2, 40, 1, 0.75, 3200, 20, 2, 12, 4, 2, 0.01, 1024};
+    const StepGroup one = asGroup(step);
+    QCOMPARE(one.first, std::int64_t(40));
+    QCOMPARE(one.count, std::int64_t(1));
+    QCOMPARE(one.lossSum, 0.75);
+    QCOMPARE(one.lossMin, 0.75);
+    QCOMPARE(one.lossMax, 0.75);
+    QCOMPARE(one.samples, 3200 * 0.02);  // samples/s over the step's 20 ms
+    QCOMPARE(one.stepMs, 20.0);
+    QCOMPARE(one.dataMs + one.computeMs + one.commMs + one.optMs, 20.0);
+    QVERIFY(holdsSteps(step));
+    QCOMPARE(samplesPerS(step), 3200.0);  // the rank's own figure, not samples over time
+
+    Record group;
+    group.kind = Record::Kind::Group;
+    group.step = step.step;
+    group.group = {37, 4, 3.0, 0.5, 1.0, 640, 80, 8, 48, 16, 8};
+    QVERIFY(asGroup(group) == group.group);
+    QVERIFY(holdsSteps(group));
+    QCOMPARE(samplesPerS(group), 640 / 0.08);
+    group.group.stepMs = 0;  // no time measured: the last step's rate
+    QCOMPARE(samplesPerS(group), 3200.0);
+
+    Record validation;
+    validation.kind = Record::Kind::Validation;
+    QVERIFY(!holdsSteps(validation));
+    QCOMPARE(asGroup(validation).count, std::int64_t(0));
+  }
 };
 
 QTEST_APPLESS_MAIN(TestProfile)

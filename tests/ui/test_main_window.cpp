@@ -46,6 +46,7 @@
 #include "ui/main_window.h"
 #include "ui/metric_chart.h"
 #include "ui/profile_editor.h"
+#include "ui/rank_table.h"
 #include "ui/run_controller.h"
 #include "ui/run_history.h"
 #include "ui/scalar_charts.h"
@@ -274,6 +275,61 @@ class TestMainWindow : public QObject {
     QCOMPARE(d.loss, expected / static_cast<double>(2 * span));
     QCOMPARE(d.throughput, 100.0 + 200.0);
     QVERIFY(!group(1, from, from, d));  // that window is drawn
+  }
+
+  // A rank's status through a run: starting, running from its first step, failed or exited
+  // as its process ends, restarting with the next attempt, then finished or stopped with the
+  // run, but a rank that failed stays failed.
+  void theRankTableFollowsEachRanksStatus() {
+    ui::RankTable table;
+    table.reset({core::defaultProfile(), 3, {"rank 0", "rank 1", "rank 2"}});
+    auto status = [&](int rank) { return cell(&table, rank, 1); };
+    for (int r = 0; r < 3; ++r) QCOMPARE(status(r), QString("starting"));
+    std::vector<core::Record> records(3);
+    records[0].step.rank = 0;
+    records[0].step.step = 3;
+    records[0].step.loss = 0.5;
+    records[1].kind = core::Record::Kind::Group;
+    records[1].step.rank = 2;
+    records[1].step.step = 9;
+    records[1].group.first = 8;
+    records[1].group.count = 2;
+    records[2].kind = core::Record::Kind::Validation;
+    records[2].step.rank = 1;
+    const ui::RecordSpan all(records.data(), records.data() + records.size());
+    QSignalSpy firstSteps(&table, &ui::RankTable::firstStep);
+    table.add(all);
+    QCOMPARE(firstSteps.count(), 2);
+    QCOMPARE(status(0), QString("running"));
+    QCOMPARE(status(1), QString("starting"));  // a validation record holds no step
+    QCOMPARE(status(2), QString("running"));
+    QVERIFY(!table.allReported());
+    QCOMPARE(table.lowestStep(), std::int64_t(-1));
+    table.refresh();
+    QCOMPARE(cell(&table, 2, 2), QString("9"));  // a group's last step
+    table.rankExited(1, "exit code 3", true);
+    QCOMPARE(status(1), QString("failed"));
+    QCOMPARE(cell(&table, 1, 8), QString("exit code 3"));
+    table.truncateAfter(2);
+    for (int r = 0; r < 3; ++r) QCOMPARE(status(r), QString("restarting"));
+    QCOMPARE(cell(&table, 1, 8), QString());
+    records[2].kind = core::Record::Kind::Step;
+    records[2].step.step = 4;
+    table.add(all);
+    QCOMPARE(firstSteps.count(), 5);
+    QVERIFY(table.allReported());
+    QCOMPARE(table.lowestStep(), std::int64_t(3));
+    table.rankExited(0, "exit code 0", false);
+    QCOMPARE(status(0), QString("exited"));
+    table.rankExited(1, "exit code 3", true);
+    table.runEnded(ui::RankTable::Status::Stopped, -1, QString());
+    QCOMPARE(status(0), QString("stopped"));
+    QCOMPARE(status(1), QString("failed"));
+    QCOMPARE(status(2), QString("stopped"));
+    table.runEnded(ui::RankTable::Status::Failed, 2, "rank 2: out of memory");
+    QCOMPARE(status(0), QString("stopped"));  // a failed run leaves the others as they were
+    QCOMPARE(status(2), QString("failed"));
+    QCOMPARE(cell(&table, 2, 7), QString("rank 2: out of memory"));
   }
 
   void editingFieldsChangesTheProfileAndMarksInvalidOnes() {

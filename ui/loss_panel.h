@@ -1,0 +1,32 @@
+// LossPanel: the live loss chart. A line per reporting rank, their mean over ranks
+// (emphasized, for several ranks but the pool's, whose coordinator speaks for the run) and
+// the validation loss, dashed.
+#pragma once
+
+#include "ui/live_panel.h"
+#include "ui/metric_chart.h"
+#include "ui/step_sums.h"
+
+namespace ptw::ui {
+
+class LossPanel : public MetricChart, public LivePanel {
+  Q_OBJECT
+ public:
+  explicit LossPanel(QWidget* parent = nullptr);
+
+  void reset(const LiveRun& run) override;
+  void add(RecordSpan records) override;
+  void truncateAfter(std::int64_t step) override;
+  void refresh() override { MetricChart::refresh(); }
+  void finish() override;
+
+ private:
+  void appendMean(const StepSums::Done& done);
+
+  int m_ranks = 0;
+  int m_mean = -1;        ///< the mean's series, or -1
+  int m_validation = -1;  ///< the validation loss's series
+  StepSums m_sums;        ///< the mean loss of each window of steps
+};
+
+}  // namespace ptw::ui

@@ -1,0 +1,75 @@
+// RankTable: the live table of the run's reporting ranks, a row each: its status, latest
+// step, loss and samples/s, the model's size, its memory, its last message, how it exited,
+// and its host for a run across hosts. A rank's status is a RankTable::Status, put into
+// words only in its cell.
+#pragma once
+
+#include <QString>
+#include <QTableWidget>
+
+#include <cstdint>
+#include <vector>
+
+#include "ui/live_panel.h"
+
+class QLabel;
+
+namespace ptw::ui {
+
+class RankTable : public QTableWidget, public LivePanel {
+  Q_OBJECT
+ public:
+  enum class Status { Starting, Running, Restarting, Exited, Failed, Finished, Stopped };
+  /// The words for `status` in the table.
+  static QString statusText(Status status);
+
+  explicit RankTable(QWidget* parent = nullptr);
+
+  void reset(const LiveRun& run) override;
+  void add(RecordSpan records) override;
+  /// Every rank starts over with the new attempt: restarting, its last exit the attempt's,
+  /// its latest step whatever it reports next.
+  void truncateAfter(std::int64_t step) override;
+  /// Shows each rank's latest record; a changed cell repaints the table, so it changes with
+  /// the charts.
+  void refresh() override;
+
+  /// `rank`'s process ended: `how` ("exit code 3"), and whether that is a failure.
+  void rankExited(int rank, const QString& how, bool failed);
+  /// `line`, the latest of `rank`'s log, in its row.
+  void showMessage(int rank, const QString& line);
+  /// The run ended as `end` (Finished, Stopped or Failed): every rank that has not failed is
+  /// finished or stopped with it, or as it was when the run failed. `failedRank` (-1: none)
+  /// failed with `message`, its row in the failure colour.
+  void runEnded(Status end, int failedRank, const QString& message);
+
+  /// Whether every rank has reported a step since the run or its last restart started.
+  bool allReported() const;
+  /// The lowest of the ranks' latest steps; -1 while a rank has reported none.
+  std::int64_t lowestStep() const;
+
+ signals:
+  /// `rank` reported its first step since the run or its last restart started.
+  void firstStep(int rank);
+
+ private:
+  struct Latest {
+    std::int64_t step = -1;  ///< the highest step seen (-1: none yet), and its loss
+    double loss = 0;
+    double samplesPerS = 0;     ///< of the last record that came
+    std::int64_t memBytes = 0;  ///< of the highest step
+  };
+  void setCell(int rank, int column, const QString& text);
+  void setStatus(int rank, Status status);
+  /// The model's parameter count from a rank's heartbeat, in its row (every row where one
+  /// process reports for several series).
+  void showParameters(int rank, std::int64_t parameters);
+
+  QLabel* m_hint;  ///< what the table will hold, until a run starts
+  int m_ranks = 0;
+  bool m_oneProcess = false;  ///< the run's series all come from one process (DataParallel, single)
+  std::vector<Latest> m_latest;
+  std::vector<Status> m_status;
+};
+
+}  // namespace ptw::ui

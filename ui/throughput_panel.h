@@ -1,0 +1,30 @@
+// ThroughputPanel: the live throughput chart, samples per second. A line per reporting
+// rank and, for several ranks but the pool's, their total.
+#pragma once
+
+#include "ui/live_panel.h"
+#include "ui/metric_chart.h"
+#include "ui/step_sums.h"
+
+namespace ptw::ui {
+
+class ThroughputPanel : public MetricChart, public LivePanel {
+  Q_OBJECT
+ public:
+  explicit ThroughputPanel(QWidget* parent = nullptr);
+
+  void reset(const LiveRun& run) override;
+  void add(RecordSpan records) override;
+  void truncateAfter(std::int64_t step) override;
+  void refresh() override { MetricChart::refresh(); }
+  void finish() override;
+
+ private:
+  void appendTotal(const StepSums::Done& done);
+
+  int m_ranks = 0;
+  int m_total = -1;  ///< the total's series, or -1
+  StepSums m_sums;   ///< the total throughput of each window of steps
+};
+
+}  // namespace ptw::ui
