@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/child_setup.h"
 #include "common/command.h"
 #include "common/error.h"
 
@@ -233,27 +234,16 @@ class ScriptRunner {
     for (const auto& e : env) ev.push_back(const_cast<char*>(e.c_str()));
     ev.push_back(nullptr);
     const std::string& cwd = m_r.profile.command.cwd;
-    const pid_t parent = ::getpid();
+    const auto setup = core::ChildSetup(::getpid()).setStdout(out[1]).setStderr(err[1]);
     m_started = Clock::now();
     m_child = ::fork();
     if (m_child == 0) {
       // Async-signal-safe calls only. The program stays in the run's process group (Note
       // [Script ranks]) and dies with this rank.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
-      ::dup2(out[1], 1);
-      ::dup2(err[1], 2);
+      core::setUpChild(setup);
       if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
       ::execve(program.c_str(), av.data(), ev.data());
-      const char msg[] = "error: exec of the command failed\n";
-      [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);
-      ::_exit(127);
+      core::childExecFailed("error: exec of the command failed\n");
     }
     ::close(out[1]);
     ::close(err[1]);

@@ -7,7 +7,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -27,6 +26,7 @@
 #include <set>
 #include <thread>
 
+#include "common/child_setup.h"
 #include "common/command.h"
 #include "common/error.h"
 #include "common/shm_names.h"
@@ -512,22 +512,12 @@ void Launcher::Impl::spawnAll() {
 namespace {
 
 // The child's side of fork(): join the run's process group, die with the launcher (Note
-// [Worker lifetime]), take the pipes as its standard descriptors and exec the worker. Only
-// async-signal-safe calls: everything it needs was built before fork().
+// [Worker lifetime]), take the pipes as its standard descriptors (setUpChild) and the record
+// pipe as kRecordFd, and exec the worker. Only async-signal-safe calls: everything it needs
+// was built before fork().
 // A remote rank (recFd < 0) has its records on stdout, and its stdin is its control line.
-[[noreturn]] void execWorker(char** argv, pid_t parent, pid_t pgid, int inFd, int outFd, int errFd, int recFd) {
-  ::setpgid(0, pgid);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::_exit(127);
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
-  ::dup2(inFd, 0);
-  ::dup2(outFd, 1);
-  ::dup2(errFd, 2);
+[[noreturn]] void execWorker(char** argv, const ChildSetup& setup, int recFd) {
+  setUpChild(setup);
   if (recFd >= 0) ::dup2(recFd, kRecordFd);  // dup2 clears close-on-exec on the copy
   // Nothing else of the launcher's reaches the worker: the logs of ranks started before
   // this one, the store's database, a window's descriptors.
@@ -542,9 +532,7 @@ namespace {
   if (!closed)
     for (int fd = static_cast<int>(firstToClose); fd < 65536; ++fd) ::close(fd);
   ::execv(argv[0], argv);
-  const char msg[] = "ptw-worker: exec failed\n";
-  [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);
-  ::_exit(127);
+  childExecFailed("ptw-worker: exec failed\n");
 }
 
 }  // namespace
@@ -577,13 +565,14 @@ void Launcher::Impl::spawnRank(Rank& rk, const RankCommand& command) {
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
 
-  const pid_t parent = ::getpid();
+  ChildSetup setup(::getpid());
+  setup.setProcessGroup(m_pgid).setStderr(errPipe[1]);
+  if (rk.remote)  // Note [Remote ranks]: records on stdout, the control line on stdin
+    setup.setStdin(ctlPipe[0]).setStdout(recPipe[1]);
+  else
+    setup.setStdin(m_devNull).setStdout(outPipe[1]);
   const pid_t pid = ::fork();
-  if (pid == 0) {
-    if (rk.remote)  // Note [Remote ranks]: records on stdout, the control line on stdin
-      execWorker(argv.data(), parent, m_pgid, ctlPipe[0], recPipe[1], errPipe[1], -1);
-    execWorker(argv.data(), parent, m_pgid, m_devNull, outPipe[1], errPipe[1], recPipe[1]);
-  }
+  if (pid == 0) execWorker(argv.data(), setup, rk.remote ? -1 : recPipe[1]);
   const int forkErr = errno;
   for (int fd : {outPipe[1], errPipe[1], recPipe[1], ctlPipe[0]})
     if (fd >= 0) ::close(fd);
