@@ -126,8 +126,10 @@ const ValueFlag kStarterFlags[] = {
      [](WorkerInvocation& w, const std::string& k, const std::string& v) { w.records = toInt(k, v); }},
     {"--remote", [](const WorkerInvocation& w) { return text(w.remote); },
      [](WorkerInvocation& w, const std::string&, const std::string& v) { w.remote = v; }},
-    {"--master",
-     [](const WorkerInvocation& w) { return w.master == WorkerInvocation().master ? Value() : Value(w.master); },
+    {"--master",  // a remote rank is always told where its master is
+     [](const WorkerInvocation& w) {
+       return w.master == WorkerInvocation().master && w.remote.empty() ? Value() : Value(w.master);
+     },
      [](WorkerInvocation& w, const std::string&, const std::string& v) { w.master = v; }},
     {"--interface", [](const WorkerInvocation& w) { return text(w.interface); },
      [](WorkerInvocation& w, const std::string&, const std::string& v) { w.interface = v; }},

@@ -159,7 +159,7 @@ class ScriptRunner {
     if (!m_fifoPath.empty()) ::unlink(m_fifoPath.c_str());
   }
 
-  int run() {
+  core::WorkerExit run() {
     const auto& cmd = m_r.profile.command;
     std::vector<std::string> argv, env;
     std::string program;
@@ -178,12 +178,12 @@ class ScriptRunner {
       program = resolveProgram(argv[0], cmd.cwd, path ? path : "/usr/local/bin:/usr/bin:/bin");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "error: [rank %d] %s\n", m_r.rank, e.what());
-      return 2;
+      return core::WorkerExit::BadInput;
     }
     std::fprintf(stderr, "[rank %d] %s: running %s in %s\n", m_r.rank, m_r.profile.name.c_str(), describe(argv).c_str(),
                  cmd.cwd.empty() ? "." : cmd.cwd.c_str());
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-    if (!spawn(program, argv, env)) return 2;
+    if (!spawn(program, argv, env)) return core::WorkerExit::BadInput;
     int status = 0;
     try {
       status = supervise();
@@ -385,7 +385,7 @@ class ScriptRunner {
       std::fprintf(stderr, "[rank %d] further bad metrics lines are only counted\n", m_r.rank);
   }
 
-  int verdict(const std::string& name, int status) {
+  core::WorkerExit verdict(const std::string& name, int status) {
     if (m_problems > kProblemsSaid)
       std::fprintf(stderr, "[rank %d] %lld metrics line(s) were rejected in all\n", m_r.rank,
                    static_cast<long long>(m_problems));
@@ -397,7 +397,7 @@ class ScriptRunner {
                      WTERMSIG(status), strsignal(WTERMSIG(status)));
       else
         std::fprintf(stderr, "error: [rank %d] %s exited with code %d\n", m_r.rank, name.c_str(), WEXITSTATUS(status));
-      return 1;
+      return core::WorkerExit::Failed;
     }
     core::Record done;
     done.kind = core::Record::Kind::Done;
@@ -407,7 +407,7 @@ class ScriptRunner {
     std::fprintf(stderr, "[rank %d] %s %s after %lld reported step(s)\n", m_r.rank, name.c_str(),
                  stopped ? "stopped" : "finished",
                  static_cast<long long>(std::max<std::int64_t>(m_metrics.lastStep(), 0)));
-    return stopped && m_r.stoppedBy.load() != 0 ? core::kWorkerStoppedFromOutside : 0;
+    return stopped && m_r.stoppedBy.load() != 0 ? core::WorkerExit::StoppedFromOutside : core::WorkerExit::Finished;
   }
 
   ScriptRank& m_r;
@@ -427,13 +427,13 @@ class ScriptRunner {
 
 }  // namespace
 
-int runScriptRank(ScriptRank& rank) {
+core::WorkerExit runScriptRank(ScriptRank& rank) {
   std::unique_ptr<ScriptRunner> runner;
   try {
     runner = std::make_unique<ScriptRunner>(rank);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank.rank, e.what());
-    return 2;
+    return core::WorkerExit::BadInput;
   }
   return runner->run();
 }

@@ -40,9 +40,6 @@ double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(
 
 void setNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
-// The descriptor a worker writes its records to (--records).
-constexpr int kRecordFd = 3;
-
 // A rank's unread record bytes. The pipe is read straight into it, a worker's batch of up
 // to ~900 KiB (worker.cpp) in one read: no bounce buffer and no zero-filling before each
 // read, which at the shared-memory rate would take a sizeable share of the window's time.
@@ -132,9 +129,9 @@ std::string RankExit::describe() const {
     const char* name = ::strsignal(signal);
     return "signal " + std::to_string(signal) + " (" + (name ? name : "unknown") + ")";
   }
-  if (exitCode == kWorkerStoppedFromOutside)
+  if (exitedWith(WorkerExit::StoppedFromOutside))
     return "exit code " + std::to_string(exitCode) + " (stopped from outside ptw)";
-  if (exitCode == kWorkerCannotStoreMetrics)
+  if (exitedWith(WorkerExit::CannotStoreMetrics))
     return "exit code " + std::to_string(exitCode) + " (could not write the run's metrics)";
   return "exit code " + std::to_string(exitCode);
 }
@@ -293,7 +290,7 @@ class Launcher::Impl {
  private:
   // Spawning.
   void openRendezvous();
-  std::vector<std::string> workerArgs(int rank) const;
+  WorkerInvocation workerInvocation(int rank) const;
   void spawnAll();
   void spawnRank(Rank& rk, const RankCommand& command);
   void killAll(int sig);
@@ -453,24 +450,16 @@ void Launcher::Impl::openRendezvous() {
   ::unlink(m_storeFile.c_str());  // a FileStore must start empty (a restarted run reuses its folder)
 }
 
-std::vector<std::string> Launcher::Impl::workerArgs(int rank) const {
-  std::vector<std::string> a = {o.workerPath,
-                                "--profile",
-                                o.profilePath,
-                                "--rank",
-                                std::to_string(rank),
-                                "--world",
-                                std::to_string(o.worldSize),
-                                "--port",
-                                std::to_string(m_port)};
-  if (!o.outDir.empty()) a.insert(a.end(), {"--out", o.outDir});
-  if (!m_storeFile.empty()) a.insert(a.end(), {"--store", m_storeFile});
-  if (!o.stepFile.empty()) {
-    a.insert(a.end(), {"--steps", o.stepFile});
-    if (o.stepFileLimit > 0) a.insert(a.end(), {"--steps-limit", std::to_string(o.stepFileLimit)});
-  }
-  a.insert(a.end(), o.extraWorkerArgs.begin(), o.extraWorkerArgs.end());
-  return a;
+WorkerInvocation Launcher::Impl::workerInvocation(int rank) const {
+  WorkerInvocation w(o.workerPath);
+  w.setProfile(o.profilePath).setRank(rank).setWorld(o.worldSize).setPort(m_port);
+  w.out = o.outDir;
+  w.store = m_storeFile;
+  w.steps = o.stepFile;
+  if (!o.stepFile.empty()) w.stepsLimit = o.stepFileLimit;
+  w.attempt = o.attempt;
+  w.passOn = o.extraWorkerArgs;
+  return w;
 }
 
 // A remote rank is asked to stop on its control line, not by a signal, which would end its
@@ -501,7 +490,7 @@ void Launcher::Impl::spawnAll() {
   for (int r = 0; r < o.worldSize; ++r) {
     Rank& rk = m_ranks[static_cast<std::size_t>(r)];
     rk.rank = r;
-    spawnRank(rk, m_starter->command(r, workerArgs(r)));
+    spawnRank(rk, m_starter->command(r, workerInvocation(r)));
     pids.push_back(rk.pid);
   }
   ::close(m_devNull);
@@ -756,7 +745,7 @@ void Launcher::Impl::onExited(Rank& rk, int status, Rank*& firstFailed) {
   m_observer.onRankExit(rk.exit);
   // Stopped by a signal someone sent to the rank, not to ptw: the ranks agreed on a step
   // and stopped there, which is a stop, not a failure (no restart), said as such.
-  if (rk.exit.signal == 0 && rk.exit.exitCode == kWorkerStoppedFromOutside && m_report.failedRank < 0) {
+  if (rk.exit.exitedWith(WorkerExit::StoppedFromOutside) && m_report.failedRank < 0) {
     if (!m_stoppedFromOutside)
       m_stoppedFromOutside = "rank " + std::to_string(rk.rank) +
                              " was sent a stop signal from outside ptw; the ranks stopped together at their next step";
@@ -901,10 +890,10 @@ std::string Launcher::Impl::failureOf(const Rank& rk) {
     return "lost its host: the ssh connection to " + rk.host + " failed or dropped (ssh exit code 255" +
            (how.empty() ? "" : ": " + how) + ")";
   }
-  if (rk.exit.signal == 0 && rk.exit.exitCode == 2 && rk.remote)  // bad arguments, or the run folder not shared
+  if (rk.exit.exitedWith(WorkerExit::BadInput) && rk.remote)  // bad arguments, or the run folder not shared
     for (auto line = rk.tail.rbegin(); line != rk.tail.rend(); ++line)
       if (line->rfind("error:", 0) == 0) return "failed with " + rk.exit.describe() + ": " + line->substr(7);
-  if (rk.exit.signal == 0 && rk.exit.exitCode == kWorkerCannotStoreMetrics)
+  if (rk.exit.exitedWith(WorkerExit::CannotStoreMetrics))
     for (auto line = rk.tail.rbegin(); line != rk.tail.rend(); ++line)
       if (const auto at = line->find("run store "); line->rfind("error:", 0) == 0 && at != std::string::npos)
         return "could not write the run's metrics: " + line->substr(at);
@@ -923,7 +912,7 @@ RunReport Launcher::Impl::finishReport() {
   // collective it broke by leaving was reaped first.
   if (report.status == RunReport::Status::Failed && !report.stalled && report.failedRank >= 0)
     for (auto& rk : m_ranks)
-      if (rk.exit.signal == 0 && rk.exit.exitCode == kWorkerCannotStoreMetrics && rk.rank != report.failedRank) {
+      if (rk.exit.exitedWith(WorkerExit::CannotStoreMetrics) && rk.rank != report.failedRank) {
         report.failedRank = rk.rank;
         report.message = rk.who() + " " + failureOf(rk);
         break;

@@ -124,8 +124,8 @@ RunReport Supervisor::run(LaunchObserver& observer) {
     } else if (slurm) {  // Note [SLURM ranks]
       lo.starter = std::make_shared<SlurmStarter>(o.profile.hosts, slurm->id(), slurm->rankHosts(), o.workerPath);
     }
-    lo.extraWorkerArgs = {"--attempt", std::to_string(attempt)};
-    lo.extraWorkerArgs.insert(lo.extraWorkerArgs.end(), o.workerArgs.begin(), o.workerArgs.end());
+    lo.attempt = attempt;
+    lo.extraWorkerArgs = o.workerArgs;
     if (o.store)  // Note [Ranks write their steps]
       if (std::string file = o.store->stepFileForRanks(o.runId); !file.empty())
         lo.setStepFile(std::move(file), o.store->stepFileLimit());
@@ -152,7 +152,7 @@ RunReport Supervisor::run(LaunchObserver& observer) {
       }
     }
     // A rank that could not write the run's metrics would meet the same full disk again.
-    const bool unrecorded = report.failedExit.signal == 0 && report.failedExit.exitCode == kWorkerCannotStoreMetrics;
+    const bool unrecorded = report.failedExit.exitedWith(WorkerExit::CannotStoreMetrics);
     if (report.status != RunReport::Status::Failed || attempt >= maxRestarts || m_stopRequested.load() || unrecorded)
       break;
   }

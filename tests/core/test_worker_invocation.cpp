@@ -88,10 +88,11 @@ class TestWorkerInvocation : public QObject {
         << Setter([](WorkerInvocation& w) { w.stepsLimit = 1LL << 40; }) << argv({"--steps-limit", "1099511627776"});
     QTest::newRow("--attempt") << Setter([](WorkerInvocation& w) { w.attempt = 2; }) << argv({"--attempt", "2"});
     QTest::newRow("--records") << Setter([](WorkerInvocation& w) { w.records = 3; }) << argv({"--records", "3"});
-    QTest::newRow("--remote") << Setter([](WorkerInvocation& w) { w.remote = "node2"; }) << argv({"--remote", "node2"});
     QTest::newRow("--master") << Setter([](WorkerInvocation& w) { w.master = "10.0.0.1"; })
                               << argv({"--master", "10.0.0.1"});
     QTest::newRow("--master, the default") << Setter([](WorkerInvocation& w) { w.master = "127.0.0.1"; }) << argv({});
+    QTest::newRow("--remote, with the default --master") << Setter([](WorkerInvocation& w) { w.remote = "node2"; })
+                                                         << argv({"--remote", "node2", "--master", "127.0.0.1"});
     QTest::newRow("--interface") << Setter([](WorkerInvocation& w) { w.interface = "ib0"; })
                                  << argv({"--interface", "ib0"});
     QTest::newRow("--preflight --samples")
