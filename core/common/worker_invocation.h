@@ -72,7 +72,7 @@ struct WorkerInvocation {
   int attempt = 0;                   ///< --attempt N: the restart count (Note [Restarts])
   int records = -1;                  ///< --records FD: binary records to FD; -1: text lines on stdout
   std::string remote = "";           ///< --remote HOST: started over ssh on HOST (Note [Remote ranks])
-  std::string master = "127.0.0.1";  ///< --master ADDR: the TCPStore's host
+  std::string master = "127.0.0.1";  ///< --master ADDR: the TCPStore's host; written for a remote rank even so
   std::string interface = "";        ///< --interface IF: the network interface Gloo and NCCL use
 
   // Hidden: for tests and measures, not for users.
