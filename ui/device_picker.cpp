@@ -2,8 +2,6 @@
 
 #include <QCheckBox>
 #include <QHBoxLayout>
-#include <QJsonDocument>
-#include <QJsonObject>
 #include <QLabel>
 #include <QProcess>
 #include <QSpinBox>
@@ -13,6 +11,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "common/worker_invocation.h"
 #include "launch/launcher.h"
 #include "ui/child_process.h"
 
@@ -81,24 +80,26 @@ void DevicePicker::startProbe() {
     updateNoGpuNote();
     probe->deleteLater();
   });
-  probe->start(QString::fromStdString(core::Launcher::defaultWorkerPath()), {"--devices"});
+  core::WorkerInvocation devices(core::Launcher::defaultWorkerPath());
+  devices.devices = true;
+  QStringList args;
+  for (const auto& a : devices.flags()) args << QString::fromStdString(a);
+  probe->start(QString::fromStdString(devices.program), args);
 }
 
 DevicePicker::~DevicePicker() { stopChildProcess(m_probe, this); }
 
 std::vector<DevicePicker::Device> DevicePicker::parseDevices(const QByteArray& jsonLines) {
   std::vector<Device> out;
-  for (const auto& line : jsonLines.split('\n')) {
-    auto o = QJsonDocument::fromJson(line).object();
-    if (o.isEmpty()) continue;
+  for (const auto& found : core::parseDevices(jsonLines.toStdString())) {
     Device d;
-    d.kind = o["kind"].toString();
-    d.index = o["index"].toInt();
-    d.name = o["name"].toString();
-    d.cores = o["cores"].toInt();
-    d.memoryBytes = static_cast<qint64>(o["memory_bytes"].toDouble());
-    d.usedBytes = static_cast<qint64>(o["used_bytes"].toDouble());
-    d.openblasCore = o["openblas_core"].toString();
+    d.kind = QString::fromStdString(found.kind);
+    d.index = found.index;
+    d.name = QString::fromStdString(found.name);
+    d.cores = found.cores;
+    d.memoryBytes = found.memoryBytes;
+    d.usedBytes = found.usedBytes;
+    d.openblasCore = QString::fromStdString(found.openblasCore);
     out.push_back(d);
   }
   return out;

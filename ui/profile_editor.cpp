@@ -33,6 +33,7 @@
 #include "common/launcher_kinds.h"
 #include "common/network.h"
 #include "common/strategies.h"
+#include "common/worker_invocation.h"
 #include "launch/launcher.h"
 #include "ui/child_process.h"
 #include "ui/device_picker.h"
@@ -755,9 +756,13 @@ void ProfileEditor::runPreflight() {
     file->deleteLater();
     emit preflightFinished(false, text);
   });
-  QStringList args{"--preflight", "--profile", file->fileName()};
-  if (!samples.isEmpty()) args << "--samples" << samples;
-  m_preflightProcess->start(QString::fromStdString(core::Launcher::defaultWorkerPath()), args);
+  core::WorkerInvocation check(core::Launcher::defaultWorkerPath());
+  check.preflight = true;
+  check.profile = file->fileName().toStdString();
+  check.samples = samples.toStdString();
+  QStringList args;
+  for (const auto& a : check.flags()) args << QString::fromStdString(a);
+  m_preflightProcess->start(QString::fromStdString(check.program), args);
 }
 
 }  // namespace ptw::ui

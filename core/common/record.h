@@ -217,14 +217,4 @@ std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& m
 /// Appends the text line for `r` (with '\n') to `out`: what a worker run by hand prints.
 void formatRecord(const Record& r, std::string& out);
 
-/// A worker's exit code after a stop signal that did not come from its launcher (someone ran
-/// kill on the rank): it stopped gracefully, with the others, but the run did not end by
-/// ptw's own stop, and the launcher says so.
-inline constexpr int kWorkerStoppedFromOutside = 5;
-
-/// A worker's exit code when it could not write the run's step records (a full disk; Note
-/// [Ranks write their steps]): its last error line says why. A restart would meet the same
-/// disk, so the run ends failed with that reason.
-inline constexpr int kWorkerCannotStoreMetrics = 6;
-
 }  // namespace ptw::core

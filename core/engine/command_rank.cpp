@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/child_setup.h"
 #include "common/command.h"
 #include "common/error.h"
 
@@ -158,7 +159,7 @@ class ScriptRunner {
     if (!m_fifoPath.empty()) ::unlink(m_fifoPath.c_str());
   }
 
-  int run() {
+  core::WorkerExit run() {
     const auto& cmd = m_r.profile.command;
     std::vector<std::string> argv, env;
     std::string program;
@@ -177,12 +178,12 @@ class ScriptRunner {
       program = resolveProgram(argv[0], cmd.cwd, path ? path : "/usr/local/bin:/usr/bin:/bin");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "error: [rank %d] %s\n", m_r.rank, e.what());
-      return 2;
+      return core::WorkerExit::BadInput;
     }
     std::fprintf(stderr, "[rank %d] %s: running %s in %s\n", m_r.rank, m_r.profile.name.c_str(), describe(argv).c_str(),
                  cmd.cwd.empty() ? "." : cmd.cwd.c_str());
     ::prctl(PR_SET_CHILD_SUBREAPER, 1);
-    if (!spawn(program, argv, env)) return 2;
+    if (!spawn(program, argv, env)) return core::WorkerExit::BadInput;
     int status = 0;
     try {
       status = supervise();
@@ -233,27 +234,16 @@ class ScriptRunner {
     for (const auto& e : env) ev.push_back(const_cast<char*>(e.c_str()));
     ev.push_back(nullptr);
     const std::string& cwd = m_r.profile.command.cwd;
-    const pid_t parent = ::getpid();
+    const auto setup = core::ChildSetup(::getpid()).setStdout(out[1]).setStderr(err[1]);
     m_started = Clock::now();
     m_child = ::fork();
     if (m_child == 0) {
       // Async-signal-safe calls only. The program stays in the run's process group (Note
       // [Script ranks]) and dies with this rank.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != parent) ::_exit(127);
-      sigset_t none;
-      sigemptyset(&none);
-      ::sigprocmask(SIG_SETMASK, &none, nullptr);
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
-      ::dup2(out[1], 1);
-      ::dup2(err[1], 2);
+      core::setUpChild(setup);
       if (!cwd.empty() && ::chdir(cwd.c_str()) != 0) ::_exit(126);
       ::execve(program.c_str(), av.data(), ev.data());
-      const char msg[] = "error: exec of the command failed\n";
-      [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);
-      ::_exit(127);
+      core::childExecFailed("error: exec of the command failed\n");
     }
     ::close(out[1]);
     ::close(err[1]);
@@ -395,7 +385,7 @@ class ScriptRunner {
       std::fprintf(stderr, "[rank %d] further bad metrics lines are only counted\n", m_r.rank);
   }
 
-  int verdict(const std::string& name, int status) {
+  core::WorkerExit verdict(const std::string& name, int status) {
     if (m_problems > kProblemsSaid)
       std::fprintf(stderr, "[rank %d] %lld metrics line(s) were rejected in all\n", m_r.rank,
                    static_cast<long long>(m_problems));
@@ -407,7 +397,7 @@ class ScriptRunner {
                      WTERMSIG(status), strsignal(WTERMSIG(status)));
       else
         std::fprintf(stderr, "error: [rank %d] %s exited with code %d\n", m_r.rank, name.c_str(), WEXITSTATUS(status));
-      return 1;
+      return core::WorkerExit::Failed;
     }
     core::Record done;
     done.kind = core::Record::Kind::Done;
@@ -417,7 +407,7 @@ class ScriptRunner {
     std::fprintf(stderr, "[rank %d] %s %s after %lld reported step(s)\n", m_r.rank, name.c_str(),
                  stopped ? "stopped" : "finished",
                  static_cast<long long>(std::max<std::int64_t>(m_metrics.lastStep(), 0)));
-    return stopped && m_r.stoppedBy.load() != 0 ? core::kWorkerStoppedFromOutside : 0;
+    return stopped && m_r.stoppedBy.load() != 0 ? core::WorkerExit::StoppedFromOutside : core::WorkerExit::Finished;
   }
 
   ScriptRank& m_r;
@@ -437,13 +427,13 @@ class ScriptRunner {
 
 }  // namespace
 
-int runScriptRank(ScriptRank& rank) {
+core::WorkerExit runScriptRank(ScriptRank& rank) {
   std::unique_ptr<ScriptRunner> runner;
   try {
     runner = std::make_unique<ScriptRunner>(rank);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank.rank, e.what());
-    return 2;
+    return core::WorkerExit::BadInput;
   }
   return runner->run();
 }

@@ -9,6 +9,7 @@
 
 #include "common/profile.h"
 #include "common/record.h"
+#include "common/worker_invocation.h"
 
 namespace ptw::engine {
 
@@ -28,8 +29,9 @@ struct ScriptRank {
   std::atomic<bool>& reported;
 };
 
-/// Runs the program until it ends; returns the worker's exit code (protocol.md): 0 when it
-/// finished or was stopped, 1 when it failed, 2 when it could not be started.
-int runScriptRank(ScriptRank& rank);
+/// Runs the program until it ends; returns the worker's exit code (protocol.md): Finished when
+/// it finished or was stopped (StoppedFromOutside by someone else), Failed when it failed,
+/// BadInput when it could not be started.
+core::WorkerExit runScriptRank(ScriptRank& rank);
 
 }  // namespace ptw::engine

@@ -8,15 +8,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <iostream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -30,6 +29,7 @@
 #include "common/step_block.h"
 #include "common/strategies.h"
 #include "common/version.h"
+#include "common/worker_invocation.h"
 #include "engine/blas.h"
 #include "engine/command_rank.h"
 #include "engine/peer_wait.h"
@@ -66,7 +66,7 @@ extern "C" void onStopSignal(int, siginfo_t* info, void*) {
 // interleave in the file, each whole; one that a rank's death cuts short is passed over by
 // the store's readers. The blocks of a flush are written before its groups leave, so a
 // group's records are in the file before anyone hears of them. A write that fails (a full
-// disk) ends the rank with kWorkerCannotStoreMetrics and the reason: the run stops rather
+// disk) ends the rank with WorkerExit::CannotStoreMetrics and the reason: the run stops rather
 // than train on unrecorded.
 class StepFile {
  public:
@@ -355,86 +355,15 @@ class MetricsPhases {
 // at start; kill-at-step:R:S kills rank R (SIGKILL) after step S of the first attempt, so
 // a restart can be seen to recover; hang-at-step:R:S makes rank R stop after step S of the
 // first attempt, alive and heartbeating, as a rank stuck in its own work (the others wait
-// for it). Every rank gets the same SPEC; only rank R acts on it.
-struct Fault {
-  std::string kind;  ///< "" (none), throw-at-start, hang-at-start (before the rendezvous), kill-at-step or hang-at-step
-  int rank = -1;
-  std::int64_t step = -1;
+// for it). Every rank gets the same SPEC (core::InjectedFault); only rank R acts on it.
+
+// The worker's flags, with the place that a standard launcher's variables give a rank it
+// started (Note [Started by a standard launcher]).
+struct Args : core::WorkerInvocation {
+  std::string launchedBy = "";  ///< "" (flags: ptw's launcher, or by hand), "torchrun", "SLURM", "Open MPI"
+  int localRank = -1;           ///< -1: the rank
+  int localWorld = 0;           ///< 0: not known
 };
-
-Fault parseFault(const std::string& spec) {
-  const auto malformed = [&] {
-    PTW_FAIL(
-        "--fault: expected throw-at-start:RANK, hang-at-start:RANK, kill-at-step:RANK:STEP or hang-at-step:RANK:STEP, "
-        "got \"",
-        spec, "\"");
-  };
-  auto number = [&](const std::string& s) {
-    std::size_t used = 0;
-    long long x = -1;
-    try {
-      x = std::stoll(s, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (used != s.size() || x < 0 || x > INT_MAX) malformed();
-    return x;
-  };
-  Fault f;
-  const auto first = spec.find(':');
-  f.kind = spec.substr(0, first);
-  const bool atStep = f.kind == "kill-at-step" || f.kind == "hang-at-step";
-  const auto second = first == std::string::npos ? first : spec.find(':', first + 1);
-  const bool atStart = f.kind == "throw-at-start" || f.kind == "hang-at-start";
-  if (first == std::string::npos || (!atStart && !atStep) || (second != std::string::npos) != atStep) malformed();
-  f.rank = static_cast<int>(number(spec.substr(first + 1, atStep ? second - first - 1 : std::string::npos)));
-  if (atStep) f.step = number(spec.substr(second + 1));
-  return f;
-}
-
-struct Args {
-  std::string profile, out, store, steps;
-  std::string samples;  ///< --preflight: a PNG of sample images to write (sample_grid.h)
-  long long stepsLimit = 0;
-  int rank = -1, world = -1, port = 0, attempt = 0, records = -1;
-  int checkPort = -1;  ///< --check-port PORT: only check that PORT can be opened
-  // Set from a standard launcher's variables (Note [Started by a standard launcher]).
-  std::string launchedBy;                ///< "" (flags: ptw's launcher, or by hand), "torchrun", "SLURM", "Open MPI"
-  std::string masterAddr = "127.0.0.1";  ///< the TCPStore's host
-  std::string remoteHost;                ///< --remote HOST: started over ssh (Note [Remote ranks])
-  int localRank = -1, localWorld = 0;    ///< -1: the rank; 0: not known
-  bool preflight = false, devices = false, blas = false;
-  // Hidden: for tests and measures, not for users.
-  Fault fault;                ///< --fault SPEC (Note [Injected faults])
-  std::string metricsPhases;  ///< --metrics-phases MS:FILE (Note [Metrics in phases])
-  bool autogradOnly = false;  ///< --gradients autograd: no gradients by hand, to compare
-};
-
-void printUsage() {
-  std::cout << "usage: ptw-worker --profile FILE [--out DIR]\n"
-               "         one rank of a run that torchrun, srun or mpirun started: its place from their\n"
-               "         variables (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT; SLURM_PROCID,\n"
-               "         SLURM_NTASKS, SLURM_LOCALID, SLURM_JOB_NODELIST; OMPI_COMM_WORLD_RANK, ..._SIZE,\n"
-               "         ..._LOCAL_RANK), the ranks meeting at rank 0's TCPStore on MASTER_ADDR:MASTER_PORT\n"
-               "         (default port 29500); records as text lines on stdout (docs/multihost.md)\n"
-               "       ptw-worker --profile FILE --rank R --world W --port P [--out DIR] [--store FILE] [--attempt N]\n"
-               "                  [--records FD]   binary records to descriptor FD (else text lines on stdout)\n"
-               "                  [--steps FILE [--steps-limit BYTES]]   append step records to the run's step\n"
-               "                                   file, send groups of them (past BYTES: a full disk)\n"
-               "                  [--master ADDR] [--interface IF]   the TCPStore's host; the network interface\n"
-               "                  [--remote HOST]  started over ssh on HOST: records on stdout, \"stop\" on stdin\n"
-               "                                   stops, its end of file ends the rank (docs/protocol.md)\n"
-               "         one rank as ptw's launcher starts it (these flags win over a launcher's variables)\n"
-               "       ptw-worker --preflight --profile FILE [--samples PNG]\n"
-               "         load the workload, check it, print its shapes (JSON); with --samples, write a grid\n"
-               "         of 16 training images after augmentation to PNG (image data only)\n"
-               "       ptw-worker --devices                    print the devices LibTorch sees (JSON lines)\n"
-               "       ptw-worker --blas                       print the OpenBLAS kernels ranks train with (JSON)\n"
-               "       ptw-worker --version                    print its version\n"
-               "       ptw-worker --check-port PORT            open PORT on every interface as rank 0's TCPStore\n"
-               "         would, and close it: print the port (0: the free one it got) and exit 0, or exit 1\n"
-               "         saying why not (docs/multihost.md)\n";
-}
 
 // Note [Started by a standard launcher]
 // With neither --rank nor --world, ptw-worker takes its place from the variables torchrun,
@@ -452,7 +381,7 @@ void placeFromEnvironment(Args& a) {
   a.world = place->world;
   a.localRank = place->localRank;
   a.localWorld = place->localWorld;
-  a.masterAddr = place->masterAddr;
+  a.master = place->masterAddr;
   if (a.port == 0) a.port = place->masterPort;  // --port, given, wins
 }
 
@@ -479,121 +408,34 @@ void fitToLauncher(const Args& a, core::Profile& p) {
   }
 }
 
-// The value `v` of flag `k`, an integer.
-long long toLong(const std::string& k, const std::string& v) {
-  try {
-    std::size_t used = 0;
-    long long x = std::stoll(v, &used);
-    if (used == v.size()) return x;
-  } catch (...) {
-  }
-  PTW_FAIL(k, ": expected an integer, got \"", v, "\"");
-}
-
-int toInt(const std::string& k, const std::string& v) {
-  const long long x = toLong(k, v);
-  PTW_CHECK(x >= INT_MIN && x <= INT_MAX, k, ": expected an integer, got \"", v, "\"");
-  return static_cast<int>(x);
-}
-
-// Flag `k` with its value `v`.
-void setArg(Args& a, const std::string& k, const std::string& v) {
-  if (k == "--profile")
-    a.profile = v;
-  else if (k == "--out")
-    a.out = v;
-  else if (k == "--rank")
-    a.rank = toInt(k, v);
-  else if (k == "--world")
-    a.world = toInt(k, v);
-  else if (k == "--port")
-    a.port = toInt(k, v);
-  else if (k == "--check-port") {
-    a.checkPort = toInt(k, v);
-    PTW_CHECK(a.checkPort >= 0 && a.checkPort <= 65535, k, ": expected a port, 0-65535, got ", v);
-  } else if (k == "--attempt")
-    a.attempt = toInt(k, v);
-  else if (k == "--store")
-    a.store = v;
-  else if (k == "--records")
-    a.records = toInt(k, v);
-  else if (k == "--remote")
-    a.remoteHost = v;
-  else if (k == "--master")
-    a.masterAddr = v;
-  else if (k == "--interface") {
-    // Gloo's device (Note [Gloo interface]) and NCCL's, as torchrun's users set them.
-    ::setenv("GLOO_SOCKET_IFNAME", v.c_str(), 1);
-    ::setenv("NCCL_SOCKET_IFNAME", v.c_str(), 1);
-  } else if (k == "--steps")
-    a.steps = v;
-  else if (k == "--samples")
-    a.samples = v;
-  else if (k == "--steps-limit")
-    a.stepsLimit = toLong(k, v);
-  else if (k == "--fault")
-    a.fault = parseFault(v);
-  else if (k == "--metrics-phases")
-    a.metricsPhases = v;
-  else if (k == "--gradients") {
-    PTW_CHECK(v == "autograd", "--gradients: expected \"autograd\", got \"", v, "\"");
-    a.autogradOnly = true;
-  } else
-    PTW_FAIL("unknown argument ", k, " (see --help)");
-}
-
-// Flags take their value as the next argument or after '=' (--flag value, --flag=value).
-Args parseArgs(int argc, char** argv) {
+// Completes the parsed flags from the process they came to: the record descriptor must be
+// open, a rank that no flag places takes its place from a standard launcher's variables (Note
+// [Started by a standard launcher]), and --interface reaches Gloo (Note [Gloo interface]) and
+// NCCL through their variables, as torchrun's users set them. The one place the worker's
+// environment meets its flags; then what the command's form needs is checked.
+Args applyEnvironment(const core::WorkerInvocation& flags) {
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string k = argv[i];
-    if (k == "--help" || k == "-h") {
-      printUsage();
-      std::exit(0);
-    }
-    if (k == "--preflight") {
-      a.preflight = true;
-      continue;
-    }
-    if (k == "--devices") {
-      a.devices = true;
-      continue;
-    }
-    if (k == "--blas") {
-      a.blas = true;
-      continue;
-    }
-    if (k == "--version") {  // what ptw's hosts check compares (docs/multihost.md)
-      std::printf("ptw-worker %s\n", kVersion);
-      std::exit(0);
-    }
-    const auto eq = k.rfind("--", 0) == 0 ? k.find('=') : std::string::npos;
-    if (eq != std::string::npos) {
-      setArg(a, k.substr(0, eq), k.substr(eq + 1));
-      continue;
-    }
-    PTW_CHECK(i + 1 < argc, k, ": missing value");
-    setArg(a, k, argv[++i]);
+  static_cast<core::WorkerInvocation&>(a) = flags;
+  if (!a.interface.empty()) {
+    ::setenv("GLOO_SOCKET_IFNAME", a.interface.c_str(), 1);
+    ::setenv("NCCL_SOCKET_IFNAME", a.interface.c_str(), 1);
   }
   PTW_CHECK(a.records < 0 || ::fcntl(a.records, F_GETFD) != -1, "--records: descriptor ", a.records, " is not open");
-  if (a.devices || a.blas || a.checkPort >= 0) return a;
-  PTW_CHECK(!a.profile.empty(), "--profile is required");
-  if (a.preflight) return a;
-  if (a.rank < 0 && a.world < 0) placeFromEnvironment(a);  // Note [Started by a standard launcher]
-  PTW_CHECK(a.world >= 1, "--world: expected >= 1, got ", a.world);
-  PTW_CHECK(a.rank >= 0 && a.rank < a.world, "--rank: expected 0..", a.world - 1, ", got ", a.rank);
+  if (a.trainsRank() && !a.profile.empty() && a.rank < 0 && a.world < 0) placeFromEnvironment(a);
+  a.checkComplete();
   return a;
 }
 
-// One JSON line per device: the CPU (with the OpenBLAS kernels ranks train with, "" when the
-// BLAS is not OpenBLAS), then each CUDA device LibTorch sees.
-int printDevices() {
-  long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
-  long long memory = static_cast<long long>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
-  std::printf(
-      "{\"kind\": \"cpu\", \"index\": 0, \"name\": \"CPU\", \"cores\": %ld, \"memory_bytes\": %lld, "
-      "\"openblas_core\": \"%s\"}\n",
-      cores, memory, openblasCore().c_str());
+// One JSON line per device (core::deviceLine): the CPU (with the OpenBLAS kernels ranks train
+// with, "" when the BLAS is not OpenBLAS), then each CUDA device LibTorch sees.
+core::WorkerExit printDevices() {
+  core::DeviceInfo cpu;
+  cpu.kind = "cpu";
+  cpu.name = "CPU";
+  cpu.cores = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  cpu.memoryBytes = static_cast<long long>(::sysconf(_SC_PHYS_PAGES)) * ::sysconf(_SC_PAGESIZE);
+  cpu.openblasCore = openblasCore();
+  std::fputs(core::deviceLine(cpu).c_str(), stdout);
 #ifdef PTW_WITH_CUDA
   const int n = static_cast<int>(torch::cuda::device_count());
   for (int i = 0; i < n; ++i) {
@@ -606,16 +448,21 @@ int printDevices() {
       std::fprintf(stderr, "ptw-worker: cuda:%d: %s\n", i, cudaGetErrorString(status));
       continue;
     }
-    std::printf("{\"kind\": \"cuda\", \"index\": %d, \"name\": \"%s\", \"memory_bytes\": %zu, \"used_bytes\": %zu}\n",
-                i, prop.name, totalBytes, totalBytes - freeBytes);
+    core::DeviceInfo gpu;
+    gpu.kind = "cuda";
+    gpu.index = i;
+    gpu.name = prop.name;
+    gpu.memoryBytes = static_cast<long long>(totalBytes);
+    gpu.usedBytes = static_cast<long long>(totalBytes - freeBytes);
+    std::fputs(core::deviceLine(gpu).c_str(), stdout);
   }
 #endif
-  return 0;
+  return core::WorkerExit::Finished;
 }
 
 // Loads the data and the model, checks that they fit, and prints their shapes; for image
 // data and a `samples` file, writes sample images there (sample_grid.h).
-int preflight(const core::Profile& profile, const std::string& samples) {
+core::WorkerExit preflight(const core::Profile& profile, const std::string& samples) {
   Dataset data = makeDataset(profile.data, profile.model);
   auto model = makeModel(profile.model, profile.hyper.seed);
   model->setInputShape(data.sampleShape);
@@ -645,7 +492,7 @@ int preflight(const core::Profile& profile, const std::string& samples) {
       dims(data.sampleShape.empty() ? data.x.sizes().slice(1) : c10::IntArrayRef(data.sampleShape)).c_str(),
       dims(out.sizes().slice(1)).c_str(), data.classification ? "true" : "false", static_cast<long long>(params),
       grid.c_str());
-  return 0;
+  return core::WorkerExit::Finished;
 }
 
 // Note [Remote ranks] in launch/ssh_starter.h: the records go to stdout, which is the
@@ -657,10 +504,10 @@ void becomeRemote(Args& a) {
   PTW_CHECK(records >= 0 && ::dup2(2, 1) == 1, "--remote: cannot set up the record stream: ", std::strerror(errno));
   a.records = records;
   PTW_CHECK(::access(a.profile.c_str(), R_OK) == 0, "the run's profile ", a.profile, " is not readable on host ",
-            a.remoteHost,
+            a.remote,
             ": ptw's ssh and slurm launchers need the run folder on a filesystem the hosts share, at the same path "
             "(docs/multihost.md)");
-  std::thread([host = a.remoteHost] {
+  std::thread([host = a.remote] {
     std::string line;
     char c;
     for (;;) {
@@ -676,7 +523,7 @@ void becomeRemote(Args& a) {
     }
     std::fprintf(stderr, "error: ptw-worker on %s: the connection to the launcher is gone; exiting\n", host.c_str());
     std::fflush(stderr);
-    ::_exit(1);
+    ::_exit(core::exitCode(core::WorkerExit::Failed));
   }).detach();
 }
 
@@ -699,22 +546,33 @@ sigset_t installStopHandlers() {
 }
 
 // --check-port: what the check before a run across hosts asks of rank 0's host (preflight.h).
-int checkPort(int port) {
+core::WorkerExit checkPort(int port) {
   const int asked = port;
   const std::string problem = core::listenProblem(port);
   if (!problem.empty()) {
     std::fprintf(stderr, "cannot open port %d: %s\n", asked, problem.c_str());
-    return 1;
+    return core::WorkerExit::Failed;
   }
   std::printf("%d\n", port);
-  return 0;
+  return core::WorkerExit::Finished;
 }
 
 // Parses the arguments, takes the best BLAS kernels, and answers the commands that do not
-// train (--devices, --blas, --check-port, --preflight). Returns their exit code, or -1 to train.
-int prepare(int argc, char** argv, const sigset_t& stopSignals, Args& args, core::Profile& profile) {
+// train (--help, --version, --devices, --blas, --check-port, --preflight). Returns their exit
+// code, or nothing to train.
+std::optional<core::WorkerExit> prepare(int argc, char** argv, const sigset_t& stopSignals, Args& args,
+                                        core::Profile& profile) {
   try {
-    args = parseArgs(argc, argv);
+    const auto flags = core::WorkerInvocation::parse(argc, argv);
+    if (flags.help) {
+      std::fputs(core::WorkerInvocation::usage().c_str(), stdout);
+      return core::WorkerExit::Finished;
+    }
+    if (flags.version) {  // what ptw's hosts check compares (docs/multihost.md)
+      std::printf("ptw-worker %s\n", kVersion);
+      return core::WorkerExit::Finished;
+    }
+    args = applyEnvironment(flags);
     if (args.checkPort >= 0) return checkPort(args.checkPort);
     if (!args.preflight) {  // Note [BLAS kernels]; a stop now waits for the new image, which unblocks it
       ::pthread_sigmask(SIG_BLOCK, &stopSignals, nullptr);
@@ -722,23 +580,23 @@ int prepare(int argc, char** argv, const sigset_t& stopSignals, Args& args, core
       if (!g_stop) rerunWithBetterBlasKernels(argv, who);
       ::pthread_sigmask(SIG_UNBLOCK, &stopSignals, nullptr);
     }
-    if (!args.remoteHost.empty()) becomeRemote(args);  // after the BLAS re-exec: once, in the image that trains
+    if (!args.remote.empty()) becomeRemote(args);  // after the BLAS re-exec: once, in the image that trains
     if (args.devices) return printDevices();
     if (args.blas) {
       std::printf("{\"openblas_core\": \"%s\"}\n", openblasCore().c_str());
-      return 0;
+      return core::WorkerExit::Finished;
     }
     profile = core::loadProfile(args.profile);
     if (args.preflight) return preflight(profile, args.samples);
     fitToLauncher(args, profile);
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "error: %s\n", e.what_without_backtrace());
-    return 2;
+    return core::WorkerExit::BadInput;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
-    return 2;
+    return core::WorkerExit::BadInput;
   }
-  return -1;
+  return std::nullopt;
 }
 
 // Tells the launcher every second that this rank lives, and what it does: `state()`.
@@ -793,7 +651,8 @@ Trainer::RecordSink recordSink(const core::Profile& profile, RecordWriter& write
 }
 
 // Trains, saves the results, and reports the end; returns the exit code.
-int trainRank(const Args& args, const core::Profile& profile, RecordWriter& writer, MetricsPhases* phases) {
+core::WorkerExit trainRank(const Args& args, const core::Profile& profile, RecordWriter& writer,
+                           MetricsPhases* phases) {
   const int rank = args.rank;
   const bool faulty = args.fault.rank == rank && args.attempt == 0;
   const std::int64_t killAtStep = faulty && args.fault.kind == "kill-at-step" ? args.fault.step : -1;
@@ -803,10 +662,10 @@ int trainRank(const Args& args, const core::Profile& profile, RecordWriter& writ
                  profile.strategy.kind.c_str(), args.world, args.port);
     if (!args.launchedBy.empty())
       std::fprintf(stderr, "[rank %d] placed by %s: local rank %d, master %s:%d\n", rank, args.launchedBy.c_str(),
-                   args.localRank, args.masterAddr.c_str(), args.port);
+                   args.localRank, args.master.c_str(), args.port);
     if (args.fault.kind == "hang-at-start" && args.fault.rank == rank && args.attempt == 0)
       for (;;) ::pause();  // before the rendezvous, heartbeats going on: a rank that never joins
-    SyncContext ctx{profile, rank, args.world, args.port, args.store, args.masterAddr, args.localRank};
+    SyncContext ctx{profile, rank, args.world, args.port, args.store, args.master, args.localRank};
     auto strategy = makeStrategy(ctx);
     strategy->setGradientsByHand(!args.autogradOnly);
     Trainer trainer(TrainerOptions(profile, rank, args.world).setOutDir(args.out), std::move(strategy),
@@ -835,24 +694,25 @@ int trainRank(const Args& args, const core::Profile& profile, RecordWriter& writ
     if (const int by = g_stoppedBy.load()) {
       const std::string who = by > 0 ? "process " + std::to_string(by) : std::string("the kernel");
       std::fprintf(stderr, "[rank %d] the stop signal came from %s, not from ptw\n", rank, who.c_str());
-      return core::kWorkerStoppedFromOutside;
+      return core::WorkerExit::StoppedFromOutside;
     }
-    return 0;
+    return core::WorkerExit::Finished;
   } catch (const MetricsNotStored& e) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what());
-    return core::kWorkerCannotStoreMetrics;
+    return core::WorkerExit::CannotStoreMetrics;
   } catch (const c10::Error& e) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what_without_backtrace());
-    return 1;
+    return core::WorkerExit::Failed;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what());
-    return 1;
+    return core::WorkerExit::Failed;
   }
 }
 
 // A rank of the command strategy: the profile's program, reporting through `writer` (Note
 // [Script ranks] in common/command.h).
-int commandRank(const Args& args, const core::Profile& profile, RecordWriter& writer, std::atomic<bool>& reported) {
+core::WorkerExit commandRank(const Args& args, const core::Profile& profile, RecordWriter& writer,
+                             std::atomic<bool>& reported) {
   ScriptRank script{profile,
                     args.rank,
                     args.world,
@@ -867,19 +727,19 @@ int commandRank(const Args& args, const core::Profile& profile, RecordWriter& wr
     return runScriptRank(script);
   } catch (const MetricsNotStored& e) {
     std::fprintf(stderr, "error: [rank %d] %s\n", args.rank, e.what());
-    return core::kWorkerCannotStoreMetrics;
+    return core::WorkerExit::CannotStoreMetrics;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: [rank %d] %s\n", args.rank, e.what());
-    return 1;
+    return core::WorkerExit::Failed;
   }
 }
 
 // One rank of a run: its step file, record writer and heartbeat around trainRank.
-int runRank(const Args& args, const core::Profile& profile) {
+core::WorkerExit runRank(const Args& args, const core::Profile& profile) {
   const int rank = args.rank;
   if (args.fault.kind == "throw-at-start" && args.fault.rank == rank) {
     std::fprintf(stderr, "error: injected fault at start (--fault)\n");
-    return 1;
+    return core::WorkerExit::Failed;
   }
   torch::set_num_threads(profile.run.threadsPerRank);
   setBlasThreads(profile.run.threadsPerRank);  // Note [BLAS threads]
@@ -888,7 +748,7 @@ int runRank(const Args& args, const core::Profile& profile) {
     stepFile = std::make_unique<StepFile>(args.steps, args.attempt, args.stepsLimit, profile.run);
   if (stepFile && !stepFile->error().empty()) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank, stepFile->error().c_str());
-    return core::kWorkerCannotStoreMetrics;
+    return core::WorkerExit::CannotStoreMetrics;
   }
   RecordWriter writer(args.records, std::move(stepFile), core::warmupSteps(profile));
   std::unique_ptr<MetricsPhases> phases;  // Note [Metrics in phases]
@@ -896,20 +756,20 @@ int runRank(const Args& args, const core::Profile& profile) {
     phases = MetricsPhases::fromFlag(args.metricsPhases, rank);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what());
-    return 2;
+    return core::WorkerExit::BadInput;
   }
   if (core::strategyOf(profile).runsCommand) {
     std::atomic<bool> reported{false};  // until then the stall timeout leaves the rank be
     writer.heartbeat(rank, "quiet");    // at once: a program's start-up is not a stall
     Heartbeat heartbeat(writer, rank, [&reported] { return reported.load() ? "train" : "quiet"; });
-    const int code = commandRank(args, profile, writer, reported);
+    const core::WorkerExit code = commandRank(args, profile, writer, reported);
     heartbeat.stop();
     writer.flush();
     return code;
   }
   Heartbeat heartbeat(writer, rank,
                       [] { return waitingForPeers().load(std::memory_order_relaxed) ? "comm" : "train"; });
-  const int code = trainRank(args, profile, writer, phases.get());
+  const core::WorkerExit code = trainRank(args, profile, writer, phases.get());
   heartbeat.stop();
   writer.flush();
   return code;
@@ -921,8 +781,8 @@ int workerMain(int argc, char** argv) {
   const sigset_t stopSignals = installStopHandlers();
   Args args;
   core::Profile profile;
-  if (const int code = prepare(argc, argv, stopSignals, args, profile); code >= 0) return code;
-  return runRank(args, profile);
+  if (const auto code = prepare(argc, argv, stopSignals, args, profile)) return core::exitCode(*code);
+  return core::exitCode(runRank(args, profile));
 }
 
 }  // namespace ptw::engine

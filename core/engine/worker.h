@@ -1,11 +1,16 @@
-// The worker process: one rank of a run. Reads the resolved profile, joins the process
-// group, trains, and speaks the record protocol (common/record.h) on stdout; logs and
-// errors go to stderr. Exit codes: 0 done (or stopped on request), 1 training failed,
-// 2 bad arguments or profile.
+// The worker process: one rank of a run, or a probe that trains nothing (--devices, --blas,
+// --preflight, --check-port). Its command line, its exit codes and the lines --devices prints
+// are core::WorkerInvocation, core::WorkerExit and core::DeviceInfo (common/worker_invocation.h,
+// docs/protocol.md). A rank reads the resolved profile, joins the process group, trains (or,
+// for the command strategy, runs the profile's program: command_rank.h), writes its step
+// records to the run's step file where one is named, and sends the record protocol
+// (common/record.h) to its launcher's record descriptor, or as text lines on stdout; logs and
+// errors go to stderr.
 #pragma once
 
 namespace ptw::engine {
 
+/// main() of ptw-worker; returns its exit code, a core::WorkerExit.
 int workerMain(int argc, char** argv);
 
 }  // namespace ptw::engine

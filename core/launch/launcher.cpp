@@ -7,7 +7,6 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -27,6 +26,7 @@
 #include <set>
 #include <thread>
 
+#include "common/child_setup.h"
 #include "common/command.h"
 #include "common/error.h"
 #include "common/shm_names.h"
@@ -39,9 +39,6 @@ using Clock = std::chrono::steady_clock;
 double secondsSince(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 void setNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
-
-// The descriptor a worker writes its records to (--records).
-constexpr int kRecordFd = 3;
 
 // A rank's unread record bytes. The pipe is read straight into it, a worker's batch of up
 // to ~900 KiB (worker.cpp) in one read: no bounce buffer and no zero-filling before each
@@ -132,9 +129,9 @@ std::string RankExit::describe() const {
     const char* name = ::strsignal(signal);
     return "signal " + std::to_string(signal) + " (" + (name ? name : "unknown") + ")";
   }
-  if (exitCode == kWorkerStoppedFromOutside)
+  if (exitedWith(WorkerExit::StoppedFromOutside))
     return "exit code " + std::to_string(exitCode) + " (stopped from outside ptw)";
-  if (exitCode == kWorkerCannotStoreMetrics)
+  if (exitedWith(WorkerExit::CannotStoreMetrics))
     return "exit code " + std::to_string(exitCode) + " (could not write the run's metrics)";
   return "exit code " + std::to_string(exitCode);
 }
@@ -293,7 +290,7 @@ class Launcher::Impl {
  private:
   // Spawning.
   void openRendezvous();
-  std::vector<std::string> workerArgs(int rank) const;
+  WorkerInvocation workerInvocation(int rank) const;
   void spawnAll();
   void spawnRank(Rank& rk, const RankCommand& command);
   void killAll(int sig);
@@ -453,24 +450,16 @@ void Launcher::Impl::openRendezvous() {
   ::unlink(m_storeFile.c_str());  // a FileStore must start empty (a restarted run reuses its folder)
 }
 
-std::vector<std::string> Launcher::Impl::workerArgs(int rank) const {
-  std::vector<std::string> a = {o.workerPath,
-                                "--profile",
-                                o.profilePath,
-                                "--rank",
-                                std::to_string(rank),
-                                "--world",
-                                std::to_string(o.worldSize),
-                                "--port",
-                                std::to_string(m_port)};
-  if (!o.outDir.empty()) a.insert(a.end(), {"--out", o.outDir});
-  if (!m_storeFile.empty()) a.insert(a.end(), {"--store", m_storeFile});
-  if (!o.stepFile.empty()) {
-    a.insert(a.end(), {"--steps", o.stepFile});
-    if (o.stepFileLimit > 0) a.insert(a.end(), {"--steps-limit", std::to_string(o.stepFileLimit)});
-  }
-  a.insert(a.end(), o.extraWorkerArgs.begin(), o.extraWorkerArgs.end());
-  return a;
+WorkerInvocation Launcher::Impl::workerInvocation(int rank) const {
+  WorkerInvocation w(o.workerPath);
+  w.setProfile(o.profilePath).setRank(rank).setWorld(o.worldSize).setPort(m_port);
+  w.out = o.outDir;
+  w.store = m_storeFile;
+  w.steps = o.stepFile;
+  if (!o.stepFile.empty()) w.stepsLimit = o.stepFileLimit;
+  w.attempt = o.attempt;
+  w.passOn = o.extraWorkerArgs;
+  return w;
 }
 
 // A remote rank is asked to stop on its control line, not by a signal, which would end its
@@ -501,7 +490,7 @@ void Launcher::Impl::spawnAll() {
   for (int r = 0; r < o.worldSize; ++r) {
     Rank& rk = m_ranks[static_cast<std::size_t>(r)];
     rk.rank = r;
-    spawnRank(rk, m_starter->command(r, workerArgs(r)));
+    spawnRank(rk, m_starter->command(r, workerInvocation(r)));
     pids.push_back(rk.pid);
   }
   ::close(m_devNull);
@@ -512,22 +501,12 @@ void Launcher::Impl::spawnAll() {
 namespace {
 
 // The child's side of fork(): join the run's process group, die with the launcher (Note
-// [Worker lifetime]), take the pipes as its standard descriptors and exec the worker. Only
-// async-signal-safe calls: everything it needs was built before fork().
+// [Worker lifetime]), take the pipes as its standard descriptors (setUpChild) and the record
+// pipe as kRecordFd, and exec the worker. Only async-signal-safe calls: everything it needs
+// was built before fork().
 // A remote rank (recFd < 0) has its records on stdout, and its stdin is its control line.
-[[noreturn]] void execWorker(char** argv, pid_t parent, pid_t pgid, int inFd, int outFd, int errFd, int recFd) {
-  ::setpgid(0, pgid);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (::getppid() != parent) ::_exit(127);
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-  struct sigaction dfl {};
-  dfl.sa_handler = SIG_DFL;
-  for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
-  ::dup2(inFd, 0);
-  ::dup2(outFd, 1);
-  ::dup2(errFd, 2);
+[[noreturn]] void execWorker(char** argv, const ChildSetup& setup, int recFd) {
+  setUpChild(setup);
   if (recFd >= 0) ::dup2(recFd, kRecordFd);  // dup2 clears close-on-exec on the copy
   // Nothing else of the launcher's reaches the worker: the logs of ranks started before
   // this one, the store's database, a window's descriptors.
@@ -542,9 +521,7 @@ namespace {
   if (!closed)
     for (int fd = static_cast<int>(firstToClose); fd < 65536; ++fd) ::close(fd);
   ::execv(argv[0], argv);
-  const char msg[] = "ptw-worker: exec failed\n";
-  [[maybe_unused]] auto n = ::write(2, msg, sizeof msg - 1);
-  ::_exit(127);
+  childExecFailed("ptw-worker: exec failed\n");
 }
 
 }  // namespace
@@ -577,13 +554,14 @@ void Launcher::Impl::spawnRank(Rank& rk, const RankCommand& command) {
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
 
-  const pid_t parent = ::getpid();
+  ChildSetup setup(::getpid());
+  setup.setProcessGroup(m_pgid).setStderr(errPipe[1]);
+  if (rk.remote)  // Note [Remote ranks]: records on stdout, the control line on stdin
+    setup.setStdin(ctlPipe[0]).setStdout(recPipe[1]);
+  else
+    setup.setStdin(m_devNull).setStdout(outPipe[1]);
   const pid_t pid = ::fork();
-  if (pid == 0) {
-    if (rk.remote)  // Note [Remote ranks]: records on stdout, the control line on stdin
-      execWorker(argv.data(), parent, m_pgid, ctlPipe[0], recPipe[1], errPipe[1], -1);
-    execWorker(argv.data(), parent, m_pgid, m_devNull, outPipe[1], errPipe[1], recPipe[1]);
-  }
+  if (pid == 0) execWorker(argv.data(), setup, rk.remote ? -1 : recPipe[1]);
   const int forkErr = errno;
   for (int fd : {outPipe[1], errPipe[1], recPipe[1], ctlPipe[0]})
     if (fd >= 0) ::close(fd);
@@ -767,7 +745,7 @@ void Launcher::Impl::onExited(Rank& rk, int status, Rank*& firstFailed) {
   m_observer.onRankExit(rk.exit);
   // Stopped by a signal someone sent to the rank, not to ptw: the ranks agreed on a step
   // and stopped there, which is a stop, not a failure (no restart), said as such.
-  if (rk.exit.signal == 0 && rk.exit.exitCode == kWorkerStoppedFromOutside && m_report.failedRank < 0) {
+  if (rk.exit.exitedWith(WorkerExit::StoppedFromOutside) && m_report.failedRank < 0) {
     if (!m_stoppedFromOutside)
       m_stoppedFromOutside = "rank " + std::to_string(rk.rank) +
                              " was sent a stop signal from outside ptw; the ranks stopped together at their next step";
@@ -912,10 +890,10 @@ std::string Launcher::Impl::failureOf(const Rank& rk) {
     return "lost its host: the ssh connection to " + rk.host + " failed or dropped (ssh exit code 255" +
            (how.empty() ? "" : ": " + how) + ")";
   }
-  if (rk.exit.signal == 0 && rk.exit.exitCode == 2 && rk.remote)  // bad arguments, or the run folder not shared
+  if (rk.exit.exitedWith(WorkerExit::BadInput) && rk.remote)  // bad arguments, or the run folder not shared
     for (auto line = rk.tail.rbegin(); line != rk.tail.rend(); ++line)
       if (line->rfind("error:", 0) == 0) return "failed with " + rk.exit.describe() + ": " + line->substr(7);
-  if (rk.exit.signal == 0 && rk.exit.exitCode == kWorkerCannotStoreMetrics)
+  if (rk.exit.exitedWith(WorkerExit::CannotStoreMetrics))
     for (auto line = rk.tail.rbegin(); line != rk.tail.rend(); ++line)
       if (const auto at = line->find("run store "); line->rfind("error:", 0) == 0 && at != std::string::npos)
         return "could not write the run's metrics: " + line->substr(at);
@@ -934,7 +912,7 @@ RunReport Launcher::Impl::finishReport() {
   // collective it broke by leaving was reaped first.
   if (report.status == RunReport::Status::Failed && !report.stalled && report.failedRank >= 0)
     for (auto& rk : m_ranks)
-      if (rk.exit.signal == 0 && rk.exit.exitCode == kWorkerCannotStoreMetrics && rk.rank != report.failedRank) {
+      if (rk.exit.exitedWith(WorkerExit::CannotStoreMetrics) && rk.rank != report.failedRank) {
         report.failedRank = rk.rank;
         report.message = rk.who() + " " + failureOf(rk);
         break;

@@ -34,7 +34,8 @@ struct LaunchOptions {
   double stopGraceS = 10.0;      ///< a user stop waits this long before SIGKILL
   double failGraceS = 2.0;       ///< after a failure, peers get this long before SIGKILL
   std::size_t logTail = 50;      ///< log lines kept per rank for the failure report
-  std::vector<std::string> extraWorkerArgs = {};
+  int attempt = 0;               ///< the restart count the ranks are told (Note [Restarts] in supervisor.h)
+  std::vector<std::string> extraWorkerArgs = {};  ///< passed on to every worker unread (WorkerInvocation::passOn)
   std::string stepFile =
       "";  ///< where ranks append their step records (Note [Ranks write their steps]); "": they send them
   long long stepFileLimit = 0;  ///< bytes the step file may reach (a full disk past them); 0: no limit
@@ -75,9 +76,12 @@ struct RankExit {
   int signal = 0;               ///< the signal that ended it, or 0
   std::string host = "";        ///< where it ran; "" = this machine
   bool connectionLost = false;  ///< a remote rank whose ssh connection failed or dropped (ssh's status 255)
-  /// A rank stopped by a signal from outside ptw (kWorkerStoppedFromOutside) stopped; it did not fail.
+  /// True when the rank exited with `e`, not by a signal or a lost connection.
+  bool exitedWith(WorkerExit e) const { return signal == 0 && !connectionLost && exitCode == core::exitCode(e); }
+  /// A rank stopped by a signal from outside ptw (WorkerExit::StoppedFromOutside) stopped; it did not fail.
   bool failed() const {
-    return signal != 0 || connectionLost || (exitCode != 0 && exitCode != kWorkerStoppedFromOutside);
+    return signal != 0 || connectionLost ||
+           (!exitedWith(WorkerExit::Finished) && !exitedWith(WorkerExit::StoppedFromOutside));
   }
   std::string describe() const;  ///< "exit code 3" or "signal 9 (Killed)"
 };

@@ -12,6 +12,7 @@
 #include "common/launcher_kinds.h"
 #include "common/profile.h"
 #include "common/version.h"
+#include "common/worker_invocation.h"
 #include "launch/run_program.h"
 #include "launch/slurm_job.h"
 #include "launch/slurm_starter.h"
@@ -47,9 +48,11 @@ struct HostAnswer {
   int code = -1;
   std::string said;
 };
-HostAnswer askHost(const SshStarter& starter, int slot, const std::string& check) {
-  RankCommand c = starter.command(slot, {"ptw-worker"});
-  c.argv.back() = check;  // the check alone, not a rank
+HostAnswer askHost(const SshStarter& starter, int slot, const WorkerInvocation& check) {
+  RankCommand c = starter.command(slot, WorkerInvocation());
+  std::string line;  // the check alone, not a rank
+  for (const auto& a : check.toArgs()) line += (line.empty() ? "" : " ") + quoteForShell(a);
+  c.argv.back() = line;
   std::string out;
   HostAnswer a;
   a.code = runProgram(c.argv, 20.0, out);
@@ -87,9 +90,8 @@ std::string rendezvousPortProblem(const Profile& profile, const std::string& wor
   PTW_CHECK(!hosts.empty(), "hosts.hosts: the ssh launcher needs at least one host");
   const std::string& host = hosts.front();  // rank 0's: the slots fill in order
   const int asked = profile.hosts.port;
-  const HostAnswer a =
-      askHost(checkStarter(profile, {host}, workerPath), 0,
-              quoteForShell(remoteWorker(profile, workerPath)) + " --check-port " + std::to_string(asked));
+  const HostAnswer a = askHost(checkStarter(profile, {host}, workerPath), 0,
+                               WorkerInvocation(remoteWorker(profile, workerPath)).setCheckPort(asked));
   if (a.code == 255 || a.code < 0) return unreachable(host, a.said);
   const std::string what = asked != 0 ? "port " + std::to_string(asked) : std::string("a free port");
   const std::string fix = asked != 0 ? "pick another hosts.port or free it" : "set hosts.port to a port it can open";
@@ -118,8 +120,10 @@ std::string hostsProblem(const Profile& profile, const std::string& workerPath, 
   const SshStarter starter = checkStarter(profile, hosts, workerPath);
   const std::string worker = remoteWorker(profile, workerPath);
   const std::string expected = std::string("ptw-worker ") + kVersion;
+  WorkerInvocation version(worker);
+  version.version = true;
   for (std::size_t i = 0; i < hosts.size(); ++i) {
-    const HostAnswer a = askHost(starter, static_cast<int>(i), quoteForShell(worker) + " --version");
+    const HostAnswer a = askHost(starter, static_cast<int>(i), version);
     if (a.code == 255 || a.code < 0) return unreachable(hosts[i], a.said);
     if (a.code != 0)
       return "hosts.hosts: host " + hosts[i] + " cannot run " + worker + (a.said.empty() ? "" : ": " + a.said) +
@@ -153,10 +157,11 @@ std::string coresWarning(const Profile& profile, int cores) {
 
 std::string deviceProblem(const Profile& profile, const std::string& workerPath) {
   if (profile.strategy.device != "cuda") return "";
+  WorkerInvocation probe(workerPath);
+  probe.devices = true;
   std::string devices;  // a second or two: the worker loads LibTorch
-  if (runProgram({workerPath, "--devices"}, 60.0, devices) != 0) return "";
-  // One JSON object a line (docs/protocol.md); the worker writes this key and value as here.
-  return devices.find("\"kind\": \"cuda\"") == std::string::npos ? kNoCudaDeviceMessage : "";
+  if (runProgram(probe.toArgs(), 60.0, devices) != 0) return "";
+  return anyCudaDevice(parseDevices(devices)) ? "" : kNoCudaDeviceMessage;
 }
 
 std::string runProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort) {

@@ -20,19 +20,18 @@ std::string findProgram(const std::string& program) {
   }
 }
 
-std::vector<std::string> remoteWorkerArgs(std::vector<std::string> workerArgs, const std::string& worker,
-                                          const std::string& host, const std::string& address,
-                                          const std::string& interface) {
-  workerArgs.front() = worker;
-  workerArgs.insert(workerArgs.end(), {"--remote", host, "--master", address});
-  if (!interface.empty()) workerArgs.insert(workerArgs.end(), {"--interface", interface});
-  return workerArgs;
+std::vector<std::string> remoteWorkerArgs(WorkerInvocation worker, const std::string& program, const std::string& host,
+                                          const std::string& address, const std::string& interface) {
+  worker.program = program;
+  worker.remote = host;
+  worker.master = address;
+  worker.interface = interface;
+  return worker.toArgs();
 }
 
-RankCommand LocalStarter::command(int /*rank*/, const std::vector<std::string>& workerArgs) const {
+RankCommand LocalStarter::command(int /*rank*/, const WorkerInvocation& worker) const {
   RankCommand c;
-  c.argv = workerArgs;
-  c.argv.insert(c.argv.end(), {"--records", "3"});  // the record pipe (launcher.cpp, kRecordFd)
+  c.argv = WorkerInvocation(worker).setRecords(kRecordFd).toArgs();
   return c;
 }
 

@@ -6,10 +6,15 @@
 #include <string>
 #include <vector>
 
+#include "common/worker_invocation.h"
+
 namespace ptw::core {
 
+/// The descriptor a local rank writes its records to: the launcher's record pipe.
+inline constexpr int kRecordFd = 3;
+
 /// The process that stands for one rank.
-/// Example: RankCommand{{"bin/ptw-worker", "--profile", "p.json", "--records", "3"}, false, ""}
+/// Example: RankCommand{WorkerInvocation("bin/ptw-worker").setProfile("p.json").setRecords(kRecordFd).toArgs()}
 struct RankCommand {
   std::vector<std::string> argv;  ///< argv[0] is the program, run without a shell
   /// Note [Remote ranks] (ssh_starter.h): records come on the process's stdout (there is no
@@ -25,9 +30,9 @@ struct RankCommand {
 class RankStarter {
  public:
   virtual ~RankStarter() = default;
-  /// The command that starts rank `rank`; `workerArgs` are the worker's arguments as the
-  /// launcher makes them (argv[0] is this machine's ptw-worker, no --records).
-  virtual RankCommand command(int rank, const std::vector<std::string>& workerArgs) const = 0;
+  /// The command that starts rank `rank`; `worker` is the worker's command line as the
+  /// launcher makes it (its program this machine's ptw-worker, no record descriptor).
+  virtual RankCommand command(int rank, const WorkerInvocation& worker) const = 0;
   /// The TCPStore port the ranks meet on, or 0 for the launcher's local rendezvous (Note
   /// [Local rendezvous] in launcher.cpp).
   virtual int rendezvousPort() const { return 0; }
@@ -37,16 +42,16 @@ class RankStarter {
 /// "" when there is none.
 std::string findProgram(const std::string& program);
 
-/// A remote rank's worker command (Note [Remote ranks] in ssh_starter.h): `workerArgs` with
-/// `worker` as its program, and `--remote HOST --master ADDRESS [--interface IF]`.
-std::vector<std::string> remoteWorkerArgs(std::vector<std::string> workerArgs, const std::string& worker,
-                                          const std::string& host, const std::string& address,
-                                          const std::string& interface);
+/// A remote rank's worker command line (Note [Remote ranks] in ssh_starter.h): `worker` with
+/// `program` as its program, started on `host`, its TCPStore on `address`, its traffic on
+/// `interface` ("": the system's choice).
+std::vector<std::string> remoteWorkerArgs(WorkerInvocation worker, const std::string& program, const std::string& host,
+                                          const std::string& address, const std::string& interface);
 
 /// Starts each rank as a child process of this machine, its records on descriptor 3.
 class LocalStarter final : public RankStarter {
  public:
-  RankCommand command(int rank, const std::vector<std::string>& workerArgs) const override;
+  RankCommand command(int rank, const WorkerInvocation& worker) const override;
 };
 
 }  // namespace ptw::core

@@ -27,7 +27,7 @@ SlurmStarter::SlurmStarter(HostsSpec hosts, std::string jobId, std::vector<std::
   m_port = m_hosts.port != 0 ? m_hosts.port : 20000 + static_cast<int>(std::stoll(m_jobId) % 20000);
 }
 
-RankCommand SlurmStarter::command(int rank, const std::vector<std::string>& workerArgs) const {
+RankCommand SlurmStarter::command(int rank, const WorkerInvocation& worker) const {
   PTW_CHECK(rank >= 0 && static_cast<std::size_t>(rank) < m_rankHosts.size(), "rank ", rank, " has no node (",
             m_rankHosts.size(), " in the SLURM job)");
   const std::string& host = m_rankHosts[static_cast<std::size_t>(rank)];
@@ -47,7 +47,7 @@ RankCommand SlurmStarter::command(int rank, const std::vector<std::string>& work
             "--mpi=none",
             "--quiet",
             "--"};
-  for (auto& a : remoteWorkerArgs(workerArgs, m_worker, host, m_address, m_hosts.interface)) c.argv.push_back(a);
+  for (auto& a : remoteWorkerArgs(worker, m_worker, host, m_address, m_hosts.interface)) c.argv.push_back(a);
   return c;
 }
 

@@ -42,7 +42,7 @@ class SlurmStarter final : public RankStarter {
   /// port is hosts.port, else 20000 + the job's id modulo 20000 (two jobs on a node differ).
   SlurmStarter(HostsSpec hosts, std::string jobId, std::vector<std::string> rankHosts, std::string localWorker);
 
-  RankCommand command(int rank, const std::vector<std::string>& workerArgs) const override;
+  RankCommand command(int rank, const WorkerInvocation& worker) const override;
   int rendezvousPort() const override { return m_port; }
   /// Where the ranks meet: hosts.address, else the first rank's node.
   const std::string& address() const { return m_address; }

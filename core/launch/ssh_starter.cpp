@@ -31,12 +31,12 @@ SshStarter::SshStarter(HostsSpec hosts, std::vector<std::string> rankHosts, std:
   m_port = m_hosts.port != 0 ? m_hosts.port : Launcher::pickFreePort();
 }
 
-RankCommand SshStarter::command(int rank, const std::vector<std::string>& workerArgs) const {
+RankCommand SshStarter::command(int rank, const WorkerInvocation& worker) const {
   PTW_CHECK(rank >= 0 && static_cast<std::size_t>(rank) < m_rankHosts.size(), "rank ", rank, " has no host (",
             m_rankHosts.size(), " slots in hosts.hosts)");
   const std::string& host = m_rankHosts[static_cast<std::size_t>(rank)];
   std::string line;
-  for (const auto& a : remoteWorkerArgs(workerArgs, m_worker, host, m_address, m_hosts.interface))
+  for (const auto& a : remoteWorkerArgs(worker, m_worker, host, m_address, m_hosts.interface))
     line += (line.empty() ? "" : " ") + quoteForShell(a);
   line += "; exit $?";  // the shell waits: a signal comes back as 128+N (Note [Remote ranks])
 

@@ -55,7 +55,7 @@ class SshStarter final : public RankStarter {
   /// [Rendezvous port]).
   SshStarter(HostsSpec hosts, std::vector<std::string> rankHosts, std::string localWorker);
 
-  RankCommand command(int rank, const std::vector<std::string>& workerArgs) const override;
+  RankCommand command(int rank, const WorkerInvocation& worker) const override;
   int rendezvousPort() const override { return m_port; }
   /// Where the ranks meet: hosts.address, else the first host.
   const std::string& address() const { return m_address; }

@@ -121,8 +121,8 @@ RunReport Supervisor::run(LaunchObserver& observer) {
       break;
     }
     lo.starter = makeRankStarter(o.profile, o.workerPath, port, slurm.get());
-    lo.extraWorkerArgs = {"--attempt", std::to_string(attempt)};
-    lo.extraWorkerArgs.insert(lo.extraWorkerArgs.end(), o.workerArgs.begin(), o.workerArgs.end());
+    lo.attempt = attempt;
+    lo.extraWorkerArgs = o.workerArgs;
     if (o.store)  // Note [Ranks write their steps]
       if (std::string file = o.store->stepFileForRanks(o.runId); !file.empty())
         lo.setStepFile(std::move(file), o.store->stepFileLimit());
@@ -149,7 +149,7 @@ RunReport Supervisor::run(LaunchObserver& observer) {
       }
     }
     // A rank that could not write the run's metrics would meet the same full disk again.
-    const bool unrecorded = report.failedExit.signal == 0 && report.failedExit.exitCode == kWorkerCannotStoreMetrics;
+    const bool unrecorded = report.failedExit.exitedWith(WorkerExit::CannotStoreMetrics);
     if (report.status != RunReport::Status::Failed || attempt >= maxRestarts || m_stopRequested.load() || unrecorded)
       break;
   }

@@ -94,7 +94,8 @@ class TestSlurmStarter : public QObject {
     SlurmStarter starter(h, "4242", {"node1", "node1", "node2"}, "/opt/ptw/ptw-worker");
     QCOMPARE(starter.rendezvousPort(), 20000 + 4242);
     QCOMPARE(starter.address(), std::string("node1"));
-    const RankCommand c = starter.command(2, {"/opt/ptw/ptw-worker", "--profile", "/runs/r/profile.json"});
+    const RankCommand c =
+        starter.command(2, WorkerInvocation("/opt/ptw/ptw-worker").setProfile("/runs/r/profile.json"));
     QVERIFY(c.remote);
     QCOMPARE(c.host, std::string("node2"));
     QCOMPARE(c.connectionLostCode, 0);
@@ -126,7 +127,7 @@ class TestSlurmStarter : public QObject {
     h.worker = "/shared/ptw-worker";
     SlurmStarter given(h, "4242", {"node1"}, "/opt/ptw/ptw-worker");
     QCOMPARE(given.rendezvousPort(), 29555);
-    const RankCommand g = given.command(0, {"/opt/ptw/ptw-worker"});
+    const RankCommand g = given.command(0, WorkerInvocation("/opt/ptw/ptw-worker"));
     QCOMPARE(g.argv[13], std::string("/shared/ptw-worker"));
     QCOMPARE(g.argv.back(), std::string("ib0"));
     QVERIFY(errorOf([&] { SlurmStarter(h, "12;x", {"node1"}, "w"); }).find("SLURM job id: expected a number") == 0);

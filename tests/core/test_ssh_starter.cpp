@@ -48,7 +48,8 @@ class TestSshStarter : public QObject {
     SshStarter starter(h, {"node1", "node2"}, "/opt/ptw/ptw-worker");
     QCOMPARE(starter.rendezvousPort(), 29555);
     QCOMPARE(starter.address(), std::string("node1"));
-    const RankCommand c = starter.command(1, {"/opt/ptw/ptw-worker", "--profile", "/runs/a b/profile.json"});
+    const RankCommand c =
+        starter.command(1, WorkerInvocation("/opt/ptw/ptw-worker").setProfile("/runs/a b/profile.json"));
     QVERIFY(c.remote);
     QCOMPARE(c.host, std::string("node2"));
     const auto& a = c.argv;

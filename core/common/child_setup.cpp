@@ -1,0 +1,32 @@
+#include "common/child_setup.h"
+
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <initializer_list>
+
+namespace ptw::core {
+
+void setUpChild(const ChildSetup& setup) {
+  if (setup.processGroup >= 0) ::setpgid(0, setup.processGroup);
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != setup.parent) ::_exit(kChildCannotExec);  // it died before the request took
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
+  if (setup.stdinFd >= 0) ::dup2(setup.stdinFd, 0);
+  if (setup.stdoutFd >= 0) ::dup2(setup.stdoutFd, 1);
+  if (setup.stderrFd >= 0) ::dup2(setup.stderrFd, 2);
+}
+
+void childExecFailed(const char* message) {
+  [[maybe_unused]] auto n = ::write(2, message, std::strlen(message));
+  ::_exit(kChildCannotExec);
+}
+
+}  // namespace ptw::core
