@@ -67,13 +67,13 @@ class TestSshStarter : public QObject {
   void eachLauncherHasItsStarter() {
     Profile p;
     const auto local = makeRankStarter(p, "/opt/ptw/ptw-worker");
-    QVERIFY(!local->command(0, {"/opt/ptw/ptw-worker"}).remote);
+    QVERIFY(!local->command(0, WorkerInvocation("/opt/ptw/ptw-worker")).remote);
     QCOMPARE(local->rendezvousPort(), 0);
     p.hosts.launcher = "ssh";
     p.hosts.hosts = {"node1:2"};
     const auto ssh = makeRankStarter(p, "/opt/ptw/ptw-worker", 29556);
     QCOMPARE(ssh->rendezvousPort(), 29556);
-    const RankCommand c = ssh->command(1, {"/opt/ptw/ptw-worker"});
+    const RankCommand c = ssh->command(1, WorkerInvocation("/opt/ptw/ptw-worker"));
     QVERIFY(c.remote);
     QCOMPARE(c.host, std::string("node1"));
     p.hosts.launcher = "slurm";  // its ranks need the job they run in
