@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // ptw: the workbench. Opens the window when a display is available, or runs a profile
 // headless (for CI, or on a machine without a display).
 #include <unistd.h>
@@ -52,7 +53,7 @@ std::function<void(std::int64_t, std::int64_t, std::int64_t)> progressByRun() {
   auto reporters = std::make_shared<std::map<std::int64_t, std::function<void(std::int64_t, std::int64_t)>>>();
   return [reporters](std::int64_t run, std::int64_t done, std::int64_t total) {
     auto& report = (*reporters)[run];
-    if (!report) report = ptw::core::unpackReporter(std::cerr, "step records of run " + std::to_string(run));
+    if (!report) report = ptw::core::packReporter(std::cerr, "step records of run " + std::to_string(run));
     report(done, total);
   };
 }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // ptw-worker: one rank of a run (see core/engine/worker.h).
 #include "engine/worker.h"
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # Installs the Debian/Ubuntu packages ptw builds and tests with. Idempotent:
 # packages already present are skipped, and nothing is fetched when all are.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # Renders packaging/icons/ptw.svg into the PNG sizes the package installs in hicolor
 # (48, 128 and 256 px). Run after changing the SVG and commit the PNGs; the build does not
 # render them, so it needs no SVG renderer. Needs rsvg-convert (librsvg2-bin).

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # Runs the workbench window under Xvfb on short real runs and saves screenshots of the
 # main window mid-run (the README shows resources/screenshots/window-ddp.png).
 #

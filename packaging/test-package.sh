@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # Tests the Debian package in a fresh Debian 12 chroot: builds it (cpack -G DEB), installs it
 # with `apt install ./ptw_*.deb`, runs `ptw --version` and headless runs of installed example
 # profiles from another folder, then `apt purge`s it and checks that the file tree is as it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Helpers shared by the tests that link the engine: comparing parameter lists, and the
 // parameters one process trains on the global batches (the reference of every equivalence test).
 #pragma once

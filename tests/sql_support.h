@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // A second connection to a run store's database, as a user's sqlite3 would have: what the
 // tests read with plain SQL. Link SQLite::SQLite3.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Helpers shared by the tests: where the binaries are, and what /proc says.
 #pragma once
 

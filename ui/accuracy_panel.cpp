@@ -1,6 +1,9 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 #include "ui/accuracy_panel.h"
 
 #include <QLabel>
+
+#include <cmath>
 
 #include "common/strategies.h"
 #include "ui/metric_chart.h"
@@ -57,5 +60,17 @@ void AccuracyPanel::add(RecordSpan records) {
 void AccuracyPanel::truncateAfter(std::int64_t step) { m_chart->truncateAfter(static_cast<double>(step)); }
 
 void AccuracyPanel::refresh() { m_chart->refresh(); }
+
+// Validation points are few (one per run.eval_every steps): the store's are read whole.
+void AccuracyPanel::readStoreFrom(LiveStore& store) {
+  m_chart->setDetailProvider([&store](int series, double x0, double x1) {
+    std::vector<std::pair<double, double>> out;
+    if (series != 0) return out;
+    for (const auto& v : store.validation())
+      if (v.step >= x0 && v.step <= x1 && std::isfinite(v.valAccuracy))
+        out.emplace_back(static_cast<double>(v.step), 100 * v.valAccuracy);
+    return out;
+  });
+}
 
 }  // namespace ptw::ui

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // AccuracyPanel: the live validation accuracy in percent (rank 0's, which every rank's
 // parameters equal), or, for a run that has none, a note that says why: no held-out data,
 // or a regression, whose validation has a loss (on the loss chart) and no accuracy.
@@ -22,6 +23,7 @@ class AccuracyPanel : public QStackedWidget, public LivePanel {
   void add(RecordSpan records) override;
   void truncateAfter(std::int64_t step) override;
   void refresh() override;
+  void readStoreFrom(LiveStore& store) override;
 
   MetricChart* chart() const { return m_chart; }
   QLabel* note() const { return m_note; }

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // How the window writes numbers and places legends, in tables and on chart axes alike:
 // numbers read as numbers (1,148 or 1.15M, never 1.14795e+06 or 1·10^6), axes that count
 // ranks or workers tick at whole numbers, and legends sit beside the data, not on it.

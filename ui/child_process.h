@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Helper processes a widget starts (the device probe, the preflight check).
 #pragma once
 

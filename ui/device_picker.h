@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // DevicePicker: the devices this machine has, as LibTorch sees them (asked of
 // `ptw-worker --devices`, so the GUI never links LibTorch): the CPU with its cores, memory
 // and the OpenBLAS kernels ranks train with (Note [BLAS kernels]), each CUDA GPU with its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Entry point of the windowed workbench, called by app/ptw_main.cpp.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // LivePanel: one part of the window's live view (a chart, the rank table) as the window
 // feeds it: a new run, the run's records as they come, a restart, and a redraw at the
 // window's bounded rate (Note [Redraw budget] in main_window.cpp). The window holds a list
@@ -8,9 +9,13 @@
 #include <QStringList>
 
 #include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "common/profile.h"
 #include "common/record.h"
+#include "launch/metric_rows.h"
 
 namespace ptw::ui {
 
@@ -34,6 +39,18 @@ class RecordSpan {
   const core::Record* m_last;
 };
 
+/// The current run's records as the store holds them, every one, for a panel to draw a
+/// zoomed-in range in full (charts show a bounded summary live). Nothing when there is no run.
+class LiveStore {
+ public:
+  virtual ~LiveStore() = default;
+  /// (step, value) of `column` (core::RunStore::series) of reporting rank `series`, steps x0 to x1.
+  virtual std::vector<std::pair<double, double>> series(int series, const std::string& column, double x0,
+                                                        double x1) = 0;
+  /// The run's validation rows.
+  virtual std::vector<core::ValidationRow> validation() = 0;
+};
+
 class LivePanel {
  public:
   virtual ~LivePanel() = default;
@@ -50,6 +67,11 @@ class LivePanel {
   /// The run has ended and every record has been added: what waited for more (a window of
   /// steps cut short by the end, Note [Step groups]) is shown with what it has.
   virtual void finish() {}
+  /// View > Fit Charts: the axes show all that was drawn. Panels without axes ignore it.
+  virtual void fit() {}
+  /// Reads zoomed-in ranges from `store`, which outlives the panel. Panels that draw
+  /// everything they are given ignore it.
+  virtual void readStoreFrom(LiveStore& store) { (void)store; }
 };
 
 }  // namespace ptw::ui

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 #include "ui/loss_panel.h"
 
 #include "common/strategies.h"
@@ -47,6 +48,10 @@ void LossPanel::finish() {
 void LossPanel::appendMean(const StepSums::Done& d) {
   appendGroup(m_mean, static_cast<double>(d.first), static_cast<double>(d.step), d.loss, d.loss, d.loss,
               static_cast<std::size_t>(d.step - d.first + 1));
+}
+
+void LossPanel::readStoreFrom(LiveStore& store) {
+  setDetailProvider([&store](int series, double x0, double x1) { return store.series(series, "loss", x0, x1); });
 }
 
 }  // namespace ptw::ui

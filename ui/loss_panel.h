@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // LossPanel: the live loss chart. A line per reporting rank, their mean over ranks
 // (emphasized, for several ranks but the pool's, whose coordinator speaks for the run) and
 // the validation loss, dashed.
@@ -19,6 +20,8 @@ class LossPanel : public MetricChart, public LivePanel {
   void truncateAfter(std::int64_t step) override;
   void refresh() override { MetricChart::refresh(); }
   void finish() override;
+  void fit() override { MetricChart::fit(); }
+  void readStoreFrom(LiveStore& store) override;
 
  private:
   void appendMean(const StepSums::Done& done);

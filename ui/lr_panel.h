@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // LrPanel: the live learning rate of each step, rank 0's (the schedule is the same on
 // every rank), at the last step of each of its records.
 #pragma once
@@ -16,6 +17,7 @@ class LrPanel : public MetricChart, public LivePanel {
   void add(RecordSpan records) override;
   void truncateAfter(std::int64_t step) override { MetricChart::truncateAfter(static_cast<double>(step)); }
   void refresh() override { MetricChart::refresh(); }
+  void readStoreFrom(LiveStore& store) override;
 
  private:
   int m_ranks = 0;

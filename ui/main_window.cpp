@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 #include "ui/main_window.h"
 
 #include <qcustomplot.h>
@@ -88,10 +89,11 @@ QString describeRun(const core::Profile& p) {
 // Note [Live panels]
 // Each part of the live view (the loss, throughput, step-split, accuracy and learning-rate
 // charts, the named scalars and the rank table) is a LivePanel, in m_panels: the window
-// hands each of them the run, the records, a restart and a redraw, and none of it knows
-// what a panel draws. A new chart is a LivePanel class and the line that lays it out with
-// addPanel(). The window keeps typed pointers only where it sets a panel's options (the
-// smoothing, the zoomed-in detail) or reads it (the rank table's progress).
+// hands each of them the run, the records, a restart, a redraw and View > Fit Charts, and
+// none of it knows what a panel draws. Each reads the store for zoomed-in ranges through the
+// window (a LiveStore), which knows the current run. A new chart is a LivePanel class and the
+// line that lays it out with addPanel(). The window keeps typed pointers only where it sets a
+// panel's options (the smoothing) or reads it (the rank table's progress, the loss chart's PNG).
 
 MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new RunController(this)) {
   buildUi();
@@ -102,7 +104,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new 
   connect(m_controller, &RunController::started, this,
           [this](int) { m_status->setText(tr("Running %1 series…").arg(m_reportingRanks)); });
   connect(m_controller, &RunController::storing, this, [this](qint64 done, qint64 total) {
-    m_status->setText(tr("All processes ended; storing step records as rows: %L1 of %L2 (%3%)…")
+    m_status->setText(tr("All processes ended; storing step records in chunks: %L1 of %L2 (%3%)…")
                           .arg(done)
                           .arg(total)
                           .arg(total > 0 ? 100 * done / total : 100));
@@ -491,9 +493,7 @@ void MainWindow::buildMenus() {
   run->addAction(tr("&Check Workload"), QKeySequence(Qt::CTRL | Qt::Key_K), m_editor, &ProfileEditor::runPreflight);
   QMenu* view = menuBar()->addMenu(tr("&View"));
   view->addAction(tr("&Fit Charts"), QKeySequence(Qt::CTRL | Qt::Key_0), this, [this] {
-    m_loss->fit();
-    m_throughput->fit();
-    m_scalars->fit();
+    for (LivePanel* panel : m_panels) panel->fit();
   });
   m_pauseAction = view->addAction(tr("&Pause Live Charts"));
   m_pauseAction->setCheckable(true);
@@ -566,41 +566,35 @@ void MainWindow::setRunsDirectory(const QString& dir) {
   m_reader.reset();
   m_sweep->setRunsDirectory(dir);
   m_history->setRunsDirectory(dir.isEmpty() ? QString::fromStdString(core::defaultRunsDirectory()) : dir);
-  // Zoomed into the past of a live run: real points come back from the store.
-  auto provider = [this](const std::string& column) {
-    return [this, column](int series, double x0, double x1) -> std::vector<std::pair<double, double>> {
-      if (m_controller->runId() <= 0 || series >= m_reportingRanks) return {};
-      try {
-        if (!m_reader)
-          m_reader = std::make_unique<core::RunStore>(m_runsDir.isEmpty() ? core::defaultRunsDirectory()
-                                                                          : m_runsDir.toStdString());
-        return m_reader->series(m_controller->runId(), series, column, x0, x1);
-      } catch (const Error&) {
-        return {};
-      }
-    };
-  };
-  m_loss->setDetailProvider(provider("loss"));
-  m_throughput->setDetailProvider(provider("samples_per_s"));
-  m_lr->setDetailProvider(provider("lr"));
-  // Validation points are few (one per run.eval_every steps): the store's are read whole.
-  m_accuracy->chart()->setDetailProvider(
-      [this](int series, double x0, double x1) -> std::vector<std::pair<double, double>> {
-        std::vector<std::pair<double, double>> out;
-        if (m_controller->runId() <= 0 || series != 0) return out;
-        try {
-          if (!m_reader)
-            m_reader = std::make_unique<core::RunStore>(m_runsDir.isEmpty() ? core::defaultRunsDirectory()
-                                                                            : m_runsDir.toStdString());
-          for (const auto& v : m_reader->validation(m_controller->runId()))
-            if (v.step >= x0 && v.step <= x1 && std::isfinite(v.valAccuracy))
-              out.emplace_back(static_cast<double>(v.step), 100 * v.valAccuracy);
-        } catch (const Error&) {
-          out.clear();
-        }
-        return out;
-      });
-  m_scalars->setDetailProviders([provider](const std::string& name) { return provider("scalar:" + name); });
+}
+
+// Zoomed into the past of a live run: real points come back from the store.
+core::RunStore* MainWindow::reader() {
+  if (m_controller->runId() <= 0) return nullptr;
+  if (!m_reader)
+    m_reader =
+        std::make_unique<core::RunStore>(m_runsDir.isEmpty() ? core::defaultRunsDirectory() : m_runsDir.toStdString());
+  return m_reader.get();
+}
+
+std::vector<std::pair<double, double>> MainWindow::series(int series, const std::string& column, double x0, double x1) {
+  if (series >= m_reportingRanks) return {};
+  try {
+    core::RunStore* store = reader();
+    return store ? store->series(m_controller->runId(), series, column, x0, x1)
+                 : std::vector<std::pair<double, double>>{};
+  } catch (const Error&) {
+    return {};
+  }
+}
+
+std::vector<core::ValidationRow> MainWindow::validation() {
+  try {
+    core::RunStore* store = reader();
+    return store ? store->validation(m_controller->runId()) : std::vector<core::ValidationRow>{};
+  } catch (const Error&) {
+    return {};
+  }
 }
 
 void MainWindow::revalidate() {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // MainWindow: configure a profile, start and stop a run, watch every rank live (loss,
 // throughput, step-time split, rank table, logs), and compare past runs.
 #pragma once
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "common/profile.h"
+#include "ui/live_panel.h"
 #include "ui/run_controller.h"
 
 class QAction;
@@ -40,7 +42,6 @@ class RunStore;
 namespace ptw::ui {
 
 class AccuracyPanel;
-class LivePanel;
 class LossPanel;
 class LrPanel;
 class MetricChart;
@@ -53,7 +54,7 @@ class StepSplitChart;
 class SweepPanel;
 class ThroughputPanel;
 
-class MainWindow : public QMainWindow {
+class MainWindow : public QMainWindow, private LiveStore {
   Q_OBJECT
  public:
   explicit MainWindow(QWidget* parent = nullptr);
@@ -129,11 +130,17 @@ class MainWindow : public QMainWindow {
   template <class Panel>
   Panel* addPanel(Panel* panel) {
     m_panels.push_back(panel);
+    panel->readStoreFrom(*this);
     return panel;
   }
   /// The charts the smoothing and outlier options apply to (the named scalars' have their own calls).
   std::array<MetricChart*, 2> optionCharts() const;
   void buildLogPane(QWidget* parent);
+  // LiveStore: the current run's stored records, read on this thread for zoomed-in ranges.
+  std::vector<std::pair<double, double>> series(int series, const std::string& column, double x0, double x1) override;
+  std::vector<core::ValidationRow> validation() override;
+  /// The read connection to the store of the current run; null when there is none.
+  core::RunStore* reader();
   void buildHistoryTabs(QTabWidget* tabs);
   void buildMenus();
   void revalidate();

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // MetricChart: one metric against the step, one series per rank (plus aggregates), on a
 // QCustomPlot. Data goes into per-series SeriesSummary objects as it arrives; refresh()
 // draws what is visible at the plot's width, at a rate the caller bounds. Follows the

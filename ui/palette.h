@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The window's colours: one per series (ranks, overlaid runs), and the marks for a failure
 // and for a highlighted difference.
 #pragma once

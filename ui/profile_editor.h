@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // ProfileEditor: every field of a profile, grouped (workload, strategy and devices, command,
 // hyperparameters, run), built from the profile's own field list so a new field appears
 // without UI work. Only the fields that apply to the chosen kinds are shown (data.path for

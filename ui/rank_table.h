@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // RankTable: the live table of the run's reporting ranks, a row each: its status, latest
 // step, loss and samples/s, the model's size, its memory, its last message, how it exited,
 // and its host for a run across hosts. A rank's status is a RankTable::Status, put into

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 #include "ui/run_controller.h"
 
 #include <pthread.h>
@@ -91,7 +92,7 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
                                              .setRunsDir(runsDir.toStdString())
                                              .setWorkerArgs(m_workerArgs)
                                              .setStoreOptions(core::RunStoreOptions().setSizeLimitKib(m_storeLimitKib))
-                                             .setUnpackProgress(progress));
+                                             .setPackProgress(progress));
   try {
     session->begin();
   } catch (const Error& e) {

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // RunController: runs the supervisor off the GUI thread and hands what it hears to the
 // window in batches. The supervisor's thread fills a mutex-guarded buffer; the window
 // drains it from a timer, so the GUI never sees one signal per record. The run itself is a
@@ -71,7 +72,7 @@ class RunController : public QObject {
 
  signals:
   void started(int port);
-  /// Every process has ended and the run's step records are being unpacked into rows
+  /// Every process has ended and the run's step records are being packed into chunks
   /// (Note [Step blocks]): `done` of `total`, from 0, at most every 100 ms
   /// and at the end.
   void storing(qint64 done, qint64 total);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // RunHistory: the runs in the run store (status, start time, strategy, world size, final
 // loss, throughput). Selecting several overlays their loss curves and shows their
 // profiles side by side with the differing fields highlighted.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 #include "ui/scalar_charts.h"
 
 #include <QGridLayout>
@@ -144,6 +145,12 @@ void ScalarCharts::setHighlighted(int series) {
 MetricChart* ScalarCharts::chart(const QString& name) const {
   const auto it = m_charts.find(name);
   return it == m_charts.end() ? nullptr : it->second.chart;
+}
+
+void ScalarCharts::readStoreFrom(LiveStore& store) {
+  setDetailProviders([&store](const std::string& name) -> MetricChart::DetailProvider {
+    return [&store, name](int series, double x0, double x1) { return store.series(series, "scalar:" + name, x0, x1); };
+  });
 }
 
 }  // namespace ptw::ui

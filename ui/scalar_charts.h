@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // ScalarCharts: a chart per named scalar a run reports (a command run's accuracy, grad_norm,
 // ...), each a MetricChart named "scalar:NAME" with a line per rank and, for several ranks,
 // their mean, emphasized as on the loss chart. A chart is made when the first value of a new
@@ -45,7 +46,8 @@ class ScalarCharts : public QWidget, public LivePanel {
   /// Drops every point past `step` (a restart replays from there).
   void truncateAfter(std::int64_t step) override;
   void refresh() override;
-  void fit();
+  void fit() override;
+  void readStoreFrom(LiveStore& store) override;
   void setSmoothing(double weight);
   void setIgnoreOutliers(bool on);
   void setHighlighted(int series);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // SeriesSummary: what a chart keeps of one series, in memory that does not grow with the
 // run. A fixed number of buckets summarise every point (min, max, mean; when they fill,
 // neighbours merge and each bucket covers twice as many points), and the most recent

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // StepSplitChart: where each rank's step time goes, as one stacked bar per rank (data,
 // compute, communication wait, optimizer; a moving average of the recent steps), so a
 // straggler or a communication-bound run is visible at a glance.

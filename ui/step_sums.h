@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // StepSums: the charts' mean loss over ranks and total throughput, window by window of steps
 // (Note [Step groups] in common/record.h; a window is one step below step 2048). A rank's
 // records come in step order, but the ranks' batches arrive in any order (each rank sends

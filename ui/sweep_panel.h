@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // SweepPanel: the scaling sweep in the window. Pick strategies, worker counts and steps;
 // the current profile runs under each (core::Sweep, off the GUI thread), and throughput
 // and scaling efficiency are drawn against workers, one line per strategy, the fastest

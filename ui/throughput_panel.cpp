@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 #include "ui/throughput_panel.h"
 
 #include "common/strategies.h"
@@ -42,6 +43,11 @@ void ThroughputPanel::finish() {
 void ThroughputPanel::appendTotal(const StepSums::Done& d) {
   appendGroup(m_total, static_cast<double>(d.first), static_cast<double>(d.step), d.throughput, d.throughput,
               d.throughput, static_cast<std::size_t>(d.step - d.first + 1));
+}
+
+void ThroughputPanel::readStoreFrom(LiveStore& store) {
+  setDetailProvider(
+      [&store](int series, double x0, double x1) { return store.series(series, "samples_per_s", x0, x1); });
 }
 
 }  // namespace ptw::ui

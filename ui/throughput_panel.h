@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // ThroughputPanel: the live throughput chart, samples per second. A line per reporting
 // rank and, for several ranks but the pool's, their total.
 #pragma once
@@ -18,6 +19,8 @@ class ThroughputPanel : public MetricChart, public LivePanel {
   void truncateAfter(std::int64_t step) override;
   void refresh() override { MetricChart::refresh(); }
   void finish() override;
+  void fit() override { MetricChart::fit(); }
+  void readStoreFrom(LiveStore& store) override;
 
  private:
   void appendTotal(const StepSums::Done& done);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // What a child process does between fork() and exec: the set-up that the launcher's ranks and
 // a command rank's program share (Note [Worker lifetime] in launch/launcher.h, Note [Script
 // ranks] in common/command.h).

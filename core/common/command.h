@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The `command` strategy's plain parts: its profile section's checks, templates, the
 // environment a rank's program gets, and the metrics protocol (JSON lines, or numbers picked
 // out of output lines by a pattern) turned into records. No processes here: the worker side

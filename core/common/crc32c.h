@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // CRC-32C (Castagnoli), the checksum of TensorFlow's record files (TensorBoard's event files).
 //
 // Debian packages no C or C++ library for it (zlib's crc32 is the IEEE polynomial, not this

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // What is checked of the data files a profile names before any rank starts, and the
 // messages that the launcher's check and the worker's reader share, so that a missing file
 // or column reads the same whichever finds it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The table of data kinds: what each value of data.kind reads and holds, in one place.
 // Profile validation, the check of data files, makeDataset (engine/workload.cpp) and the
 // editor's fields that apply read this table instead of comparing names. Plain C++: no

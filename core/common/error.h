@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The project's one error type and the check macro that raises it.
 #pragma once
 

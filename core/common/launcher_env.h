@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Where a rank stands in a run that a standard launcher started (torchrun, SLURM's srun,
 // Open MPI's mpirun): read from the environment each of them sets, so that ptw-worker can
 // be started by any of them (docs/multihost.md). Plain C++: no LibTorch, no Qt.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The table of launchers: what each value of hosts.launcher means, in one place. Profile
 // validation, the check before a run, the choice of RankStarter (launch/rank_starters.h), the
 // headless printer and the editor read this table instead of comparing names. Plain C++: no

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // What this machine's network offers a run across hosts: its interfaces, for the window's
 // hosts.interface picker, and whether a port can be opened for the rendezvous, for the check
 // a host runs before a run (`ptw-worker --check-port`, docs/multihost.md). POSIX only.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // NpyHeader: the header of a NumPy .npy file (format versions 1.0 and 2.0), parsed strictly and
 // without LibTorch, so the parser can be fuzzed on its own (tests/fuzz/fuzz_npy.cpp).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Profile JSON reading, writing and validation.
 //
 // Every section is described once, by a `visit` function that names its fields; the

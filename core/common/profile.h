@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Profile: everything that defines an experiment (workload, strategy, hyperparameters,
 // run options), its JSON form, and its validation. The same resolved profile is what the
 // launcher hands each worker, so GUI, headless runner and workers read one format.

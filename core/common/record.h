@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // What a worker tells its launcher, record by record.
 //
 // Records travel on a pipe of their own (the worker's --records descriptor) as fixed-size

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Names of a run's POSIX shared-memory segments (/dev/shm), shared by the ranks that make
 // them (core/engine) and the launcher that removes them after the run (core/launch).
 #pragma once

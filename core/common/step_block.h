@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Step blocks: how step records are kept in a run's step file (Note [Step blocks] in
 // launch/run_store.h). The store reads them; the ranks of a stored run write them (Note
 // [Ranks write their steps]), so both ends share this format.

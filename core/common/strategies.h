@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The table of strategies: what each strategy is, in one place, for everything that is not
 // its engine (core/engine, one file per strategy). Profile validation, the launcher, the
 // store, the sweep, the headless printer, throughput and the window read this table

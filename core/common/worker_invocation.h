@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The worker's interface as its callers see it: ptw-worker's command line (WorkerInvocation
 // writes it and parses it back), its exit codes (WorkerExit), and what `--devices` prints
 // (DeviceInfo). The launcher, the starters, the window's probes and the worker itself all go

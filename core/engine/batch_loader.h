@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // BatchLoader: threads that prepare a rank's next batches (gather and augment, into pinned
 // memory for a GPU) while the trainer computes, and hand them over in the order of the plan
 // (run.loader_threads, Note [Batches ahead]).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Note [BLAS threads]
 // LibTorch on Debian does its matrix products in whichever libblas.so.3 the system
 // selects. OpenBLAS (installed by packaging/install-deps.sh, several times faster than

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The BLAS under LibTorch: how many threads it runs (Note [BLAS threads]) and which kernels
 // it multiplies matrices with (Note [BLAS kernels]).
 // Plain C++: no LibTorch.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // A rank of the `command` strategy: starts the profile's program, stands for it before the
 // launcher, and reports how it ended (Note [Script ranks] in common/command.h).
 #pragma once

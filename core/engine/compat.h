@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The one place that knows how the LibTorch C++ API differs between 1.13 (Debian) and
 // 2.x (what most users download): autocast takes a device type, the optimizer's state is
 // keyed by the parameter's TensorImpl rather than a string of its address, and (in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // How c10d differs between LibTorch 1.13 and 2.x (compat.h has the rest): in 2.x
 // ProcessGroupGloo/NCCL became Backends behind a ProcessGroup. The engine talks to the
 // backend directly, under the name Group.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // DataParallel: one process, one model replica per device of the device set (CUDA GPUs,
 // or CPU lanes), one thread per replica. Each step scatters the batch over the replicas,
 // runs forward and backward on all of them at once, sums the gradients into the primary

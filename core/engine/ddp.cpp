@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // DistributedDataParallel over c10d: one process per rank, a TCPStore on 127.0.0.1 for
 // rendezvous, ProcessGroupGloo on CPU and ProcessGroupNCCL on CUDA (compat.h hides the
 // 1.13/2.x differences). Same-machine CPU ranks can use shared memory instead (ddp_shm.cpp).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // DDP for ranks on one machine over POSIX shared memory (strategy.backend "shm"): a base
 // that holds the segment, and one class per way of stepping over it, chosen once for the
 // model (makeShmDdp; Note [Chosen once]): OneBarrierDdp, ShardedSgdDdp, AllReduceDdp.

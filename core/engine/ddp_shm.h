@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // DDP over shared memory (ddp_shm.cpp), as the DDP factory and its choice on CPU ranks
 // (ddp.cpp, Note [Auto backend on CPU]) see it.
 #pragma once

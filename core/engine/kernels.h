@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Elementwise float loops of the training step that LibTorch's operators would run as
 // several dispatched passes: SGD's update and the shared-memory average. Plain C++ in a
 // file of their own, compiled for vectorisation (core/CMakeLists.txt: -O3, and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // LanePool: runs one job on N lanes at once, lane 0 on the calling thread and the others on
 // threads of their own started once: DataParallel's lanes. No LibTorch.
 #pragma once

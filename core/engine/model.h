@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Model: the network a profile names, behind one interface whether it is built here
 // (linear, mlp, cnn) or loaded from TorchScript, so every strategy trains either.
 #pragma once

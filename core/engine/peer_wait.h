@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Whether this rank is waiting for other ranks (a barrier, a collective) or working on its
 // own, as its heartbeats tell the launcher (Note [Who stalled] in launch/launcher.cpp).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The hogwild pool's processes (Note [Pool modes] in process_pool.cpp): each worker steps
 // its own optimizer on the shared parameters without locks; the coordinator follows them.
 #include <chrono>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The sync pool's processes (Note [Pool modes] in process_pool.cpp): with SGD and no
 // clipping the workers step the shared parameters, each its share, while the coordinator
 // sleeps (SharedSgdPoolWorker, SharedSgdPoolCoordinator; Note [Workers step the pool]);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Process pool: a coordinator process (rank 0) and N worker processes (ranks 1..N).
 // The parameters and one gradient slot per worker live in one POSIX shared-memory
 // segment mapped as tensors, so nothing is copied between processes per step. This file

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // ProcessPool: what every process of the pool shares, coordinator or worker, sync or
 // hogwild: the segment of shared parameters and one gradient slot per worker, and the
 // loss, samples and stop wish each worker leaves in its slot. One class per algorithm

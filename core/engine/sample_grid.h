@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Sample images as Check workload shows them: a grid of training images after augmentation,
 // with the normalisation undone, written as a PNG by `ptw-worker --preflight --samples FILE`.
 #pragma once

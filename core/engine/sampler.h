@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Sharding that follows torch.utils.data.DistributedSampler exactly, so that rank r sees
 // the indices, in the order, that it would see in PyTorch for the same settings.
 #pragma once

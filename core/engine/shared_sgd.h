@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // SGD over parameters and momentum buffers that the processes of a run share in one
 // segment, each process stepping its own share with the average of every process's
 // gradients (Note [Sharded SGD step] in ddp_shm.cpp): DDP over shared memory, and the

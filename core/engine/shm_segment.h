@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // ShmSegment: a POSIX shared-memory segment that the processes of one run on one machine
 // map together, with a barrier and a few shared control words in its header. Used by
 // the shared-memory all-reduce (ddp_shm.cpp) and the process pool (process_pool.cpp).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Single: one process, one device, nothing to synchronise. The baseline every comparison uses.
 #include "engine/strategy.h"
 

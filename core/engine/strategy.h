@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Strategy: how one process takes part in a training step: which batches it sees, how
 // its gradients are computed and meet the other ranks' before the optimizer steps. One
 // class per strategy and per algorithm within one (single.cpp, data_parallel.cpp, ddp.cpp,

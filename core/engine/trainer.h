@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Trainer: the training loop of one process. It owns the data, the model and the
 // optimizer, the schedule, accumulation, clipping, validation and checkpoints, and leaves
 // how gradients are computed and combined to a Strategy and reporting to a callback.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The worker process: one rank of a run, or a probe that trains nothing (--devices, --blas,
 // --preflight, --check-port). Its command line, its exit codes and the lines --devices prints
 // are core::WorkerInvocation, core::WorkerExit and core::DeviceInfo (common/worker_invocation.h,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Workload: the data a profile names (generated or read from files), built identically on
 // every rank; the loss, the optimizer and the learning-rate schedule that go with it.
 #pragma once

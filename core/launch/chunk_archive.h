@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // ChunkArchive: the run store's step records, read and packed. A run's records are in two
 // forms (Note [Step blocks] in launch/run_store.h): compressed chunks in the database
 // (`step_chunks`, launch/step_chunk.h), and the blocks of its live step file past the length

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // CsvExport: a run's step records as CSV (`ptw export`, the window's File menu): a header
 // row, a row per step record ordered by rank and step (the latest attempt's where attempts
 // overlap), every value as it reads back exactly, then a column per named scalar.

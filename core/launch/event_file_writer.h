@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // EventFileWriter: one TensorBoard event file, written without TensorFlow or protobuf.
 //
 // Note [Event files]

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Expectations a CI run asserts on its results: `final.loss < 0.05`,
 // `throughput.samples_per_s > 1000`. Parsed before the run starts, judged after it.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // ForwardingObserver: a LaunchObserver that passes every callback on to an inner one. A
 // wrapper (the supervisor's store, the run session's final metrics) derives from it,
 // overrides only the callbacks it acts on, and calls the base to pass them on.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 #include "launch/headless.h"
 
 #include <signal.h>
@@ -156,15 +157,15 @@ struct Verdict {
 
 }  // namespace
 
-std::function<void(std::int64_t, std::int64_t)> unpackReporter(std::ostream& out, std::string what) {
+std::function<void(std::int64_t, std::int64_t)> packReporter(std::ostream& out, std::string what) {
   return [&out, what = std::move(what), lastShown = std::chrono::steady_clock::time_point()](
              std::int64_t done, std::int64_t total) mutable {
     if (total < 500000) return;
     const auto now = std::chrono::steady_clock::now();
     if (done == 0)
-      out << "ptw: storing " << total << " " << what << " as rows..." << std::endl;
+      out << "ptw: storing " << total << " " << what << " in chunks..." << std::endl;
     else if (done == total || now - lastShown >= std::chrono::seconds(1))
-      out << "ptw: stored " << done << " of " << total << " " << what << " as rows" << std::endl;
+      out << "ptw: stored " << done << " of " << total << " " << what << " in chunks" << std::endl;
     else
       return;
     lastShown = now;
@@ -348,7 +349,7 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
                          .setWorkerPath(options.workerPath)
                          .setWorkerArgs(options.workerArgs)
                          .setStoreOptions(RunStoreOptions().setSizeLimitKib(options.storeLimitKib))
-                         .setUnpackProgress(unpackReporter(out, "step records")));
+                         .setPackProgress(packReporter(out, "step records")));
   try {
     session.begin();  // the worker, the port, the run folder and the store
   } catch (const Error& e) {

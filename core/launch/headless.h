@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The headless runner behind `ptw --headless`: runs one profile to the end with progress
 // on the terminal and an exit code CI can act on.
 #pragma once
@@ -39,7 +40,7 @@ struct HeadlessOptions {
 /// What a terminal shows while step records become rows (Note [Step blocks]; long for a large run):
 /// nothing under half a million, else a line at the start and one a second, to `out`;
 /// `what` names them ("step records", "step records of run 7").
-std::function<void(std::int64_t done, std::int64_t total)> unpackReporter(std::ostream& out, std::string what);
+std::function<void(std::int64_t done, std::int64_t total)> packReporter(std::ostream& out, std::string what);
 
 class ThroughputMeter;
 

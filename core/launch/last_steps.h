@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // LastSteps: each reporting rank's last step record, from the records a run sends (a
 // group's last step, Note [Step groups]): what the final metrics and the headless progress
 // lines read.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 #include "launch/launcher.h"
 
 #include <arpa/inet.h>
@@ -629,8 +630,7 @@ void Launcher::Impl::takeRecords(Rank& rk) {
     // series per replica, which it numbers itself.
     // A command rank names the rank of each record itself, checked against the profile's
     // command.report_ranks (mpirun's ranks under one process).
-    if (!o.commandRanks && (o.worldSize > 1 || (rec.kind != Record::Kind::Step && rec.kind != Record::Kind::Group)))
-      rec.step.rank = rk.rank;
+    if (!o.commandRanks && (o.worldSize > 1 || !holdsSteps(rec))) rec.step.rank = rk.rank;
     // A command rank may stand for several ranks (mpirun's): its heartbeats give the step of
     // the one furthest behind, which is what a stall is judged on.
     if (!o.commandRanks || rec.kind == Record::Kind::Heartbeat) rk.lastStep = std::max(rk.lastStep, rec.step.step);

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Launcher: spawns the ranks of one run as local worker processes, collects their
 // records and logs, supervises them, and reports how the run ended.
 //

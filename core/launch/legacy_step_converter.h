@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // LegacyStepConverter: turns the step records that stores of earlier builds hold in forms of
 // their own into chunks, once, when a store is opened (Note [Step blocks] in
 // launch/run_store.h): `steps`, a row a record, and `step_blocks`, blocks as rows of the

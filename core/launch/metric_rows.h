@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // MetricRows: the run store's validation records and named scalars, a row each in the
 // database (`validation`, `scalars`): buffered as a run appends them, committed with its step
 // blocks, and read back by step.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // What is checked before a run starts, and said the same way by the window and headless:
 // each function returns one line that says what to do, or "" when there is nothing to say.
 #pragma once

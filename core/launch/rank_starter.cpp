@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 #include "launch/rank_starter.h"
 
 #include <unistd.h>

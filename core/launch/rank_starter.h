@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // RankStarter: how the launcher starts one rank's process. The launcher forks and execs the
 // command it is given, reads what the process writes and supervises it; what the command is
 // (the worker itself here, or ssh starting it on another host) is the starter's.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Which RankStarter starts a run's ranks: the one for its hosts.launcher (common/launcher_kinds.h),
 // chosen here alone, so that the supervisor and the launcher never look at the launcher's name.
 #pragma once

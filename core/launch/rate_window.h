@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // A rate smoothed over the last seconds of records: the progress line's samples/s.
 #pragma once
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // RunCatalog: the run store's list of runs (the `runs` table): a run recorded as it begins,
 // its verdict when it ends, and the runs that a supervisor left `running` and no live process
 // owns any more marked `interrupted`.

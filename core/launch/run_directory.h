@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Where runs live on disk: one folder per run under the runs directory, holding the
 // resolved profile, per-rank logs and results.
 #pragma once

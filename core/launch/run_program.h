@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Runs a short helper program (ssh for a check, SLURM's squeue and scancel) without a shell and
 // with a bound on how long it may take, for what it says.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 #include "launch/run_session.h"
 
 #include <algorithm>
@@ -132,7 +133,7 @@ RunResult RunSession::run(LaunchObserver& observer) {
   std::string thrown;
   try {
     m_store->endRun(m_runId, statusName(result.report.status), result.report.message, result.metrics["final.loss"],
-                    result.metrics["throughput.samples_per_s"], result.attempts, m_options.unpackProgress);
+                    result.metrics["throughput.samples_per_s"], result.attempts, m_options.packProgress);
   } catch (const std::exception& e) {
     thrown = e.what();
   }

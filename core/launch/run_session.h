@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // RunSession: one run's lifecycle, the same for the window (ui/run_controller.cpp),
 // `ptw --headless` (headless.cpp) and every point of `ptw sweep` (sweep.cpp): it creates
 // the run folder, opens the run store, records the run as running, supervises it with the
@@ -42,8 +43,8 @@ struct RunSessionOptions {
   /// session opens its own.
   RunStore* store = nullptr;
   RunStoreOptions storeOptions = {};  ///< for the store the session opens itself
-  /// Told how unpacking the step records into rows goes when the run ends (RunStore::endRun).
-  std::function<void(std::int64_t done, std::int64_t total)> unpackProgress = {};
+  /// Told how packing the step records into chunks goes when the run ends (RunStore::endRun).
+  std::function<void(std::int64_t done, std::int64_t total)> packProgress = {};
 
   RunSessionOptions& setRunsDir(std::string v) {
     runsDir = std::move(v);
@@ -65,8 +66,8 @@ struct RunSessionOptions {
     storeOptions = v;
     return *this;
   }
-  RunSessionOptions& setUnpackProgress(std::function<void(std::int64_t, std::int64_t)> v) {
-    unpackProgress = std::move(v);
+  RunSessionOptions& setPackProgress(std::function<void(std::int64_t, std::int64_t)> v) {
+    packProgress = std::move(v);
     return *this;
   }
 };

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // RunStore: every run's metadata and every record of every rank, in one SQLite database
 // per runs directory (<runs dir>/runs.sqlite). One writer per run (its supervisor);
 // WAL mode so the window can read while a run writes. Records are buffered and written at

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // SlurmJob: the SLURM job a run's ranks start in (hosts.launcher "slurm"; docs/multihost.md),
 // found in ptw's environment or written for the user to submit, and released at the run's end.
 //

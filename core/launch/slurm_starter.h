@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // SlurmStarter: starts each rank as a job step of a SLURM job through srun (profile section
 // `hosts`, launcher "slurm"; docs/multihost.md). SlurmJob (slurm_job.h) finds the job.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // SshStarter: starts each rank on its host through OpenSSH (profile section `hosts`,
 // launcher "ssh"; docs/multihost.md).
 //

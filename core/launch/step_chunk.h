@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Step chunks: how the run store keeps a run's step records once its step file is packed
 // (Note [Step blocks] in launch/run_store.h): the records of one rank and attempt, field by
 // field (Note [Step fields]), each field's column transformed and then compressed with

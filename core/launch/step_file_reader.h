@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // StepFileReader: reads the blocks of a run's step file (Note [Step blocks] in
 // launch/run_store.h; the layout in common/step_block.h), passing over a block that a write
 // cut short or a crash left unlike what its header says.

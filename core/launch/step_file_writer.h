@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // StepFileWriter: appends the step records a RunStore is given to their run's live step file,
 // <runs dir>/runs.blocks/<run id>, in blocks of a rank's records, one write a commit (Note
 // [Step blocks] in launch/run_store.h). The ranks of a supervised run append to the same

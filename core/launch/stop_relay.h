@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // StopRelay: passes a stop request on to whatever is running now (the current attempt's
 // Launcher, the sweep's current Supervisor), from any thread or a signal handler, while
 // the owner may be ending that object at the same moment.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // StoreDatabase: the run store's connection to its SQLite database (<runs dir>/runs.sqlite),
 // opened in WAL mode with the store's schema, and the statements and read transactions that
 // the store's parts (RunStore and the classes it is made of) share. Used by one thread at a

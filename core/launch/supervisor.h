@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Supervisor: one run from start to verdict. It launches the ranks (Launcher), writes
 // every record to the run store while the run goes on, and after a failure restarts the
 // whole run from its last checkpoint up to run.max_restarts times.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Sweep: the question users open the workbench with — on this model and this machine,
 // which strategy and how many workers? Runs a profile under each strategy and worker
 // count for a fixed number of steps, one after another, and reports throughput and

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Writing a stored run as TensorBoard event files (`ptw export --format tensorboard`): one
 // folder per rank, one scalar series per stored series. docs/export.md says how to open it.
 #pragma once

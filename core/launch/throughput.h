@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Throughput as ptw reports it (the headless summary, --expect, the run list, the sweep):
 // samples over time inside steps, per rank, leaving out each rank's warm-up steps.
 #pragma once

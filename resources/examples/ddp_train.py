@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """An ordinary PyTorch DDP training script, as ptw's `command` strategy runs it.
 
 A small MLP learns a seeded synthetic regression set (2048 samples x 10 features) with SGD,

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Data-parallel SGD with mpi4py and numpy, in Horovod's shape, as ptw's `command` strategy runs it.
 
 Every MPI rank holds its own shard of a seeded synthetic regression set (4096 samples x 10 features,

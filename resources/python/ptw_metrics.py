@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Report per-step metrics from your own training script to ptw.
 
 ptw's ``command`` strategy starts your script as N processes and sets ``PTW_METRICS`` to the path of

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Chart benchmark: 8 ranks × 4 series at 2,000 records/s each, ingested the way the window
 // does (a batch every 40 ms), up to the equivalent of a one-hour run (7.2M records per
 // series). Prints records/s ingested, frames/s redrawn at the end, points drawn and the

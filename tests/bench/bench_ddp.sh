@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # Side-by-side throughput of ptw and PyTorch's Python DDP (the reference peer), measured in
 # one run, alternating, on two fixed workloads. Builds nothing: run after the default build.
 #

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // What two ranks in lock-step can reach on this machine before they exchange anything, set
 // against DDP over shared memory: the mlp workload of tests/bench/bench_ddp.sh (MLP
 // 784-512-512-10, batch 128 a rank, SGD momentum 0.9, one thread a rank), trained by ptw's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // What watching costs: (1) time from Start to the first loss point on the chart for a
 // 2-rank run, and (2) the seed workload's training rate with every record streaming into
 // the run store and a live window, against the same run with per-step metrics off
@@ -278,7 +279,7 @@ int alternate(int runs, long steps, int phaseMs) {
       if (!w.controller()->isRunning()) break;
       w.setChartsPaused(live);  // draws what has come: the boundary, as the ranks last sent it
       const auto now = static_cast<std::int64_t>(w.lossChart()->pointCount(0));
-      if (now == at) break;  // the ranks have finished; their steps are being stored as rows
+      if (now == at) break;  // the ranks have finished; their steps are being packed into chunks
       const Cpu c = Cpu::now();
       phases.push_back({live, at, now, c.self - cpu.self, clock.restart() / 1000.0});
       live = !live, at = now, cpu = c;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # DDP across two hosts over Gloo: ptw's ssh launcher against PyTorch's Python DDP, on the same two
 # "hosts" (network namespaces with an sshd each, tests/multihost/netns_hosts.sh), one rank a host,
 # the mlp workload (MLP 784-512-512-10, batch 128 a rank, SGD momentum 0.9). Prints each side's

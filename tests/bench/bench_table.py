@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Prints the tables of a bench_ddp.sh run, and keeps runs as files.
 
   bench_table.py FILE               prints the tables of FILE: a run kept in tests/bench/results/, or
@@ -158,6 +159,8 @@ def print_targets(folder):
           "seed: DDP ÷ Python DDP | mlp: DataParallel ÷ Single | mlp: pool sync ÷ DDP |")
     print("|---|---|---|---|---|---|---|---|")
     kept = [json.load(open(os.path.join(folder, n))) for n in os.listdir(folder) if n.endswith(".json")]
+    # The folder keeps other benchmarks' runs too (loader-*, script-*, multihost): bench_ddp.sh's have samples.
+    kept = [run for run in kept if "date" in run and run.get("samples") and all("workload" in r for r in run["samples"])]
     for run in sorted(kept, key=lambda r: (r["date"], commit_order(r["commit"])), reverse=True):
         runs = {}
         for r in run["samples"]:

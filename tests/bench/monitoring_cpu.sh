@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # Where the machine's CPU goes while two lock-step ranks train with and without being watched:
 # what monitoring costs, counted rather than timed.
 #

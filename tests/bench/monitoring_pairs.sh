@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # What watching a run costs its ranks' throughput, in many short runs rather than a few long
 # ones: on a shared machine the training rate drifts over minutes, so each round runs every way
 # back to back, in an order that turns round by round, and each way is set against the two

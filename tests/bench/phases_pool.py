@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Pools runs of `bench_monitoring phases` (as saved in tests/bench/monitoring-phases.txt).
 
     tests/bench/phases_pool.py [FILE] [SECTION...]

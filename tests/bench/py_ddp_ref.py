@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 # Copy of the reference peer (PyTorch Python DDP) so the benchmark runs from a clone.
 """Reference peer: PyTorch's own Python DistributedDataParallel (gloo) on a fixed synthetic workload.
 

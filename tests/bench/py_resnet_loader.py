@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Python peer of the loader benchmark (resnet_loader.sh): PyTorch's DistributedDataParallel (gloo)
 training the CIFAR ResNet-18 of tests/data/make_resnet_images.py on its PNG folder, read by
 torchvision's ImageFolder through a DataLoader with one worker process per rank and a

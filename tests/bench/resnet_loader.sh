@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # Does ptw's data path keep up? ResNet-18 for 32x32 images on the CPU, DDP over Gloo, 2 ranks, batch 32
 # per rank, one intra-op thread per rank, trained side by side in one run on the same generated PNG
 # folder (tests/data/make_resnet_images.py: IMAGES 3x32x32 images in 10 classes; torchvision's

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # What watching a user's script costs its throughput: resources/examples/ddp_train.py (2 DDP
 # ranks over Gloo) at its fastest step, under ptw with and without reporting each step through
 # ptw_metrics (the metrics channel). Runs alternate within a round, so the machine's drift over

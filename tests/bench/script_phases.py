@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """What reporting through ptw_metrics costs a DDP script, measured within one run.
 
 resources/examples/ddp_train.py's workload (its data and model, 2 DDP ranks over Gloo), run by ptw

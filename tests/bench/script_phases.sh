@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # Runs tests/bench/script_phases.py under ptw (2 ranks, a `command` profile) and prints rank 0's
 # result: what reporting every step through ptw_metrics costs the DDP example, within one run.
 #

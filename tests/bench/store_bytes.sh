@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # What the run store keeps per step record: runs the default profile headless for STEPS steps
 # (2 ranks) in a scratch runs directory and prints the compressed chunks' bytes per record and
 # the whole database's. Usage: tests/bench/store_bytes.sh [STEPS] (default 20000)

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # What the window's process costs a record while ranks train, against another build of ptw
 # measured in the same run.
 #

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Reads TensorBoard event files as TensorBoard would, independently of ptw's writer.
 
 For each folder under DIR that holds files whose name contains "tfevents", checks every

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The command strategy: a user's program run as the ranks (Note [Script ranks] in
 // common/command.h). First its plain parts (the protocol's parser, the output pattern,
 // templates, the environment), then whole headless runs of small Python programs: what

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Data kinds read from files (cifar10, image-folder, npy): each loads to the tensors numpy, PIL
 // and torchvision's ImageFolder read from the same files (tests/data/make_image_data.py writes
 // both into a temporary folder), broken inputs fail with errors naming the file, and image

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Equivalence: every strategy (DataParallel, DDP, the process pool) ends with the
 // parameters that one process reaches on the same global batches; every rank holds
 // identical parameters. Plus accumulation, hogwild convergence, and exact resume.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Export to TensorBoard (Note [Event files], Note [TensorBoard export]): CRC-32C against the
 // published vectors, and a stored run's event files read back by an independent reader
 // (tests/core/read_tfevents.py: protobuf's decoder, python3-crc32c's CRC) that must find every

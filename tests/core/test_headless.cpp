@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // `ptw --headless` as CI sees it: exit codes, messages, and no orphan when ptw itself is killed.
 #include <QDir>
 #include <QElapsedTimer>
@@ -1061,7 +1062,7 @@ class TestHeadless : public QObject {
     QVERIFY(list.waitForFinished(120000));
     QCOMPARE(list.exitCode(), 0);
     const QString err = QString::fromUtf8(list.readAllStandardError());
-    const QString what = QString(" step records of run %1 as rows").arg(id);
+    const QString what = QString(" step records of run %1 in chunks").arg(id);
     QVERIFY2(err.startsWith("ptw: storing 500000" + what + "...\n"), qPrintable(err));
     QVERIFY2(err.endsWith("ptw: stored 500000 of 500000" + what + "\n"), qPrintable(err));
     QVERIFY(QString::fromUtf8(list.readAllStandardOutput()).contains("interrupted"));

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // ptw-worker started by a standard launcher, end to end on loopback: two ranks given only
 // torchrun's, SLURM's or Open MPI's variables (or started by mpirun itself) end with the
 // parameters that ptw's own 2-rank launch of the same DDP profile reaches.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // A rank's place from the variables torchrun, SLURM and Open MPI set: each launcher's
 // mapping, which one wins when several are present, every error naming its variable, and
 // SLURM hostlist expansion.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // DDP across hosts through ptw's ssh launcher (docs/multihost.md), on one machine: two "hosts"
 // are network namespaces with an sshd each (tests/multihost/netns_hosts.sh), and ptw runs in a
 // third. Needs root (CAP_NET_ADMIN), iproute2 and OpenSSH; without them every case is skipped,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // What this machine's network offers a run across hosts (core/common/network.h): its interfaces,
 // and the rendezvous port check, by the function and by `ptw-worker --check-port` as rank 0's
 // host runs it before a run. Only loopback is touched: listeners on 127.0.0.1 and port checks

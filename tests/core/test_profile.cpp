@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Profiles: file round-trip, every validation error named, overrides, record lines.
 #include <QFile>
 #include <QJsonArray>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The run store: step records are packed in blocks and appended to the run's step file
 // while it goes (Note [Step blocks]), read back exactly from the file, chunks or both, and
 // packed into compressed `step_chunks` when the run ends or is found interrupted; the rows

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // DDP through ptw's slurm launcher (docs/multihost.md, Note [SLURM job]) on a one-node SLURM
 // cluster that the test starts on this machine (tests/slurm/slurm_node.sh): munged, slurmctld
 // and slurmd with their own key, configuration and state in a temporary folder, over 127.0.0.1

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The slurm launcher without a cluster (Note [SLURM ranks] in core/launch/slurm_starter.h, Note
 // [SLURM job] in core/launch/slurm_job.h): each rank's srun command, the ranks' nodes from an
 // allocation's variables, the sbatch script, and the wait for a job, against stand-ins for

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The ssh launcher's command line (Note [Remote ranks] in core/launch/ssh_starter.h): every
 // argument quoted for the remote shell, batch mode, the host after `--`.
 #include <QProcess>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The supervisor's fault matrix: a killed rank, a stopped rank, a rank that fails at
 // start, a user stop, a restart from checkpoint, a full metrics store. After each: the
 // report names the rank and cause, no worker is left, and the run store holds every

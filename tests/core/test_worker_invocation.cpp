@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The worker's interface (common/worker_invocation.h): every flag written and read back to the
 // same invocation, bad command lines refused with the flag named, the exit codes the protocol
 // lists, and `--devices` lines read back to the devices written.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // Workloads: TorchScript round trip with Python, the shipped MNIST-format fixture, CSV
 // columns, learning-rate schedules, gradients by hand against autograd's, and every
 // bad-input case caught before training with a message that names the problem.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The BatchNorm parity fixture of test_ddp (Note [Buffers]): a ResNet-18 (torchvision's, for
 16x16 images: conv1 3x3 stride 1, no max-pool) as TorchScript that takes flat [N, 3*16*16]
 rows, a small seeded image-like CSV data set (768 pixel columns and a label), and what

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The data and models of the image example profiles, seeded (nothing is downloaded):
 
     /usr/bin/python3 tests/data/make_examples.py OUT

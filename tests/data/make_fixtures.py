@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Generates the small data files ptw ships for its example profiles and tests.
 
     /usr/bin/python3 tests/data/make_fixtures.py

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Writes small seeded image data sets, and what Python reads from them, into a folder.
 
     /usr/bin/python3 tests/data/make_image_data.py OUT

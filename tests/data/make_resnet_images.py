@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: GPL-3.0-or-later
 """The loader benchmark's inputs (tests/bench/resnet_loader.sh): a seeded ImageFolder tree of PNGs
 and a CIFAR-style ResNet-18 as TorchScript. Nothing is downloaded; weights are seeded, not pretrained.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Generates sampler_table.json: the indices torch.utils.data.DistributedSampler gives each rank.
 
 Run with Debian's interpreter (python3-torch): /usr/bin/python3 tests/data/make_sampler_table.py

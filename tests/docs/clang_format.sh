@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # The tree follows .clang-format: every C++ file of core/, ui/, app/ and tests/ is as
 # clang-format would write it. Usage: clang_format.sh SOURCE_DIR
 set -euo pipefail

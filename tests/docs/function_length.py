@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: GPL-3.0-or-later
 """No function in core/, ui/ or app/ is longer than LIMIT lines (from the line that opens its body to
 the one that closes it), except the data tables named with --table: a long function is hard to
 read and to test, a table of rows is not. A light scanner, not a parser: it blanks comments and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # The manual page and the bash completion know every option ptw has: each long option of
 # `ptw --help` and of each subcommand's --help is in packaging/ptw.1 (as roff writes it) and
 # in packaging/bash-completion/ptw, and the completion offers for --set exactly the fields

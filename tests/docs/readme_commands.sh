@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # Runs the commands the README shows, as written, so that the README cannot drift from ptw:
 # every ```sh block after "## A first run headless", and the minimal profile's JSON block
 # headless. The two set-up commands at the top are what .ci/run runs, so they are checked by

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // libFuzzer target for the metrics protocol of the command strategy (common/command.h): on
 // any bytes, split into lines, parsed and turned into records, nothing crashes, throws or
 // grows past its bound; a parsed record's step is >= 0 and its scalars' names are valid, and

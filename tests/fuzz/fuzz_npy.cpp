@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // libFuzzer target for the .npy header parser: on any bytes it either throws ptw::Error or
 // returns a header whose shape and dtype account for exactly the bytes after it.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // libFuzzer target for the profile parser and --set overrides: never crash, never hang,
 // and whatever parses survives a round trip through toJson unchanged.
 //

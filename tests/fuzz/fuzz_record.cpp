@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // libFuzzer target for the record-pipe decoder: never crash or throw on any bytes; what
 // decodes encodes back to frames that decode to the same records (byte for byte, NaNs
 // included); a malformed frame stops decoding at its own offset.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # GPU checks: builds the engine, the worker and the headless runner against a CUDA LibTorch
 # (no Qt needed) and checks every CUDA path against a reference run, on a machine with at least
 # one CUDA GPU. The CPU suite (ctest) cannot reach these paths; this script is their test.

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # Two "hosts" for the multi-host test, as Linux network namespaces on this machine:
 #
 #   ptwt-ctl-TAG  (ptw runs here)   m1 10.77.1.1 ---- mgmt 10.77.1.2  ptwt-h1-TAG  (sshd on 10.77.1.2)

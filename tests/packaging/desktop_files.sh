@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # The desktop integration files, as the build makes them, pass their validators: the desktop
 # entry (desktop-file-validate), the AppStream metainfo (appstreamcli validate, offline), and
 # the MIME type (update-mime-database builds a database in which *.ptw.json is a profile).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Tests of the example training scripts in resources/examples/, started the way ptw starts them.
 
 Each test launches the ranks with a torchrun-style environment and PTW_METRICS naming a FIFO that a

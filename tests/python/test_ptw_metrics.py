@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: GPL-3.0-or-later
 """Tests of resources/python/ptw_metrics.py, the module scripts report metrics to ptw with.
 
 Run from this folder with the module on PYTHONPATH (CTest's ptw_metrics_py does):

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: GPL-3.0-or-later
 # A one-node SLURM cluster for the SLURM test, on this machine: munged, slurmctld and slurmd from
 # Debian's slurm-wlm packages, each with its own key, socket, configuration, state and logs in DIR,
 # talking over 127.0.0.1 only, on ports picked free. The daemons run in a PID namespace of their

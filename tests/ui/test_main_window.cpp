@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
 // The window, offscreen: the profile editor, Open/Save, a live 2-rank run to the end, the
 // history with overlay and profile diff, a killed rank, and the chart summaries that keep
 // display memory bounded.
