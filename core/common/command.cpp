@@ -281,6 +281,9 @@ std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptC
                                                                              {"PTW_METRICS", ctx.metricsPath},
                                                                              {"PTW_RUN_TOKEN", ctx.token}})
     setVar(env, k, v);
+  // torchrun's rule: processes that share a host share its cores, so each gets one OpenMP
+  // thread unless ptw's own environment (or the profile, below) says otherwise.
+  if (ctx.world > 1 && getVar(env, "OMP_NUM_THREADS").empty()) setVar(env, "OMP_NUM_THREADS", "1");
   if (!ctx.pythonDir.empty()) {
     const std::string old = getVar(env, "PYTHONPATH");
     setVar(env, "PYTHONPATH", old.empty() ? ctx.pythonDir : ctx.pythonDir + ":" + old);

@@ -59,8 +59,9 @@ struct ScriptContext {
 
 /// The program's environment: `base` (KEY=VALUE entries, e.g. from environ) with the torchrun
 /// variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK,
-/// ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), PYTHONUNBUFFERED, PYTHONPATH, PTW_METRICS,
-/// PTW_RUN_TOKEN set, then command.env (templates replaced) over them.
+/// ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and OMP_NUM_THREADS=1 for several ranks when
+/// `base` has none), PYTHONUNBUFFERED, PYTHONPATH, PTW_METRICS, PTW_RUN_TOKEN set, then
+/// command.env (templates replaced) over them.
 std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptContext& ctx,
                                            const std::vector<std::string>& base);
 

@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -269,6 +270,45 @@ class TestCommand : public QObject {
     QCOMPARE(vars["PTW_RUN_TOKEN"], std::string("42-29500"));
     QCOMPARE(vars["SEED"], std::string("0"));
     QCOMPARE(vars["PATH"], std::string("/usr/bin"));
+  }
+
+  // As torchrun: one OpenMP thread a process when several share the host, unless ptw's own
+  // environment or the profile's command.env sets OMP_NUM_THREADS.
+  void severalRanksGetOneOpenMpThreadEach_data() {
+    QTest::addColumn<int>("world");
+    QTest::addColumn<QString>("inherited");  // ptw's own OMP_NUM_THREADS; "" unset
+    QTest::addColumn<QString>("profile");    // the profile's command.env entry; "" none
+    QTest::addColumn<QString>("expected");   // "" unset
+    QTest::newRow("two ranks") << 2 << ""
+                               << ""
+                               << "1";
+    QTest::newRow("one rank") << 1 << ""
+                              << ""
+                              << "";
+    QTest::newRow("ptw's own kept") << 4 << "3"
+                                    << ""
+                                    << "3";
+    QTest::newRow("the profile's wins") << 2 << "3"
+                                        << "OMP_NUM_THREADS=2"
+                                        << "2";
+  }
+  void severalRanksGetOneOpenMpThreadEach() {
+    QFETCH(int, world);
+    QFETCH(QString, inherited);
+    QFETCH(QString, profile);
+    QFETCH(QString, expected);
+    Profile p = defaultProfile();
+    p.strategy.kind = "command";
+    p.command.program = "python3";
+    if (!profile.isEmpty()) p.command.env = {profile.toStdString()};
+    std::vector<std::string> base{"PATH=/usr/bin"};
+    if (!inherited.isEmpty()) base.push_back("OMP_NUM_THREADS=" + inherited.toStdString());
+    const ScriptContext ctx{0, world, 29500, "/run/rank0.metrics", "", "42-29500"};
+    std::optional<std::string> got;
+    for (const auto& e : scriptEnvironment(p, ctx, base))
+      if (e.rfind("OMP_NUM_THREADS=", 0) == 0) got = e.substr(16);
+    QCOMPARE(got.has_value(), !expected.isEmpty());
+    if (got) QCOMPARE(QString::fromStdString(*got), expected);
   }
 
   void longLinesAreCutOffNotKept() {
