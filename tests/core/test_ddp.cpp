@@ -575,11 +575,11 @@ class TestDdp : public QObject {
     hogwild.strategy.kind = "pool";
     hogwild.strategy.poolMode = "hogwild";
     hogwild.strategy.ranks = 2;
-    // How the workers' lock-free updates interleave differs from run to run (one run's
-    // validation loss ranged over 0.83-1.16 x Single's in 9 runs), so the median of three
+    // How the workers' lock-free updates interleave differs from run to run, and one run's
+    // validation loss lands now below Single's, now well above it; so the median of five
     // runs is held to 1.2 x Single's.
     std::vector<double> losses;
-    for (int run = 0; run < 3; ++run) {
+    for (int run = 0; run < 5; ++run) {
       QTemporaryDir dir;
       LastValidation observer;
       RunReport report = launch(dir, hogwild, observer);
@@ -588,13 +588,12 @@ class TestDdp : public QObject {
       losses.push_back(observer.loss);
     }
     std::sort(losses.begin(), losses.end());
-    QVERIFY2(losses[1] <= 1.2 * singleLoss,
-             qPrintable(QStringLiteral("hogwild val loss %1 (median of %2, %3, %4), single %5")
-                            .arg(losses[1])
-                            .arg(losses[0])
-                            .arg(losses[1])
-                            .arg(losses[2])
-                            .arg(singleLoss)));
+    QStringList all;
+    for (double l : losses) all << QString::number(l);
+    QVERIFY2(losses[2] <= 1.2 * singleLoss, qPrintable(QStringLiteral("hogwild val loss %1 (median of %2), single %3")
+                                                           .arg(losses[2])
+                                                           .arg(all.join(", "))
+                                                           .arg(singleLoss)));
     // Not trivially equal: the model learned something from the initial loss of ~1.1 (3 classes).
     QVERIFY2(singleLoss < 0.9, qPrintable(QStringLiteral("single val loss %1").arg(singleLoss)));
   }
