@@ -212,10 +212,20 @@ int listRuns(const std::string& runsDir) {
   packEnded(store);
   std::printf("%5s  %-11s  %-20s  %-13s  %5s  %12s  %12s  %-7s  %s\n", "id", "status", "started (UTC)", "strategy",
               "world", "final loss", "samples/s", "version", "name");
-  // A run of a build that did not record its version shows "-".
+  // A run of a build that did not record its version shows "-"; a value nobody reported (or
+  // a run too short to measure) shows "–" (Note [Not reported]).
+  auto cell = [](double v, const char* format) {
+    char text[32];
+    if (std::isnan(v))
+      std::snprintf(text, sizeof text, "%11s%s", "", ptw::core::kNotReported);
+    else
+      std::snprintf(text, sizeof text, format, v);
+    return std::string(text);
+  };
   for (const auto& r : store.runs())
-    std::printf("%5lld  %-11s  %-20s  %-13s  %5d  %12.6g  %12.1f  %-7s  %s\n", static_cast<long long>(r.id),
-                r.status.c_str(), r.startedAt.c_str(), r.strategy.c_str(), r.world, r.finalLoss, r.samplesPerS,
+    std::printf("%5lld  %-11s  %-20s  %-13s  %5d  %12s  %12s  %-7s  %s\n", static_cast<long long>(r.id),
+                r.status.c_str(), r.startedAt.c_str(), r.strategy.c_str(), r.world,
+                cell(r.finalLoss, "%12.6g").c_str(), cell(r.samplesPerS, "%12.1f").c_str(),
                 r.ptwVersion.empty() ? "-" : r.ptwVersion.c_str(), r.name.c_str());
   return 0;
 }
@@ -241,9 +251,8 @@ int exportRun(const ExportArgs& a) {
   const auto id = static_cast<long long>(a.runId);
   if (csv) {
     const std::string file = a.csv.empty() ? a.out : a.csv;
-    store.exportCsv(a.runId, file);
-    std::printf("ptw: run %lld: %lld step records written to %s\n", id,
-                static_cast<long long>(store.stepCount(a.runId)), file.c_str());
+    const std::int64_t rows = store.exportCsv(a.runId, file);
+    std::printf("ptw: run %lld: %lld rows written to %s\n", id, static_cast<long long>(rows), file.c_str());
     return 0;
   }
   const auto written = ptw::core::exportTensorBoard(store, a.runId, a.out);

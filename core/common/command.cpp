@@ -2,6 +2,7 @@
 #include "common/command.h"
 
 #include <cmath>
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -178,6 +179,15 @@ const std::map<std::string, Optional>& numberKeys() {
   return keys;
 }
 
+// Times in seconds, as many scripts print them, with the field in ms each fills.
+const std::map<std::string, Optional>& secondKeys() {
+  static const std::map<std::string, Optional> keys = {
+      {"step_s", &ScriptRecord::stepMs},       {"data_s", &ScriptRecord::dataMs}, {"compute_s", &ScriptRecord::computeMs},
+      {"comm_s", &ScriptRecord::commMs},       {"opt_s", &ScriptRecord::optMs},
+  };
+  return keys;
+}
+
 // One key of a record, by its name; "" or what is wrong.
 std::string takeKey(const std::string& key, const Json& v, ScriptRecord& out) {
   if (key == "step" || key == "rank" || key == "epoch") {
@@ -191,11 +201,13 @@ std::string takeKey(const std::string& key, const Json& v, ScriptRecord& out) {
   }
   double d = 0;
   const auto known = numberKeys().find(key);
-  if (!number(v, d))
-    return "\"" + key + "\": expected a number" + (known == numberKeys().end() ? " (a named scalar)" : "") + ", got " +
-           describe(v);
+  const auto seconds = secondKeys().find(key);
+  const bool named = known != numberKeys().end() || seconds != secondKeys().end();
+  if (!number(v, d)) return "\"" + key + "\": expected a number" + (named ? "" : " (a named scalar)") + ", got " + describe(v);
   if (known != numberKeys().end()) {
     out.*(known->second) = d;
+  } else if (seconds != secondKeys().end()) {
+    out.*(seconds->second) = d * 1000.0;
   } else {
     if (!isScalarName(key))
       return "\"" + key.substr(0, 60) + "\": a scalar's name is 1 to 48 characters of A-Z a-z 0-9 _ . / -";
@@ -261,6 +273,17 @@ std::vector<FieldError> validateCommand(const Profile& p) {
   return e;
 }
 
+bool commandNamesField(const Profile& p, const std::string& field) {
+  const std::string name = "{" + field + "}";
+  auto names = [&](const std::string& text) { return text.find(name) != std::string::npos; };
+  return std::any_of(p.command.args.begin(), p.command.args.end(), names) ||
+         std::any_of(p.command.env.begin(), p.command.env.end(), names) || names(p.command.cwd);
+}
+
+double declaredBatch(const Profile& p) {
+  return commandNamesField(p, "hyper.batch_size") ? static_cast<double>(p.hyper.batchSize) : std::nan("");
+}
+
 std::string runToken(long launcherPid, int port) { return std::to_string(launcherPid) + "-" + std::to_string(port); }
 
 std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptContext& ctx,
@@ -322,24 +345,87 @@ bool parseMetricsLine(std::string_view line, ScriptRecord& out, std::string& err
   return true;
 }
 
+namespace {
+
+// The longest run of plain text that every line a pattern matches holds: outside groups
+// (which may be optional) and character classes, between escapes, captures (written as
+// '\x01' in `skeleton`) and operators; none where the pattern has alternatives.
+std::string requiredText(const std::string& skeleton) {
+  std::string best, run;
+  auto end = [&] {
+    if (run.size() > best.size()) best = run;
+    run.clear();
+  };
+  int depth = 0;
+  for (std::size_t i = 0; i < skeleton.size(); ++i) {
+    const char c = skeleton[i];
+    if (c == '|') return "";
+    if (c == '\\') {
+      end();
+      ++i;
+      continue;
+    }
+    if (c == '[') {  // to the class's end; a ']' first in it is one of its characters
+      end();
+      std::size_t j = i + 1;
+      if (j < skeleton.size() && skeleton[j] == '^') ++j;
+      if (j < skeleton.size() && skeleton[j] == ']') ++j;
+      while (j < skeleton.size() && skeleton[j] != ']') j += skeleton[j] == '\\' ? 2 : 1;
+      i = j;
+      continue;
+    }
+    if (c == '(' || c == ')') {
+      end();
+      depth += c == '(' ? 1 : -1;
+      continue;
+    }
+    if (std::string_view("^$.?*+{}\x01").find(c) != std::string_view::npos || depth != 0) {
+      end();
+      continue;
+    }
+    const char next = i + 1 < skeleton.size() ? skeleton[i + 1] : '\0';
+    if (next == '?' || next == '*' || next == '{') {  // the character may not be there
+      end();
+      continue;
+    }
+    run += c;
+    if (next == '+') end();
+  }
+  end();
+  return best;
+}
+
+bool isIntegerKey(const std::string& name) { return name == "step" || name == "rank" || name == "epoch"; }
+
+}  // namespace
+
 OutputPattern::OutputPattern(const std::string& pattern) {
   static const std::regex placeholder(R"(\{([A-Za-z_][A-Za-z0-9_./-]*)\})");
-  std::string expression;
+  std::string expression, loose, skeleton;
   auto last = pattern.cbegin();
   for (std::sregex_iterator it(pattern.begin(), pattern.end(), placeholder), end; it != end; ++it) {
     const std::string name = (*it)[1].str();
     ScriptRecord probe;
     PTW_CHECK(takeKey(name, Json(1), probe).empty(), "{", name, "} is not a key of the protocol or a scalar's name");
+    skeleton.append(last, (*it)[0].first);
+    skeleton += '\x01';
     expression.append(last, (*it)[0].first);
+    loose.append(last, (*it)[0].first);
     expression += numberPattern();
+    loose += R"(([^\s,;:()\[\]|/]+))";
     m_names.push_back(name);
     last = (*it)[0].second;
   }
+  skeleton.append(last, pattern.cend());
+  m_literal = requiredText(skeleton);
   expression.append(last, pattern.cend());
-  PTW_CHECK(std::find(m_names.begin(), m_names.end(), "step") != m_names.end(), "\"", pattern,
-            "\" has no {step}; every record needs one, e.g. \"step {step} loss {loss}\"");
+  loose.append(last, pattern.cend());
+  m_hasStep = std::find(m_names.begin(), m_names.end(), "step") != m_names.end();
+  PTW_CHECK(!m_names.empty(), "\"", pattern,
+            "\" captures nothing; name the numbers to take with {key}, e.g. \"step {step} loss {loss}\"");
   try {
     m_regex = std::regex(expression, std::regex::ECMAScript | std::regex::optimize);
+    m_loose = std::regex(loose, std::regex::ECMAScript | std::regex::optimize);
   } catch (const std::regex_error& ex) {
     PTW_FAIL("\"", pattern, "\" is not a valid regular expression (", ex.what(), ")");
   }
@@ -347,10 +433,26 @@ OutputPattern::OutputPattern(const std::string& pattern) {
             "\" has groups of its own in parentheses; write (?:...) for them, {name} makes the captures");
 }
 
-bool OutputPattern::match(std::string_view line, ScriptRecord& out) const {
-  if (line.size() > kMaxLine) return false;
+OutputPattern::Match OutputPattern::match(std::string_view line, ScriptRecord& out, std::string& problem) const {
+  if (line.size() > kMaxLine) return Match::None;
+  // Most lines of a program's output are not the pattern's: a search for its plain text
+  // turns them away for a fraction of what the regular expression costs.
+  if (!m_literal.empty() && line.find(m_literal) == std::string_view::npos) return Match::None;
   std::match_results<std::string_view::const_iterator> m;
-  if (!std::regex_search(line.begin(), line.end(), m, m_regex)) return false;
+  if (!std::regex_search(line.begin(), line.end(), m, m_regex)) {
+    // The line may be the pattern's with a capture that is not a number ("loss: nan%"): say so.
+    if (m_literal.empty() || !std::regex_search(line.begin(), line.end(), m, m_loose)) return Match::None;
+    for (std::size_t i = 0; i < m_names.size(); ++i)
+      if (m[i + 1].matched) {
+        const std::string s = m[i + 1].str();
+        static const std::regex number("^" + numberPattern() + "$");
+        if (!std::regex_match(s, number)) {
+          problem = "{" + m_names[i] + "} is \"" + s.substr(0, 40) + "\", not a number";
+          return Match::Bad;
+        }
+      }
+    return Match::None;
+  }
   out = ScriptRecord{};
   for (std::size_t i = 0; i < m_names.size(); ++i) {
     if (!m[i + 1].matched) continue;  // an optional part of the pattern
@@ -358,72 +460,155 @@ bool OutputPattern::match(std::string_view line, ScriptRecord& out) const {
     const char* begin = s.c_str();
     char* end = nullptr;
     const double v = std::strtod(begin, &end);
-    if (end == begin) return false;
+    if (end == begin) return Match::None;
     Json value(v);
-    if (m_names[i] == "step" || m_names[i] == "rank" || m_names[i] == "epoch") {
-      if (!std::isfinite(v) || v < 0 || v > 9e15 || std::floor(v) != v) return false;  // exact in an int64
+    if (isIntegerKey(m_names[i])) {
+      if (!std::isfinite(v) || v < 0 || v > 9e15 || std::floor(v) != v) {  // exact in an int64
+        problem = "{" + m_names[i] + "} is \"" + s + "\", not an integer >= 0";
+        return Match::Bad;
+      }
       value = Json(static_cast<std::int64_t>(v));
     } else if (!std::isfinite(v)) {
       value = Json(std::isnan(v) ? "NaN" : v > 0 ? "Infinity" : "-Infinity");
     }
-    if (!takeKey(m_names[i], value, out).empty()) return false;
+    const std::string error = takeKey(m_names[i], value, out);
+    if (!error.empty()) {
+      problem = error;
+      return Match::Bad;
+    }
   }
-  return out.step >= 0;
+  return Match::Record;
 }
+
+void ScriptRecord::merge(const ScriptRecord& later) {
+  for (const auto& [key, member] : numberKeys())
+    if (later.*member) this->*member = later.*member;
+  if (later.epoch) epoch = later.epoch;
+  for (const auto& scalar : later.scalars) {
+    auto it = std::find_if(scalars.begin(), scalars.end(), [&](const auto& s) { return s.first == scalar.first; });
+    if (it != scalars.end())
+      it->second = scalar.second;
+    else
+      scalars.push_back(scalar);
+  }
+}
+
+ScriptMetrics::ScriptMetrics(int ownRank, int ranks, double batch)
+    : m_own(ownRank), m_batch(batch), m_ranks(static_cast<std::size_t>(std::max(ranks, 0))) {}
 
 std::int64_t ScriptMetrics::progressStep() const {
   std::int64_t least = -1;
-  for (std::int64_t s : m_steps)
-    if (s >= 0) least = least < 0 ? s : std::min(least, s);
+  for (const Rank& r : m_ranks)
+    if (r.global >= 0) least = least < 0 ? r.global : std::min(least, r.global);
   return least;
 }
 
-std::string ScriptMetrics::convert(const ScriptRecord& in, double nowMs, std::vector<Record>& out) {
+std::string ScriptMetrics::take(const ScriptRecord& in, double nowMs, std::vector<Record>& out) {
   const int rank = in.rank >= 0 ? in.rank : m_own;
-  if (rank < 0 || static_cast<std::size_t>(rank) >= m_lastMs.size())
+  if (rank < 0 || static_cast<std::size_t>(rank) >= m_ranks.size())
     return "rank " + std::to_string(rank) + " is not one of this run's ranks (0.." +
-           std::to_string(m_lastMs.size() - 1) + "; command.report_ranks sets how many report)";
-  m_lastStep = std::max(m_lastStep, in.step);
-  std::int64_t& latest = m_steps[static_cast<std::size_t>(rank)];
-  latest = std::max(latest, in.step);
-  if (in.loss || in.samples || in.samplesPerS) {
-    Record r;
-    r.kind = Record::Kind::Step;
-    StepRecord& s = r.step;
+           std::to_string(m_ranks.size() - 1) + "; command.report_ranks sets how many report)";
+  Rank& r = m_ranks[static_cast<std::size_t>(rank)];
+  const std::int64_t raw = in.step >= 0 ? in.step : r.counted + 1;
+  if (in.step < 0) ++r.counted;
+  const bool epochChanged = in.epoch && r.lastEpoch && *in.epoch != *r.lastEpoch;
+  if (r.global >= 0 && raw == r.lastRaw && !epochChanged) {  // more of the step the rank is on
+    if (r.sent && in.hasStepFields())
+      return "step " + std::to_string(raw) + ": a field of a step whose record went out " +
+             std::to_string(static_cast<long long>(nowMs - r.beganMs)) +
+             " ms before (the fields of one step merge when they come within " +
+             std::to_string(static_cast<int>(kHoldMs)) + " ms of each other); not kept";
+    if (r.sent) {  // scalars or a validation for a step already sent: they go alone
+      ScriptRecord late = in;
+      late.step = raw;
+      r.step = late;
+      r.held = true;
+      r.sent = false;
+      send(rank, r, out);
+      r.sent = true;
+      return "";
+    }
+    r.step.merge(in);
+    r.lastPieceMs = nowMs;
+    return "";
+  }
+  if (r.held) send(rank, r, out);
+  if (r.global < 0) {
+    r.offset = 0;
+  } else if (raw < r.lastRaw || (raw == r.lastRaw && epochChanged)) {
+    r.offset = r.global + r.stride - raw;  // a new stretch
+  } else {
+    r.stride = raw - r.lastRaw;
+  }
+  r.lastRaw = raw;
+  if (in.epoch) r.lastEpoch = in.epoch;
+  r.global = raw + r.offset;
+  r.step = in;
+  r.step.step = raw;
+  r.held = true;
+  r.sent = false;
+  r.beganMs = r.lastPieceMs = nowMs;
+  m_lastStep = std::max(m_lastStep, r.global);
+  return "";
+}
+
+void ScriptMetrics::flush(double nowMs, double holdMs, std::vector<Record>& out) {
+  for (std::size_t i = 0; i < m_ranks.size(); ++i) {
+    Rank& r = m_ranks[i];
+    if (r.held && nowMs - r.lastPieceMs >= holdMs) {
+      send(static_cast<int>(i), r, out);
+      r.sent = true;
+    }
+  }
+}
+
+void ScriptMetrics::send(int rank, Rank& r, std::vector<Record>& out) {
+  r.held = false;
+  const ScriptRecord& in = r.step;
+  if (in.hasStepFields()) {
+    Record rec;
+    rec.kind = Record::Kind::Step;
+    StepRecord& s = rec.step;
     s.rank = rank;
-    s.step = in.step;
-    s.epoch = in.epoch.value_or(0);
-    s.loss = in.loss.value_or(std::nan(""));
-    double& last = m_lastMs[static_cast<std::size_t>(rank)];
-    s.stepMs = in.stepMs.value_or(nowMs - last);
-    last = nowMs;
-    s.samplesPerS = in.samplesPerS.value_or(in.samples && s.stepMs > 0 ? *in.samples * 1000.0 / s.stepMs : 0.0);
-    s.dataMs = in.dataMs.value_or(0);
-    s.computeMs = in.computeMs.value_or(0);
-    s.commMs = in.commMs.value_or(0);
-    s.optMs = in.optMs.value_or(0);
-    s.lr = in.lr.value_or(0);
-    out.push_back(r);
+    s.step = r.global;
+    s.stepOffset = r.offset;
+    s.epoch = in.epoch.value_or(-1);
+    s.loss = in.loss.value_or(notReported());
+    // The steps this record stands for: those since the rank's previous step record.
+    const std::int64_t steps = r.sentGlobal >= 0 ? std::max<std::int64_t>(1, r.global - r.sentGlobal) : 1;
+    const double since = r.sentGlobal >= 0 ? r.beganMs - r.sentMs : r.beganMs;
+    s.stepMs = in.stepMs.value_or(since / static_cast<double>(steps));
+    const double nan = std::nan("");
+    const double samples = in.samples.value_or(m_batch);  // in one step
+    s.samplesPerS = in.samplesPerS.value_or(s.stepMs > 0 && std::isfinite(samples) ? samples * 1000.0 / s.stepMs : nan);
+    s.dataMs = in.dataMs.value_or(nan);
+    s.computeMs = in.computeMs.value_or(nan);
+    s.commMs = in.commMs.value_or(nan);
+    s.optMs = in.optMs.value_or(nan);
+    s.lr = in.lr.value_or(nan);
+    s.memBytes = -1;
+    r.sentGlobal = r.global;
+    r.sentMs = r.beganMs;
+    out.push_back(rec);
   }
   if (in.valLoss) {
-    Record r;
-    r.kind = Record::Kind::Validation;
-    r.step.rank = rank;
-    r.step.step = in.step;
-    r.valLoss = *in.valLoss;
-    r.valAccuracy = in.valAccuracy.value_or(-1);
-    out.push_back(r);
+    Record rec;
+    rec.kind = Record::Kind::Validation;
+    rec.step.rank = rank;
+    rec.step.step = r.global;
+    rec.valLoss = *in.valLoss;
+    rec.valAccuracy = in.valAccuracy.value_or(-1);
+    out.push_back(rec);
   }
   for (const auto& [name, value] : in.scalars) {
-    Record r;
-    r.kind = Record::Kind::Scalar;
-    r.step.rank = rank;
-    r.step.step = in.step;
-    r.setName(name);
-    r.value = value;
-    out.push_back(r);
+    Record rec;
+    rec.kind = Record::Kind::Scalar;
+    rec.step.rank = rank;
+    rec.step.step = r.global;
+    rec.setName(name);
+    rec.value = value;
+    out.push_back(rec);
   }
-  return "";
 }
 
 }  // namespace ptw::core

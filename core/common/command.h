@@ -19,6 +19,7 @@
 // "quiet", and the stall timeout does not count it as stuck.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <regex>
@@ -44,6 +45,14 @@ std::string expandTemplates(const std::string& text, const Profile& profile);
 /// The program and its arguments, templates replaced: argv[0] is command.program.
 std::vector<std::string> commandLine(const Profile& profile);
 
+/// Whether a template of command.args, command.env or command.cwd names `field` ("hyper.lr").
+bool commandNamesField(const Profile& profile, const std::string& field);
+
+/// The samples a rank takes per step as the profile declares them: hyper.batch_size when a
+/// template passes it to the program ({hyper.batch_size} in command.args or command.env);
+/// NaN (not declared) otherwise.
+double declaredBatch(const Profile& profile);
+
 /// The token that marks every process of one run, in PTW_RUN_TOKEN (Note [Script ranks]).
 std::string runToken(long launcherPid, int port);
 
@@ -65,13 +74,22 @@ struct ScriptContext {
 std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptContext& ctx,
                                            const std::vector<std::string>& base);
 
-/// One record of the metrics protocol (docs/scripts.md): what a line held.
+/// One record of the metrics protocol (docs/scripts.md): what a line held. Times given in
+/// seconds (step_s, data_s, ...) are held in ms.
 struct ScriptRecord {
-  std::int64_t step = -1;
-  int rank = -1;  ///< -1: the process's own
+  std::int64_t step = -1;  ///< -1: none given (a pattern without {step}: the next step)
+  int rank = -1;           ///< -1: the process's own
   std::optional<double> loss, samples, samplesPerS, stepMs, dataMs, computeMs, commMs, optMs, lr, valLoss, valAccuracy;
   std::optional<std::int64_t> epoch;
   std::vector<std::pair<std::string, double>> scalars;  ///< any other numeric key
+
+  /// Whether it holds a field of a step record (loss, samples, a time, lr).
+  bool hasStepFields() const {
+    return loss || samples || samplesPerS || stepMs || dataMs || computeMs || commMs || optMs || lr;
+  }
+  /// Takes every field `later` holds (a later report of the same step): each field keeps
+  /// its last value, a scalar by its name.
+  void merge(const ScriptRecord& later);
 };
 
 /// Parses one line of the protocol (a JSON object, without the newline). False, with
@@ -79,21 +97,34 @@ struct ScriptRecord {
 bool parseMetricsLine(std::string_view line, ScriptRecord& out, std::string& error);
 
 /// command.pattern compiled: `{name}` matches a number and names it as a key of the protocol
-/// (step, loss, a scalar); the rest is an ECMAScript regular expression searched in a line.
+/// (step, loss, step_s, a scalar); the rest is an ECMAScript regular expression searched in
+/// a line. Without {step}, each matching line is the next step.
 /// Example: OutputPattern("step {step} loss {loss}").match("step 3 loss 0.5", r) sets r.step 3.
 class OutputPattern {
  public:
-  /// Throws ptw::Error saying what is wrong (no {step}, a bad name, a bad expression).
+  /// Throws ptw::Error saying what is wrong (a bad name, a bad expression, groups of its own).
   explicit OutputPattern(const std::string& pattern);
-  /// False when the line does not match (or is too long to search).
-  bool match(std::string_view line, ScriptRecord& out) const;
+  enum class Match { None, Record, Bad };
+  /// Record: `out` holds what the line gave. Bad: the line is the pattern's but a capture is
+  /// not what its key takes (a step of 2.5 or nan); `problem` says which. None otherwise, and
+  /// for a line longer than kMaxLine.
+  Match match(std::string_view line, ScriptRecord& out, std::string& problem) const;
+  bool match(std::string_view line, ScriptRecord& out) const {
+    std::string problem;
+    return match(line, out, problem) == Match::Record;
+  }
+  /// Whether the pattern captures {step}.
+  bool hasStep() const { return m_hasStep; }
 
   /// Lines longer than this are not searched (std::regex recurses per character).
   static constexpr std::size_t kMaxLine = 4096;
 
  private:
   std::regex m_regex;
+  std::regex m_loose;                ///< the same, each {name} taking any token: names a bad capture
+  std::string m_literal;             ///< text every matching line holds; lines without it are not searched
   std::vector<std::string> m_names;  ///< of the capture groups, in order
+  bool m_hasStep = false;
 };
 
 /// Splits bytes into lines. A line longer than `maxLine` is reported once as too long and
@@ -136,28 +167,71 @@ class LineSplitter {
   std::size_t m_skipped = 0;
 };
 
-/// Turns protocol records into ptw's records, rank by rank: a step record where the record
-/// has a loss or samples (samples/s from the time since the rank's last one, unless given),
-/// a validation record where it has val_loss, a scalar record per named scalar.
+// Note [Stretches of steps]
+// Scripts count steps their own way: many print a per-epoch batch index (`Epoch: [e][i/N]`)
+// that starts again each epoch, some report a step twice (a loss, then the same step's
+// accuracy), some print a line per step with no counter at all. ptw numbers a rank's steps
+// itself, the global step, so that none overwrites another:
+// - A record of the step the rank is on (the same counter, and the same epoch where one is
+//   given) is more of that step: its fields merge into one record, a field given twice keeps
+//   its last value. A step is held until the rank's next step comes, its program ends, or
+//   kHoldMs pass with nothing new for it; then it becomes ptw's records.
+// - A counter that goes back, or stays while the epoch changes, starts a new stretch: its
+//   first step follows the last global step by the counter's last stride (so a per-epoch
+//   index printed every 10 batches of 100 gives 0..90, then 100..190).
+// - Within a stretch the global step is the counter plus the stretch's offset, which each
+//   step record keeps (StepRecord::stepOffset): the export and the charts show both.
+// - A pattern without {step} makes each matching line the next step (1, 2, ...).
+// A step record stands for the steps since the rank's previous one (a script printing every
+// 10th step): its step time is the time since then over their count, and its samples the
+// declared batch times their count, so steps/s and samples/s come out per step.
+
+/// Turns protocol records into ptw's records, rank by rank (Note [Stretches of steps]): a
+/// step record where the step has a step field, a validation record where it has val_loss,
+/// a scalar record per named scalar.
 class ScriptMetrics {
  public:
-  /// `ownRank`: the rank of a record that names none; `ranks`: the ranks records may name.
-  ScriptMetrics(int ownRank, int ranks)
-      : m_own(ownRank), m_lastMs(static_cast<std::size_t>(ranks), 0.0), m_steps(static_cast<std::size_t>(ranks), -1) {}
-  /// Appends the records for `in`, which arrived `nowMs` after the program started; "" or
-  /// what was wrong with it (a rank out of range), in which case nothing is appended.
-  std::string convert(const ScriptRecord& in, double nowMs, std::vector<Record>& out);
-  /// The highest step any record named; -1 before the first.
+  /// `ownRank`: the rank of a record that names none; `ranks`: the ranks records may name;
+  /// `batch`: the samples a rank takes per step, where the profile declares them (NaN: not
+  /// declared; then samples/s is only what the script reports).
+  ScriptMetrics(int ownRank, int ranks, double batch = std::nan(""));
+  /// Takes `in`, which arrived `nowMs` after the program started, appending to `out` the
+  /// records of a step it ends; "" or what was wrong with it (a rank out of range, a field
+  /// of a step already sent), in which case what was wrong is not kept.
+  std::string take(const ScriptRecord& in, double nowMs, std::vector<Record>& out);
+  /// Appends the records of every step held for `holdMs` or more with nothing new (every
+  /// step held, with 0: the program ended).
+  void flush(double nowMs, double holdMs, std::vector<Record>& out);
+  /// The highest global step any record named; -1 before the first.
   std::int64_t lastStep() const { return m_lastStep; }
-  /// The step of the rank furthest behind, among those that have reported; -1 before any.
-  /// What the heartbeats say, so that one of mpirun's ranks that hangs while the others go on
-  /// is a stall.
+  /// The global step of the rank furthest behind, among those that have reported; -1 before
+  /// any. What the heartbeats say, so that one of mpirun's ranks that hangs while the others
+  /// go on is a stall.
   std::int64_t progressStep() const;
 
+  /// How long a step is held for more of its fields.
+  static constexpr double kHoldMs = 1000;
+
  private:
+  struct Rank {
+    std::int64_t lastRaw = -1;             ///< the script's counter at its last step; -1 before the first
+    std::optional<std::int64_t> lastEpoch;  ///< the epoch given with it
+    std::int64_t stride = 1;               ///< the counter's last step forward
+    std::int64_t offset = 0;               ///< global = counter + offset, in this stretch
+    std::int64_t global = -1;              ///< the global step of the last step; -1 before the first
+    std::int64_t sentGlobal = -1;          ///< the global step of the last step record sent
+    double sentMs = 0;                     ///< when the step of the last step record sent began
+    bool held = false;                     ///< `step` waits for more of its fields
+    bool sent = false;                     ///< the current step went out already (held past kHoldMs)
+    ScriptRecord step;                     ///< the current step, merged
+    double beganMs = 0, lastPieceMs = 0;   ///< when its first and its latest record came
+    std::int64_t counted = 0;              ///< lines of a pattern without {step}
+  };
+  void send(int rank, Rank& r, std::vector<Record>& out);
+
   const int m_own;
-  std::vector<double> m_lastMs;       ///< per rank: when its last step record arrived
-  std::vector<std::int64_t> m_steps;  ///< per rank: its latest step; -1 before its first record
+  const double m_batch;
+  std::vector<Rank> m_ranks;
   std::int64_t m_lastStep = -1;
 };
 

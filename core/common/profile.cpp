@@ -102,6 +102,7 @@ void visit(RunOptions& r, F&& f) {
   f("metrics", r.metrics);
   f("keep_every", r.keepEvery);
   f("keep_all_until", r.keepAllUntil);
+  f("on_nan", r.onNan);
 }
 template <class F>
 void visit(CommandSpec& c, F&& f) {
@@ -582,7 +583,9 @@ std::vector<FieldError> validate(const Profile& p) {
   need(h.batchSize >= 1, "hyper.batch_size", "must be >= 1, got " + str(h.batchSize));
   need(h.maxSteps >= 0, "hyper.max_steps", "must be >= 0, got " + str(h.maxSteps));
   need(h.epochs >= 0, "hyper.epochs", "must be >= 0, got " + str(h.epochs));
-  need(h.maxSteps > 0 || h.epochs > 0, "hyper.max_steps", "set hyper.max_steps or hyper.epochs to a positive number");
+  // A program of the command strategy may bound itself; ptw's own ranks need a bound.
+  need(h.maxSteps > 0 || h.epochs > 0 || (info && info->runsCommand), "hyper.max_steps",
+       "set hyper.max_steps or hyper.epochs to a positive number");
   oneOf(h.optimizer, "hyper.optimizer");
   need(h.momentum >= 0 && h.momentum < 1, "hyper.momentum", "must be in [0, 1), got " + str(h.momentum));
   if (h.nesterov)
@@ -621,6 +624,7 @@ std::vector<FieldError> validate(const Profile& p) {
   need(r.checkpointEvery >= 0, "run.checkpoint_every", "must be >= 0, got " + str(r.checkpointEvery));
   need(r.keepEvery >= 1, "run.keep_every", "must be >= 1 (1 keeps every step's records), got " + str(r.keepEvery));
   need(r.keepAllUntil >= 0, "run.keep_all_until", "must be >= 0, got " + str(r.keepAllUntil));
+  oneOf(r.onNan, "run.on_nan");
   if (info && info->runsCommand)
     for (auto& problem : validateCommand(p)) e.push_back(std::move(problem));
   validateHosts(p, need, oneOf);
@@ -680,6 +684,7 @@ std::vector<std::string> fieldChoices(const std::string& path) {
       {"hyper.optimizer", {"sgd", "adam", "adamw"}},
       {"hyper.schedule", {"constant", "step", "cosine"}},
       {"hyper.precision", {"fp32", "bf16"}},
+      {"run.on_nan", {"warn", "stop"}},
   };
   if (path == "strategy.kind" || path == "strategy.backend") {  // from the table of strategies
     std::vector<std::string> names;
@@ -796,6 +801,9 @@ const std::map<std::string, std::string>& fieldHelp() {
       {"run.keep_every", "past `run.keep_all_until`, the store keeps the records of every N-th step (1 keeps all)"},
       {"run.keep_all_until", "the store keeps every step's records up to this step"},
       {"run.metrics", "stream every step's record; `false` sends only heartbeats (to measure what watching costs)"},
+      {"run.on_nan",
+       "a loss that is NaN or infinite: `warn` names the rank and step and goes on, `stop` fails the run there "
+       "(exit 3)"},
       {"command.program",
        "`command`: the program each rank runs, e.g. `python3`, or a launcher such as `mpirun`; a bare name is looked "
        "up on `PATH`"},

@@ -107,6 +107,7 @@ struct RunOptions {
   bool metrics = true;               ///< stream per-step records; false sends only heartbeats (to measure their cost)
   std::int64_t keepEvery = 1;        ///< past keep_all_until, the store keeps the record of every Nth step (1: all)
   std::int64_t keepAllUntil = 0;     ///< the store keeps the records of every step up to this one
+  std::string onNan = "warn";        ///< a loss that is NaN or infinite: warn (say so) | stop (fail the run)
 };
 
 /// Example: CommandSpec{}.program = "python3"; args = {"train.py", "--lr", "{hyper.lr}"};

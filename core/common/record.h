@@ -38,8 +38,10 @@
 // record, and a chart keeps each group's extremes.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -58,6 +60,36 @@ namespace ptw::core {
 // many columns it has, so step files and stores written before read the new field as 0
 // (as do the `steps` rows of older stores; frames are only read by the build that wrote
 // them).
+// Note [Not reported]
+// A script reports what it has: a loss and no samples, times in seconds and no split, no
+// learning rate. A field nobody reported is "not reported", never 0, wherever it is shown:
+// `–` on the console and in the runs list, null in the summary, an empty CSV cell. In a
+// step record, a double nobody reported is NaN, an integer (epoch, mem_bytes) is -1. The
+// loss is the one field where NaN is also a real value (a diverged run, Note [Diverged
+// runs]), so an unreported loss is notReported(), a NaN with a payload of its own, which
+// every stage keeps bit for bit (frames, step blocks and chunks copy the bits). It never
+// enters arithmetic: StepGroup::add leaves it out of the loss sums, and a group whose
+// steps reported no loss holds notReported() there.
+
+/// The loss a step record holds when its rank reported none (Note [Not reported]).
+inline double notReported() {
+  constexpr std::uint64_t bits = 0x7ff8'0000'0000'7e57ULL;
+  double d;
+  std::memcpy(&d, &bits, sizeof d);
+  return d;
+}
+/// Whether `v` is notReported(), bit for bit.
+inline bool isNotReported(double v) {
+  std::uint64_t bits;
+  std::memcpy(&bits, &v, sizeof bits);
+  return bits == 0x7ff8'0000'0000'7e57ULL;
+}
+/// Whether a step field holds a value: a double that is not NaN (the loss: not
+/// notReported()), an integer >= 0.
+inline bool isReported(double v) { return !std::isnan(v); }
+inline bool isReported(std::int64_t v) { return v >= 0; }
+inline bool isReportedLoss(double v) { return !isNotReported(v); }
+
 struct StepRecord {
   int rank = 0;
   std::int64_t step = 0;
@@ -71,6 +103,12 @@ struct StepRecord {
   double optMs = 0;
   double lr = 0;
   std::int64_t memBytes = 0;
+  /// step - the script's own step counter: a command rank's global step (Note [Stretches of
+  /// steps] in common/command.h) less the counter the script printed; 0 for ptw's own ranks.
+  std::int64_t stepOffset = 0;
+
+  /// The step as its rank counted it (a script's own counter).
+  std::int64_t ownStep() const { return step - stepOffset; }
 
   /// Calls f(name, member) for each field but the rank, in the order of Note [Step fields];
   /// `name` is the field's column name (CSV, the text line's documentation).
@@ -87,6 +125,7 @@ struct StepRecord {
     f("opt_ms", &StepRecord::optMs);
     f("lr", &StepRecord::lr);
     f("mem_bytes", &StepRecord::memBytes);
+    f("step_offset", &StepRecord::stepOffset);
   }
   static constexpr std::size_t fieldCount() {
     std::size_t n = 0;
@@ -130,13 +169,20 @@ struct StepGroup {
   double samples = 0;  ///< sum of samples_per_s x step_ms / 1000: the samples of the steps
   double stepMs = 0, dataMs = 0, computeMs = 0, commMs = 0, optMs = 0;  ///< sums
 
-  /// Adds `s`, a later step of the same rank.
+  /// Adds `s`, a later step of the same rank. Losses not reported are left out of the loss
+  /// sums, which hold notReported() until one is (Note [Not reported]).
   void add(const StepRecord& s) {
-    if (count == 0) first = s.step, lossMin = lossMax = s.loss;
+    if (count == 0) first = s.step, lossSum = lossMin = lossMax = notReported();
     ++count;
-    lossSum += s.loss;
-    lossMin = s.loss < lossMin ? s.loss : lossMin;
-    lossMax = s.loss > lossMax ? s.loss : lossMax;
+    if (isReportedLoss(s.loss)) {
+      if (isNotReported(lossSum)) {
+        lossSum = lossMin = lossMax = s.loss;
+      } else {
+        lossSum += s.loss;
+        lossMin = s.loss < lossMin ? s.loss : lossMin;
+        lossMax = s.loss > lossMax ? s.loss : lossMax;
+      }
+    }
     samples += s.samplesPerS * (s.stepMs / 1000.0);
     stepMs += s.stepMs, dataMs += s.dataMs, computeMs += s.computeMs, commMs += s.commMs, optMs += s.optMs;
   }

@@ -147,7 +147,7 @@ class ScriptRunner {
  public:
   explicit ScriptRunner(ScriptRank& r)
       : m_r(r),
-        m_metrics(r.rank, core::reportingRanks(r.profile)),
+        m_metrics(r.rank, core::reportingRanks(r.profile), core::declaredBatch(r.profile)),
         m_channel(kMaxMetricsLine),
         m_outLines(core::OutputPattern::kMaxLine),
         m_errLines(core::OutputPattern::kMaxLine) {
@@ -285,6 +285,7 @@ class ScriptRunner {
         ::kill(m_child, SIGINT);
         forwarded = true;
       }
+      sendHeld(core::ScriptMetrics::kHoldMs);
       if (!exited && ::waitpid(m_child, &status, WNOHANG) == m_child) {
         exited = true;
         exitedAt = Clock::now();
@@ -293,7 +294,25 @@ class ScriptRunner {
       if (came && !exited && !m_r.stop.load()) std::this_thread::sleep_until(readAt + kDrainPeriod);
     }
     readChannel(false);
+    sendHeld(0);
+    if (m_pattern && m_matched == 0 && !m_noMatchSaid && m_outputLines > 0) sayNoMatch();
     return status;
+  }
+
+  // The steps the metrics hold that are done (Note [Stretches of steps]).
+  void sendHeld(double holdMs) {
+    m_batch.clear();
+    const double nowMs = std::chrono::duration<double, std::milli>(Clock::now() - m_started).count();
+    m_metrics.flush(nowMs, holdMs, m_batch);
+    for (const auto& r : m_batch) m_r.write(r);
+  }
+
+  void sayNoMatch() {
+    m_noMatchSaid = true;
+    std::fprintf(stderr,
+                 "[rank %d] warning: command.pattern \"%s\" matched none of the first %lld output line(s); no "
+                 "metrics are read from them (compare the pattern with the lines above)\n",
+                 m_r.rank, m_r.profile.command.pattern.c_str(), static_cast<long long>(m_outputLines));
   }
 
   // `hangUp`: every writer has closed the FIFO (poll says so only after one had it open).
@@ -339,7 +358,7 @@ class ScriptRunner {
   void report(const core::ScriptRecord& rec) {
     m_batch.clear();
     const double nowMs = std::chrono::duration<double, std::milli>(Clock::now() - m_started).count();
-    const std::string error = m_metrics.convert(rec, nowMs, m_batch);
+    const std::string error = m_metrics.take(rec, nowMs, m_batch);
     if (!error.empty()) return problem("record of step " + std::to_string(rec.step) + ": " + error);
     m_r.reported.store(true);
     for (const auto& r : m_batch) m_r.write(r);
@@ -364,13 +383,32 @@ class ScriptRunner {
       writeAll(to, buf, static_cast<std::size_t>(n));
       if (m_pattern)
         lines.feed(
-            std::string_view(buf, static_cast<std::size_t>(n)),
-            [&](std::string_view line) {
-              core::ScriptRecord rec;
-              if (m_pattern->match(line, rec)) report(rec);
-            },
-            [](std::size_t) {});
+            std::string_view(buf, static_cast<std::size_t>(n)), [&](std::string_view line) { takeOutputLine(line); },
+            [&](std::size_t bytes) {
+              ++m_outputLines;
+              problem("output line " + std::to_string(m_outputLines) + ": " + std::to_string(bytes) +
+                      " bytes, longer than the " + std::to_string(core::OutputPattern::kMaxLine) +
+                      " command.pattern searches; not read");
+            });
     }
+  }
+
+  // Lines of stdout and stderr are counted together: the rank log interleaves them alike.
+  void takeOutputLine(std::string_view line) {
+    ++m_outputLines;
+    core::ScriptRecord rec;
+    std::string bad;
+    switch (m_pattern->match(line, rec, bad)) {
+      case core::OutputPattern::Match::Record:
+        ++m_matched;
+        report(rec);
+        break;
+      case core::OutputPattern::Match::Bad:
+        problem("output line " + std::to_string(m_outputLines) + ": command.pattern: " + bad + ": " + printable(line));
+        break;
+      case core::OutputPattern::Match::None: break;
+    }
+    if (m_matched == 0 && !m_noMatchSaid && m_outputLines == kNoMatchLines) sayNoMatch();
   }
 
   static std::string printable(std::string_view line) {
@@ -423,7 +461,10 @@ class ScriptRunner {
   std::size_t m_channelBytes = 0;
   std::optional<Clock::time_point> m_closedAt;  ///< when the program last closed the channel
   std::int64_t m_lines = 0, m_problems = 0;
-  bool m_closedSaid = false;
+  std::int64_t m_outputLines = 0, m_matched = 0;  ///< of the program's output, and those the pattern took
+  bool m_closedSaid = false, m_noMatchSaid = false;
+  /// A pattern that took none of this many output lines is said to match nothing.
+  static constexpr std::int64_t kNoMatchLines = 1000;
 };
 
 }  // namespace

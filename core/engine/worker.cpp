@@ -209,6 +209,7 @@ class RecordWriter {
     core::Record record;         ///< kind Group: the group so far and its last step
     std::int64_t windowEnd = 0;  ///< the first step past the group's window
     std::int64_t seen = 0;       ///< step records of this rank since the start
+    bool diverged = false;       ///< a loss that is not finite came
   };
   // Note [Step groups]
   void group(const core::StepRecord& s) {
@@ -221,7 +222,12 @@ class RecordWriter {
       open->record.kind = core::Record::Kind::Group;
     }
     core::StepGroup& g = open->record.group;
-    if (g.count > 0 && (s.step >= open->windowEnd || s.step < g.first || open->seen == m_warmup)) close(*open);
+    // Note [Diverged runs]: the rank's first loss that is not finite starts a group, so that
+    // the group's first step is the step it diverged at.
+    const bool diverges = !open->diverged && core::isReportedLoss(s.loss) && !std::isfinite(s.loss);
+    if (diverges) open->diverged = true;
+    if (g.count > 0 && (s.step >= open->windowEnd || s.step < g.first || open->seen == m_warmup || diverges))
+      close(*open);
     if (g.count == 0) {
       const std::int64_t span = core::stepGroupSpan(s.step);
       open->windowEnd = s.step - s.step % span + span;

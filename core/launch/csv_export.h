@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // CsvExport: a run's step records as CSV (`ptw export`, the window's File menu): a header
 // row, a row per step record ordered by rank and step (the latest attempt's where attempts
-// overlap), every value as it reads back exactly, then a column per named scalar.
+// overlap), every value as the shortest text that reads back exactly (empty where nobody reported
+// it), then a column per named scalar.
 #pragma once
 
 #include <cstdint>
@@ -20,15 +21,16 @@ class RunStore;
 class CsvExport {
  public:
   explicit CsvExport(RunStore& store) : m_store(store) {}
-  /// Writes run `runId` to `path`, atomically. Throws ptw::Error naming the run or the file.
-  void write(std::int64_t runId, const std::string& path);
+  /// Writes run `runId` to `path`, atomically, and returns the rows written below the
+  /// header. Throws ptw::Error naming the run or the file.
+  std::int64_t write(std::int64_t runId, const std::string& path);
 
  private:
   /// The named scalars of a run, by (rank, step): a value per name, NaN where it has none.
   using ScalarRows = std::map<std::pair<int, std::int64_t>, std::vector<double>>;
-  void writeRows(std::int64_t runId, std::ostream& out);
+  std::int64_t writeRows(std::int64_t runId, std::ostream& out);
   static void writeHeader(std::ostream& out, const std::vector<std::string>& names);
-  static void writeScalarsBefore(std::ostream& out, ScalarRows& byStep, std::pair<int, std::int64_t> before);
+  static std::int64_t writeScalarsBefore(std::ostream& out, ScalarRows& byStep, std::pair<int, std::int64_t> before);
 
   RunStore& m_store;
 };

@@ -23,6 +23,7 @@
 #include "common/error.h"
 #include "common/launcher_kinds.h"
 #include "common/profile.h"
+#include "common/strategies.h"
 #include "launch/expectation.h"
 #include "launch/last_steps.h"
 #include "launch/launcher.h"
@@ -61,8 +62,14 @@ class ProgressPrinter : public LaunchObserver {
     for (const auto& r : batch) {
       if (!m_last.add(r)) continue;
       const StepGroup steps = asGroup(r);
-      m_ranks[static_cast<std::size_t>(r.step.rank)].rate.add(secondsSince(m_start), steps.samples,
-                                                              steps.stepMs / 1000.0);
+      RankView& v = m_ranks[static_cast<std::size_t>(r.step.rank)];
+      const double at = secondsSince(m_start);
+      if (!std::isfinite(steps.stepMs)) continue;
+      // Note [Not reported]: samples nobody reported are not 0 samples.
+      const bool reported = std::isfinite(steps.samples);
+      v.samplesReported = v.samplesReported || reported;
+      v.rate.add(at, reported ? steps.samples : 0, steps.stepMs / 1000.0);
+      v.stepRate.add(at, static_cast<double>(steps.count), steps.stepMs / 1000.0);
     }
     print(false);
   }
@@ -91,9 +98,20 @@ class ProgressPrinter : public LaunchObserver {
       } else {
         line << "step " << f.last.step;
         if (total > 0) line << "/" << total;
-        line << "  epoch " << f.last.epoch << "  loss " << std::setprecision(5) << f.last.loss << "  " << std::fixed
-             << std::setprecision(0) << s.rate.rate() << " samples/s";
-        if (total > 0 && f.last.step > 0) {
+        if (f.last.stepOffset != 0) line << " (its own " << f.last.ownStep() << ")";
+        if (isReported(f.last.epoch)) line << "  epoch " << f.last.epoch;
+        line << "  loss ";
+        if (isReportedLoss(f.last.loss))
+          line << std::setprecision(5) << f.last.loss;
+        else
+          line << kNotReported;
+        line << "  " << std::fixed << std::setprecision(0);
+        if (s.samplesReported)
+          line << s.rate.rate();
+        else
+          line << kNotReported;
+        line << " samples/s  " << std::setprecision(s.stepRate.rate() < 10 ? 2 : 0) << s.stepRate.rate() << " steps/s";
+        if (total > 0 && f.last.step > 0 && f.last.step < total) {
           double elapsed = std::chrono::duration<double>(now - m_start).count();
           double eta = elapsed / static_cast<double>(f.last.step) * static_cast<double>(total - f.last.step);
           line << "  ETA " << std::setprecision(1) << std::max(0.0, eta) << " s";
@@ -108,7 +126,9 @@ class ProgressPrinter : public LaunchObserver {
     m_out.flush();
   }
   struct RankView {
-    RateWindow rate;  ///< the last seconds' rate: a single group's jumps (Note [Step groups])
+    RateWindow rate;      ///< the last seconds' samples/s: a single group's jumps (Note [Step groups])
+    RateWindow stepRate;  ///< and steps/s
+    bool samplesReported = false;
     std::string exit;
   };
 
@@ -222,13 +242,27 @@ Request readRequest(const HeadlessOptions& options) {
 
 }  // namespace
 
-std::string throughputLine(double samplesPerS, const ThroughputMeter& meter) {
+std::string throughputLine(double samplesPerS, double stepsPerS, const ThroughputMeter& meter, const Profile& profile) {
   std::ostringstream line;
-  if (std::isfinite(samplesPerS))
-    line << "throughput " << std::fixed << std::setprecision(0) << samplesPerS << " samples/s";
-  else
+  if (std::isfinite(stepsPerS)) {
+    line << "throughput " << std::fixed << std::setprecision(0);
+    if (std::isfinite(samplesPerS))
+      line << samplesPerS;
+    else
+      line << kNotReported;
+    line << " samples/s, " << std::setprecision(stepsPerS < 10 ? 2 : 0) << stepsPerS << " steps/s";
+    if (!std::isfinite(samplesPerS))
+      line << " (samples not reported: "
+           << (strategyOf(profile).runsCommand ? "report samples, or pass {hyper.batch_size} to the program"
+                                               : "the ranks reported none")
+           << ")";
+  } else {
     line << "too short to measure throughput: " << meter.measuredSteps() << " steps after warm-up (at least "
-         << ThroughputMeter::kMinMeasuredSteps << " needed; raise hyper.max_steps)";
+         << ThroughputMeter::kMinMeasuredSteps << " needed; "
+         << (strategyOf(profile).runsCommand && profile.hyper.maxSteps == 0 ? "the program reported no more"
+                                                                            : "raise hyper.max_steps")
+         << ")";
+  }
   return line.str();
 }
 
@@ -290,6 +324,10 @@ std::string summaryJson(const RunSession& session, const RunResult& result, cons
                           {"exit", report.exits.size() > r ? report.exits[r].describe() : ""}});
   }
   if (report.failedRank >= 0) j["failed_rank"] = report.failedRank;
+  j["diverged_at_step"] =
+      report.divergedRank >= 0 ? nlohmann::ordered_json(report.divergedAtStep) : nlohmann::ordered_json(nullptr);
+  if (report.divergedRank >= 0)
+    j["diverged"] = {{"rank", report.divergedRank}, {"step", report.divergedAtStep}, {"message", divergedMessage(report)}};
   j["expectations"] = nlohmann::ordered_json::array();
   for (const auto& v : verdicts)
     j["expectations"].push_back(
@@ -374,7 +412,12 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
   progress.print(true);
   out << "ptw: " << statusName(report.status) << " in " << std::fixed << std::setprecision(1) << report.wallS
       << " s: " << report.message << "\n";
-  out << "ptw: " << throughputLine(result.metrics.at("throughput.samples_per_s"), session.throughput()) << "\n";
+  out << "ptw: "
+      << throughputLine(result.metrics.at("throughput.samples_per_s"), result.metrics.at("throughput.steps_per_s"),
+                        session.throughput(), profile)
+      << "\n";
+  if (report.divergedRank >= 0 && report.status != RunReport::Status::Failed)
+    out << "ptw: warning: " << divergedMessage(report) << "\n";
   out << "ptw: run " << session.runId() << " stored in " << session.storePath() << "\n";
   // Expectations, summary and JUnit: judged and written whatever the outcome.
   const std::vector<Verdict> verdicts = judge(request.expectations, result, out);

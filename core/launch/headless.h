@@ -14,6 +14,8 @@
 
 namespace ptw::core {
 
+struct Profile;
+
 /// Process exit codes of `ptw --headless`; documented in --help and the README.
 enum ExitCode : int {
   kExitOk = 0,
@@ -44,9 +46,13 @@ std::function<void(std::int64_t done, std::int64_t total)> packReporter(std::ost
 
 class ThroughputMeter;
 
-/// The final line's throughput: `samplesPerS` as the run stores it (RunResult::metrics), or,
-/// when that is not a number, that the run was too short to measure (Note [Warm-up steps]).
-std::string throughputLine(double samplesPerS, const ThroughputMeter& meter);
+/// The final line's throughput: `samplesPerS` and `stepsPerS` as the run stores them
+/// (RunResult::metrics; samples/s "–" when nobody reported samples, Note [Not reported]),
+/// or, when steps/s is not a number, that the run was too short to measure (Note [Warm-up steps]).
+std::string throughputLine(double samplesPerS, double stepsPerS, const ThroughputMeter& meter, const Profile& profile);
+
+/// What the console and the runs list show for a value nobody reported (Note [Not reported]).
+inline constexpr const char* kNotReported = "\u2013";
 
 /// While it lives, SIGINT, SIGTERM and SIGHUP (the terminal closed) ask `target` to stop
 /// gracefully (target.requestStop(), which must be async-signal-safe) instead of ending the

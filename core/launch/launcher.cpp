@@ -137,6 +137,13 @@ std::string RankExit::describe() const {
   return "exit code " + std::to_string(exitCode);
 }
 
+std::string divergedMessage(const RunReport& r) {
+  if (r.divergedRank < 0) return "";
+  const char* what = std::isnan(r.divergedLoss) ? "NaN" : r.divergedLoss > 0 ? "infinite" : "-infinite";
+  return "rank " + std::to_string(r.divergedRank) + ": loss is " + what + " since step " +
+         std::to_string(r.divergedAtStep);
+}
+
 const char* statusName(RunReport::Status s) {
   switch (s) {
     case RunReport::Status::Finished: return "finished";
@@ -302,6 +309,8 @@ class Launcher::Impl {
   void handleStopRequest();
   void pump(Rank& rk, bool final, Clock::time_point now);
   void takeRecords(Rank& rk);
+  void watchSteps(Rank& rk, const Record& rec);
+  void stopAtStepIfReached();
   void keepLog(Rank& rk, std::string_view line);
   void flushBatch();
   void reap();
@@ -346,6 +355,7 @@ class Launcher::Impl {
   Rank* m_pending = nullptr;
   Clock::time_point m_pendingUntil;
   std::shared_ptr<const RankStarter> m_starter;
+  std::vector<std::int64_t> m_reported;  ///< per reporting rank, the highest step its records named (stopAtStep)
 };
 
 Launcher::Impl::~Impl() {
@@ -377,6 +387,7 @@ RunReport Launcher::Impl::run() {
     const auto now = Clock::now();
     for (auto& rk : m_ranks) pump(rk, false, now);
     flushBatch();
+    stopAtStepIfReached();
     reap();
     if (!m_tearingDown && o.stallTimeoutS > 0) detectStalls(now);
     enforceKillDeadline();
@@ -634,6 +645,7 @@ void Launcher::Impl::takeRecords(Rank& rk) {
     // A command rank may stand for several ranks (mpirun's): its heartbeats give the step of
     // the one furthest behind, which is what a stall is judged on.
     if (!o.commandRanks || rec.kind == Record::Kind::Heartbeat) rk.lastStep = std::max(rk.lastStep, rec.step.step);
+    watchSteps(rk, rec);
   }
   if (m_batch.size() > first) {
     const Record& last = m_batch.back();
@@ -649,6 +661,50 @@ void Launcher::Impl::takeRecords(Rank& rk) {
     rk.recBuf.clear();
     keepLog(rk, "ptw: malformed data on this rank's record pipe; its further records are ignored");
   }
+}
+
+// Note [Diverged runs], and the steps each reporting rank reached (stopAtStep).
+void Launcher::Impl::watchSteps(Rank& rk, const Record& rec) {
+  if (rec.kind == Record::Kind::Heartbeat || rec.kind == Record::Kind::Done) return;
+  const int rank = rec.step.rank;
+  if (o.stopAtStep > 0 && rank >= 0) {
+    if (static_cast<std::size_t>(rank) >= m_reported.size()) m_reported.resize(static_cast<std::size_t>(rank) + 1, -1);
+    m_reported[static_cast<std::size_t>(rank)] = std::max(m_reported[static_cast<std::size_t>(rank)], rec.step.step);
+  }
+  if (!holdsSteps(rec) || m_report.divergedRank >= 0) return;
+  // A group's extremes: its first loss where that is the one that diverged, an infinity
+  // wherever it came (Note [Not reported]: a group without losses holds notReported()).
+  const bool group = rec.kind == Record::Kind::Group;
+  const double low = group ? rec.group.lossMin : rec.step.loss, high = group ? rec.group.lossMax : rec.step.loss;
+  double bad = 0;
+  if (isReportedLoss(low) && !std::isfinite(low))
+    bad = low;
+  else if (isReportedLoss(high) && !std::isfinite(high))
+    bad = high;
+  else
+    return;
+  m_report.divergedRank = rank;
+  m_report.divergedAtStep = group ? rec.group.first : rec.step.step;
+  m_report.divergedLoss = bad;
+  const std::string what = divergedMessage(m_report);
+  if (o.stopOnDiverged && !m_tearingDown) {
+    fail(rk, "diverged: " + what + " (run.on_nan is \"stop\")", false);
+    m_report.message = what + "; stopped the run (run.on_nan is \"stop\")";
+  } else {
+    m_observer.onLog(-1, "ptw: " + what + " (run.on_nan \"stop\" ends a run there)");
+  }
+}
+
+void Launcher::Impl::stopAtStepIfReached() {
+  if (o.stopAtStep <= 0 || m_tearingDown) return;
+  const int ranks = o.reportRanks > 0 ? o.reportRanks : o.worldSize;
+  if (static_cast<int>(m_reported.size()) < ranks) return;
+  for (int r = 0; r < ranks; ++r)
+    if (m_reported[static_cast<std::size_t>(r)] < o.stopAtStep) return;
+  m_report.reachedStopStep = true;
+  m_observer.onLog(-1, "ptw: every rank reached step " + std::to_string(o.stopAtStep) +
+                           " (hyper.max_steps); stopping the program as a stop does");
+  beginTeardown(o.stopGraceS, true);
 }
 
 // Reads what a rank has written; at end of file (or when `final`) closes its pipes.
@@ -922,6 +978,9 @@ RunReport Launcher::Impl::finishReport() {
     report.failedExit = rk.exit;
     report.lastLines.assign(rk.tail.begin(), rk.tail.end());
     if (report.stalled) report.message += "; killed";
+  } else if (report.status == RunReport::Status::Finished && report.reachedStopStep) {
+    report.message = "all " + std::to_string(o.worldSize) + " ranks reached step " + std::to_string(o.stopAtStep) +
+                     " (hyper.max_steps) and were stopped";
   } else if (report.status == RunReport::Status::Finished) {
     report.message = "all " + std::to_string(o.worldSize) + " ranks finished";
   } else if (m_stoppedFromOutside) {

@@ -44,6 +44,13 @@ struct LaunchOptions {
   /// SIGINT, then SIGTERM, then SIGKILL, stopGraceS apart, and processes that still carry the
   /// run's token in their environment when the ranks are gone are killed.
   bool commandRanks = false;
+  /// Command ranks: once every one of the `reportRanks` ranks has reported this step, the
+  /// run is stopped as a user's stop is, and finishes (hyper.max_steps); 0: never.
+  std::int64_t stopAtStep = 0;
+  int reportRanks = 0;  ///< the ranks the records name (command.report_ranks); 0: worldSize
+  /// A loss that is not finite fails the run (run.on_nan "stop"); else it is only said
+  /// (Note [Diverged runs]).
+  bool stopOnDiverged = false;
   /// How each rank's process is started; null: here (LocalStarter). SshStarter starts them on
   /// other hosts (Note [Remote ranks] in ssh_starter.h).
   std::shared_ptr<const RankStarter> starter = nullptr;
@@ -98,9 +105,25 @@ struct RunReport {
   std::vector<RankExit> exits;         ///< every rank
   int port = 0;
   double wallS = 0;
+  /// Note [Diverged runs]: the first rank whose loss was not finite, from which step, and
+  /// that loss (NaN or an infinity); -1 when none.
+  int divergedRank = -1;
+  std::int64_t divergedAtStep = -1;
+  double divergedLoss = 0;
+  bool reachedStopStep = false;  ///< stopped because every rank reached LaunchOptions::stopAtStep
 };
 
+/// "rank 0: loss is NaN since step 3", for a report whose run diverged.
+std::string divergedMessage(const RunReport& report);
+
 const char* statusName(RunReport::Status s);
+
+// Note [Diverged runs]
+// A loss that is NaN or infinite, of ptw's own ranks or a script's, is named as soon as it
+// comes: "rank 0: loss is NaN since step 3", in the window, the headless output and the
+// summary (diverged_at_step). run.on_nan "stop" fails the run there (exit 3); "warn", the
+// default, lets it go on. A rank that groups its steps (Note [Step groups]) starts a group at
+// its first such loss, so that the group's first step is where it diverged.
 
 /// Receives what the ranks send, on the thread that called Launcher::run().
 class LaunchObserver {

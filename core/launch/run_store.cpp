@@ -184,7 +184,9 @@ std::vector<std::pair<double, double>> RunStore::series(std::int64_t runId, int 
   return out;
 }
 
-void RunStore::exportCsv(std::int64_t runId, const std::string& path) { CsvExport(*this).write(runId, path); }
+std::int64_t RunStore::exportCsv(std::int64_t runId, const std::string& path) {
+  return CsvExport(*this).write(runId, path);
+}
 
 namespace {
 

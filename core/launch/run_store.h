@@ -162,7 +162,7 @@ class RunStore {
                                    double x1 = 9e18);
   /// Writes every step record of a run as CSV with a header row, then a column per named
   /// scalar; atomically (CsvExport).
-  void exportCsv(std::int64_t runId, const std::string& path);
+  std::int64_t exportCsv(std::int64_t runId, const std::string& path);
 
  private:
   void commitBuffer();

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <memory>
 
+#include "common/command.h"
 #include "common/error.h"
 #include "common/launcher_env.h"
 #include "common/launcher_kinds.h"
@@ -113,7 +114,12 @@ RunReport Supervisor::run(LaunchObserver& observer) {
     if (strategyOf(o.profile).runsCommand) {  // Note [Script ranks]
       lo.commandRanks = true;
       lo.setStopGraceS(o.profile.command.stopGraceS);
+      // A program told the limit ({hyper.max_steps} in its arguments) ends there itself, with
+      // whatever it does at its end (a checkpoint); one that is not told is stopped there.
+      if (!commandNamesField(o.profile, "hyper.max_steps")) lo.stopAtStep = o.profile.hyper.maxSteps;
+      lo.reportRanks = reportingRanks(o.profile);
     }
+    lo.stopOnDiverged = o.profile.run.onNan == "stop";
     int port = 0;
     if (std::string problem = attemptRendezvousPort(o, attempt, port); !problem.empty()) {
       report = RunReport{};

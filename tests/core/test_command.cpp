@@ -65,6 +65,7 @@ Profile scriptProfile(const QTemporaryDir& dir, const QString& script, int ranks
   p.command.args = {"script.py"};
   p.command.cwd = dir.path().toStdString();
   p.command.stopGraceS = 0.5;
+  p.hyper.maxSteps = 0;  // the scripts end themselves; a test of the bound sets one
   return p;
 }
 
@@ -202,8 +203,8 @@ class TestCommand : public QObject {
   void aBadPatternIsRefused_data() {
     QTest::addColumn<QString>("pattern");
     QTest::addColumn<QString>("expected");
-    QTest::newRow("no step") << "loss {loss}"
-                             << "has no {step}";
+    QTest::newRow("no capture") << "loss: [0-9.]+"
+                                << "captures nothing";
     QTest::newRow("unknown key") << "step {step} {a b}"
                                  << "is not a valid regular expression";
     QTest::newRow("own group") << "(epoch) step {step}"
@@ -235,14 +236,14 @@ class TestCommand : public QObject {
     p.command.args = {"--lr", "{hyper.lrr}"};
     p.command.env = {"1X=2", "OK={hyper.seed}"};
     p.command.program = "";
-    p.command.pattern = "loss {loss}";
+    p.command.pattern = "loss [0-9]+";
     std::map<std::string, std::string> errors;
     for (const auto& e : validate(p)) errors[e.path] = e.message;
     QCOMPARE(errors["command.args[1]"], std::string("{hyper.lrr} names no profile field (e.g. {hyper.lr})"));
     QVERIFY(errors["command.env[0]"].find("expected KEY=VALUE") == 0);
     QVERIFY(errors.count("command.env[1]") == 0);
     QVERIFY(errors["command.program"].find("needs a program") != std::string::npos);
-    QVERIFY(errors["command.pattern"].find("has no {step}") != std::string::npos);
+    QVERIFY(errors["command.pattern"].find("captures nothing") != std::string::npos);
     // A native strategy ignores the section.
     p.strategy.kind = "ddp";
     QVERIFY(validate(p).empty());
@@ -332,35 +333,224 @@ class TestCommand : public QObject {
     r.loss = 0.25;
     r.samples = 32;
     r.scalars = {{"acc", 0.5}};
-    QCOMPARE(m.convert(r, 200.0, out), std::string());  // 200 ms since the start: its first step record
+    QCOMPARE(m.take(r, 200.0, out), std::string());  // 200 ms since the start: its first step
+    QVERIFY(out.empty());                            // held for more of step 5
     r.step = 6;
     r.rank = 0;
     r.valLoss = 0.3;
-    QCOMPARE(m.convert(r, 300.0, out), std::string());
+    QCOMPARE(m.take(r, 300.0, out), std::string());
+    m.flush(400.0, 0, out);  // rank by rank: rank 0's step 6, then rank 1's step 5
     QCOMPARE(out.size(), std::size_t{5});
     QCOMPARE(out[0].kind, Record::Kind::Step);
-    QCOMPARE(out[0].step.rank, 1);
-    QCOMPARE(out[0].step.stepMs, 200.0);
-    QCOMPARE(out[0].step.samplesPerS, 160.0);
-    QCOMPARE(out[1].kind, Record::Kind::Scalar);
-    QCOMPARE(std::string(out[1].scalarName()), std::string("acc"));
-    QCOMPARE(out[2].step.rank, 0);
-    QCOMPARE(out[2].step.stepMs, 300.0);  // rank 0's first
-    QCOMPARE(out[3].kind, Record::Kind::Validation);
-    QCOMPARE(out[3].valLoss, 0.3);
+    QCOMPARE(out[0].step.rank, 0);
+    QCOMPARE(out[0].step.stepMs, 300.0);  // rank 0's first
+    QCOMPARE(out[1].kind, Record::Kind::Validation);
+    QCOMPARE(out[1].valLoss, 0.3);
+    QCOMPARE(out[3].kind, Record::Kind::Step);
+    QCOMPARE(out[3].step.rank, 1);
+    QCOMPARE(out[3].step.stepMs, 200.0);
+    QCOMPARE(out[3].step.samplesPerS, 160.0);
+    QCOMPARE(out[3].step.stepOffset, std::int64_t{0});
+    QCOMPARE(out[4].kind, Record::Kind::Scalar);
+    QCOMPARE(std::string(out[4].scalarName()), std::string("acc"));
     QCOMPARE(m.lastStep(), std::int64_t{6});
     QCOMPARE(m.progressStep(), std::int64_t{5});  // rank 1 is behind
     r.rank = 2;
-    QVERIFY(m.convert(r, 400.0, out).find("rank 2 is not one of this run's ranks") == 0);
+    QVERIFY(m.take(r, 400.0, out).find("rank 2 is not one of this run's ranks") == 0);
     QCOMPARE(out.size(), std::size_t{5});
     // Through the record pipe and back, a scalar is whole.
     std::string frames;
-    encodeRecord(out[1], frames);
+    encodeRecord(out[4], frames);
     std::vector<Record> back;
     bool malformed = false;
     QCOMPARE(decodeRecords(frames, back, malformed), frames.size());
     QCOMPARE(std::string(back.at(0).scalarName()), std::string("acc"));
     QCOMPARE(back.at(0).value, 0.5);
+  }
+
+  // Note [Stretches of steps]: the fields of one step, given in several records, make one
+  // record; a field given twice keeps its last value. Nothing a rank sends for a step it
+  // already sent can break the record pipe.
+  void fieldsOfOneStepMerge() {
+    ScriptMetrics m(0, 1);
+    std::vector<Record> out;
+    auto take = [&](const char* line, double at) {
+      ScriptRecord r;
+      std::string error;
+      QVERIFY2(parseMetricsLine(line, r, error), error.c_str());
+      QCOMPARE(m.take(r, at, out), std::string());
+    };
+    take(R"({"step": 1, "loss": 0.9})", 10);
+    take(R"({"step": 1, "loss": 0.8, "accuracy": 0.25})", 11);
+    take(R"({"step": 1, "lr": 0.1, "accuracy": 0.5})", 12);
+    take(R"({"step": 2, "loss": 0.7})", 20);
+    m.flush(30, 0, out);
+    std::vector<Record> steps, scalars;
+    for (const auto& r : out) (r.kind == Record::Kind::Step ? steps : scalars).push_back(r);
+    QCOMPARE(steps.size(), std::size_t{2});
+    QCOMPARE(steps[0].step.step, std::int64_t{1});
+    QCOMPARE(steps[0].step.loss, 0.8);
+    QCOMPARE(steps[0].step.lr, 0.1);
+    QCOMPARE(steps[1].step.step, std::int64_t{2});
+    QVERIFY(std::isnan(steps[1].step.lr));  // not reported, not 0
+    QCOMPARE(scalars.size(), std::size_t{1});
+    QCOMPARE(scalars[0].value, 0.5);
+    // Every record makes frames the launcher reads whole, as a worker's groups of them too.
+    std::string frames;
+    for (const auto& r : out) encodeRecord(r, frames);
+    std::vector<Record> back;
+    bool malformed = false;
+    QCOMPARE(decodeRecords(frames, back, malformed), frames.size());
+    QVERIFY(!malformed);
+    // A step record field after the step went out (held past kHoldMs) is refused, not sent twice.
+    take(R"({"step": 3, "loss": 0.6})", 100);
+    out.clear();
+    m.flush(100 + ScriptMetrics::kHoldMs, ScriptMetrics::kHoldMs, out);
+    QCOMPARE(out.size(), std::size_t{1});
+    ScriptRecord late;
+    std::string error;
+    QVERIFY(parseMetricsLine(R"({"step": 3, "loss": 0.5, "grad_norm": 2})", late, error));
+    QVERIFY(m.take(late, 2000, out).find("a field of a step whose record went out") != std::string::npos);
+    QVERIFY(parseMetricsLine(R"({"step": 3, "grad_norm": 2})", late, error));
+    QCOMPARE(m.take(late, 2001, out), std::string());  // a scalar alone still goes
+    QCOMPARE(out.size(), std::size_t{2});
+    QCOMPARE(out[1].kind, Record::Kind::Scalar);
+    QCOMPARE(out[1].step.step, std::int64_t{3});
+  }
+
+  // A per-epoch counter starts a new stretch each epoch; the global step goes on by the
+  // counter's stride, and each record keeps the script's own counter.
+  void aCounterThatGoesBackStartsAStretch_data() {
+    QTest::addColumn<QString>("records");  // epoch:counter ...
+    QTest::addColumn<QString>("global");   // the global steps, in order
+    QTest::addColumn<QString>("own");      // the script's counters, in order
+    QTest::newRow("per-epoch index, every 10") << "0:0 0:10 0:20 1:0 1:10 1:20 2:0"
+                                               << "0 10 20 30 40 50 60"
+                                               << "0 10 20 0 10 20 0";
+    QTest::newRow("1-based, no epoch") << "-:1 -:2 -:3 -:1 -:2"
+                                       << "1 2 3 4 5"
+                                       << "1 2 3 1 2";
+    QTest::newRow("epoch changes, counter stays") << "0:0 1:0 2:0"
+                                                  << "0 1 2"
+                                                  << "0 0 0";
+    QTest::newRow("global counter with epochs") << "0:98 0:99 1:100 1:101"
+                                                << "98 99 100 101"
+                                                << "98 99 100 101";
+  }
+  void aCounterThatGoesBackStartsAStretch() {
+    QFETCH(QString, records);
+    QFETCH(QString, global);
+    QFETCH(QString, own);
+    ScriptMetrics m(0, 1);
+    std::vector<Record> out;
+    double at = 0;
+    for (const auto& rec : records.split(' ')) {
+      ScriptRecord r;
+      const auto parts = rec.split(':');
+      if (parts[0] != "-") r.epoch = parts[0].toLongLong();
+      r.step = parts[1].toLongLong();
+      r.loss = 1.0;
+      QCOMPARE(m.take(r, at += 10, out), std::string());
+    }
+    m.flush(at, 0, out);
+    QStringList gotGlobal, gotOwn;
+    for (const auto& r : out) {
+      gotGlobal << QString::number(r.step.step);
+      gotOwn << QString::number(r.step.ownStep());
+    }
+    QCOMPARE(gotGlobal.join(' '), global);
+    QCOMPARE(gotOwn.join(' '), own);
+  }
+
+  // A record that stands for several steps (a script printing every 10th) gives per-step
+  // times and rates; samples come from the profile's batch when the script reports none,
+  // and are "not reported" (NaN) when neither says.
+  void aRecordStandsForTheStepsSinceTheLast() {
+    ScriptMetrics declared(0, 1, 32), silent(0, 1);
+    for (ScriptMetrics* m : {&declared, &silent}) {
+      std::vector<Record> out;
+      ScriptRecord r;
+      r.loss = 1;
+      r.step = 10;
+      QCOMPARE(m->take(r, 100, out), std::string());
+      r.step = 20;
+      QCOMPARE(m->take(r, 600, out), std::string());  // 10 steps in 500 ms
+      m->flush(600, 0, out);
+      QCOMPARE(out.size(), std::size_t{2});
+      QCOMPARE(out[1].step.stepMs, 50.0);
+      if (m == &declared)
+        QCOMPARE(out[1].step.samplesPerS, 640.0);
+      else
+        QVERIFY(std::isnan(out[1].step.samplesPerS));
+      QCOMPARE(out[1].step.epoch, std::int64_t{-1});
+      QCOMPARE(out[1].step.memBytes, std::int64_t{-1});
+    }
+    // A loss not reported is notReported(), apart from a NaN loss; a group keeps it out of its sums.
+    ScriptMetrics m(0, 1);
+    std::vector<Record> out;
+    ScriptRecord r;
+    r.step = 1;
+    r.samples = 8;
+    QCOMPARE(m.take(r, 10, out), std::string());
+    m.flush(10, 0, out);
+    QVERIFY(isNotReported(out.at(0).step.loss));
+    QVERIFY(!isNotReported(std::nan("")));
+    StepGroup g;
+    g.add(out[0].step);
+    QVERIFY(isNotReported(g.lossSum));
+    StepRecord withLoss = out[0].step;
+    withLoss.step = 2;
+    withLoss.loss = 0.5;
+    g.add(withLoss);
+    QCOMPARE(g.lossSum, 0.5);
+    QCOMPARE(g.count, std::int64_t{2});
+  }
+
+  // A pattern without {step} makes each matching line the next step; times in seconds fill
+  // the step split in ms.
+  void aPatternWithoutAStepCountsLines() {
+    OutputPattern p(R"(Time\s+{step_s} \(.*\)\s+Data\s+{data_s} \(.*\)\s+Loss {loss})");
+    QVERIFY(!p.hasStep());
+    ScriptMetrics m(0, 1);
+    std::vector<Record> out;
+    const char* lines[] = {"Time  0.512 ( 0.634)   Data  0.012 ( 0.101)   Loss 6.9011e+00 (6.9120e+00)",
+                           "unrelated", "Time  0.500 ( 0.600)   Data  0.010 ( 0.090)   Loss 6.8e+00 (6.9e+00)"};
+    for (const char* line : lines) {
+      ScriptRecord r;
+      if (p.match(line, r)) QCOMPARE(m.take(r, 1, out), std::string());
+    }
+    m.flush(1, 0, out);
+    QCOMPARE(out.size(), std::size_t{2});
+    QCOMPARE(out[0].step.step, std::int64_t{1});
+    QCOMPARE(out[1].step.step, std::int64_t{2});
+    QCOMPARE(out[0].step.stepMs, 0.512 * 1000);
+    QCOMPARE(out[0].step.dataMs, 0.012 * 1000);
+    QCOMPARE(out[1].step.loss, 6.8);
+    QVERIFY(std::isnan(out[0].step.computeMs));
+  }
+
+  // A line that is the pattern's but whose capture is not what its key takes is named.
+  void aBadCaptureIsNamed_data() {
+    QTest::addColumn<QString>("line");
+    QTest::addColumn<QString>("expected");  // "" for a line that is not the pattern's
+    QTest::newRow("not a number") << "step 3 loss abc"
+                                  << "{loss} is \"abc\", not a number";
+    QTest::newRow("a fractional step") << "step 2.5 loss 1"
+                                       << "{step} is \"2.5\", not an integer >= 0";
+    QTest::newRow("a NaN step") << "step nan loss 1"
+                                << "{step} is \"nan\", not an integer >= 0";
+    QTest::newRow("another line") << "epoch 3 done"
+                                  << "";
+  }
+  void aBadCaptureIsNamed() {
+    QFETCH(QString, line);
+    QFETCH(QString, expected);
+    OutputPattern p("step {step} loss {loss}");
+    ScriptRecord r;
+    std::string problem;
+    const auto m = p.match(line.toStdString(), r, problem);
+    QCOMPARE(m, expected.isEmpty() ? OutputPattern::Match::None : OutputPattern::Match::Bad);
+    QCOMPARE(QString::fromStdString(problem), expected);
   }
 
   // ---- whole runs ----
@@ -408,9 +598,9 @@ print("done", RANK)
     QFile f(csv);
     QVERIFY(f.open(QIODevice::ReadOnly));
     const QStringList rows = QString::fromUtf8(f.readAll()).split('\n', Qt::SkipEmptyParts);
-    QVERIFY2(rows[0].endsWith(",mem_bytes,acc"), qPrintable(rows[0]));
+    QVERIFY2(rows[0].endsWith(",mem_bytes,script_step,acc"), qPrintable(rows[0]));
     QCOMPARE(rows.size(), 61);
-    QVERIFY2(rows[10].startsWith("0,10,") && rows[10].endsWith(",0.10000000000000001"), qPrintable(rows[10]));
+    QVERIFY2(rows[10].startsWith("0,10,") && rows[10].endsWith(",10,0.1"), qPrintable(rows[10]));  // shortest exact
     // And TensorBoard's export, read back by an independent reader, has it as scalars/acc.
     QProcess exporter;
     exporter.start(test::binDir() + "/ptw", {"export", "--runs-dir", runs.path(), "--format", "tensorboard",
@@ -442,6 +632,296 @@ for step in range(1, 26):
       QCOMPARE(stored.at(rank).size(), std::size_t{25});
       for (int step = 1; step <= 25; ++step) QCOMPARE(stored.at(rank).at(step), std::pow(0.5, step) + rank);
     }
+  }
+
+  // The shape of torchvision's ImageNet example: a per-epoch batch index, times in seconds
+  // and running averages in parentheses, printed every other batch. Each rank's stored
+  // records are what it printed, in order and as many; the export writes as many rows as it
+  // says, with the script's own counter beside ptw's step.
+  void aPerEpochCounterWithTimesInSecondsIsKept() {
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, R"PY(import os, random, time
+rank = int(os.environ["RANK"])
+rnd = random.Random(rank)
+N = 7
+truth = open("truth.%d" % rank, "w")
+for epoch in range(3):
+    sums = [0.0, 0.0, 0.0]
+    for i in range(N):
+        t, d, loss = rnd.uniform(0.001, 0.01), rnd.uniform(0.0001, 0.001), rnd.uniform(0.5, 7.0)
+        for k, v in enumerate((t, d, loss)):
+            sums[k] += v
+        if i % 2 == 0 or i == N - 1:
+            line = "Epoch: [%d][%3d/%d]\tTime %6.3f (%6.3f)\tData %6.3f (%6.3f)\tLoss %.4e (%.4e)" % (
+                epoch, i, N, t, sums[0] / (i + 1), d, sums[1] / (i + 1), loss, sums[2] / (i + 1))
+            print(line)
+            truth.write(line + "\n")
+        time.sleep(0.003)
+truth.close()
+)PY");
+    p.command.pattern = R"(Epoch: \[{epoch}\]\[\s*{step}/\d+\]\s+Time\s+{step_s} \(.*?\)\s+Data\s+{data_s} \(.*?\)\s+Loss {loss} \()";
+    Result r = runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p))}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    RunStore store(runs.path().toStdString());
+    const auto id = store.runs().front().id;
+    std::map<int, std::vector<StepRecord>> stored;
+    for (const auto& s : store.steps(id)) stored[s.rank].push_back(s);
+    static const QRegularExpression printed(
+        R"(^Epoch: \[(\d+)\]\[\s*(\d+)/\d+\]\tTime\s+(\S+) \(.*\)\tData\s+(\S+) \(.*\)\tLoss (\S+) \()");
+    for (int rank = 0; rank < 2; ++rank) {
+      QFile f(dir.filePath(QString("truth.%1").arg(rank)));
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      const QStringList lines = QString::fromUtf8(f.readAll()).split('\n', Qt::SkipEmptyParts);
+      QCOMPARE(lines.size(), 12);  // 0 2 4 6 of 7 batches, 3 epochs
+      QCOMPARE(stored[rank].size(), std::size_t(lines.size()));
+      std::int64_t last = -1;
+      for (int i = 0; i < lines.size(); ++i) {
+        const auto m = printed.match(lines[i]);
+        QVERIFY2(m.hasMatch(), qPrintable(lines[i]));
+        const StepRecord& s = stored[rank][static_cast<std::size_t>(i)];
+        auto number = [&](int group) { return std::strtod(m.captured(group).toUtf8().constData(), nullptr); };
+        QCOMPARE(s.epoch, m.captured(1).toLongLong());
+        QCOMPARE(s.ownStep(), m.captured(2).toLongLong());
+        QCOMPARE(s.stepMs, number(3) * 1000);
+        QCOMPARE(s.dataMs, number(4) * 1000);
+        QCOMPARE(s.loss, number(5));
+        QVERIFY(std::isnan(s.computeMs) && std::isnan(s.lr));  // not reported
+        QVERIFY2(s.step > last, "the global step goes on across epochs");
+        last = s.step;
+      }
+      QCOMPARE(stored[rank].back().step, std::int64_t{20 + 2});  // epoch 2, batch 6: 2 x 8 + 6
+    }
+    QProcess exporter;
+    const QString csv = runs.filePath("out.csv");
+    exporter.start(test::binDir() + "/ptw", {"export", "--runs-dir", runs.path(), QString::number(id), csv});
+    QVERIFY(exporter.waitForFinished(60000));
+    const QString said = QString::fromUtf8(exporter.readAllStandardOutput());
+    QFile f(csv);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QStringList rows = QString::fromUtf8(f.readAll()).split('\n', Qt::SkipEmptyParts);
+    QVERIFY2(said.contains(QString(": %1 rows written").arg(rows.size() - 1)), qPrintable(said));
+    QCOMPARE(rows.size() - 1, 24);
+    const QStringList header = rows[0].split(',');
+    QVERIFY2(header.contains("script_step") && header.contains("step"), qPrintable(rows[0]));
+    const QStringList row = rows[5].split(',');  // rank 0's 5th record: epoch 1, batch 0
+    QCOMPARE(row[header.indexOf("step")], QString("8"));
+    QCOMPARE(row[header.indexOf("script_step")], QString("0"));
+    QCOMPARE(row[header.indexOf("epoch")], QString("1"));
+    QCOMPARE(row[header.indexOf("lr")], QString());
+    QCOMPARE(row[header.indexOf("mem_bytes")], QString());
+    QCOMPARE(row[header.indexOf("samples_per_s")], QString());
+  }
+
+  // Two reports of one step, by ptw_metrics or by two lines a pattern matches: one record,
+  // the last value of each field, and every step after it kept.
+  void aStepReportedTwiceIsOneRecord_data() {
+    QTest::addColumn<bool>("pattern");
+    QTest::newRow("two log calls") << false;
+    QTest::newRow("two matching lines") << true;
+  }
+  void aStepReportedTwiceIsOneRecord() {
+    QFETCH(bool, pattern);
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, R"PY(import os, sys, ptw_metrics
+rank = int(os.environ["RANK"])
+lines = len(sys.argv) > 1
+for step in range(1, 41):
+    a = 1.0 / (step + rank)
+    b = a / 3
+    if lines:
+        print("step %d loss %r" % (step, a))
+        print("step %d loss %r accuracy %r (running avg)" % (step, b, step / 100.0))
+    else:
+        ptw_metrics.log(step, loss=a)
+        ptw_metrics.log(step, loss=b, accuracy=step / 100.0)
+)PY");
+    if (pattern) {
+      p.command.args = {"script.py", "lines"};
+      p.command.pattern = R"(step {step} loss {loss}(?: accuracy {accuracy})?)";
+    }
+    const QString summary = runs.filePath("summary.json");
+    Result r = runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p)), "--summary", summary}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    const auto stored = storedLosses(runs);
+    for (int rank = 0; rank < 2; ++rank) {
+      QVERIFY2(!rankLog(runs, rank).contains("malformed"), qPrintable(rankLog(runs, rank)));
+      QCOMPARE(stored.at(rank).size(), std::size_t{40});
+      for (int step = 1; step <= 40; ++step) QCOMPARE(stored.at(rank).at(step), 1.0 / (step + rank) / 3);
+    }
+    RunStore store(runs.path().toStdString());
+    const auto acc = store.scalars(store.runs().front().id, "accuracy", 1);
+    QCOMPARE(acc.size(), std::size_t{40});
+    QCOMPARE(acc.back().value, 0.4);
+    QFile f(summary);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QJsonObject s = QJsonDocument::fromJson(f.readAll()).object();
+    QCOMPARE(s["final"].toObject()["step"].toDouble(), 40.0);
+    QCOMPARE(s["final"].toObject()["loss"].toDouble(), (1.0 / 40 / 3 + 1.0 / 41 / 3) / 2);
+  }
+
+  // Processes the script forks print their own lines among its own; the pattern takes the
+  // script's, each as printed, and none is lost.
+  void forkedProcessesPrintingAmongTheLinesLoseNone() {
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, R"PY(import os, time
+rank = int(os.environ["RANK"])
+children = []
+for w in range(2):
+    pid = os.fork()
+    if pid == 0:
+        for k in range(400):
+            print("worker %d loaded batch %d of rank %d" % (w, k, rank))
+            if k % 20 == 0:
+                time.sleep(0.001)
+        os._exit(0)
+    children.append(pid)
+truth = open("truth.%d" % rank, "w")
+for step in range(1, 151):
+    loss = 1.0 / (step + rank) + 1e-13 * step
+    print("step %d loss %r" % (step, loss))
+    truth.write("%d %r\n" % (step, loss))
+for pid in children:
+    os.waitpid(pid, 0)
+)PY");
+    p.command.pattern = "step {step} loss {loss}";
+    Result r = runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p))}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    const auto stored = storedLosses(runs);
+    for (int rank = 0; rank < 2; ++rank) {
+      QFile f(dir.filePath(QString("truth.%1").arg(rank)));
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      std::map<std::int64_t, double> truth;
+      for (const auto& line : QString::fromUtf8(f.readAll()).split('\n', Qt::SkipEmptyParts))
+        truth[line.section(' ', 0, 0).toLongLong()] = std::strtod(line.section(' ', 1).toUtf8().constData(), nullptr);
+      QCOMPARE(truth.size(), std::size_t{150});
+      QCOMPARE(stored.at(rank), truth);
+      QVERIFY(rankLog(runs, rank).contains(QString("worker 1 loaded batch 399 of rank %1").arg(rank)));
+    }
+  }
+
+  // hyper.max_steps bounds a program that has no limit of its own: once every rank reported
+  // it, the program is stopped as a stop does, and the run finished.
+  void maxStepsBoundsAProgram() {
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, R"PY(import os, sys, time
+rank = int(os.environ["RANK"])
+limit = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else None
+step = 0
+try:
+    while limit is None or step < limit:
+        step += 1
+        print("step %d loss %r" % (step, 1.0 / step))
+        time.sleep(0.01)
+except KeyboardInterrupt:
+    open("interrupted.%d" % rank, "w").write(str(step))
+)PY");
+    p.command.pattern = "step {step} loss {loss}";
+    p.hyper.maxSteps = 30;
+    const QString summary = runs.filePath("summary.json");
+    Result r = runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p)), "--summary", summary}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    QVERIFY2(r.out.contains("ranks reached step 30 (hyper.max_steps) and were stopped"), qPrintable(r.out));
+    QFile f(summary);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QJsonObject s = QJsonDocument::fromJson(f.readAll()).object();
+    QCOMPARE(s["status"].toString(), QString("finished"));
+    for (int rank = 0; rank < 2; ++rank) {
+      QFile done(dir.filePath(QString("interrupted.%1").arg(rank)));
+      QVERIFY2(done.open(QIODevice::ReadOnly), "the program was stopped by SIGINT, gracefully");
+      const auto stored = storedLosses(runs);
+      QVERIFY(stored.at(rank).size() >= 30);
+      QCOMPARE(static_cast<qint64>(stored.at(rank).size()), QString(done.readAll()).toLongLong());  // every step kept
+    }
+    // A program told the limit ({hyper.max_steps} in its arguments) ends itself, unstopped.
+    p.command.args = {"script.py", "--steps", "{hyper.max_steps}"};
+    QTemporaryDir runs2;
+    for (int rank = 0; rank < 2; ++rank) QFile::remove(dir.filePath(QString("interrupted.%1").arg(rank)));
+    Result told = runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p))}, runs2);
+    QVERIFY2(told.code == 0, qPrintable(told.out + told.err));
+    QVERIFY2(told.out.contains("all 2 ranks finished"), qPrintable(told.out));
+    QVERIFY(!QFile::exists(dir.filePath("interrupted.0")) && !QFile::exists(dir.filePath("interrupted.1")));
+    QCOMPARE(storedLosses(runs2).at(1).size(), std::size_t{30});
+  }
+
+  // Note [Not reported]: a script that reports no samples has steps/s and no samples/s,
+  // shown as such everywhere, never as 0; with the batch passed to it, samples/s follows.
+  void whatNobodyReportedIsNotZero() {
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, R"PY(import time
+for step in range(1, 61):
+    print("step %d loss %r" % (step, 0.651298 if step == 1 else 1.0 / step))
+    time.sleep(0.002)
+)PY",
+                              1);
+    p.command.pattern = "step {step} loss {loss}";
+    const QString summary = runs.filePath("summary.json");
+    const QString profile = QString::fromStdString(test::writeProfile(dir, p));
+    Result r = runPtw({"--profile", profile, "--summary", summary}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    QVERIFY2(r.out.contains(QString::fromUtf8("throughput \u2013 samples/s, ")), qPrintable(r.out));
+    QVERIFY2(QRegularExpression(" samples/s, [0-9.]+ steps/s").match(r.out).hasMatch(), qPrintable(r.out));
+    QFile f(summary);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    QJsonObject s = QJsonDocument::fromJson(f.readAll()).object();
+    QVERIFY(s["throughput"].toObject()["samples_per_s"].isNull());
+    QVERIFY(s["throughput"].toObject()["steps_per_s"].toDouble() > 0);
+    QProcess list;
+    list.start(test::binDir() + "/ptw", {"runs", "--runs-dir", runs.path()});
+    QVERIFY(list.waitForFinished(60000));
+    const QStringList listed = QString::fromUtf8(list.readAllStandardOutput()).split('\n', Qt::SkipEmptyParts);
+    QVERIFY2(listed.size() == 2 && listed[1].contains(QString::fromUtf8("\u2013")), qPrintable(listed.join('\n')));
+    RunStore store(runs.path().toStdString());
+    const QString csv = runs.filePath("out.csv");
+    store.exportCsv(store.runs().front().id, csv.toStdString());
+    QFile c(csv);
+    QVERIFY(c.open(QIODevice::ReadOnly));
+    const QStringList rows = QString::fromUtf8(c.readAll()).split('\n', Qt::SkipEmptyParts);
+    QCOMPARE(rows[0], QString("rank,step,epoch,loss,samples_per_s,step_ms,data_ms,compute_ms,comm_ms,opt_ms,lr,mem_bytes,"
+                              "script_step"));
+    QVERIFY2(QRegularExpression(R"(^0,1,,0\.651298,,[0-9.e-]+,,,,,,,1$)").match(rows[1]).hasMatch(), qPrintable(rows[1]));
+    // The batch, passed to the program, gives samples/s: the batch times steps/s.
+    p.command.args = {"script.py", "--batch-size", "{hyper.batch_size}"};
+    p.hyper.batchSize = 48;
+    QFile::remove(summary);
+    Result batch = runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p)), "--summary", summary}, runs);
+    QVERIFY2(batch.code == 0, qPrintable(batch.out + batch.err));
+    QFile g(summary);
+    QVERIFY(g.open(QIODevice::ReadOnly));
+    s = QJsonDocument::fromJson(g.readAll()).object();
+    const double samples = s["throughput"].toObject()["samples_per_s"].toDouble();
+    const double steps = s["throughput"].toObject()["steps_per_s"].toDouble();
+    QVERIFY2(std::fabs(samples - 48 * steps) < 1e-6 * samples, qPrintable(QString("%1 vs %2").arg(samples).arg(steps)));
+  }
+
+  // Note [Diverged runs]: a loss that is NaN is named with its rank and step; run.on_nan
+  // "stop" fails the run there.
+  void aNanLossIsNamed_data() {
+    QTest::addColumn<QString>("onNan");
+    QTest::addColumn<int>("code");
+    QTest::newRow("warn") << "warn" << 0;
+    QTest::newRow("stop") << "stop" << 3;
+  }
+  void aNanLossIsNamed() {
+    QFETCH(QString, onNan);
+    QFETCH(int, code);
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, R"PY(import os, time
+rank = int(os.environ["RANK"])
+for step in range(1, 31):
+    print("step %d loss %s" % (step, "nan" if rank == 1 and step >= 3 else repr(1.0 / step)))
+    time.sleep(0.01)
+)PY");
+    p.command.pattern = "step {step} loss {loss}";
+    p.run.onNan = onNan.toStdString();
+    const QString summary = runs.filePath("summary.json");
+    Result r = runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p)), "--summary", summary}, runs);
+    QCOMPARE(r.code, code);
+    QVERIFY2((r.out + r.err).contains("rank 1: loss is NaN since step 3"), qPrintable(r.out + r.err));
+    QFile f(summary);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QJsonObject s = QJsonDocument::fromJson(f.readAll()).object();
+    QCOMPARE(s["diverged_at_step"].toInt(), 3);
+    QCOMPARE(s["diverged"].toObject()["rank"].toInt(), 1);
   }
 
   // A failing process is named with its exit and last lines; the others are stopped.
