@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "ui/rank_table.h"
 
+#include <cmath>
+
 #include <QHeaderView>
 #include <QLabel>
 #include <QLocale>
@@ -118,7 +120,12 @@ void RankTable::refresh() {
     if (latest.step < 0) continue;
     setCell(r, kThroughput, readableNumber(latest.samplesPerS));
     setCell(r, kStep, QString::number(latest.step));  // a step is named, as in the log, not measured
-    setCell(r, kLoss, readableNumber(latest.loss));
+    // A loss that is NaN or infinite was reported so (a diverged run); "–" is for none reported.
+    setCell(r, kLoss,
+            core::isNotReported(latest.loss) || std::isfinite(latest.loss) ? readableNumber(latest.loss)
+            : std::isnan(latest.loss)                                       ? QStringLiteral("NaN")
+            : latest.loss > 0                                               ? QStringLiteral("inf")
+                                                                            : QStringLiteral("-inf"));
     setCell(r, kMemory, readableBytes(latest.memBytes));
   }
 }

@@ -112,7 +112,10 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
     ::pthread_setname_np(::pthread_self(), "ptw-supervisor");  // as top -H and /proc name it
     const core::RunResult r = m_session->run(*m_observer);     // Note [One run lifecycle]
     const QString status = core::statusName(r.report.status);
-    const QString message = QString::fromStdString(r.report.message);
+    QString message = QString::fromStdString(r.report.message);
+    // A run that diverged and went on (run.on_nan "warn") says so where it ends, too.
+    if (r.report.divergedRank >= 0 && r.report.status != core::RunReport::Status::Failed)
+      message += QStringLiteral("; ") + QString::fromStdString(core::divergedMessage(r.report));
     const int failedRank = r.report.failedRank;
     QStringList lastLines;
     for (const auto& l : r.report.lastLines) lastLines << QString::fromStdString(l);

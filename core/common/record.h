@@ -7,7 +7,7 @@
 // text. Stray output of libraries on stdout cannot garble them. A worker started by hand,
 // without --records, writes the same records as text lines on stdout instead:
 //
-//   S rank step epoch loss samples_per_s step_ms data_ms compute_ms comm_ms opt_ms lr mem_bytes
+//   S rank step epoch loss samples_per_s step_ms data_ms compute_ms comm_ms opt_ms lr mem_bytes step_offset
 //   V rank step val_loss val_accuracy          validation (accuracy is -1 for regression)
 //   G rank first step count loss_sum loss_min loss_max samples busy_ms data_ms compute_ms comm_ms opt_ms
 //     then the group's last step record's fields as in S from epoch on: a group of steps

@@ -691,7 +691,7 @@ void Launcher::Impl::watchSteps(Rank& rk, const Record& rec) {
     fail(rk, "diverged: " + what + " (run.on_nan is \"stop\")", false);
     m_report.message = what + "; stopped the run (run.on_nan is \"stop\")";
   } else {
-    m_observer.onLog(-1, "ptw: " + what + " (run.on_nan \"stop\" ends a run there)");
+    m_observer.onLog(-1, "ptw: warning: " + what + " (run.on_nan \"stop\" ends a run there)");
   }
 }
 

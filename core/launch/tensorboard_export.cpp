@@ -154,8 +154,13 @@ TensorBoardExport exportTensorBoard(RunStore& store, std::int64_t runId, const s
     RankEvents& r = rank(s.rank);
     const double wall = r.time.advance(s.step, s.stepMs);
     StepRecord::forEachField([&](const char* name, auto m) {
-      if constexpr (std::is_same_v<StepFieldType<decltype(m)>, std::int64_t>)
-        if (m == &StepRecord::step) return;
+      // Note [Not reported]: what nobody reported is left out, not written as a value.
+      if constexpr (std::is_same_v<StepFieldType<decltype(m)>, std::int64_t>) {
+        // The step is the x axis; a script's own counter is the CSV's (script_step).
+        if (m == &StepRecord::step || m == &StepRecord::stepOffset || !isReported(s.*m)) return;
+      } else {
+        if (m == &StepRecord::loss ? isNotReported(s.*m) : !isReported(s.*m)) return;
+      }
       r.writer->scalar(name, s.step, static_cast<float>(s.*m), wall);
       ++scalars;
     });

@@ -924,6 +924,80 @@ for step in range(1, 31):
     QCOMPARE(s["diverged"].toObject()["rank"].toInt(), 1);
   }
 
+  // ptw's own ranks diverge too: a learning rate of 1e9 is named with its rank and step.
+  void aNativeRunThatDivergesIsNamed() {
+    QTemporaryDir runs;
+    const QString summary = runs.filePath("summary.json");
+    Result r = runPtw({"--set", "hyper.lr=1e9", "--set", "hyper.max_steps=30", "--summary", summary}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    const auto m = QRegularExpression(R"(rank (\d): loss is (NaN|infinite|-infinite) since step (\d+))").match(r.out);
+    QVERIFY2(m.hasMatch(), qPrintable(r.out));
+    QFile f(summary);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QJsonObject s = QJsonDocument::fromJson(f.readAll()).object();
+    QCOMPARE(s["diverged_at_step"].toInt(), m.captured(3).toInt());
+    // The step named is the first whose stored loss is not finite, on that rank.
+    RunStore store(runs.path().toStdString());
+    std::int64_t first = -1;
+    for (const auto& st : store.steps(store.runs().front().id))
+      if (st.rank == m.captured(1).toInt() && !std::isfinite(st.loss) && first < 0) first = st.step;
+    QCOMPARE(first, m.captured(3).toLongLong());
+  }
+
+  // Output the pattern cannot take is named in the rank log, line by line, and what it could
+  // take is kept.
+  void badOutputIsNamed() {
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, R"PY(import os, sys
+print("step 1 loss 0.5")
+print("step 2 loss abc")
+print("step 2.5 loss 1")
+print("step nan loss 1")
+print("x" * (1 << 20))
+sys.stdout.flush()
+with open(os.environ["PTW_METRICS"], "w") as ch:
+    ch.write('{"step": NaN, "loss": 1}\n')
+print("step 3 loss 0.25")
+)PY",
+                              1);
+    p.command.pattern = "step {step} loss {loss}";
+    Result r = runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p))}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    const QString log = rankLog(runs, 0);
+    QVERIFY2(log.contains("output line 2: command.pattern: {loss} is \"abc\", not a number"), qPrintable(log));
+    QVERIFY2(log.contains("output line 3: command.pattern: {step} is \"2.5\", not an integer >= 0"), qPrintable(log));
+    QVERIFY2(log.contains("output line 4: command.pattern: {step} is \"nan\", not an integer >= 0"), qPrintable(log));
+    QVERIFY2(log.contains("output line 5: 1048576 bytes, longer than the 4096 command.pattern searches"),
+             qPrintable(log));
+    QVERIFY2(log.contains("metrics line 1: \"step\": expected an integer >= 0, got \"NaN\""), qPrintable(log));
+    QCOMPARE(storedLosses(runs).at(0), (std::map<std::int64_t, double>{{1, 0.5}, {3, 0.25}}));
+  }
+
+  // A pattern that takes nothing is said once: at the 1000th line, or at the end of a shorter run.
+  void aPatternThatMatchesNothingIsSaidOnce_data() {
+    QTest::addColumn<int>("lines");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("long") << 1500 << "matched none of the first 1000 output line(s)";
+    QTest::newRow("short") << 5 << "matched none of the first 5 output line(s)";
+  }
+  void aPatternThatMatchesNothingIsSaidOnce() {
+    QFETCH(int, lines);
+    QFETCH(QString, expected);
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, R"PY(import sys
+for step in range(1, int(sys.argv[1]) + 1):
+    print("step %d loss %r" % (step, 1.0 / step))
+)PY",
+                              1);
+    p.command.args = {"script.py", QString::number(lines).toStdString()};
+    p.command.pattern = "iteration {step} cost {loss}";
+    Result r = runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p))}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    const QString log = rankLog(runs, 0);
+    QCOMPARE(log.count("warning: command.pattern \"iteration {step} cost {loss}\" matched none"), 1);
+    QVERIFY2(log.contains(expected), qPrintable(log.right(400)));
+  }
+
   // A failing process is named with its exit and last lines; the others are stopped.
   void aFailingProcessIsNamed_data() {
     QTest::addColumn<QString>("end");
