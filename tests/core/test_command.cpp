@@ -687,6 +687,31 @@ for step in range(1, 41):
     QCOMPARE(bad.code, 4);
   }
 
+  // The rank log gives the whole command line, each argument a shell would split or expand
+  // quoted: pasted into a shell, it gives the program the same arguments.
+  void theRankLogHoldsTheWholeCommandLine() {
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, "import json, sys\nprint('argv=' + json.dumps(sys.argv[1:]))\n", 1);
+    p.command.args = {"script.py", "--note",  "two words", "--home",          "$HOME",  "--quote",
+                      "it's",      "--empty", "",          "--lr={hyper.lr}", "--long", std::string(130, 'a')};
+    Result r = runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p))}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    const QString log = rankLog(runs, 0);
+    const QString line =
+        "/usr/bin/python3 script.py --note 'two words' --home '$HOME' --quote 'it'\\''s' --empty '' "
+        "--lr=0.01 --long " +
+        QString(130, 'a');
+    QVERIFY2(log.contains("[rank 0] script: running " + line + " in " + dir.path() + "\n"), qPrintable(log));
+    const QRegularExpression printed("^argv=(.*)$", QRegularExpression::MultilineOption);
+    const QString asRun = printed.match(log).captured(1);
+    QVERIFY(!asRun.isEmpty());
+    QProcess shell;
+    shell.setWorkingDirectory(dir.path());
+    shell.start("/bin/sh", {"-c", line});
+    QVERIFY(shell.waitForFinished(30000));
+    QCOMPARE(QString::fromUtf8(shell.readAllStandardOutput()).trimmed(), "argv=" + asRun);
+  }
+
   // The examples in resources/: what each stores is what its program printed, rank by rank.
   void theExamplesStoreWhatTheyPrint_data() {
     QTest::addColumn<QString>("profile");
