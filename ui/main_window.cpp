@@ -829,7 +829,7 @@ void MainWindow::applyEvent(const RunController::Event& e) {
   if (e.restart)
     for (LivePanel* panel : m_panels) panel->truncateAfter(e.step);
   else
-    m_rankTable->rankExited(e.rank, e.how, e.failed);
+    m_rankTable->rankExited(e.rank, e.how, e.failed, e.stopped);
 }
 
 // Note [Redraw budget]

@@ -6,6 +6,7 @@
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
@@ -685,6 +686,57 @@ for step in range(1, 41):
     QVERIFY2(xml.contains("final.loss &lt; 0.1") && !xml.contains("<failure"), qPrintable(xml));
     Result bad = runPtw({"--profile", profile, "--expect", "final.loss < 0.01"}, runs);
     QCOMPARE(bad.code, 4);
+  }
+
+  // A rank ptw stopped says so, whatever its code: a program that catches the stop
+  // (KeyboardInterrupt) and exits 0 did not finish. One that failed on its own keeps its code.
+  void aRankPtwStoppedSaysStopped_data() {
+    QTest::addColumn<bool>("oneFails");
+    QTest::newRow("stopped by SIGINT to ptw") << false;
+    QTest::newRow("the other rank failed") << true;
+  }
+  void aRankPtwStoppedSaysStopped() {
+    QFETCH(bool, oneFails);
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, QString(kReport) + R"(
+signal.signal(signal.SIGTERM, signal.default_int_handler)  # a failure elsewhere sends SIGTERM
+fails = len(sys.argv) > 1 and RANK == 1
+try:
+    step = 0
+    while True:
+        step += 1
+        report(step, loss=1.0)
+        if step == 5:
+            open("ready.%d" % RANK, "w").write("1")
+        if fails and step == 20:
+            sys.exit(3)
+        time.sleep(0.02)
+except KeyboardInterrupt:
+    print("caught the stop", flush=True)
+    sys.exit(0)
+)");
+    if (oneFails) p.command.args = {"script.py", "fail"};
+    const QString summary = runs.filePath("summary.json");
+    QProcess ptw;
+    ptw.start(test::binDir() + "/ptw", {"--headless", "--runs-dir", runs.path(), "--summary", summary, "--profile",
+                                        QString::fromStdString(test::writeProfile(dir, p))});
+    QTRY_VERIFY_WITH_TIMEOUT(QFile::exists(dir.filePath("ready.0")) && QFile::exists(dir.filePath("ready.1")), 20000);
+    if (!oneFails) ::kill(static_cast<pid_t>(ptw.processId()), SIGINT);
+    QVERIFY(ptw.waitForFinished(30000));
+    const QString out = QString::fromUtf8(ptw.readAllStandardOutput());
+    QCOMPARE(ptw.exitCode(), oneFails ? 3 : 5);
+    QFile f(summary);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QJsonArray ranks = QJsonDocument::fromJson(f.readAll()).object()["ranks"].toArray();
+    QCOMPARE(ranks.size(), 2);
+    QCOMPARE(ranks[0].toObject()["exit"].toString(), QString("stopped (exit code 0)"));
+    QVERIFY2(rankLog(runs, 0).contains("caught the stop"), qPrintable(rankLog(runs, 0)));
+    QVERIFY2(rankLog(runs, 0).endsWith("ptw: rank 0 ended: stopped (exit code 0)\n"), qPrintable(rankLog(runs, 0)));
+    // Rank 1's program exited 3, for which its rank (ptw-worker) exits 1 (Failed).
+    const QString one = oneFails ? "exit code 1" : "stopped (exit code 0)";
+    QCOMPARE(ranks[1].toObject()["exit"].toString(), one);
+    QVERIFY2(rankLog(runs, 1).endsWith("ptw: rank 1 ended: " + one + "\n"), qPrintable(rankLog(runs, 1)));
+    QVERIFY2(out.contains("[" + one + "]"), qPrintable(out));  // the progress lines
   }
 
   // The rank log gives the whole command line, each argument a shell would split or expand

@@ -323,6 +323,9 @@ class TestMainWindow : public QObject {
     table.rankExited(0, "exit code 0", false);
     QCOMPARE(status(0), QString("exited"));
     table.rankExited(1, "exit code 3", true);
+    table.rankExited(2, "stopped (exit code 0)", false, true);  // ptw stopped it
+    QCOMPARE(status(2), QString("stopped"));
+    QCOMPARE(cell(&table, 2, 8), QString("stopped (exit code 0)"));
     table.runEnded(ui::RankTable::Status::Stopped, -1, QString());
     QCOMPARE(status(0), QString("stopped"));
     QCOMPARE(status(1), QString("failed"));
@@ -1428,7 +1431,10 @@ class TestMainWindow : public QObject {
     QCOMPARE(workers.size(), std::size_t(2));
     QTest::mouseClick(w.findChild<QPushButton*>("stop"), Qt::LeftButton);
     QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("stopped"), 15000);
-    QCOMPARE(cell(w.rankTable(), 0, 8), QString("exit code 0"));
+    for (int r = 0; r < 2; ++r) {  // a rank ptw stopped says so, though it exited 0
+      QCOMPARE(cell(w.rankTable(), r, 1), QString("stopped"));
+      QCOMPARE(cell(w.rankTable(), r, 8), QString("stopped (exit code 0)"));
+    }
     QVERIFY(w.findChild<QPushButton*>("start")->isEnabled());
     QVERIFY(!test::anyAlive(workers));
   }
