@@ -32,6 +32,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -468,12 +469,13 @@ class TestMainWindow : public QObject {
     QVERIFY(shown("model.kind") && shown("data.kind") && shown("hyper.optimizer") && shown("run.eval_every"));
     e->setFieldText("strategy.kind", "command");
     QVERIFY(group->isVisibleTo(e));
-    for (const char* path : {"command.program", "command.args", "command.env", "command.cwd", "command.pattern",
-                             "command.report_ranks", "command.stop_grace_s", "strategy.ranks", "hyper.lr",
-                             "hyper.max_steps", "hyper.batch_size", "hyper.seed", "run.timeout_s"})
+    for (const char* path :
+         {"command.program", "command.args", "command.env", "command.cwd", "command.pattern", "command.report_ranks",
+          "command.stop_grace_s", "strategy.ranks", "hyper.max_steps", "run.timeout_s"})
       QVERIFY2(shown(path), path);
     for (const char* path : {"model.kind", "data.kind", "data.samples", "hyper.optimizer", "hyper.weight_decay",
-                             "run.eval_every", "run.checkpoint_every", "run.threads_per_rank", "run.loader_threads"})
+                             "hyper.lr", "hyper.batch_size", "hyper.seed", "run.eval_every", "run.checkpoint_every",
+                             "run.threads_per_rank", "run.loader_threads"})
       QVERIFY2(!shown(path), path);
     QVERIFY(!e->findChild<QWidget*>("group.model")->isVisibleTo(e));
     QVERIFY(!e->findChild<QWidget*>("group.data")->isVisibleTo(e));
@@ -505,6 +507,7 @@ class TestMainWindow : public QObject {
     QCOMPARE(p.command.args, (std::vector<std::string>{"train.py", "--name", "my run, v2", "--lr", "{hyper.lr}"}));
     QCOMPARE(p.command.env, (std::vector<std::string>{"OMP_NUM_THREADS=1", "GREETING=a=b c"}));
     QCOMPARE(p.command.cwd, std::string("/tmp"));
+    QVERIFY(shown("hyper.lr"));  // the arguments pass it on
     QVERIFY2(start->isEnabled(), qPrintable(w.blockingReason()));
     auto* hint = w.findChild<QLabel*>("firstRunHint");
     QVERIFY2(
@@ -543,6 +546,41 @@ class TestMainWindow : public QObject {
     // Back to ddp: the command group goes, the model and data come back.
     e->setFieldText("strategy.kind", "ddp");
     QVERIFY(!group->isVisibleTo(e) && shown("model.kind") && shown("data.kind"));
+  }
+
+  // A command profile shows what applies to it and nothing else: of the strategy its kind,
+  // ranks and device (ptw checks for a GPU before a cuda run), of the hyperparameters
+  // max_steps (its progress and warm-up); any other of them once a template passes it on.
+  void aCommandProfileShowsOnlyWhatItReads() {
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    w.show();
+    auto* e = w.editor();
+    core::Profile p = core::defaultProfile();
+    p.strategy.kind = "command";
+    p.strategy.device = "cuda";  // where ptw's own strategies show strategy.gpus
+    p.command.program = "/usr/bin/python3";
+    p.command.args = {"train.py"};
+    const std::set<std::string> reads = {"strategy.kind", "strategy.ranks", "strategy.device", "hyper.max_steps"};
+    auto knob = [&](const std::string& path) {
+      return (path.rfind("strategy.", 0) == 0 || path.rfind("hyper.", 0) == 0) && !reads.count(path);
+    };
+    std::vector<std::string> knobs;
+    for (const auto& [path, json] : core::profileFields(p))
+      if (knob(path)) knobs.push_back(path);
+    QVERIFY(knobs.size() >= 20);  // every other field of the two sections
+    e->setProfile(p);
+    QVERIFY2(e->errors().empty(), qPrintable(w.blockingReason()));
+    for (const auto& path : reads) QVERIFY2(e->field(QString::fromStdString(path))->isVisibleTo(e), path.c_str());
+    for (const auto& path : knobs) QVERIFY2(!e->field(QString::fromStdString(path))->isVisibleTo(e), path.c_str());
+    // The program sets its own batch: the devices' line gives the world size alone.
+    auto* summary = e->devicePicker()->findChild<QLabel*>("devices.summary");
+    QCOMPARE(summary->text(), QString("world size 2"));
+    // Named by a template, each is a knob of the run, shown.
+    for (const auto& path : knobs) p.command.args.push_back("{" + path + "}");
+    e->setProfile(p);
+    QVERIFY2(e->errors().empty(), qPrintable(w.blockingReason()));
+    for (const auto& path : knobs) QVERIFY2(e->field(QString::fromStdString(path))->isVisibleTo(e), path.c_str());
   }
 
   // A script profile opens as it is, and what is saved after editing opens as it was saved.
