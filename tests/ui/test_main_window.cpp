@@ -6,6 +6,7 @@
 #include <QAction>
 #include <QCheckBox>
 #include <QComboBox>
+#include <QFormLayout>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -581,6 +582,63 @@ class TestMainWindow : public QObject {
     e->setProfile(p);
     QVERIFY2(e->errors().empty(), qPrintable(w.blockingReason()));
     for (const auto& path : knobs) QVERIFY2(e->field(QString::fromStdString(path))->isVisibleTo(e), path.c_str());
+  }
+
+  // The sweep tab of a command profile offers its process counts alone and runs the program with
+  // each, the one-process run first, whatever strategies are ticked; back to ptw's own strategy,
+  // the strategies return. The program reports 8 samples in 5 ms a process: 1600 samples/s each.
+  void aCommandProfilesSweepVariesItsProcessesOnly() {
+    QTemporaryDir dir, runs;
+    QFile script(dir.filePath("train.py"));
+    QVERIFY(script.open(QIODevice::WriteOnly));
+    script.write(R"(import json, os
+ch = open(os.environ["PTW_METRICS"], "w", buffering=1)
+for step in range(1, 31):
+    ch.write(json.dumps({"step": step, "loss": 1.0 / step, "samples": 8, "step_ms": 5.0}) + "\n")
+)");
+    script.close();
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    w.setRunsDirectory(runs.path());
+    w.show();
+    auto* panel = w.sweep();
+    auto* strategies = panel->findChild<QWidget*>("sweep.strategies");
+    QVERIFY(strategies->isVisibleTo(panel));
+    w.findChild<QCheckBox*>("sweep.ddp")->setChecked(true);
+    core::Profile p = core::defaultProfile();
+    p.strategy.kind = "command";
+    p.command.program = "/usr/bin/python3";
+    p.command.args = {"train.py"};
+    p.command.cwd = dir.path().toStdString();
+    w.setProfile(p);
+    QVERIFY(!strategies->isVisibleTo(panel));
+    auto* workers = panel->findChild<QLineEdit*>("sweep.workers");
+    auto* form = qobject_cast<QFormLayout*>(workers->parentWidget()->layout()->itemAt(0)->layout());
+    QVERIFY(form);
+    QCOMPARE(qobject_cast<QLabel*>(form->labelForField(workers))->text(), QString("Process counts (strategy.ranks)"));
+    workers->setText("2, 1");
+    panel->findChild<QSpinBox*>("sweep.steps")->setValue(30);
+    QSignalSpy done(panel, &ui::SweepPanel::finished);
+    QVERIFY2(panel->start(), qPrintable(panel->findChild<QLabel*>("sweep.status")->text()));
+    QVERIFY(done.wait(120000));
+    const auto& points = panel->points();
+    QCOMPARE(points.size(), std::size_t(2));
+    for (int i = 0; i < 2; ++i) {
+      const auto& point = points[static_cast<std::size_t>(i)];
+      QCOMPARE(point.strategy, std::string("command"));
+      QCOMPARE(point.workers, i + 1);
+      QCOMPARE(point.status, std::string("finished"));
+      QVERIFY2(std::abs(point.samplesPerS - 1600.0 * point.workers) < 1e-6,
+               qPrintable(QString::number(point.samplesPerS)));
+      QCOMPARE(panel->table()->item(i, 0)->text(), QString("command"));
+      QCOMPARE(panel->table()->item(i, 1)->text(), QString::number(i + 1));
+    }
+    const auto stored = core::RunStore(runs.path().toStdString()).runs();
+    QCOMPARE(stored.size(), std::size_t(2));
+    for (const auto& run : stored) QCOMPARE(run.strategy, std::string("command"));
+    w.editor()->setFieldText("strategy.kind", "ddp");
+    QVERIFY(strategies->isVisibleTo(panel));
+    QCOMPARE(qobject_cast<QLabel*>(form->labelForField(workers))->text(), QString("Worker counts"));
   }
 
   // A script profile opens as it is, and what is saved after editing opens as it was saved.
@@ -1560,8 +1618,9 @@ class TestMainWindow : public QObject {
       const auto run = std::find_if(stored.begin(), stored.end(), [&](const auto& r) { return r.id == p.runId; });
       QVERIFY(run != stored.end());
       QVERIFY(std::isnan(run->samplesPerS));
-      QCOMPARE(panel->table()->item(row, 4)->text(), QString::number(p.stepMs.stepMs, 'f', 3));
-      QCOMPARE(panel->table()->item(row, 5)->text(), QString::number(100 * p.stepMs.commMs / p.stepMs.stepMs, 'f', 1));
+      QCOMPARE(panel->table()->item(row, 4)->text(), QString("too short"));  // steps/s, likewise
+      QCOMPARE(panel->table()->item(row, 5)->text(), QString::number(p.stepMs.stepMs, 'f', 3));
+      QCOMPARE(panel->table()->item(row, 6)->text(), QString::number(100 * p.stepMs.commMs / p.stepMs.stepMs, 'f', 1));
       QVERIFY(p.stepMs.stepMs > 0);
     }
     QVERIFY(panel->throughputPlot()->graphCount() >= 2);  // single, ddp (+ the fastest marker)
