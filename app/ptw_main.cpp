@@ -3,6 +3,7 @@
 // headless (for CI, or on a machine without a display).
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -123,13 +124,15 @@ CLI::App* addSweepCommand(CLI::App& app, SweepArgs& a) {
       "sweep",
       "Run a profile under several strategies and worker counts for a fixed number of steps; print "
       "throughput, scaling efficiency (throughput / (workers x Single)) and the share of a step spent "
-      "waiting for other ranks and reducing gradients, the fastest marked *");
-  // The table of strategies names the sweep's variants, its baseline and what runs by default.
+      "waiting for other ranks and reducing gradients, the fastest marked *. A command profile (your own "
+      "program) runs with each worker count as its number of processes (strategy.ranks), the one-process "
+      "run as the baseline, at the samples/s your program reports (its steps/s where it reports none)");
+  // The table of strategies names the sweep's variants, its baseline and what runs by default;
+  // the defaults are filled in once the profile is read (none for a command profile).
   std::string sweepNames, sweepDefaults;
   for (const auto& v : ptw::core::sweepVariants()) {
     sweepNames += (sweepNames.empty() ? "" : ", ") + v.name;
     if (v.baseline || !v.byDefault) continue;
-    a.strategies.push_back(v.name);
     sweepDefaults += (sweepDefaults.empty() ? "" : ",") + v.name;
   }
   sweepCmd->add_option("-p,--profile", a.profile, "Profile (default: the built-in seed workload)");
@@ -138,10 +141,15 @@ CLI::App* addSweepCommand(CLI::App& app, SweepArgs& a) {
       ->add_option("--strategies", a.strategies,
                    "Comma-separated: " + sweepNames + " (" + ptw::core::sweepBaseline().name +
                        " always runs as the baseline; ddp is DDP as a profile runs it, backend auto; default " +
-                       sweepDefaults + ")")
+                       sweepDefaults + "). Not for a command profile, whose sweep varies --workers only")
       ->delimiter(',');
-  sweepCmd->add_option("--workers", a.workers, "Comma-separated worker counts (default 1,2)")->delimiter(',');
-  sweepCmd->add_option("--steps", a.steps, "Steps per configuration (default 200)");
+  sweepCmd
+      ->add_option("--workers", a.workers,
+                   "Comma-separated worker counts (default 1,2); of a command profile, its numbers of processes")
+      ->delimiter(',');
+  sweepCmd->add_option("--steps", a.steps,
+                       "Steps per configuration (default 200): hyper.max_steps, which a command profile's program "
+                       "gets where a template names {hyper.max_steps}");
   sweepCmd->add_option("--csv", a.csv, "Write the table as CSV to FILE");
   sweepCmd->add_option("--json", a.json, "Write the table as JSON to FILE");
   sweepCmd->add_option("--min-efficiency", a.minEfficiency,
@@ -265,8 +273,16 @@ void printSweepRow(const ptw::core::SweepPoint& p, int, int) {
   char efficiency[32] = "n/a";  // no baseline: Single did not finish
   if (!std::isnan(p.efficiency)) std::snprintf(efficiency, sizeof efficiency, "%.2f", p.efficiency);
   char rate[32] = "too short";  // to measure (Note [Warm-up steps]); the store holds NULL for it
-  if (p.measured) std::snprintf(rate, sizeof rate, "%.1f", p.samplesPerS);
-  std::printf("%-14s %7d %14s %11s %9.3f %7.1f  %s%s%s\n", p.strategy.c_str(), p.workers, rate, efficiency,
+  char steps[32] = "too short";
+  if (p.measured) {
+    std::snprintf(steps, sizeof steps, "%.1f", p.stepsPerS);
+    // A program that reports no samples (Note [Sweeping a command]) has its steps/s alone.
+    if (p.samplesReported)
+      std::snprintf(rate, sizeof rate, "%.1f", p.samplesPerS);
+    else
+      std::snprintf(rate, sizeof rate, "not reported");
+  }
+  std::printf("%-14s %7d %14s %11s %9s %9.3f %7.1f  %s%s%s\n", p.strategy.c_str(), p.workers, rate, efficiency, steps,
               p.stepMs.stepMs, p.stepMs.commPercent(), p.status.c_str(), p.status == "finished" ? "" : ": ",
               p.status == "finished" ? "" : p.message.c_str());
   std::fflush(stdout);
@@ -290,13 +306,13 @@ int sweepVerdict(const std::vector<ptw::core::SweepPoint>& points, double minEff
 int runSweep(const SweepArgs& a) {
   ptw::core::Profile base = a.profile.empty() ? ptw::core::defaultProfile() : ptw::core::loadProfile(a.profile);
   base = ptw::core::applyOverrides(base, a.sets);
-  ptw::core::Sweep sweep(
-      ptw::core::SweepOptions(base, a.strategies, a.workers).setSteps(a.steps).setRunsDir(a.runsDir));
+  const auto strategies = a.strategies.empty() ? ptw::core::Sweep::defaultStrategies(base) : a.strategies;
+  ptw::core::Sweep sweep(ptw::core::SweepOptions(base, strategies, a.workers).setSteps(a.steps).setRunsDir(a.runsDir));
   sweep.check();  // an invalid option is said before the table starts
   if (!a.csv.empty()) ptw::core::checkOutputFile(a.csv, "--csv");
   if (!a.json.empty()) ptw::core::checkOutputFile(a.json, "--json");
-  std::printf("%-14s %7s %14s %11s %9s %7s  %s\n", "strategy", "workers", "samples/s", "efficiency", "step ms",
-              "comm %", "status");
+  std::printf("%-14s %7s %14s %11s %9s %9s %7s  %s\n", "strategy", "workers", "samples/s", "efficiency", "steps/s",
+              "step ms", "comm %", "status");
   // Ctrl-C, SIGTERM or SIGHUP stops the configuration running now and skips the rest;
   // the configurations that ran are still printed and written.
   std::vector<ptw::core::SweepPoint> points;
@@ -308,6 +324,10 @@ int runSweep(const SweepArgs& a) {
   if (best >= 0)
     std::printf("* fastest: %s with %d worker(s), %.1f samples/s (run %lld)\n", points[best].strategy.c_str(),
                 points[best].workers, points[best].samplesPerS, static_cast<long long>(points[best].runId));
+  else if (std::any_of(points.begin(), points.end(), [](const auto& p) { return !p.samplesReported; }))
+    std::printf(
+        "ptw: your program reported no samples: the table gives its steps/s; report \"samples\" with each "
+        "step (ptw_metrics.log(step, samples=...)) for samples/s and efficiency\n");
   if (!a.csv.empty()) ptw::core::writeOutputFile(a.csv, ptw::core::Sweep::toCsv(points), "--csv");
   if (!a.json.empty()) ptw::core::writeOutputFile(a.json, ptw::core::Sweep::toJson(points), "--json");
   if (sweep.stopRequested()) {

@@ -25,6 +25,7 @@ DevicePicker::DevicePicker(QWidget* parent) : QWidget(parent), m_rows(new QVBoxL
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   layout->addLayout(m_rows);
+  m_summary->setObjectName("devices.summary");
   layout->addWidget(m_summary);
   // Until the worker answers: the CPU as Qt sees it.
   Device cpu;

@@ -613,6 +613,7 @@ void MainWindow::revalidate() {
   if (m_pauseAction) m_pauseAction->setEnabled(running);
   // Too many ranks for the cores is said before Start, where the ranks are set; the run may go on.
   const core::Profile p = profile();
+  m_sweep->showProfile(p);  // a command profile's sweep offers its process counts alone
   const QString cores = errors.empty() ? QString::fromStdString(core::coresWarning(p)) : QString();
   if (!running && !m_closeAfterRun)
     m_status->setText(sweeping ? m_start->toolTip() : !m_blockingReason.isEmpty() ? m_blockingReason : cores);
@@ -829,7 +830,7 @@ void MainWindow::applyEvent(const RunController::Event& e) {
   if (e.restart)
     for (LivePanel* panel : m_panels) panel->truncateAfter(e.step);
   else
-    m_rankTable->rankExited(e.rank, e.how, e.failed);
+    m_rankTable->rankExited(e.rank, e.how, e.failed, e.stopped);
 }
 
 // Note [Redraw budget]

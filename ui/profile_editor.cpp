@@ -47,9 +47,10 @@ const QString kListSeparator = QStringLiteral(", ");  ///< how an array field's 
 const QMap<QString, bool> kBrowseFields = {{"model.path", false},       {"data.path", false},
                                            {"data.labels_path", false}, {"run.resume_from", false},
                                            {"command.program", false},  {"command.cwd", true}};
-/// The command's knobs: hyperparameters a command run's templates commonly pass on, shown even
-/// when no template names them yet (docs/scripts.md).
-const QStringList kCommandKnobs = {"hyper.lr", "hyper.max_steps", "hyper.batch_size", "hyper.seed"};
+/// The one hyperparameter ptw itself reads in a command run: the steps it shows progress and an
+/// ETA against, and takes a warm-up of out of throughput. The others reach the program only
+/// through a template, and are shown when one names them (Note [Fields that apply]).
+const QStringList kCommandReads = {"hyper.max_steps"};
 /// Run options only ptw's own engine reads; a command run's program ignores them.
 const QStringList kEngineRunFields = {"run.threads_per_rank", "run.loader_threads", "run.eval_every",
                                       "run.checkpoint_every", "run.resume_from",    "run.metrics"};
@@ -109,8 +110,9 @@ bool readsSshOptions(const core::Profile& p) { return launcherHas(p, &core::Laun
 // every rule whose path matches it holds (a path ending in '.' matches a whole section), or
 // when a template of the command names it ({hyper.momentum} makes hyper.momentum a knob of
 // the run). One that does not apply is hidden, so the form shows what this run will read. A
-// command run (strategy.kind command) runs the user's program: ptw's model, data, optimizer
-// and engine options mean nothing to it, its command section everything.
+// command run (strategy.kind command) runs the user's program: ptw's model, data, optimizer,
+// hyperparameters (but hyper.max_steps) and engine options mean nothing to it unless a
+// template passes them on, its command section everything.
 struct ApplyRule {
   const char* path;
   bool (*holds)(const QString& path, const core::Profile& p);
@@ -139,7 +141,10 @@ const ApplyRule kApplyRules[] = {
     {"strategy.backend", [](const QString&, const core::Profile& p) { return readsBackend(p); }},
     {"strategy.bucket_mb",
      [](const QString&, const core::Profile& p) { return strategyHas(p, &core::StrategyInfo::readsBucketMb); }},
-    {"strategy.gpus", [](const QString&, const core::Profile& p) { return p.strategy.device == "cuda"; }},
+    // A command's program picks its own GPU (LOCAL_RANK); ptw passes strategy.gpus on only
+    // through a template. strategy.device stays: ptw checks for a GPU before a cuda run.
+    {"strategy.gpus",
+     [](const QString&, const core::Profile& p) { return p.strategy.device == "cuda" && !runsCommand(p); }},
     {"hyper.momentum", [](const QString&, const core::Profile& p) { return p.hyper.optimizer == "sgd"; }},
     {"hyper.nesterov", [](const QString&, const core::Profile& p) { return p.hyper.optimizer == "sgd"; }},
     {"hyper.step_size", [](const QString&, const core::Profile& p) { return p.hyper.schedule == "step"; }},
@@ -147,7 +152,7 @@ const ApplyRule kApplyRules[] = {
     {"model.", [](const QString&, const core::Profile& p) { return !runsCommand(p); }},
     {"data.", [](const QString&, const core::Profile& p) { return !runsCommand(p); }},
     {"hyper.",
-     [](const QString& path, const core::Profile& p) { return !runsCommand(p) || kCommandKnobs.contains(path); }},
+     [](const QString& path, const core::Profile& p) { return !runsCommand(p) || kCommandReads.contains(path); }},
     {"run.",
      [](const QString& path, const core::Profile& p) { return !runsCommand(p) || !kEngineRunFields.contains(path); }},
     {"command.", [](const QString&, const core::Profile& p) { return runsCommand(p); }},
@@ -591,10 +596,13 @@ void ProfileEditor::collect() {
   markErrors();
   showApplicable();
   if (m_devices) {
-    m_devices->setSummary(tr("world size %1 · global batch %2")
-                              .arg(core::reportingRanks(m_profile))
-                              .arg(static_cast<qint64>(m_profile.hyper.batchSize) * m_profile.hyper.accumulate *
-                                   core::trainingRanks(m_profile)));
+    // A command's program sets its own batch: the world size is all ptw knows of it.
+    m_devices->setSummary(runsCommand(m_profile)
+                              ? tr("world size %1").arg(core::reportingRanks(m_profile))
+                              : tr("world size %1 · global batch %2")
+                                    .arg(core::reportingRanks(m_profile))
+                                    .arg(static_cast<qint64>(m_profile.hyper.batchSize) * m_profile.hyper.accumulate *
+                                         core::trainingRanks(m_profile)));
     if (!m_filling) {
       m_filling = true;
       m_devices->select(QString::fromStdString(m_profile.strategy.device), m_profile.strategy.ranks,

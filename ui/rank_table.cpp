@@ -130,9 +130,10 @@ void RankTable::refresh() {
   }
 }
 
-void RankTable::rankExited(int rank, const QString& how, bool failed) {
+void RankTable::rankExited(int rank, const QString& how, bool failed, bool stopped) {
   setCell(rank, kExit, how);
-  if (rank >= 0 && rank < static_cast<int>(m_status.size())) setStatus(rank, failed ? Status::Failed : Status::Exited);
+  if (rank >= 0 && rank < static_cast<int>(m_status.size()))
+    setStatus(rank, failed ? Status::Failed : stopped ? Status::Stopped : Status::Exited);
 }
 
 void RankTable::showMessage(int rank, const QString& line) {

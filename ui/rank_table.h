@@ -35,8 +35,9 @@ class RankTable : public QTableWidget, public LivePanel {
   /// the charts.
   void refresh() override;
 
-  /// `rank`'s process ended: `how` ("exit code 3"), and whether that is a failure.
-  void rankExited(int rank, const QString& how, bool failed);
+  /// `rank`'s process ended: `how` ("exit code 3"), whether that is a failure, and whether ptw
+  /// had stopped it (a stop, a stall, another rank's failure).
+  void rankExited(int rank, const QString& how, bool failed, bool stopped = false);
   /// `line`, the latest of `rank`'s log, in its row.
   void showMessage(int rank, const QString& line);
   /// The run ended as `end` (Finished, Stopped or Failed): every rank that has not failed is

@@ -51,7 +51,9 @@ class RunController::Observer : public core::LaunchObserver {
     Event exit;
     exit.rank = e.rank;
     exit.how = QString::fromStdString(e.describe());
-    exit.failed = e.failed();
+    // A rank ptw stopped did what it was told, whatever its code.
+    exit.failed = e.failed() && !e.stoppedByPtw;
+    exit.stopped = e.stoppedByPtw;
     add(std::move(exit));
   }
 

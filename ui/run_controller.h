@@ -53,6 +53,7 @@ class RunController : public QObject {
     int rank = -1;          ///< an exit's rank, how it ended, and whether that is a failure
     QString how;
     bool failed = false;
+    bool stopped = false;  ///< ptw had told the rank to stop (RankExit::stoppedByPtw)
   };
   /// What arrived since the last call, in arrival order: the records are the launcher's
   /// batches as they came (handed over without a copy); restarts and exits keep their order

@@ -47,18 +47,22 @@ QCustomPlot* makePlot(QWidget* parent, const QString& y) {
 SweepPanel::SweepPanel(QWidget* parent) : QWidget(parent) {
   auto* layout = new QVBoxLayout(this);
   auto* form = new QFormLayout;
-  auto* boxes = new QHBoxLayout;
+  m_form = form;
+  m_strategyRow = new QWidget(this);
+  m_strategyRow->setObjectName("sweep.strategies");
+  auto* boxes = new QHBoxLayout(m_strategyRow);
+  boxes->setContentsMargins(0, 0, 0, 0);
   for (const auto& variant : core::sweepVariants()) {
     if (variant.baseline) continue;  // always run
     const std::string& name = variant.name;
-    auto* box = new QCheckBox(QString::fromStdString(name), this);
+    auto* box = new QCheckBox(QString::fromStdString(name), m_strategyRow);
     box->setObjectName(QString::fromStdString("sweep." + name));
     box->setToolTip(QString::fromStdString(variant.label));
     box->setChecked(variant.byDefault);
     m_strategies.push_back(box);
     boxes->addWidget(box);
   }
-  form->addRow(tr("Strategies (Single is the baseline)"), boxes);
+  form->addRow(tr("Strategies (Single is the baseline)"), m_strategyRow);
   m_workers = new QLineEdit("1, 2", this);
   m_workers->setObjectName("sweep.workers");
   form->addRow(tr("Worker counts"), m_workers);
@@ -87,11 +91,11 @@ SweepPanel::SweepPanel(QWidget* parent) : QWidget(parent) {
   auto* charts = new QSplitter(Qt::Horizontal, split);
   m_throughput = makePlot(charts, tr("samples/s"));
   m_efficiency = makePlot(charts, tr("scaling efficiency"));
-  m_table = new QTableWidget(0, 7, split);
+  m_table = new QTableWidget(0, 8, split);
   m_table->setObjectName("sweep.table");
-  m_table->setHorizontalHeaderLabels(
-      {tr("strategy"), tr("workers"), tr("samples/s"), tr("efficiency"), tr("step ms"), tr("comm %"), tr("status")});
-  m_table->horizontalHeaderItem(5)->setToolTip(
+  m_table->setHorizontalHeaderLabels({tr("strategy"), tr("workers"), tr("samples/s"), tr("efficiency"), tr("steps/s"),
+                                      tr("step ms"), tr("comm %"), tr("status")});
+  m_table->horizontalHeaderItem(6)->setToolTip(
       tr("Share of the step spent waiting for the other ranks and reducing gradients, after warm-up"));
   m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
   m_table->verticalHeader()->setVisible(false);
@@ -100,6 +104,15 @@ SweepPanel::SweepPanel(QWidget* parent) : QWidget(parent) {
   connect(m_run, &QPushButton::clicked, this, &SweepPanel::start);
   connect(m_stop, &QPushButton::clicked, this, &SweepPanel::stop);
   connect(m_open, &QPushButton::clicked, this, &SweepPanel::openFastest);
+}
+
+void SweepPanel::showProfile(const core::Profile& profile) {
+  m_command = core::Sweep::sweepsCommand(profile);
+  m_form->setRowVisible(m_strategyRow, !m_command);
+  if (auto* label = qobject_cast<QLabel*>(m_form->labelForField(m_workers)))
+    label->setText(m_command ? tr("Process counts (strategy.ranks)") : tr("Worker counts"));
+  m_workers->setToolTip(m_command ? tr("Your program runs once with each number of processes; 1 is the baseline")
+                                  : QString());
 }
 
 SweepPanel::~SweepPanel() {
@@ -114,9 +127,12 @@ bool SweepPanel::start() {
     return false;
   }
   if (m_thread.joinable()) m_thread.join();
-  std::vector<std::string> strategies;
+  // The last sweep's points keep their profile (Open Fastest) until this one starts.
+  const core::Profile base = m_source ? m_source() : core::defaultProfile();
+  showProfile(base);
+  std::vector<std::string> strategies;  // a command profile's sweep runs its own strategy alone
   for (auto* box : m_strategies)
-    if (box->isChecked()) strategies.push_back(box->text().toStdString());
+    if (box->isChecked() && !m_command) strategies.push_back(box->text().toStdString());
   std::vector<int> workers;
   for (const auto& part : m_workers->text().split(',')) {
     const QString text = part.trimmed();
@@ -135,8 +151,7 @@ bool SweepPanel::start() {
     m_status->setText(tr("Worker counts: give at least one, like \"1, 2, 4\""));
     return false;
   }
-  m_base = m_source ? m_source() : core::defaultProfile();
-  core::SweepOptions options(m_base, strategies, workers);
+  core::SweepOptions options(base, strategies, workers);
   options.setSteps(m_steps->value()).setRunsDir(m_runsDir.toStdString());
   try {
     core::Sweep(options).check();  // say what cannot run, now
@@ -144,6 +159,7 @@ bool SweepPanel::start() {
     m_status->setText(QString::fromStdString(e.what()));
     return false;
   }
+  m_base = base;
   m_points.clear();
   m_table->setRowCount(0);
   redraw();
@@ -152,7 +168,7 @@ bool SweepPanel::start() {
   m_run->setEnabled(false);
   m_stop->setEnabled(true);
   m_open->setEnabled(false);
-  m_status->setText(tr("Running Single (the baseline)…"));
+  m_status->setText(m_command ? tr("Running your program…") : tr("Running Single (the baseline)…"));
   m_thread = std::thread([this] {
     QString error;
     try {
@@ -178,6 +194,10 @@ bool SweepPanel::start() {
                                   .arg(QString::fromStdString(m_points[static_cast<std::size_t>(best)].strategy))
                                   .arg(m_points[static_cast<std::size_t>(best)].workers)
                                   .arg(readableNumber(m_points[static_cast<std::size_t>(best)].samplesPerS)));
+          else if (stepsOnly())
+            m_status->setText(
+                tr("Your program reported no samples: the table and the chart give its steps/s; "
+                   "report \"samples\" for samples/s and efficiency"));
           emit finished();
         },
         Qt::QueuedConnection);
@@ -203,15 +223,29 @@ void SweepPanel::addPoint(const core::SweepPoint& p, int done, int total) {
   redraw();
 }
 
+bool SweepPanel::stepsOnly() const {
+  bool finished = false;
+  for (const auto& p : m_points) {
+    if (p.status != "finished") continue;
+    if (p.samplesReported) return false;
+    finished = true;
+  }
+  return finished;
+}
+
 void SweepPanel::redraw() {
   const int best = core::Sweep::fastest(m_points);
   m_table->setRowCount(static_cast<int>(m_points.size()));
   for (int row = 0; row < static_cast<int>(m_points.size()); ++row) {
     const auto& p = m_points[static_cast<std::size_t>(row)];
+    const QString rate = !p.measured          ? tr("too short")
+                         : !p.samplesReported ? tr("not reported")
+                                              : readableNumber(p.samplesPerS);
     const QStringList cells = {QString::fromStdString(p.strategy),
                                QString::number(p.workers),
-                               p.measured ? readableNumber(p.samplesPerS) : tr("too short"),
+                               rate,
                                std::isnan(p.efficiency) ? tr("n/a") : QString::number(p.efficiency, 'f', 2),
+                               p.measured ? readableNumber(p.stepsPerS) : tr("too short"),
                                QString::number(p.stepMs.stepMs, 'f', 3),
                                QString::number(p.stepMs.commPercent(), 'f', 1),
                                QString::fromStdString(p.status == "finished" ? p.status : p.status + ": " + p.message)};
@@ -228,12 +262,20 @@ void SweepPanel::redraw() {
   }
   for (auto* plot : {m_throughput, m_efficiency}) plot->clearGraphs();
   std::map<std::string, std::pair<QVector<double>, QVector<double>>> tput, eff;
+  // A program that reports no samples is charted by its steps/s (Note [Sweeping a command]).
+  const bool steps = stepsOnly();
+  m_throughput->yAxis->setLabel(steps ? tr("steps/s (no samples reported)") : tr("samples/s"));
   for (const auto& p : m_points) {
     if (p.status != "finished") continue;
-    tput[p.strategy].first << p.workers;
-    tput[p.strategy].second << p.samplesPerS;
-    eff[p.strategy].first << p.workers;
-    eff[p.strategy].second << p.efficiency;
+    const double rate = steps ? p.stepsPerS : p.samplesPerS;
+    if (std::isfinite(rate)) {
+      tput[p.strategy].first << p.workers;
+      tput[p.strategy].second << rate;
+    }
+    if (std::isfinite(p.efficiency)) {
+      eff[p.strategy].first << p.workers;
+      eff[p.strategy].second << p.efficiency;
+    }
   }
   for (auto [plot, data] : {std::make_pair(m_throughput, &tput), std::make_pair(m_efficiency, &eff)}) {
     for (const auto& [name, xy] : *data) {

@@ -2,7 +2,8 @@
 // SweepPanel: the scaling sweep in the window. Pick strategies, worker counts and steps;
 // the current profile runs under each (core::Sweep, off the GUI thread), and throughput
 // and scaling efficiency are drawn against workers, one line per strategy, the fastest
-// configuration highlighted and one click away from being the current profile.
+// configuration highlighted and one click away from being the current profile. A command
+// profile's sweep offers its process counts alone (Note [Sweeping a command]).
 #pragma once
 
 #include <QWidget>
@@ -18,6 +19,7 @@
 
 class QCheckBox;
 class QCustomPlot;
+class QFormLayout;
 class QLabel;
 class QLineEdit;
 class QPushButton;
@@ -41,6 +43,9 @@ class SweepPanel : public QWidget {
   const std::vector<core::SweepPoint>& points() const { return m_points; }
   QTableWidget* table() const { return m_table; }
   QCustomPlot* throughputPlot() const { return m_throughput; }
+  /// Offers what a sweep of `profile` varies: strategies and worker counts, or for a command
+  /// profile its numbers of processes alone. start() does the same with the profile it sweeps.
+  void showProfile(const core::Profile& profile);
 
  public slots:
   /// Starts the sweep; returns false (with the reason shown) when the inputs are invalid.
@@ -57,11 +62,16 @@ class SweepPanel : public QWidget {
  private:
   void addPoint(const core::SweepPoint& p, int done, int total);
   void redraw();
+  /// Whether the finished points have steps/s alone: a program that reports no samples.
+  bool stepsOnly() const;
 
   std::function<core::Profile()> m_source;
   std::function<QString()> m_busyReason;
   QString m_runsDir;
   std::vector<QCheckBox*> m_strategies;
+  QFormLayout* m_form;
+  QWidget* m_strategyRow;  ///< the strategies' boxes, hidden for a command profile
+  bool m_command = false;  ///< the profile shown runs a command
   QLineEdit* m_workers;
   QSpinBox* m_steps;
   QPushButton* m_run;

@@ -199,10 +199,24 @@ class ScriptRunner {
   }
 
  private:
+  // The whole command line, each argument that a shell would split or expand in single
+  // quotes, so that the line in the rank log can be pasted into a shell to run it by hand.
   static std::string describe(const std::vector<std::string>& argv) {
     std::string s;
-    for (const auto& a : argv) s += (s.empty() ? "" : " ") + a;
-    return s.size() > 120 ? s.substr(0, 120) + "..." : s;
+    for (const auto& a : argv) {
+      if (!s.empty()) s += ' ';
+      const bool plain = !a.empty() && a.find_first_not_of(
+                                           "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                           "0123456789_@%+=:,./-") == std::string::npos;
+      if (plain) {
+        s += a;
+        continue;
+      }
+      s += '\'';
+      for (char c : a) s += c == '\'' ? std::string("'\\''") : std::string(1, c);
+      s += '\'';
+    }
+    return s;
   }
 
   void openChannel() {

@@ -124,17 +124,25 @@ struct Rank {
 
 }  // namespace
 
-std::string RankExit::describe() const {
-  if (connectionLost) return "ssh exit code 255 (the connection to " + host + " failed or was lost)";
-  if (signal != 0) {
-    const char* name = ::strsignal(signal);
-    return "signal " + std::to_string(signal) + " (" + (name ? name : "unknown") + ")";
+namespace {
+std::string exitStatusText(const RankExit& e) {
+  if (e.connectionLost) return "ssh exit code 255 (the connection to " + e.host + " failed or was lost)";
+  if (e.signal != 0) {
+    const char* name = ::strsignal(e.signal);
+    return "signal " + std::to_string(e.signal) + " (" + (name ? name : "unknown") + ")";
   }
-  if (exitedWith(WorkerExit::StoppedFromOutside))
-    return "exit code " + std::to_string(exitCode) + " (stopped from outside ptw)";
-  if (exitedWith(WorkerExit::CannotStoreMetrics))
-    return "exit code " + std::to_string(exitCode) + " (could not write the run's metrics)";
-  return "exit code " + std::to_string(exitCode);
+  if (e.exitedWith(WorkerExit::StoppedFromOutside))
+    return "exit code " + std::to_string(e.exitCode) + " (stopped from outside ptw)";
+  if (e.exitedWith(WorkerExit::CannotStoreMetrics))
+    return "exit code " + std::to_string(e.exitCode) + " (could not write the run's metrics)";
+  return "exit code " + std::to_string(e.exitCode);
+}
+}  // namespace
+
+// A program that catches the stop (Python's KeyboardInterrupt) and exits 0 was stopped all
+// the same: "exit code 0" alone would read as if it had finished.
+std::string RankExit::describe() const {
+  return stoppedByPtw ? "stopped (" + exitStatusText(*this) + ")" : exitStatusText(*this);
 }
 
 std::string divergedMessage(const RunReport& r) {
@@ -783,6 +791,8 @@ void Launcher::Impl::onExited(Rank& rk, int status, Rank*& firstFailed) {
   --m_alive;
   rk.exit.rank = rk.rank;
   rk.exit.pid = rk.pid;
+  // Every rank left running was told to stop when the teardown began (beginTeardown, fail).
+  rk.exit.stoppedByPtw = m_tearingDown;
   if (WIFSIGNALED(status))
     rk.exit.signal = WTERMSIG(status);
   else
@@ -798,6 +808,8 @@ void Launcher::Impl::onExited(Rank& rk, int status, Rank*& firstFailed) {
       rk.exit.exitCode = -1;
     }
   }
+  // How it ended closes its log, where the program's last words are.
+  if (rk.logFile) *rk.logFile << "ptw: rank " << rk.rank << " ended: " << rk.exit.describe() << '\n' << std::flush;
   m_observer.onRankExit(rk.exit);
   // Stopped by a signal someone sent to the rank, not to ptw: the ranks agreed on a step
   // and stopped there, which is a stop, not a failure (no restart), said as such.
@@ -905,6 +917,7 @@ void Launcher::Impl::enforceKillDeadline() {
     rk.exit.rank = rk.rank;
     rk.exit.pid = rk.pid;
     rk.exit.signal = SIGKILL;
+    rk.exit.stoppedByPtw = true;
     --m_alive;
   }
 }

@@ -84,6 +84,9 @@ struct RankExit {
   int signal = 0;               ///< the signal that ended it, or 0
   std::string host = "";        ///< where it ran; "" = this machine
   bool connectionLost = false;  ///< a remote rank whose ssh connection failed or dropped (ssh's status 255)
+  /// ptw had told it to stop when it ended (a stop, a stall, another rank's failure): how it
+  /// ended then is its answer to that, not a verdict on it, whatever the code.
+  bool stoppedByPtw = false;
   /// True when the rank exited with `e`, not by a signal or a lost connection.
   bool exitedWith(WorkerExit e) const { return signal == 0 && !connectionLost && exitCode == core::exitCode(e); }
   /// A rank stopped by a signal from outside ptw (WorkerExit::StoppedFromOutside) stopped; it did not fail.
@@ -91,7 +94,8 @@ struct RankExit {
     return signal != 0 || connectionLost ||
            (!exitedWith(WorkerExit::Finished) && !exitedWith(WorkerExit::StoppedFromOutside));
   }
-  std::string describe() const;  ///< "exit code 3" or "signal 9 (Killed)"
+  /// "exit code 3" or "signal 9 (Killed)"; "stopped (exit code 0)" for a rank ptw stopped.
+  std::string describe() const;
 };
 
 struct RunReport {

@@ -6,6 +6,7 @@
 #include <QDir>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
@@ -15,6 +16,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -1239,6 +1241,205 @@ for step in range(1, 41):
     QVERIFY2(xml.contains("final.loss &lt; 0.1") && !xml.contains("<failure"), qPrintable(xml));
     Result bad = runPtw({"--profile", profile, "--expect", "final.loss < 0.01"}, runs);
     QCOMPARE(bad.code, 4);
+  }
+
+  // `ptw sweep` of a command profile runs the program itself with each worker count as its
+  // processes, the one-process run first whatever the order given; every point is a stored
+  // command run holding the command. Samples/s is what the program reports (8 samples in 5 ms a
+  // rank: 1600 a rank), or, where it reports none, not reported, with its steps/s alone.
+  void aSweepRunsTheProgramWithEachRankCount_data() {
+    QTest::addColumn<bool>("samples");
+    QTest::newRow("samples reported") << true;
+    QTest::newRow("loss only") << false;
+  }
+  void aSweepRunsTheProgramWithEachRankCount() {
+    QFETCH(bool, samples);
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, QString(kReport) + QString(R"(
+steps = int(sys.argv[2])
+open("ran.%s.%d" % (os.environ["WORLD_SIZE"], RANK), "w").write("%d\n" % steps)
+for step in range(1, steps + 1):
+    report(step, loss=1.0 / step, step_ms=5.0%1)
+)")
+                                                          .arg(samples ? ", samples=8" : ""));
+    p.command.args = {"script.py", "--steps", "{hyper.max_steps}"};
+    const QString profile = QString::fromStdString(test::writeProfile(dir, p));
+    QProcess ptw;
+    ptw.start(test::binDir() + "/ptw",
+              {"sweep", "--runs-dir", runs.path(), "--profile", profile, "--workers", "2,1", "--steps", "40", "--csv",
+               runs.filePath("s.csv"), "--json", runs.filePath("s.json")});
+    QVERIFY(ptw.waitForFinished(120000));
+    const QString out = QString::fromUtf8(ptw.readAllStandardOutput());
+    QVERIFY2(ptw.exitCode() == 0, qPrintable(out + ptw.readAllStandardError()));
+    // The processes that ran: as many as each point's workers, each told the sweep's steps.
+    for (int world : {1, 2}) {
+      QStringList ran = QDir(dir.path()).entryList({QString("ran.%1.*").arg(world)}, QDir::Files);
+      ran.sort();
+      QStringList expected;
+      for (int r = 0; r < world; ++r) expected << QString("ran.%1.%2").arg(world).arg(r);
+      QCOMPARE(ran, expected);
+      QFile f(dir.filePath(expected.front()));
+      QVERIFY(f.open(QIODevice::ReadOnly));
+      QCOMPARE(f.readAll(), QByteArray("40\n"));
+    }
+    QFile csv(runs.filePath("s.csv"));
+    QVERIFY(csv.open(QIODevice::ReadOnly));
+    const QStringList lines = QString::fromUtf8(csv.readAll()).split('\n', Qt::SkipEmptyParts);
+    QCOMPARE(lines.size(), 3);
+    QVERIFY2(lines[0].endsWith(",steps_per_s"), qPrintable(lines[0]));
+    RunStore store(runs.path().toStdString());
+    const auto stored = store.runs();
+    QCOMPARE(stored.size(), std::size_t{2});
+    for (int i = 0; i < 2; ++i) {
+      const QStringList c = lines[i + 1].split(',');
+      const int workers = i + 1;  // 1 first: the baseline
+      QCOMPARE(c[0], QString("command"));
+      QCOMPARE(c[1].toInt(), workers);
+      QCOMPARE(c[4], QString("finished"));
+      QVERIFY2(std::abs(c[12].toDouble() - 200.0) < 1e-6, qPrintable(lines[i + 1]));  // 5 ms a step
+      if (samples) {
+        QVERIFY2(std::abs(c[2].toDouble() - 1600.0 * workers) < 1e-6, qPrintable(lines[i + 1]));
+        QVERIFY2(std::abs(c[3].toDouble() - 1.0) < 1e-9, qPrintable(lines[i + 1]));
+      } else {
+        QVERIFY2(c[2].isEmpty() && c[3].isEmpty(), qPrintable(lines[i + 1]));  // not 0: nothing measured
+      }
+      // Its stored run is a command run of that many processes, its profile holding the command.
+      const auto run =
+          std::find_if(stored.begin(), stored.end(), [&](const RunRow& r) { return r.id == c[5].toLongLong(); });
+      QVERIFY(run != stored.end());
+      QCOMPARE(run->strategy, std::string("command"));
+      QCOMPARE(run->world, workers);
+      const Profile kept = parseProfile(run->profileJson, "stored profile");
+      QCOMPARE(kept.strategy.kind, std::string("command"));
+      QCOMPARE(kept.strategy.ranks, workers);
+      QCOMPARE(kept.hyper.maxSteps, std::int64_t{40});
+      QCOMPARE(kept.command.program, p.command.program);
+      QCOMPARE(kept.command.args, p.command.args);
+      QCOMPARE(kept.command.cwd, p.command.cwd);
+      QCOMPARE(kept.command.stopGraceS, p.command.stopGraceS);
+    }
+    QFile json(runs.filePath("s.json"));
+    QVERIFY(json.open(QIODevice::ReadOnly));
+    const QJsonArray rows = QJsonDocument::fromJson(json.readAll()).array();
+    QCOMPARE(rows.size(), 2);
+    QCOMPARE(rows[1].toObject()["samples_per_s"].isNull(), !samples);
+    if (samples) {
+      QVERIFY2(out.contains("* fastest: command with 2 worker(s), 3200.0 samples/s"), qPrintable(out));
+    } else {
+      QVERIFY2(QRegularExpression("^command +2 +not reported +n/a +200\\.0 ", QRegularExpression::MultilineOption)
+                   .match(out)
+                   .hasMatch(),
+               qPrintable(out));
+      QVERIFY2(out.contains("your program reported no samples"), qPrintable(out));
+    }
+  }
+
+  // What a sweep of a command profile cannot vary is refused by name, before anything starts:
+  // ptw's strategies, and the rank count of a program that starts its ranks itself.
+  void aSweepOfACommandRefusesWhatDoesNotApply_data() {
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("expected");
+    QTest::newRow("ddp") << QStringList{"--strategies", "ddp"}
+                         << "ptw: --strategies ddp: a command profile runs your program; a sweep varies its rank "
+                            "count only (--workers)";
+    QTest::newRow("several") << QStringList{"--strategies", "single,command,pool"}
+                             << "--strategies single,pool: a command profile runs your program";
+    QTest::newRow("mpirun") << QStringList{"--set", "command.report_ranks=2"}
+                            << "sweep: command.report_ranks is 2: the program starts its ranks itself (mpirun)";
+  }
+  void aSweepOfACommandRefusesWhatDoesNotApply() {
+    QFETCH(QStringList, args);
+    QFETCH(QString, expected);
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, "open('ran', 'w').write('1')\n");
+    QProcess ptw;
+    ptw.start(test::binDir() + "/ptw",
+              QStringList{"sweep", "--runs-dir", runs.path(), "--profile",
+                          QString::fromStdString(test::writeProfile(dir, p)), "--workers", "1,2"} +
+                  args);
+    QVERIFY(ptw.waitForFinished(60000));
+    const QString err = QString::fromUtf8(ptw.readAllStandardError());
+    QCOMPARE(ptw.exitCode(), 2);
+    QVERIFY2(err.contains(expected), qPrintable(err));
+    QVERIFY(ptw.readAllStandardOutput().isEmpty());  // no table started
+    QVERIFY(!QFile::exists(dir.filePath("ran")));
+    QVERIFY(QDir(runs.path()).entryList(QDir::NoDotAndDotDot | QDir::AllEntries).isEmpty());
+  }
+
+  // A rank ptw stopped says so, whatever its code: a program that catches the stop
+  // (KeyboardInterrupt) and exits 0 did not finish. One that failed on its own keeps its code.
+  void aRankPtwStoppedSaysStopped_data() {
+    QTest::addColumn<bool>("oneFails");
+    QTest::newRow("stopped by SIGINT to ptw") << false;
+    QTest::newRow("the other rank failed") << true;
+  }
+  void aRankPtwStoppedSaysStopped() {
+    QFETCH(bool, oneFails);
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, QString(kReport) + R"(
+signal.signal(signal.SIGTERM, signal.default_int_handler)  # a failure elsewhere sends SIGTERM
+fails = len(sys.argv) > 1 and RANK == 1
+try:
+    step = 0
+    while True:
+        step += 1
+        report(step, loss=1.0)
+        if step == 5:
+            open("ready.%d" % RANK, "w").write("1")
+        if fails and step == 20:
+            sys.exit(3)
+        time.sleep(0.02)
+except KeyboardInterrupt:
+    print("caught the stop", flush=True)
+    sys.exit(0)
+)");
+    if (oneFails) p.command.args = {"script.py", "fail"};
+    const QString summary = runs.filePath("summary.json");
+    QProcess ptw;
+    ptw.start(test::binDir() + "/ptw", {"--headless", "--runs-dir", runs.path(), "--summary", summary, "--profile",
+                                        QString::fromStdString(test::writeProfile(dir, p))});
+    QTRY_VERIFY_WITH_TIMEOUT(QFile::exists(dir.filePath("ready.0")) && QFile::exists(dir.filePath("ready.1")), 20000);
+    if (!oneFails) ::kill(static_cast<pid_t>(ptw.processId()), SIGINT);
+    QVERIFY(ptw.waitForFinished(30000));
+    const QString out = QString::fromUtf8(ptw.readAllStandardOutput());
+    QCOMPARE(ptw.exitCode(), oneFails ? 3 : 5);
+    QFile f(summary);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QJsonArray ranks = QJsonDocument::fromJson(f.readAll()).object()["ranks"].toArray();
+    QCOMPARE(ranks.size(), 2);
+    QCOMPARE(ranks[0].toObject()["exit"].toString(), QString("stopped (exit code 0)"));
+    QVERIFY2(rankLog(runs, 0).contains("caught the stop"), qPrintable(rankLog(runs, 0)));
+    QVERIFY2(rankLog(runs, 0).endsWith("ptw: rank 0 ended: stopped (exit code 0)\n"), qPrintable(rankLog(runs, 0)));
+    // Rank 1's program exited 3, for which its rank (ptw-worker) exits 1 (Failed).
+    const QString one = oneFails ? "exit code 1" : "stopped (exit code 0)";
+    QCOMPARE(ranks[1].toObject()["exit"].toString(), one);
+    QVERIFY2(rankLog(runs, 1).endsWith("ptw: rank 1 ended: " + one + "\n"), qPrintable(rankLog(runs, 1)));
+    QVERIFY2(out.contains("[" + one + "]"), qPrintable(out));  // the progress lines
+  }
+
+  // The rank log gives the whole command line, each argument a shell would split or expand
+  // quoted: pasted into a shell, it gives the program the same arguments.
+  void theRankLogHoldsTheWholeCommandLine() {
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, "import json, sys\nprint('argv=' + json.dumps(sys.argv[1:]))\n", 1);
+    p.command.args = {"script.py", "--note",  "two words", "--home",          "$HOME",  "--quote",
+                      "it's",      "--empty", "",          "--lr={hyper.lr}", "--long", std::string(130, 'a')};
+    Result r = runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p))}, runs);
+    QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
+    const QString log = rankLog(runs, 0);
+    const QString line =
+        "/usr/bin/python3 script.py --note 'two words' --home '$HOME' --quote 'it'\\''s' --empty '' "
+        "--lr=0.01 --long " +
+        QString(130, 'a');
+    QVERIFY2(log.contains("[rank 0] script: running " + line + " in " + dir.path() + "\n"), qPrintable(log));
+    const QRegularExpression printed("^argv=(.*)$", QRegularExpression::MultilineOption);
+    const QString asRun = printed.match(log).captured(1);
+    QVERIFY(!asRun.isEmpty());
+    QProcess shell;
+    shell.setWorkingDirectory(dir.path());
+    shell.start("/bin/sh", {"-c", line});
+    QVERIFY(shell.waitForFinished(30000));
+    QCOMPARE(QString::fromUtf8(shell.readAllStandardOutput()).trimmed(), "argv=" + asRun);
   }
 
   // The examples in resources/: what each stores is what its program printed, rank by rank.

@@ -6,6 +6,7 @@
 #include <QAction>
 #include <QCheckBox>
 #include <QComboBox>
+#include <QFormLayout>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -32,6 +33,7 @@
 #include <cmath>
 #include <functional>
 #include <map>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -323,6 +325,9 @@ class TestMainWindow : public QObject {
     table.rankExited(0, "exit code 0", false);
     QCOMPARE(status(0), QString("exited"));
     table.rankExited(1, "exit code 3", true);
+    table.rankExited(2, "stopped (exit code 0)", false, true);  // ptw stopped it
+    QCOMPARE(status(2), QString("stopped"));
+    QCOMPARE(cell(&table, 2, 8), QString("stopped (exit code 0)"));
     table.runEnded(ui::RankTable::Status::Stopped, -1, QString());
     QCOMPARE(status(0), QString("stopped"));
     QCOMPARE(status(1), QString("failed"));
@@ -465,12 +470,13 @@ class TestMainWindow : public QObject {
     QVERIFY(shown("model.kind") && shown("data.kind") && shown("hyper.optimizer") && shown("run.eval_every"));
     e->setFieldText("strategy.kind", "command");
     QVERIFY(group->isVisibleTo(e));
-    for (const char* path : {"command.program", "command.args", "command.env", "command.cwd", "command.pattern",
-                             "command.report_ranks", "command.stop_grace_s", "strategy.ranks", "hyper.lr",
-                             "hyper.max_steps", "hyper.batch_size", "hyper.seed", "run.timeout_s"})
+    for (const char* path :
+         {"command.program", "command.args", "command.env", "command.cwd", "command.pattern", "command.report_ranks",
+          "command.stop_grace_s", "strategy.ranks", "hyper.max_steps", "run.timeout_s"})
       QVERIFY2(shown(path), path);
     for (const char* path : {"model.kind", "data.kind", "data.samples", "hyper.optimizer", "hyper.weight_decay",
-                             "run.eval_every", "run.checkpoint_every", "run.threads_per_rank", "run.loader_threads"})
+                             "hyper.lr", "hyper.batch_size", "hyper.seed", "run.eval_every", "run.checkpoint_every",
+                             "run.threads_per_rank", "run.loader_threads"})
       QVERIFY2(!shown(path), path);
     QVERIFY(!e->findChild<QWidget*>("group.model")->isVisibleTo(e));
     QVERIFY(!e->findChild<QWidget*>("group.data")->isVisibleTo(e));
@@ -502,6 +508,7 @@ class TestMainWindow : public QObject {
     QCOMPARE(p.command.args, (std::vector<std::string>{"train.py", "--name", "my run, v2", "--lr", "{hyper.lr}"}));
     QCOMPARE(p.command.env, (std::vector<std::string>{"OMP_NUM_THREADS=1", "GREETING=a=b c"}));
     QCOMPARE(p.command.cwd, std::string("/tmp"));
+    QVERIFY(shown("hyper.lr"));  // the arguments pass it on
     QVERIFY2(start->isEnabled(), qPrintable(w.blockingReason()));
     auto* hint = w.findChild<QLabel*>("firstRunHint");
     QVERIFY2(
@@ -540,6 +547,98 @@ class TestMainWindow : public QObject {
     // Back to ddp: the command group goes, the model and data come back.
     e->setFieldText("strategy.kind", "ddp");
     QVERIFY(!group->isVisibleTo(e) && shown("model.kind") && shown("data.kind"));
+  }
+
+  // A command profile shows what applies to it and nothing else: of the strategy its kind,
+  // ranks and device (ptw checks for a GPU before a cuda run), of the hyperparameters
+  // max_steps (its progress and warm-up); any other of them once a template passes it on.
+  void aCommandProfileShowsOnlyWhatItReads() {
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    w.show();
+    auto* e = w.editor();
+    core::Profile p = core::defaultProfile();
+    p.strategy.kind = "command";
+    p.strategy.device = "cuda";  // where ptw's own strategies show strategy.gpus
+    p.command.program = "/usr/bin/python3";
+    p.command.args = {"train.py"};
+    const std::set<std::string> reads = {"strategy.kind", "strategy.ranks", "strategy.device", "hyper.max_steps"};
+    auto knob = [&](const std::string& path) {
+      return (path.rfind("strategy.", 0) == 0 || path.rfind("hyper.", 0) == 0) && !reads.count(path);
+    };
+    std::vector<std::string> knobs;
+    for (const auto& [path, json] : core::profileFields(p))
+      if (knob(path)) knobs.push_back(path);
+    QVERIFY(knobs.size() >= 20);  // every other field of the two sections
+    e->setProfile(p);
+    QVERIFY2(e->errors().empty(), qPrintable(w.blockingReason()));
+    for (const auto& path : reads) QVERIFY2(e->field(QString::fromStdString(path))->isVisibleTo(e), path.c_str());
+    for (const auto& path : knobs) QVERIFY2(!e->field(QString::fromStdString(path))->isVisibleTo(e), path.c_str());
+    // The program sets its own batch: the devices' line gives the world size alone.
+    auto* summary = e->devicePicker()->findChild<QLabel*>("devices.summary");
+    QCOMPARE(summary->text(), QString("world size 2"));
+    // Named by a template, each is a knob of the run, shown.
+    for (const auto& path : knobs) p.command.args.push_back("{" + path + "}");
+    e->setProfile(p);
+    QVERIFY2(e->errors().empty(), qPrintable(w.blockingReason()));
+    for (const auto& path : knobs) QVERIFY2(e->field(QString::fromStdString(path))->isVisibleTo(e), path.c_str());
+  }
+
+  // The sweep tab of a command profile offers its process counts alone and runs the program with
+  // each, the one-process run first, whatever strategies are ticked; back to ptw's own strategy,
+  // the strategies return. The program reports 8 samples in 5 ms a process: 1600 samples/s each.
+  void aCommandProfilesSweepVariesItsProcessesOnly() {
+    QTemporaryDir dir, runs;
+    QFile script(dir.filePath("train.py"));
+    QVERIFY(script.open(QIODevice::WriteOnly));
+    script.write(R"(import json, os
+ch = open(os.environ["PTW_METRICS"], "w", buffering=1)
+for step in range(1, 31):
+    ch.write(json.dumps({"step": step, "loss": 1.0 / step, "samples": 8, "step_ms": 5.0}) + "\n")
+)");
+    script.close();
+    ui::MainWindow w;
+    w.setConfirmations(false);
+    w.setRunsDirectory(runs.path());
+    w.show();
+    auto* panel = w.sweep();
+    auto* strategies = panel->findChild<QWidget*>("sweep.strategies");
+    QVERIFY(strategies->isVisibleTo(panel));
+    w.findChild<QCheckBox*>("sweep.ddp")->setChecked(true);
+    core::Profile p = core::defaultProfile();
+    p.strategy.kind = "command";
+    p.command.program = "/usr/bin/python3";
+    p.command.args = {"train.py"};
+    p.command.cwd = dir.path().toStdString();
+    w.setProfile(p);
+    QVERIFY(!strategies->isVisibleTo(panel));
+    auto* workers = panel->findChild<QLineEdit*>("sweep.workers");
+    auto* form = qobject_cast<QFormLayout*>(workers->parentWidget()->layout()->itemAt(0)->layout());
+    QVERIFY(form);
+    QCOMPARE(qobject_cast<QLabel*>(form->labelForField(workers))->text(), QString("Process counts (strategy.ranks)"));
+    workers->setText("2, 1");
+    panel->findChild<QSpinBox*>("sweep.steps")->setValue(30);
+    QSignalSpy done(panel, &ui::SweepPanel::finished);
+    QVERIFY2(panel->start(), qPrintable(panel->findChild<QLabel*>("sweep.status")->text()));
+    QVERIFY(done.wait(120000));
+    const auto& points = panel->points();
+    QCOMPARE(points.size(), std::size_t(2));
+    for (int i = 0; i < 2; ++i) {
+      const auto& point = points[static_cast<std::size_t>(i)];
+      QCOMPARE(point.strategy, std::string("command"));
+      QCOMPARE(point.workers, i + 1);
+      QCOMPARE(point.status, std::string("finished"));
+      QVERIFY2(std::abs(point.samplesPerS - 1600.0 * point.workers) < 1e-6,
+               qPrintable(QString::number(point.samplesPerS)));
+      QCOMPARE(panel->table()->item(i, 0)->text(), QString("command"));
+      QCOMPARE(panel->table()->item(i, 1)->text(), QString::number(i + 1));
+    }
+    const auto stored = core::RunStore(runs.path().toStdString()).runs();
+    QCOMPARE(stored.size(), std::size_t(2));
+    for (const auto& run : stored) QCOMPARE(run.strategy, std::string("command"));
+    w.editor()->setFieldText("strategy.kind", "ddp");
+    QVERIFY(strategies->isVisibleTo(panel));
+    QCOMPARE(qobject_cast<QLabel*>(form->labelForField(workers))->text(), QString("Worker counts"));
   }
 
   // A script profile opens as it is, and what is saved after editing opens as it was saved.
@@ -1428,7 +1527,10 @@ class TestMainWindow : public QObject {
     QCOMPARE(workers.size(), std::size_t(2));
     QTest::mouseClick(w.findChild<QPushButton*>("stop"), Qt::LeftButton);
     QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("stopped"), 15000);
-    QCOMPARE(cell(w.rankTable(), 0, 8), QString("exit code 0"));
+    for (int r = 0; r < 2; ++r) {  // a rank ptw stopped says so, though it exited 0
+      QCOMPARE(cell(w.rankTable(), r, 1), QString("stopped"));
+      QCOMPARE(cell(w.rankTable(), r, 8), QString("stopped (exit code 0)"));
+    }
     QVERIFY(w.findChild<QPushButton*>("start")->isEnabled());
     QVERIFY(!test::anyAlive(workers));
   }
@@ -1516,8 +1618,9 @@ class TestMainWindow : public QObject {
       const auto run = std::find_if(stored.begin(), stored.end(), [&](const auto& r) { return r.id == p.runId; });
       QVERIFY(run != stored.end());
       QVERIFY(std::isnan(run->samplesPerS));
-      QCOMPARE(panel->table()->item(row, 4)->text(), QString::number(p.stepMs.stepMs, 'f', 3));
-      QCOMPARE(panel->table()->item(row, 5)->text(), QString::number(100 * p.stepMs.commMs / p.stepMs.stepMs, 'f', 1));
+      QCOMPARE(panel->table()->item(row, 4)->text(), QString("too short"));  // steps/s, likewise
+      QCOMPARE(panel->table()->item(row, 5)->text(), QString::number(p.stepMs.stepMs, 'f', 3));
+      QCOMPARE(panel->table()->item(row, 6)->text(), QString::number(100 * p.stepMs.commMs / p.stepMs.stepMs, 'f', 1));
       QVERIFY(p.stepMs.stepMs > 0);
     }
     QVERIFY(panel->throughputPlot()->graphCount() >= 2);  // single, ddp (+ the fastest marker)
