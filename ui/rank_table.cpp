@@ -102,7 +102,8 @@ void RankTable::add(RecordSpan records) {
       emit firstStep(s.rank);
     }
     latest.samplesPerS = s.samplesPerS;
-    if (s.step >= latest.step) latest.step = s.step, latest.loss = s.loss, latest.memBytes = s.memBytes;
+    if (s.step >= latest.step)
+      latest.step = s.step, latest.loss = s.loss, latest.memBytes = s.memBytes, latest.ownStep = s.ownStep();
   }
 }
 
@@ -119,7 +120,11 @@ void RankTable::refresh() {
     const Latest& latest = m_latest[static_cast<std::size_t>(r)];
     if (latest.step < 0) continue;
     setCell(r, kThroughput, readableNumber(latest.samplesPerS));
-    setCell(r, kStep, QString::number(latest.step));  // a step is named, as in the log, not measured
+    // A step is named, as in the log, not measured; a script's own counter, where it is not
+    // ptw's step, beside it.
+    setCell(r, kStep,
+            latest.ownStep == latest.step ? QString::number(latest.step)
+                                          : tr("%1 (its %2)").arg(latest.step).arg(latest.ownStep));
     // A loss that is NaN or infinite was reported so (a diverged run); "–" is for none reported.
     setCell(r, kLoss,
             core::isNotReported(latest.loss) || std::isfinite(latest.loss) ? readableNumber(latest.loss)

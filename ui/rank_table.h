@@ -60,6 +60,7 @@ class RankTable : public QTableWidget, public LivePanel {
     double loss = 0;
     double samplesPerS = 0;     ///< of the last record that came
     std::int64_t memBytes = 0;  ///< of the highest step
+    std::int64_t ownStep = -1;  ///< a script's own counter at it (Note [Stretches of steps])
   };
   void setCell(int rank, int column, const QString& text);
   void setStatus(int rank, Status status);
