@@ -70,6 +70,13 @@ std::string getVar(const std::vector<std::string>& env, const std::string& key) 
   return "";
 }
 
+bool hasVar(const std::vector<std::string>& env, const std::string& key) {
+  const std::string prefix = key + "=";
+  for (const auto& e : env)
+    if (e.compare(0, prefix.size(), prefix) == 0) return true;
+  return false;
+}
+
 // Python's json writes NaN, Infinity and -Infinity, which JSON has not: each becomes a string
 // the typed reads below take as that number. Also bounds the nesting, which no record needs.
 bool quoteNonFinite(std::string_view in, std::string& out, std::string& error) {
@@ -267,23 +274,34 @@ std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptC
                                            const std::vector<std::string>& base) {
   std::vector<std::string> env = base;
   const std::string rank = std::to_string(ctx.rank), world = std::to_string(ctx.world);
-  // torchrun's names, on one host: every rank is local, one group.
-  for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{{"RANK", rank},
-                                                                             {"LOCAL_RANK", rank},
-                                                                             {"WORLD_SIZE", world},
-                                                                             {"LOCAL_WORLD_SIZE", world},
-                                                                             {"GROUP_RANK", "0"},
-                                                                             {"ROLE_RANK", rank},
-                                                                             {"ROLE_WORLD_SIZE", world},
-                                                                             {"MASTER_ADDR", "127.0.0.1"},
-                                                                             {"MASTER_PORT", std::to_string(ctx.port)},
-                                                                             {"PYTHONUNBUFFERED", "1"},
-                                                                             {"PTW_METRICS", ctx.metricsPath},
-                                                                             {"PTW_RUN_TOKEN", ctx.token}})
-    setVar(env, k, v);
+  // torchrun's names, on one host: every rank is local, one group, one role.
+  const std::vector<std::pair<std::string, std::string>> vars{
+      {"RANK", rank},
+      {"LOCAL_RANK", rank},
+      {"WORLD_SIZE", world},
+      {"LOCAL_WORLD_SIZE", world},
+      {"GROUP_RANK", "0"},
+      {"GROUP_WORLD_SIZE", "1"},
+      {"ROLE_NAME", "default"},
+      {"ROLE_RANK", rank},
+      {"ROLE_WORLD_SIZE", world},
+      {"MASTER_ADDR", "127.0.0.1"},
+      {"MASTER_PORT", std::to_string(ctx.port)},
+      {"TORCHELASTIC_RUN_ID", ctx.runId},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(ctx.attempt)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(profile.run.maxRestarts)},
+      // The program hosts its own store (env://): there is no agent's to join.
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCHELASTIC_ERROR_FILE", ctx.errorFile},
+      {"PYTHONUNBUFFERED", "1"},
+      {"PTW_METRICS", ctx.metricsPath},
+      {"PTW_RUN_TOKEN", ctx.token}};
+  for (const auto& [k, v] : vars) setVar(env, k, v);
   // torchrun's rule: processes that share a host share its cores, so each gets one OpenMP
   // thread unless ptw's own environment (or the profile, below) says otherwise.
   if (ctx.world > 1 && getVar(env, "OMP_NUM_THREADS").empty()) setVar(env, "OMP_NUM_THREADS", "1");
+  // torchrun's too: NCCL watches its collectives and fails a stuck one, unless told otherwise.
+  if (!hasVar(env, "NCCL_ASYNC_ERROR_HANDLING")) setVar(env, "NCCL_ASYNC_ERROR_HANDLING", "1");
   if (!ctx.pythonDir.empty()) {
     const std::string old = getVar(env, "PYTHONPATH");
     setVar(env, "PYTHONPATH", old.empty() ? ctx.pythonDir : ctx.pythonDir + ":" + old);

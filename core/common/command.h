@@ -55,13 +55,18 @@ struct ScriptContext {
   std::string metricsPath;  ///< PTW_METRICS
   std::string pythonDir;    ///< prepended to PYTHONPATH (ptw_metrics.py); "" leaves it
   std::string token;        ///< PTW_RUN_TOKEN
+  std::string runId;        ///< TORCHELASTIC_RUN_ID: one for every rank and attempt of a run
+  int attempt = 0;          ///< TORCHELASTIC_RESTART_COUNT: 0, then 1, 2 ... on restarts
+  std::string errorFile;    ///< TORCHELASTIC_ERROR_FILE: where torch's @record writes
 };
 
-/// The program's environment: `base` (KEY=VALUE entries, e.g. from environ) with the torchrun
-/// variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK,
-/// ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and OMP_NUM_THREADS=1 for several ranks when
-/// `base` has none), PYTHONUNBUFFERED, PYTHONPATH, PTW_METRICS, PTW_RUN_TOKEN set, then
-/// command.env (templates replaced) over them.
+/// The program's environment: `base` (KEY=VALUE entries, e.g. from environ) with the
+/// variables torchrun gives a process on one host (RANK, LOCAL_RANK, WORLD_SIZE,
+/// LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE,
+/// MASTER_ADDR, MASTER_PORT, the TORCHELASTIC_* six, NCCL_ASYNC_ERROR_HANDLING and
+/// OMP_NUM_THREADS, the last two unless `base` has them), PYTHONUNBUFFERED, PYTHONPATH,
+/// PTW_METRICS, PTW_RUN_TOKEN set, then command.env (templates replaced) over them.
+/// docs/scripts.md lists them with their values.
 std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptContext& ctx,
                                            const std::vector<std::string>& base);
 

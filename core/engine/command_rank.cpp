@@ -158,6 +158,7 @@ class ScriptRunner {
     for (int fd : {m_fifo, m_out, m_err})
       if (fd >= 0) ::close(fd);
     if (!m_fifoPath.empty()) ::unlink(m_fifoPath.c_str());
+    if (m_r.outDir.empty() && !m_errorFile.empty()) ::unlink(m_errorFile.c_str());  // /tmp keeps nothing of a run
   }
 
   core::WorkerExit run() {
@@ -170,10 +171,18 @@ class ScriptRunner {
       PTW_CHECK(cmd.cwd.empty() || (::stat(cmd.cwd.c_str(), &st) == 0 && S_ISDIR(st.st_mode)), "command.cwd: ", cmd.cwd,
                 " is not a folder");
       openChannel();
+      m_errorFile = runFile(".error.json");
+      // A file left by an earlier attempt (a restart reuses the run folder) must not be blamed.
+      PTW_CHECK(::unlink(m_errorFile.c_str()) == 0 || errno == ENOENT, "cannot remove the old error file ", m_errorFile,
+                ": ", std::strerror(errno));
       std::vector<std::string> base;
       for (char** e = environ; *e; ++e) base.emplace_back(*e);
-      core::ScriptContext ctx{m_r.rank,   m_r.world,   m_r.port,
-                              m_fifoPath, pythonDir(), core::runToken(static_cast<long>(::getppid()), m_r.port)};
+      const std::string token = core::runToken(static_cast<long>(::getppid()), m_r.port);
+      // The run folder's name is the run's, for every rank and attempt; without one, the token.
+      std::string runId = m_r.outDir.substr(0, m_r.outDir.find_last_not_of('/') + 1);
+      runId = runId.empty() ? token : runId.substr(runId.find_last_of('/') + 1);
+      const core::ScriptContext ctx{m_r.rank, m_r.world, m_r.port,    m_fifoPath, pythonDir(),
+                                    token,    runId,     m_r.attempt, m_errorFile};
       env = core::scriptEnvironment(m_r.profile, ctx, base);
       const char* path = std::getenv("PATH");
       program = resolveProgram(argv[0], cmd.cwd, path ? path : "/usr/local/bin:/usr/bin:/bin");
@@ -205,10 +214,15 @@ class ScriptRunner {
     return s.size() > 120 ? s.substr(0, 120) + "..." : s;
   }
 
-  void openChannel() {
+  // rankN<suffix> in the run folder; in /tmp, with this process's id, without one.
+  std::string runFile(const std::string& suffix) const {
     const std::string dir = m_r.outDir.empty() ? std::string("/tmp") : m_r.outDir;
-    m_fifoPath = dir + "/rank" + std::to_string(m_r.rank) + ".metrics" +
-                 (m_r.outDir.empty() ? "." + std::to_string(::getpid()) : std::string());
+    return dir + "/rank" + std::to_string(m_r.rank) + suffix +
+           (m_r.outDir.empty() ? "." + std::to_string(::getpid()) : std::string());
+  }
+
+  void openChannel() {
+    m_fifoPath = runFile(".metrics");
     ::unlink(m_fifoPath.c_str());
     PTW_CHECK(::mkfifo(m_fifoPath.c_str(), 0600) == 0, "cannot make the metrics channel ", m_fifoPath, ": ",
               std::strerror(errno));
@@ -417,6 +431,7 @@ class ScriptRunner {
   core::LineSplitter m_channel, m_outLines, m_errLines;
   std::vector<core::Record> m_batch;
   std::string m_fifoPath;
+  std::string m_errorFile;  ///< TORCHELASTIC_ERROR_FILE
   int m_fifo = -1, m_out = -1, m_err = -1;
   pid_t m_child = -1;
   Clock::time_point m_started = Clock::now();
