@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -313,6 +314,35 @@ std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptC
     setVar(env, entry.substr(0, eq), expand(entry.substr(eq + 1), values));
   }
   return env;
+}
+
+std::string errorFileCause(std::string_view text) {
+  const Json root = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (!root.is_object() || !root.contains("message")) return "";
+  // Later torch may write the message as a plain string; 1.13 writes an object.
+  const Json& outer = root["message"];
+  const Json* message = outer.is_string()                                ? &outer
+                        : outer.is_object() && outer.contains("message") ? &outer["message"]
+                                                                         : nullptr;
+  if (!message || !message->is_string() || message->get_ref<const std::string&>().empty()) return "";
+  // One line for the failure message: an exception's text may run over many.
+  std::string cause = message->get<std::string>();
+  cause = cause.substr(0, cause.find('\n'));
+  if (cause.size() > 300) cause = cause.substr(0, 300) + "...";
+  // The innermost frame is the last of the traceback's `  File "F", line N, in FUNCTION`.
+  std::string where;
+  if (outer.is_object() && outer.contains("extraInfo") && outer["extraInfo"].is_object()) {
+    const Json& extra = outer["extraInfo"];
+    if (extra.contains("py_callstack") && extra["py_callstack"].is_string()) {
+      static const std::regex frame(R"re(^\s*File "([^"]+)", line ([0-9]+)(?:, in (.+))?$)re");
+      std::istringstream lines(extra["py_callstack"].get<std::string>());
+      std::smatch m;
+      for (std::string line; std::getline(lines, line);)
+        if (line.size() < 4096 && std::regex_match(line, m, frame))
+          where = m[1].str() + ":" + m[2].str() + (m[3].matched ? ", in " + m[3].str() : std::string());
+    }
+  }
+  return where.empty() ? cause : cause + " (at " + where + ")";
 }
 
 bool parseMetricsLine(std::string_view line, ScriptRecord& out, std::string& error) {

@@ -57,7 +57,7 @@ struct ScriptContext {
   std::string token;        ///< PTW_RUN_TOKEN
   std::string runId;        ///< TORCHELASTIC_RUN_ID: one for every rank and attempt of a run
   int attempt = 0;          ///< TORCHELASTIC_RESTART_COUNT: 0, then 1, 2 ... on restarts
-  std::string errorFile;    ///< TORCHELASTIC_ERROR_FILE: where torch's @record writes
+  std::string errorFile;    ///< TORCHELASTIC_ERROR_FILE: where torch's @record writes (errorFileCause)
 };
 
 /// The program's environment: `base` (KEY=VALUE entries, e.g. from environ) with the
@@ -69,6 +69,18 @@ struct ScriptContext {
 /// docs/scripts.md lists them with their values.
 std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptContext& ctx,
                                            const std::vector<std::string>& base);
+
+/// What the program raised, from the text of its TORCHELASTIC_ERROR_FILE as torch's
+/// `@record` writes it (torch/distributed/elastic/multiprocessing/errors/error_handler.py:
+/// {"message": {"message": "Type: text", "extraInfo": {"py_callstack": "<traceback>"}}}): the
+/// exception's first line and the innermost frame of its traceback. "" when `text` is not
+/// such a file. Never throws.
+/// Example: errorFileCause(file) == "ValueError: bad batch 7 (at /w/train.py:12, in load)"
+std::string errorFileCause(std::string_view text);
+
+/// What a command rank prints after "error: [rank N] " when its program failed and left an
+/// error file: this, then errorFileCause(). The launcher takes the cause from that line.
+inline constexpr std::string_view kProgramRaised = "the program raised ";
 
 /// One record of the metrics protocol (docs/scripts.md): what a line held.
 struct ScriptRecord {

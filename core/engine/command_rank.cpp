@@ -204,6 +204,7 @@ class ScriptRunner {
       throw;
     }
     sweepChildren(m_r.rank);
+    sayWhatItRaised(status);
     return verdict(describe(argv), status);
   }
 
@@ -219,6 +220,23 @@ class ScriptRunner {
     const std::string dir = m_r.outDir.empty() ? std::string("/tmp") : m_r.outDir;
     return dir + "/rank" + std::to_string(m_r.rank) + suffix +
            (m_r.outDir.empty() ? "." + std::to_string(::getpid()) : std::string());
+  }
+
+  // A program that failed on its own and left an error file (torch's @record) is named by
+  // what it raised and where, as torchrun's "Root Cause" does; the launcher puts that in the
+  // run's failure message (Launcher failureOf).
+  void sayWhatItRaised(int status) {
+    const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (clean || m_r.stop.load()) return;
+    std::ifstream in(m_errorFile, std::ios::binary);
+    if (!in) return;
+    std::string text(64 * 1024, '\0');  // a traceback is far less; a larger file is not torch's
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<std::size_t>(in.gcount()));
+    const std::string cause = core::errorFileCause(text);
+    if (!cause.empty())
+      std::fprintf(stderr, "error: [rank %d] %s%s\n", m_r.rank, std::string(core::kProgramRaised).c_str(),
+                   cause.c_str());
   }
 
   void openChannel() {
