@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "common/command.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdlib>
 #include <map>
@@ -314,6 +317,34 @@ std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptC
     setVar(env, entry.substr(0, eq), expand(entry.substr(eq + 1), values));
   }
   return env;
+}
+
+std::string resolveProgram(const std::string& program, const std::string& cwd, const std::string& path) {
+  auto check = [&](const std::string& file) {
+    struct stat st {};
+    PTW_CHECK(::stat(file.c_str(), &st) == 0, "command.program: ", file, " does not exist");
+    PTW_CHECK(!S_ISDIR(st.st_mode), "command.program: ", file, " is a folder, not a program");
+    PTW_CHECK(::access(file.c_str(), X_OK) == 0, "command.program: ", file,
+              " is not executable; make it so (chmod +x) or name its interpreter as the program, e.g. python3");
+    return file;
+  };
+  if (program.find('/') != std::string::npos)
+    return check(program[0] == '/' || cwd.empty() ? program : cwd + "/" + program);
+  std::size_t from = 0;
+  while (from <= path.size()) {
+    const auto colon = path.find(':', from);
+    const std::string dir = path.substr(from, colon == std::string::npos ? std::string::npos : colon - from);
+    const std::string file = (dir.empty() ? "." : dir) + "/" + program;
+    if (::access(file.c_str(), X_OK) == 0) return check(file);
+    if (colon == std::string::npos) break;
+    from = colon + 1;
+  }
+  PTW_FAIL("command.program: \"", program, "\" is not found on PATH; install it or give its full path");
+}
+
+bool isPythonProgram(const std::string& program) {
+  static const std::regex python(R"(python(3(\.[0-9]+)?)?)");
+  return std::regex_match(program.substr(program.rfind('/') + 1), python);
 }
 
 std::string errorFileCause(std::string_view text) {

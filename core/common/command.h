@@ -70,6 +70,15 @@ struct ScriptContext {
 std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptContext& ctx,
                                            const std::vector<std::string>& base);
 
+/// The file a program to start as `program` is: a path as given (relative to `cwd`), a bare
+/// name looked up on `path` (PATH's value), as execvp would. Throws ptw::Error naming
+/// command.program and what to do when there is none or it cannot be run.
+std::string resolveProgram(const std::string& program, const std::string& cwd, const std::string& path);
+
+/// Whether `program` names a Python interpreter: its file name is python, python3 or
+/// python3.N. Such a program is checked for torch before a run (preflight.h).
+bool isPythonProgram(const std::string& program);
+
 /// What the program raised, from the text of its TORCHELASTIC_ERROR_FILE as torch's
 /// `@record` writes it (torch/distributed/elastic/multiprocessing/errors/error_handler.py:
 /// {"message": {"message": "Type: text", "extraInfo": {"py_callstack": "<traceback>"}}}): the

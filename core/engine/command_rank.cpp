@@ -67,31 +67,6 @@ std::string pythonDir() {
   return "";
 }
 
-// The program to exec: a path as given (relative to the working directory), a bare name
-// looked up on PATH. Throws ptw::Error naming command.program and what to do.
-std::string resolveProgram(const std::string& program, const std::string& cwd, const std::string& path) {
-  auto check = [&](const std::string& file) {
-    struct stat st {};
-    PTW_CHECK(::stat(file.c_str(), &st) == 0, "command.program: ", file, " does not exist");
-    PTW_CHECK(!S_ISDIR(st.st_mode), "command.program: ", file, " is a folder, not a program");
-    PTW_CHECK(::access(file.c_str(), X_OK) == 0, "command.program: ", file,
-              " is not executable; make it so (chmod +x) or name its interpreter as the program, e.g. python3");
-    return file;
-  };
-  if (program.find('/') != std::string::npos)
-    return check(program[0] == '/' || cwd.empty() ? program : cwd + "/" + program);
-  std::size_t from = 0;
-  while (from <= path.size()) {
-    const auto colon = path.find(':', from);
-    const std::string dir = path.substr(from, colon == std::string::npos ? std::string::npos : colon - from);
-    const std::string file = (dir.empty() ? "." : dir) + "/" + program;
-    if (::access(file.c_str(), X_OK) == 0) return check(file);
-    if (colon == std::string::npos) break;
-    from = colon + 1;
-  }
-  PTW_FAIL("command.program: \"", program, "\" is not found on PATH; install it or give its full path");
-}
-
 void setNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 void writeAll(int fd, const char* p, std::size_t n) {
@@ -185,7 +160,7 @@ class ScriptRunner {
                                     token,    runId,     m_r.attempt, m_errorFile};
       env = core::scriptEnvironment(m_r.profile, ctx, base);
       const char* path = std::getenv("PATH");
-      program = resolveProgram(argv[0], cmd.cwd, path ? path : "/usr/local/bin:/usr/bin:/bin");
+      program = core::resolveProgram(argv[0], cmd.cwd, path ? path : "/usr/local/bin:/usr/bin:/bin");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "error: [rank %d] %s\n", m_r.rank, e.what());
       return core::WorkerExit::BadInput;
