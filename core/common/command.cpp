@@ -1,11 +1,15 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "common/command.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cmath>
 #include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -69,6 +73,13 @@ std::string getVar(const std::vector<std::string>& env, const std::string& key) 
   for (const auto& e : env)
     if (e.compare(0, prefix.size(), prefix) == 0) return e.substr(prefix.size());
   return "";
+}
+
+bool hasVar(const std::vector<std::string>& env, const std::string& key) {
+  const std::string prefix = key + "=";
+  for (const auto& e : env)
+    if (e.compare(0, prefix.size(), prefix) == 0) return true;
+  return false;
 }
 
 // Python's json writes NaN, Infinity and -Infinity, which JSON has not: each becomes a string
@@ -290,23 +301,34 @@ std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptC
                                            const std::vector<std::string>& base) {
   std::vector<std::string> env = base;
   const std::string rank = std::to_string(ctx.rank), world = std::to_string(ctx.world);
-  // torchrun's names, on one host: every rank is local, one group.
-  for (const auto& [k, v] : std::vector<std::pair<std::string, std::string>>{{"RANK", rank},
-                                                                             {"LOCAL_RANK", rank},
-                                                                             {"WORLD_SIZE", world},
-                                                                             {"LOCAL_WORLD_SIZE", world},
-                                                                             {"GROUP_RANK", "0"},
-                                                                             {"ROLE_RANK", rank},
-                                                                             {"ROLE_WORLD_SIZE", world},
-                                                                             {"MASTER_ADDR", "127.0.0.1"},
-                                                                             {"MASTER_PORT", std::to_string(ctx.port)},
-                                                                             {"PYTHONUNBUFFERED", "1"},
-                                                                             {"PTW_METRICS", ctx.metricsPath},
-                                                                             {"PTW_RUN_TOKEN", ctx.token}})
-    setVar(env, k, v);
+  // torchrun's names, on one host: every rank is local, one group, one role.
+  const std::vector<std::pair<std::string, std::string>> vars{
+      {"RANK", rank},
+      {"LOCAL_RANK", rank},
+      {"WORLD_SIZE", world},
+      {"LOCAL_WORLD_SIZE", world},
+      {"GROUP_RANK", "0"},
+      {"GROUP_WORLD_SIZE", "1"},
+      {"ROLE_NAME", "default"},
+      {"ROLE_RANK", rank},
+      {"ROLE_WORLD_SIZE", world},
+      {"MASTER_ADDR", "127.0.0.1"},
+      {"MASTER_PORT", std::to_string(ctx.port)},
+      {"TORCHELASTIC_RUN_ID", ctx.runId},
+      {"TORCHELASTIC_RESTART_COUNT", std::to_string(ctx.attempt)},
+      {"TORCHELASTIC_MAX_RESTARTS", std::to_string(profile.run.maxRestarts)},
+      // The program hosts its own store (env://): there is no agent's to join.
+      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCHELASTIC_ERROR_FILE", ctx.errorFile},
+      {"PYTHONUNBUFFERED", "1"},
+      {"PTW_METRICS", ctx.metricsPath},
+      {"PTW_RUN_TOKEN", ctx.token}};
+  for (const auto& [k, v] : vars) setVar(env, k, v);
   // torchrun's rule: processes that share a host share its cores, so each gets one OpenMP
   // thread unless ptw's own environment (or the profile, below) says otherwise.
   if (ctx.world > 1 && getVar(env, "OMP_NUM_THREADS").empty()) setVar(env, "OMP_NUM_THREADS", "1");
+  // torchrun's too: NCCL watches its collectives and fails a stuck one, unless told otherwise.
+  if (!hasVar(env, "NCCL_ASYNC_ERROR_HANDLING")) setVar(env, "NCCL_ASYNC_ERROR_HANDLING", "1");
   if (!ctx.pythonDir.empty()) {
     const std::string old = getVar(env, "PYTHONPATH");
     setVar(env, "PYTHONPATH", old.empty() ? ctx.pythonDir : ctx.pythonDir + ":" + old);
@@ -318,6 +340,63 @@ std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptC
     setVar(env, entry.substr(0, eq), expand(entry.substr(eq + 1), values));
   }
   return env;
+}
+
+std::string resolveProgram(const std::string& program, const std::string& cwd, const std::string& path) {
+  auto check = [&](const std::string& file) {
+    struct stat st {};
+    PTW_CHECK(::stat(file.c_str(), &st) == 0, "command.program: ", file, " does not exist");
+    PTW_CHECK(!S_ISDIR(st.st_mode), "command.program: ", file, " is a folder, not a program");
+    PTW_CHECK(::access(file.c_str(), X_OK) == 0, "command.program: ", file,
+              " is not executable; make it so (chmod +x) or name its interpreter as the program, e.g. python3");
+    return file;
+  };
+  if (program.find('/') != std::string::npos)
+    return check(program[0] == '/' || cwd.empty() ? program : cwd + "/" + program);
+  std::size_t from = 0;
+  while (from <= path.size()) {
+    const auto colon = path.find(':', from);
+    const std::string dir = path.substr(from, colon == std::string::npos ? std::string::npos : colon - from);
+    const std::string file = (dir.empty() ? "." : dir) + "/" + program;
+    if (::access(file.c_str(), X_OK) == 0) return check(file);
+    if (colon == std::string::npos) break;
+    from = colon + 1;
+  }
+  PTW_FAIL("command.program: \"", program, "\" is not found on PATH; install it or give its full path");
+}
+
+bool isPythonProgram(const std::string& program) {
+  static const std::regex python(R"(python(3(\.[0-9]+)?)?)");
+  return std::regex_match(program.substr(program.rfind('/') + 1), python);
+}
+
+std::string errorFileCause(std::string_view text) {
+  const Json root = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (!root.is_object() || !root.contains("message")) return "";
+  // Later torch may write the message as a plain string; 1.13 writes an object.
+  const Json& outer = root["message"];
+  const Json* message = outer.is_string()                                ? &outer
+                        : outer.is_object() && outer.contains("message") ? &outer["message"]
+                                                                         : nullptr;
+  if (!message || !message->is_string() || message->get_ref<const std::string&>().empty()) return "";
+  // One line for the failure message: an exception's text may run over many.
+  std::string cause = message->get<std::string>();
+  cause = cause.substr(0, cause.find('\n'));
+  if (cause.size() > 300) cause = cause.substr(0, 300) + "...";
+  // The innermost frame is the last of the traceback's `  File "F", line N, in FUNCTION`.
+  std::string where;
+  if (outer.is_object() && outer.contains("extraInfo") && outer["extraInfo"].is_object()) {
+    const Json& extra = outer["extraInfo"];
+    if (extra.contains("py_callstack") && extra["py_callstack"].is_string()) {
+      static const std::regex frame(R"re(^\s*File "([^"]+)", line ([0-9]+)(?:, in (.+))?$)re");
+      std::istringstream lines(extra["py_callstack"].get<std::string>());
+      std::smatch m;
+      for (std::string line; std::getline(lines, line);)
+        if (line.size() < 4096 && std::regex_match(line, m, frame))
+          where = m[1].str() + ":" + m[2].str() + (m[3].matched ? ", in " + m[3].str() : std::string());
+    }
+  }
+  return where.empty() ? cause : cause + " (at " + where + ")";
 }
 
 bool parseMetricsLine(std::string_view line, ScriptRecord& out, std::string& error) {

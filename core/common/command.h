@@ -64,15 +64,41 @@ struct ScriptContext {
   std::string metricsPath;  ///< PTW_METRICS
   std::string pythonDir;    ///< prepended to PYTHONPATH (ptw_metrics.py); "" leaves it
   std::string token;        ///< PTW_RUN_TOKEN
+  std::string runId;        ///< TORCHELASTIC_RUN_ID: one for every rank and attempt of a run
+  int attempt = 0;          ///< TORCHELASTIC_RESTART_COUNT: 0, then 1, 2 ... on restarts
+  std::string errorFile;    ///< TORCHELASTIC_ERROR_FILE: where torch's @record writes (errorFileCause)
 };
 
-/// The program's environment: `base` (KEY=VALUE entries, e.g. from environ) with the torchrun
-/// variables (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, GROUP_RANK, ROLE_RANK,
-/// ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and OMP_NUM_THREADS=1 for several ranks when
-/// `base` has none), PYTHONUNBUFFERED, PYTHONPATH, PTW_METRICS, PTW_RUN_TOKEN set, then
-/// command.env (templates replaced) over them.
+/// The program's environment: `base` (KEY=VALUE entries, e.g. from environ) with the
+/// variables torchrun gives a process on one host (RANK, LOCAL_RANK, WORLD_SIZE,
+/// LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE,
+/// MASTER_ADDR, MASTER_PORT, the TORCHELASTIC_* six, NCCL_ASYNC_ERROR_HANDLING and
+/// OMP_NUM_THREADS, the last two unless `base` has them), PYTHONUNBUFFERED, PYTHONPATH,
+/// PTW_METRICS, PTW_RUN_TOKEN set, then command.env (templates replaced) over them.
+/// docs/scripts.md lists them with their values.
 std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptContext& ctx,
                                            const std::vector<std::string>& base);
+
+/// The file a program to start as `program` is: a path as given (relative to `cwd`), a bare
+/// name looked up on `path` (PATH's value), as execvp would. Throws ptw::Error naming
+/// command.program and what to do when there is none or it cannot be run.
+std::string resolveProgram(const std::string& program, const std::string& cwd, const std::string& path);
+
+/// Whether `program` names a Python interpreter: its file name is python, python3 or
+/// python3.N. Such a program is checked for torch before a run (preflight.h).
+bool isPythonProgram(const std::string& program);
+
+/// What the program raised, from the text of its TORCHELASTIC_ERROR_FILE as torch's
+/// `@record` writes it (torch/distributed/elastic/multiprocessing/errors/error_handler.py:
+/// {"message": {"message": "Type: text", "extraInfo": {"py_callstack": "<traceback>"}}}): the
+/// exception's first line and the innermost frame of its traceback. "" when `text` is not
+/// such a file. Never throws.
+/// Example: errorFileCause(file) == "ValueError: bad batch 7 (at /w/train.py:12, in load)"
+std::string errorFileCause(std::string_view text);
+
+/// What a command rank prints after "error: [rank N] " when its program failed and left an
+/// error file: this, then errorFileCause(). The launcher takes the cause from that line.
+inline constexpr std::string_view kProgramRaised = "the program raised ";
 
 /// One record of the metrics protocol (docs/scripts.md): what a line held. Times given in
 /// seconds (step_s, data_s, ...) are held in ms.

@@ -67,31 +67,6 @@ std::string pythonDir() {
   return "";
 }
 
-// The program to exec: a path as given (relative to the working directory), a bare name
-// looked up on PATH. Throws ptw::Error naming command.program and what to do.
-std::string resolveProgram(const std::string& program, const std::string& cwd, const std::string& path) {
-  auto check = [&](const std::string& file) {
-    struct stat st {};
-    PTW_CHECK(::stat(file.c_str(), &st) == 0, "command.program: ", file, " does not exist");
-    PTW_CHECK(!S_ISDIR(st.st_mode), "command.program: ", file, " is a folder, not a program");
-    PTW_CHECK(::access(file.c_str(), X_OK) == 0, "command.program: ", file,
-              " is not executable; make it so (chmod +x) or name its interpreter as the program, e.g. python3");
-    return file;
-  };
-  if (program.find('/') != std::string::npos)
-    return check(program[0] == '/' || cwd.empty() ? program : cwd + "/" + program);
-  std::size_t from = 0;
-  while (from <= path.size()) {
-    const auto colon = path.find(':', from);
-    const std::string dir = path.substr(from, colon == std::string::npos ? std::string::npos : colon - from);
-    const std::string file = (dir.empty() ? "." : dir) + "/" + program;
-    if (::access(file.c_str(), X_OK) == 0) return check(file);
-    if (colon == std::string::npos) break;
-    from = colon + 1;
-  }
-  PTW_FAIL("command.program: \"", program, "\" is not found on PATH; install it or give its full path");
-}
-
 void setNonBlocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
 
 void writeAll(int fd, const char* p, std::size_t n) {
@@ -158,6 +133,7 @@ class ScriptRunner {
     for (int fd : {m_fifo, m_out, m_err})
       if (fd >= 0) ::close(fd);
     if (!m_fifoPath.empty()) ::unlink(m_fifoPath.c_str());
+    if (m_r.outDir.empty() && !m_errorFile.empty()) ::unlink(m_errorFile.c_str());  // /tmp keeps nothing of a run
   }
 
   core::WorkerExit run() {
@@ -170,13 +146,21 @@ class ScriptRunner {
       PTW_CHECK(cmd.cwd.empty() || (::stat(cmd.cwd.c_str(), &st) == 0 && S_ISDIR(st.st_mode)), "command.cwd: ", cmd.cwd,
                 " is not a folder");
       openChannel();
+      m_errorFile = runFile(".error.json");
+      // A file left by an earlier attempt (a restart reuses the run folder) must not be blamed.
+      PTW_CHECK(::unlink(m_errorFile.c_str()) == 0 || errno == ENOENT, "cannot remove the old error file ", m_errorFile,
+                ": ", std::strerror(errno));
       std::vector<std::string> base;
       for (char** e = environ; *e; ++e) base.emplace_back(*e);
-      core::ScriptContext ctx{m_r.rank,   m_r.world,   m_r.port,
-                              m_fifoPath, pythonDir(), core::runToken(static_cast<long>(::getppid()), m_r.port)};
+      const std::string token = core::runToken(static_cast<long>(::getppid()), m_r.port);
+      // The run folder's name is the run's, for every rank and attempt; without one, the token.
+      std::string runId = m_r.outDir.substr(0, m_r.outDir.find_last_not_of('/') + 1);
+      runId = runId.empty() ? token : runId.substr(runId.find_last_of('/') + 1);
+      const core::ScriptContext ctx{m_r.rank, m_r.world, m_r.port,    m_fifoPath, pythonDir(),
+                                    token,    runId,     m_r.attempt, m_errorFile};
       env = core::scriptEnvironment(m_r.profile, ctx, base);
       const char* path = std::getenv("PATH");
-      program = resolveProgram(argv[0], cmd.cwd, path ? path : "/usr/local/bin:/usr/bin:/bin");
+      program = core::resolveProgram(argv[0], cmd.cwd, path ? path : "/usr/local/bin:/usr/bin:/bin");
     } catch (const std::exception& e) {
       std::fprintf(stderr, "error: [rank %d] %s\n", m_r.rank, e.what());
       return core::WorkerExit::BadInput;
@@ -195,6 +179,7 @@ class ScriptRunner {
       throw;
     }
     sweepChildren(m_r.rank);
+    sayWhatItRaised(status);
     return verdict(describe(argv), status);
   }
 
@@ -219,10 +204,32 @@ class ScriptRunner {
     return s;
   }
 
-  void openChannel() {
+  // rankN<suffix> in the run folder; in /tmp, with this process's id, without one.
+  std::string runFile(const std::string& suffix) const {
     const std::string dir = m_r.outDir.empty() ? std::string("/tmp") : m_r.outDir;
-    m_fifoPath = dir + "/rank" + std::to_string(m_r.rank) + ".metrics" +
-                 (m_r.outDir.empty() ? "." + std::to_string(::getpid()) : std::string());
+    return dir + "/rank" + std::to_string(m_r.rank) + suffix +
+           (m_r.outDir.empty() ? "." + std::to_string(::getpid()) : std::string());
+  }
+
+  // A program that failed on its own and left an error file (torch's @record) is named by
+  // what it raised and where, as torchrun's "Root Cause" does; the launcher puts that in the
+  // run's failure message (Launcher failureOf).
+  void sayWhatItRaised(int status) {
+    const bool clean = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    if (clean || m_r.stop.load()) return;
+    std::ifstream in(m_errorFile, std::ios::binary);
+    if (!in) return;
+    std::string text(64 * 1024, '\0');  // a traceback is far less; a larger file is not torch's
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<std::size_t>(in.gcount()));
+    const std::string cause = core::errorFileCause(text);
+    if (!cause.empty())
+      std::fprintf(stderr, "error: [rank %d] %s%s\n", m_r.rank, std::string(core::kProgramRaised).c_str(),
+                   cause.c_str());
+  }
+
+  void openChannel() {
+    m_fifoPath = runFile(".metrics");
     ::unlink(m_fifoPath.c_str());
     PTW_CHECK(::mkfifo(m_fifoPath.c_str(), 0600) == 0, "cannot make the metrics channel ", m_fifoPath, ": ",
               std::strerror(errno));
@@ -469,6 +476,7 @@ class ScriptRunner {
   core::LineSplitter m_channel, m_outLines, m_errLines;
   std::vector<core::Record> m_batch;
   std::string m_fifoPath;
+  std::string m_errorFile;  ///< TORCHELASTIC_ERROR_FILE
   int m_fifo = -1, m_out = -1, m_err = -1;
   pid_t m_child = -1;
   Clock::time_point m_started = Clock::now();

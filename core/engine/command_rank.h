@@ -28,6 +28,7 @@ struct ScriptRank {
   std::function<void(std::int64_t)> passed;
   /// Set once the program has reported a record: heartbeats then say "train", not "quiet".
   std::atomic<bool>& reported;
+  int attempt = 0;  ///< the restart count (TORCHELASTIC_RESTART_COUNT)
 };
 
 /// Runs the program until it ends; returns the worker's exit code (protocol.md): Finished when

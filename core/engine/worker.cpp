@@ -729,7 +729,8 @@ core::WorkerExit commandRank(const Args& args, const core::Profile& profile, Rec
                     g_stoppedBy,
                     [&](const core::Record& r) { writer.write(r); },
                     [&](std::int64_t step) { writer.passed(step); },
-                    reported};
+                    reported,
+                    args.attempt};
   try {
     return runScriptRank(script);
   } catch (const MetricsNotStored& e) {

@@ -971,6 +971,10 @@ std::string Launcher::Impl::failureOf(const Rank& rk) {
     for (auto line = rk.tail.rbegin(); line != rk.tail.rend(); ++line)
       if (line->rfind("srun: error: ", 0) == 0 && line->find(": task ") == std::string::npos)
         return "failed with " + rk.exit.describe() + ": " + *line;
+  // A command rank whose program left torch's error file named what it raised and where.
+  const std::string raised = "error: [rank " + std::to_string(rk.rank) + "] " + std::string(kProgramRaised);
+  for (auto line = rk.tail.rbegin(); line != rk.tail.rend(); ++line)
+    if (line->rfind(raised, 0) == 0) return "failed with " + rk.exit.describe() + ": " + line->substr(raised.size());
   return "failed with " + rk.exit.describe();
 }
 

@@ -2,22 +2,28 @@
 #include "launch/preflight.h"
 
 #include <sched.h>
+#include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <sstream>
 #include <vector>
 
+#include "common/command.h"
 #include "common/data_files.h"
 #include "common/error.h"
 #include "common/launcher_env.h"
 #include "common/launcher_kinds.h"
 #include "common/profile.h"
+#include "common/strategies.h"
 #include "common/version.h"
 #include "common/worker_invocation.h"
 #include "launch/run_program.h"
 #include "launch/slurm_job.h"
 #include "launch/slurm_starter.h"
 #include "launch/ssh_starter.h"
+
+extern char** environ;
 
 namespace ptw::core {
 namespace {
@@ -165,9 +171,45 @@ std::string deviceProblem(const Profile& profile, const std::string& workerPath)
   return anyCudaDevice(parseDevices(devices)) ? "" : kNoCudaDeviceMessage;
 }
 
+std::string pythonProblem(const Profile& profile, double limitS) {
+  const CommandSpec& cmd = profile.command;
+  // Ranks on other hosts run their own Python, which this host cannot check.
+  if (!strategyOf(profile).runsCommand || ranksMayBeRemote(profile) || !isPythonProgram(cmd.program)) return "";
+  std::string python;
+  try {
+    PTW_CHECK(cmd.cwd.empty() || std::filesystem::is_directory(cmd.cwd), "command.cwd: ", cmd.cwd, " is not a folder");
+    const char* path = std::getenv("PATH");
+    python = resolveProgram(cmd.program, cmd.cwd, path ? path : "/usr/local/bin:/usr/bin:/bin");
+  } catch (const Error& e) {
+    return e.what();
+  }
+  std::vector<std::string> base;
+  for (char** e = environ; *e; ++e) base.emplace_back(*e);
+  const std::vector<std::string> env = scriptEnvironment(profile, ScriptContext{}, base);
+  auto importsTorch = [&](const std::string& interpreter, std::string& said) {
+    std::string out;
+    const int code = runProgram({interpreter, "-c", "import torch"}, limitS, out, cmd.cwd, env);
+    said = code < 0                ? "no answer within " + std::to_string(static_cast<int>(limitS)) + " s, or killed"
+           : lastLine(out).empty() ? "exit code " + std::to_string(code)
+                                   : lastLine(out);
+    return code == 0;
+  };
+  std::string said;
+  if (importsTorch(python, said)) return "";
+  // Debian's python3-torch is the one ptw's own tests use; suggested only where it works.
+  const std::string debian = "/usr/bin/python3";
+  std::string ignored;
+  const bool debianWorks = python != debian && ::access(debian.c_str(), X_OK) == 0 && importsTorch(debian, ignored);
+  return "command.program: " + python + " cannot import torch (" + said + "); " +
+         (debianWorks ? "set command.program to a Python that has torch, e.g. " + debian
+                      : std::string("install torch for it (pip install torch; python3-torch on Debian), or set "
+                                    "command.program to a Python that has torch"));
+}
+
 std::string runProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort) {
   if (std::string problem = dataFileProblem(profile.data); !problem.empty()) return problem;
   if (std::string problem = deviceProblem(profile, workerPath); !problem.empty()) return problem;
+  if (std::string problem = pythonProblem(profile); !problem.empty()) return problem;
   return hostsProblem(profile, workerPath, rendezvousPort);
 }
 

@@ -32,9 +32,16 @@ std::string hostsProblem(const Profile& profile, const std::string& workerPath, 
 /// free there, which becomes `port`. "" when it can, else the line naming host, port and why.
 std::string rendezvousPortProblem(const Profile& profile, const std::string& workerPath, int& port);
 
-/// The profile's data files (dataFileProblem), its device (deviceProblem), then its hosts
-/// (hostsProblem, which sets `rendezvousPort`): the first problem that stops a run, found
-/// before any folder is made or rank started.
+/// For the command strategy on this host with a Python as command.program (isPythonProgram):
+/// runs that Python, found as a rank finds it (PATH, command.cwd) and with a rank's
+/// environment (command.env included), on `-c "import torch"`, at most `limitS` seconds.
+/// "" when it imports torch (or the check does not apply), else the one line naming the
+/// interpreter's path, what it said, and the fix.
+std::string pythonProblem(const Profile& profile, double limitS = 60.0);
+
+/// The profile's data files (dataFileProblem), its device (deviceProblem), its Python
+/// (pythonProblem), then its hosts (hostsProblem, which sets `rendezvousPort`): the first
+/// problem that stops a run, found before any folder is made or rank started.
 std::string runProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort = nullptr);
 
 }  // namespace ptw::core

@@ -16,7 +16,10 @@ extern char** environ;
 
 namespace ptw::core {
 
-int runProgram(const std::vector<std::string>& argv, double limitS, std::string& out) {
+namespace {
+
+int spawnAndWait(const std::vector<std::string>& argv, double limitS, std::string& out, const std::string& cwd,
+                 char* const* env) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return -1;
   posix_spawn_file_actions_t actions;
@@ -24,11 +27,12 @@ int runProgram(const std::vector<std::string>& argv, double limitS, std::string&
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
+  if (!cwd.empty()) posix_spawn_file_actions_addchdir_np(&actions, cwd.c_str());
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = 0;
-  const int spawned = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), environ);
+  const int spawned = ::posix_spawn(&pid, args[0], &actions, nullptr, args.data(), env);
   posix_spawn_file_actions_destroy(&actions);
   ::close(fds[1]);
   if (spawned != 0) {
@@ -57,6 +61,20 @@ int runProgram(const std::vector<std::string>& argv, double limitS, std::string&
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return !killed && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+int runProgram(const std::vector<std::string>& argv, double limitS, std::string& out) {
+  return spawnAndWait(argv, limitS, out, "", environ);
+}
+
+int runProgram(const std::vector<std::string>& argv, double limitS, std::string& out, const std::string& cwd,
+               const std::vector<std::string>& env) {
+  std::vector<char*> entries;
+  for (const auto& e : env) entries.push_back(const_cast<char*>(e.c_str()));
+  entries.push_back(nullptr);
+  return spawnAndWait(argv, limitS, out, cwd, entries.data());
 }
 
 std::string lastLine(const std::string& text) {

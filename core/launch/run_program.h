@@ -13,6 +13,11 @@ namespace ptw::core {
 /// killed. argv[0] is a path; it is run without a shell.
 int runProgram(const std::vector<std::string>& argv, double limitS, std::string& out);
 
+/// As above, started in the folder `cwd` ("": this process's) with `env` (KEY=VALUE entries)
+/// as its whole environment: a program checked as a rank would start it.
+int runProgram(const std::vector<std::string>& argv, double limitS, std::string& out, const std::string& cwd,
+               const std::vector<std::string>& env);
+
 /// The last line of `text` that says something ("" when none does).
 std::string lastLine(const std::string& text);
 

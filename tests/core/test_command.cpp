@@ -256,7 +256,9 @@ class TestCommand : public QObject {
     p.strategy.kind = "command";
     p.command.program = "python3";
     p.command.env = {"OMP_NUM_THREADS=1", "SEED={hyper.seed}", "RANK=7"};
-    ScriptContext ctx{1, 3, 29500, "/run/rank1.metrics", "/share/ptw/python", "42-29500"};
+    p.run.maxRestarts = 3;
+    ScriptContext ctx{1,          3,          29500, "/run/rank1.metrics",   "/share/ptw/python",
+                      "42-29500", "2024-run", 2,     "/run/rank1.error.json"};
     const auto env = scriptEnvironment(p, ctx, {"PATH=/usr/bin", "PYTHONPATH=/mine", "RANK=9"});
     std::map<std::string, std::string> vars;
     for (const auto& e : env) vars[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
@@ -273,6 +275,18 @@ class TestCommand : public QObject {
     QCOMPARE(vars["PTW_RUN_TOKEN"], std::string("42-29500"));
     QCOMPARE(vars["SEED"], std::string("0"));
     QCOMPARE(vars["PATH"], std::string("/usr/bin"));
+    // The rest of torchrun's set (test_torchrun_env checks it against torchrun itself).
+    QCOMPARE(vars["GROUP_WORLD_SIZE"], std::string("1"));
+    QCOMPARE(vars["ROLE_NAME"], std::string("default"));
+    QCOMPARE(vars["TORCHELASTIC_RUN_ID"], std::string("2024-run"));
+    QCOMPARE(vars["TORCHELASTIC_RESTART_COUNT"], std::string("2"));
+    QCOMPARE(vars["TORCHELASTIC_MAX_RESTARTS"], std::string("3"));
+    QCOMPARE(vars["TORCHELASTIC_USE_AGENT_STORE"], std::string("False"));
+    QCOMPARE(vars["TORCHELASTIC_ERROR_FILE"], std::string("/run/rank1.error.json"));
+    QCOMPARE(vars["NCCL_ASYNC_ERROR_HANDLING"], std::string("1"));
+    // As torchrun, a value ptw's own environment gives is kept.
+    QCOMPARE(scriptEnvironment(p, ctx, {"NCCL_ASYNC_ERROR_HANDLING=0"}).front(),
+             std::string("NCCL_ASYNC_ERROR_HANDLING=0"));
   }
 
   // As torchrun: one OpenMP thread a process when several share the host, unless ptw's own
@@ -306,7 +320,7 @@ class TestCommand : public QObject {
     if (!profile.isEmpty()) p.command.env = {profile.toStdString()};
     std::vector<std::string> base{"PATH=/usr/bin"};
     if (!inherited.isEmpty()) base.push_back("OMP_NUM_THREADS=" + inherited.toStdString());
-    const ScriptContext ctx{0, world, 29500, "/run/rank0.metrics", "", "42-29500"};
+    const ScriptContext ctx{0, world, 29500, "/run/rank0.metrics", "", "42-29500", "2024-run", 0, ""};
     std::optional<std::string> got;
     for (const auto& e : scriptEnvironment(p, ctx, base))
       if (e.rfind("OMP_NUM_THREADS=", 0) == 0) got = e.substr(16);
