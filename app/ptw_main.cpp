@@ -232,9 +232,9 @@ int listRuns(const std::string& runsDir) {
   };
   for (const auto& r : store.runs())
     std::printf("%5lld  %-11s  %-20s  %-13s  %5d  %12s  %12s  %-7s  %s\n", static_cast<long long>(r.id),
-                r.status.c_str(), r.startedAt.c_str(), r.strategy.c_str(), r.world,
-                cell(r.finalLoss, "%12.6g").c_str(), cell(r.samplesPerS, "%12.1f").c_str(),
-                r.ptwVersion.empty() ? "-" : r.ptwVersion.c_str(), r.name.c_str());
+                r.status.c_str(), r.startedAt.c_str(), r.strategy.c_str(), r.world, cell(r.finalLoss, "%12.6g").c_str(),
+                cell(r.samplesPerS, "%12.1f").c_str(), r.ptwVersion.empty() ? "-" : r.ptwVersion.c_str(),
+                r.name.c_str());
   return 0;
 }
 

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <utility>
 
 namespace ptw::ui {
 namespace {
@@ -39,6 +41,25 @@ class ReadableTicker : public QCPAxisTicker {
 
  private:
   bool m_whole;
+};
+
+// A step axis: ptw's step, and beneath it the script's own counter where a stretch moved it.
+class StepTicker : public ReadableTicker {
+ public:
+  explicit StepTicker(std::shared_ptr<const StepStretches> stretches)
+      : ReadableTicker(true), m_stretches(std::move(stretches)) {}
+
+ protected:
+  QString getTickLabel(double tick, const QLocale& locale, QChar symbol, int precision) override {
+    const QString step = ReadableTicker::getTickLabel(tick, locale, symbol, precision);
+    const auto after = m_stretches->upper_bound(static_cast<std::int64_t>(std::floor(tick)));
+    if (after == m_stretches->begin()) return step;
+    const std::int64_t offset = std::prev(after)->second;
+    return offset == 0 ? step : step + QLatin1Char('\n') + compactNumber(tick - static_cast<double>(offset));
+  }
+
+ private:
+  std::shared_ptr<const StepStretches> m_stretches;
 };
 
 class ReadableLogTicker : public QCPAxisTickerLog {
@@ -79,6 +100,10 @@ QString compactNumber(double value) {
 
 QSharedPointer<QCPAxisTicker> readableTicker(bool wholeNumbers) {
   return QSharedPointer<QCPAxisTicker>(new ReadableTicker(wholeNumbers));
+}
+
+QSharedPointer<QCPAxisTicker> stepTicker(std::shared_ptr<const StepStretches> stretches) {
+  return QSharedPointer<QCPAxisTicker>(new StepTicker(std::move(stretches)));
 }
 
 QSharedPointer<QCPAxisTicker> readableLogTicker() { return QSharedPointer<QCPAxisTicker>(new ReadableLogTicker); }

@@ -7,6 +7,10 @@
 #include <QSharedPointer>
 #include <QString>
 
+#include <cstdint>
+#include <map>
+#include <memory>
+
 class QCPAxisTicker;
 class QCustomPlot;
 
@@ -23,6 +27,12 @@ QString compactNumber(double value);
 /// A linear axis ticker whose labels are compactNumber(); with `wholeNumbers`, ticks only at
 /// whole numbers (for axes that count steps, ranks or workers).
 QSharedPointer<QCPAxisTicker> readableTicker(bool wholeNumbers = false);
+/// Where a script's own step counter differs from ptw's step (Note [Stretches of steps] in
+/// common/command.h): the first step of each stretch, and its offset (step - own counter).
+using StepStretches = std::map<std::int64_t, std::int64_t>;
+/// readableTicker(true) for a step axis whose ticks also name the script's own counter, on a
+/// second line, where `stretches` says it differs from ptw's step.
+QSharedPointer<QCPAxisTicker> stepTicker(std::shared_ptr<const StepStretches> stretches);
 /// The same on a logarithmic axis: "1", "10", "100", "1k".
 QSharedPointer<QCPAxisTicker> readableLogTicker();
 

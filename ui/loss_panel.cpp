@@ -1,12 +1,14 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "ui/loss_panel.h"
 
+#include <qcustomplot.h>
+
 #include "common/strategies.h"
 #include "ui/palette.h"
 
 namespace ptw::ui {
 
-LossPanel::LossPanel(QWidget* parent) : MetricChart(tr("loss"), parent) {}
+LossPanel::LossPanel(QWidget* parent) : MetricChart(tr("loss"), parent) { setLinearXTicker(stepTicker(m_stretches)); }
 
 void LossPanel::reset(const LiveRun& run) {
   m_ranks = run.ranks;
@@ -16,6 +18,9 @@ void LossPanel::reset(const LiveRun& run) {
   m_validation = addSeries(tr("validation"), Qt::black, true);
   setEmphasized(m_mean);
   m_sums.reset(run.ranks);
+  m_stretches->clear();
+  m_offset = 0;
+  plot()->xAxis->setLabel(tr("step"));
 }
 
 void LossPanel::add(RecordSpan records) {
@@ -27,6 +32,11 @@ void LossPanel::add(RecordSpan records) {
     }
     if (!core::holdsSteps(rec) || s.rank < 0 || s.rank >= m_ranks) continue;
     const core::StepGroup g = core::asGroup(rec);
+    if (s.rank == 0 && s.stepOffset != m_offset) {  // a new stretch began within the group's steps
+      m_offset = s.stepOffset;
+      (*m_stretches)[g.first] = m_offset;
+      plot()->xAxis->setLabel(tr("step (beneath: the script's own counter)"));
+    }
     const double n = static_cast<double>(g.count);
     appendGroup(s.rank, static_cast<double>(g.first), static_cast<double>(s.step), g.lossSum / n, g.lossMin, g.lossMax,
                 static_cast<std::size_t>(g.count));

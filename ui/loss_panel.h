@@ -4,6 +4,9 @@
 // the validation loss, dashed.
 #pragma once
 
+#include <memory>
+
+#include "ui/chart_format.h"
 #include "ui/live_panel.h"
 #include "ui/metric_chart.h"
 #include "ui/step_sums.h"
@@ -30,6 +33,10 @@ class LossPanel : public MetricChart, public LivePanel {
   int m_mean = -1;        ///< the mean's series, or -1
   int m_validation = -1;  ///< the validation loss's series
   StepSums m_sums;        ///< the mean loss of each window of steps
+  /// A script's own step counter where it is not ptw's step (Note [Stretches of steps]),
+  /// as rank 0 reported it: the x axis names both.
+  std::shared_ptr<StepStretches> m_stretches = std::make_shared<StepStretches>();
+  std::int64_t m_offset = 0;  ///< rank 0's latest
 };
 
 }  // namespace ptw::ui

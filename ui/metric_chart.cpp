@@ -26,7 +26,8 @@ MetricChart::MetricChart(const QString& yLabel, QWidget* parent) : QWidget(paren
   m_plot->legend->setVisible(false);  // until there is a series to name
   m_plot->legend->setFont(QFont(font().family(), 8));
   placeLegendAbove(m_plot);
-  m_plot->xAxis->setTicker(readableTicker(true));
+  m_xTicker = readableTicker(true);
+  m_plot->xAxis->setTicker(m_xTicker);
   m_plot->yAxis->setTicker(readableTicker());
   m_plot->addLayer("emphasis", m_plot->layer("main"), QCustomPlot::limAbove);
   m_plot->installEventFilter(this);
@@ -107,8 +108,13 @@ void MetricChart::setSmoothing(double weight) {
 
 void MetricChart::setLogX(bool on) {
   m_plot->xAxis->setScaleType(on ? QCPAxis::stLogarithmic : QCPAxis::stLinear);
-  m_plot->xAxis->setTicker(on ? readableLogTicker() : readableTicker(true));
+  m_plot->xAxis->setTicker(on ? readableLogTicker() : m_xTicker);
   fit();
+}
+
+void MetricChart::setLinearXTicker(QSharedPointer<QCPAxisTicker> ticker) {
+  m_xTicker = std::move(ticker);
+  if (m_plot->xAxis->scaleType() == QCPAxis::stLinear) m_plot->xAxis->setTicker(m_xTicker);
 }
 
 void MetricChart::setLogY(bool on) {

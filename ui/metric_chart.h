@@ -9,6 +9,7 @@
 #pragma once
 
 #include <QColor>
+#include <QSharedPointer>
 #include <QString>
 #include <QWidget>
 
@@ -22,6 +23,7 @@
 
 class QCustomPlot;
 class QCPGraph;
+class QCPAxisTicker;
 
 namespace ptw::ui {
 
@@ -43,6 +45,8 @@ class MetricChart : public QWidget {
   void setSmoothing(double weight);  ///< 0 = raw only; TensorBoard-style weight in [0, 1)
   double smoothing() const { return m_smoothing; }
   void setLogX(bool on);
+  /// The x axis's ticker while it is linear (readableTicker(true) until set).
+  void setLinearXTicker(QSharedPointer<QCPAxisTicker> ticker);
   void setLogY(bool on);
   /// Fits the y axis to the 5th-95th percentile of what is shown (TensorBoard's "ignore
   /// outliers in chart scaling"): a loss that starts at 30 and trains to 0.01 is not drawn
@@ -104,6 +108,7 @@ class MetricChart : public QWidget {
   double m_spanLo = 0, m_spanHi = 0;  ///< setYSpan; lo == hi: none
   std::vector<double> m_ys;           ///< scratch for the y percentiles, kept between redraws
   DetailProvider m_detail;
+  QSharedPointer<QCPAxisTicker> m_xTicker;  ///< the linear x axis's
 };
 
 }  // namespace ptw::ui

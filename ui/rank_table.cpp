@@ -128,9 +128,9 @@ void RankTable::refresh() {
     // A loss that is NaN or infinite was reported so (a diverged run); "–" is for none reported.
     setCell(r, kLoss,
             core::isNotReported(latest.loss) || std::isfinite(latest.loss) ? readableNumber(latest.loss)
-            : std::isnan(latest.loss)                                       ? QStringLiteral("NaN")
-            : latest.loss > 0                                               ? QStringLiteral("inf")
-                                                                            : QStringLiteral("-inf"));
+            : std::isnan(latest.loss)                                      ? QStringLiteral("NaN")
+            : latest.loss > 0                                              ? QStringLiteral("inf")
+                                                                           : QStringLiteral("-inf"));
     setCell(r, kMemory, readableBytes(latest.memBytes));
   }
 }

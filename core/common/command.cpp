@@ -4,8 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <set>
@@ -193,8 +193,8 @@ const std::map<std::string, Optional>& numberKeys() {
 // Times in seconds, as many scripts print them, with the field in ms each fills.
 const std::map<std::string, Optional>& secondKeys() {
   static const std::map<std::string, Optional> keys = {
-      {"step_s", &ScriptRecord::stepMs},       {"data_s", &ScriptRecord::dataMs}, {"compute_s", &ScriptRecord::computeMs},
-      {"comm_s", &ScriptRecord::commMs},       {"opt_s", &ScriptRecord::optMs},
+      {"step_s", &ScriptRecord::stepMs}, {"data_s", &ScriptRecord::dataMs}, {"compute_s", &ScriptRecord::computeMs},
+      {"comm_s", &ScriptRecord::commMs}, {"opt_s", &ScriptRecord::optMs},
   };
   return keys;
 }
@@ -214,7 +214,8 @@ std::string takeKey(const std::string& key, const Json& v, ScriptRecord& out) {
   const auto known = numberKeys().find(key);
   const auto seconds = secondKeys().find(key);
   const bool named = known != numberKeys().end() || seconds != secondKeys().end();
-  if (!number(v, d)) return "\"" + key + "\": expected a number" + (named ? "" : " (a named scalar)") + ", got " + describe(v);
+  if (!number(v, d))
+    return "\"" + key + "\": expected a number" + (named ? "" : " (a named scalar)") + ", got " + describe(v);
   if (known != numberKeys().end()) {
     out.*(known->second) = d;
   } else if (seconds != secondKeys().end()) {

@@ -240,18 +240,18 @@ class ScriptMetrics {
 
  private:
   struct Rank {
-    std::int64_t lastRaw = -1;             ///< the script's counter at its last step; -1 before the first
+    std::int64_t lastRaw = -1;              ///< the script's counter at its last step; -1 before the first
     std::optional<std::int64_t> lastEpoch;  ///< the epoch given with it
-    std::int64_t stride = 1;               ///< the counter's last step forward
-    std::int64_t offset = 0;               ///< global = counter + offset, in this stretch
-    std::int64_t global = -1;              ///< the global step of the last step; -1 before the first
-    std::int64_t sentGlobal = -1;          ///< the global step of the last step record sent
-    double sentMs = 0;                     ///< when the step of the last step record sent began
-    bool held = false;                     ///< `step` waits for more of its fields
-    bool sent = false;                     ///< the current step went out already (held past kHoldMs)
-    ScriptRecord step;                     ///< the current step, merged
-    double beganMs = 0, lastPieceMs = 0;   ///< when its first and its latest record came
-    std::int64_t counted = 0;              ///< lines of a pattern without {step}
+    std::int64_t stride = 1;                ///< the counter's last step forward
+    std::int64_t offset = 0;                ///< global = counter + offset, in this stretch
+    std::int64_t global = -1;               ///< the global step of the last step; -1 before the first
+    std::int64_t sentGlobal = -1;           ///< the global step of the last step record sent
+    double sentMs = 0;                      ///< when the step of the last step record sent began
+    bool held = false;                      ///< `step` waits for more of its fields
+    bool sent = false;                      ///< the current step went out already (held past kHoldMs)
+    ScriptRecord step;                      ///< the current step, merged
+    double beganMs = 0, lastPieceMs = 0;    ///< when its first and its latest record came
+    std::int64_t counted = 0;               ///< lines of a pattern without {step}
   };
   void send(int rank, Rank& r, std::vector<Record>& out);
 

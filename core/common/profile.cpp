@@ -575,7 +575,6 @@ std::vector<FieldError> validate(const Profile& p) {
 
   validateStrategySection(p, need, oneOf);
   const auto& s = p.strategy;
-
   const auto& h = p.hyper;
   const StrategyInfo* info = findStrategy(s.kind);
   const bool readsPoolMode = info && info->readsPoolMode;
@@ -583,9 +582,8 @@ std::vector<FieldError> validate(const Profile& p) {
   need(h.batchSize >= 1, "hyper.batch_size", "must be >= 1, got " + str(h.batchSize));
   need(h.maxSteps >= 0, "hyper.max_steps", "must be >= 0, got " + str(h.maxSteps));
   need(h.epochs >= 0, "hyper.epochs", "must be >= 0, got " + str(h.epochs));
-  // A program of the command strategy may bound itself; ptw's own ranks need a bound.
-  need(h.maxSteps > 0 || h.epochs > 0 || (info && info->runsCommand), "hyper.max_steps",
-       "set hyper.max_steps or hyper.epochs to a positive number");
+  const bool boundsItself = info && info->runsCommand;  // a user's program may end on its own
+  need(h.maxSteps > 0 || h.epochs > 0 || boundsItself, "hyper.max_steps", "set hyper.max_steps or hyper.epochs > 0");
   oneOf(h.optimizer, "hyper.optimizer");
   need(h.momentum >= 0 && h.momentum < 1, "hyper.momentum", "must be in [0, 1), got " + str(h.momentum));
   if (h.nesterov)
@@ -766,7 +764,9 @@ const std::map<std::string, std::string>& fieldHelp() {
        "momentum)"},
       {"hyper.lr", "learning rate (the peak, with a schedule)"},
       {"hyper.batch_size", "batch per rank, lane or worker; the global batch is ranks × this"},
-      {"hyper.max_steps", "stop after this many optimizer steps; 0 = no limit"},
+      {"hyper.max_steps",
+       "stop after this many optimizer steps; 0 = no limit. A `command` program not passed `{hyper.max_steps}` is "
+       "stopped gracefully once every rank has reported it ([scripts.md](scripts.md))"},
       {"hyper.epochs", "stop after this many epochs; 0 = no limit"},
       {"hyper.optimizer", "the optimizer"},
       {"hyper.momentum", "`sgd`: momentum"},

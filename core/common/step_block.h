@@ -8,7 +8,7 @@
 // older builds, whose records hold 11), i32 rank, i32 attempt, i64 first_step,
 // i64 last_step, u64 checksum of the records (XXH3-64). A record: `fields` step fields
 // (Note [Step fields] in common/record.h: step, epoch (i64), loss, samples_per_s, step_ms,
-// data_ms, compute_ms, comm_ms, opt_ms, lr (f64), mem_bytes (i64)), 8 bytes each,
+// data_ms, compute_ms, comm_ms, opt_ms, lr (f64), mem_bytes, step_offset (i64)), 8 bytes each,
 // little-endian, no padding. A reader reads the fields it knows, and a field a block has
 // not as 0: a step file outlives the build that wrote it when its run is interrupted.
 #pragma once

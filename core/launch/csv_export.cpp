@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "launch/csv_export.h"
 
-#include <charconv>
 #include <cerrno>
+#include <charconv>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -43,9 +43,7 @@ void putField(std::ostream& out, const StepRecord& r, M m) {
 }
 
 // The column of a step field: the offset is shown as the script's own step.
-const char* columnName(const char* field) {
-  return std::string_view(field) == "step_offset" ? "script_step" : field;
-}
+const char* columnName(const char* field) { return std::string_view(field) == "step_offset" ? "script_step" : field; }
 
 }  // namespace
 
@@ -73,8 +71,7 @@ void CsvExport::writeHeader(std::ostream& out, const std::vector<std::string>& n
 
 // Rows of scalars alone (a step that has scalars and no step record: its step fields empty
 // but the step), for the (rank, step) pairs before `before`.
-std::int64_t CsvExport::writeScalarsBefore(std::ostream& out, ScalarRows& byStep,
-                                           std::pair<int, std::int64_t> before) {
+std::int64_t CsvExport::writeScalarsBefore(std::ostream& out, ScalarRows& byStep, std::pair<int, std::int64_t> before) {
   std::int64_t rows = 0;
   while (!byStep.empty() && byStep.begin()->first < before) {
     out << byStep.begin()->first.first;

@@ -327,7 +327,8 @@ std::string summaryJson(const RunSession& session, const RunResult& result, cons
   j["diverged_at_step"] =
       report.divergedRank >= 0 ? nlohmann::ordered_json(report.divergedAtStep) : nlohmann::ordered_json(nullptr);
   if (report.divergedRank >= 0)
-    j["diverged"] = {{"rank", report.divergedRank}, {"step", report.divergedAtStep}, {"message", divergedMessage(report)}};
+    j["diverged"] = {
+        {"rank", report.divergedRank}, {"step", report.divergedAtStep}, {"message", divergedMessage(report)}};
   j["expectations"] = nlohmann::ordered_json::array();
   for (const auto& v : verdicts)
     j["expectations"].push_back(

@@ -529,8 +529,8 @@ class TestCommand : public QObject {
     QVERIFY(!p.hasStep());
     ScriptMetrics m(0, 1);
     std::vector<Record> out;
-    const char* lines[] = {"Time  0.512 ( 0.634)   Data  0.012 ( 0.101)   Loss 6.9011e+00 (6.9120e+00)",
-                           "unrelated", "Time  0.500 ( 0.600)   Data  0.010 ( 0.090)   Loss 6.8e+00 (6.9e+00)"};
+    const char* lines[] = {"Time  0.512 ( 0.634)   Data  0.012 ( 0.101)   Loss 6.9011e+00 (6.9120e+00)", "unrelated",
+                           "Time  0.500 ( 0.600)   Data  0.010 ( 0.090)   Loss 6.8e+00 (6.9e+00)"};
     for (const char* line : lines) {
       ScriptRecord r;
       if (p.match(line, r)) QCOMPARE(m.take(r, 1, out), std::string());
@@ -675,7 +675,8 @@ for epoch in range(3):
         time.sleep(0.003)
 truth.close()
 )PY");
-    p.command.pattern = R"(Epoch: \[{epoch}\]\[\s*{step}/\d+\]\s+Time\s+{step_s} \(.*?\)\s+Data\s+{data_s} \(.*?\)\s+Loss {loss} \()";
+    p.command.pattern =
+        R"(Epoch: \[{epoch}\]\[\s*{step}/\d+\]\s+Time\s+{step_s} \(.*?\)\s+Data\s+{data_s} \(.*?\)\s+Loss {loss} \()";
     Result r = runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p))}, runs);
     QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
     RunStore store(runs.path().toStdString());
@@ -892,14 +893,17 @@ for step in range(1, 61):
     QFile c(csv);
     QVERIFY(c.open(QIODevice::ReadOnly));
     const QStringList rows = QString::fromUtf8(c.readAll()).split('\n', Qt::SkipEmptyParts);
-    QCOMPARE(rows[0], QString("rank,step,epoch,loss,samples_per_s,step_ms,data_ms,compute_ms,comm_ms,opt_ms,lr,mem_bytes,"
-                              "script_step"));
-    QVERIFY2(QRegularExpression(R"(^0,1,,0\.651298,,[0-9.e-]+,,,,,,,1$)").match(rows[1]).hasMatch(), qPrintable(rows[1]));
+    QCOMPARE(rows[0],
+             QString("rank,step,epoch,loss,samples_per_s,step_ms,data_ms,compute_ms,comm_ms,opt_ms,lr,mem_bytes,"
+                     "script_step"));
+    QVERIFY2(QRegularExpression(R"(^0,1,,0\.651298,,[0-9.e-]+,,,,,,,1$)").match(rows[1]).hasMatch(),
+             qPrintable(rows[1]));
     // The batch, passed to the program, gives samples/s: the batch times steps/s.
     p.command.args = {"script.py", "--batch-size", "{hyper.batch_size}"};
     p.hyper.batchSize = 48;
     QFile::remove(summary);
-    Result batch = runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p)), "--summary", summary}, runs);
+    Result batch =
+        runPtw({"--profile", QString::fromStdString(test::writeProfile(dir, p)), "--summary", summary}, runs);
     QVERIFY2(batch.code == 0, qPrintable(batch.out + batch.err));
     QFile g(summary);
     QVERIFY(g.open(QIODevice::ReadOnly));

@@ -17,6 +17,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <vector>
 
 #include "common/crc32c.h"
@@ -148,8 +149,16 @@ std::size_t exportAndCompare(const QString& runs, std::int64_t id, const QString
     if (s.rank == 0) rank0Wall[s.step] = t;
     const QString folder = QString("rank%1").arg(s.rank);
     if (!folders.contains(folder)) folders << folder;
+    // Note [Not reported]: what nobody reported is not exported; the step is the x axis and a
+    // script's own counter (step_offset) the CSV's.
     StepRecord::forEachField([&](const char* name, auto m) {
-      if (std::string(name) != "step") expected[{folder, name, s.step}] = {bitsOf(static_cast<double>(s.*m)), t};
+      if (std::string(name) == "step" || std::string(name) == "step_offset") return;
+      if constexpr (std::is_same_v<StepFieldType<decltype(m)>, std::int64_t>) {
+        if (!isReported(s.*m)) return;
+      } else if (m == &StepRecord::loss ? isNotReported(s.*m) : !isReported(s.*m)) {
+        return;
+      }
+      expected[{folder, name, s.step}] = {bitsOf(static_cast<double>(s.*m)), t};
     });
   }
   for (const auto& v : store.validation(id)) {

@@ -495,7 +495,7 @@ class TestHeadless : public QObject {
     const QString summary = runs.filePath("s.json");
     Result r = runPtw({"--set", "hyper.max_steps=400", "--summary", summary}, runs);
     QVERIFY2(r.code == 0, qPrintable(r.out + r.err));
-    const auto m = QRegularExpression("ptw: throughput (\\d+) samples/s\n").match(r.out);
+    const auto m = QRegularExpression("ptw: throughput (\\d+) samples/s, ([0-9.]+) steps/s\n").match(r.out);
     QVERIFY2(m.hasMatch(), qPrintable(r.out));
     QFile sf(summary);
     QVERIFY(sf.open(QIODevice::ReadOnly));
@@ -503,6 +503,8 @@ class TestHeadless : public QObject {
     const double stored = s["throughput"].toObject()["samples_per_s"].toDouble(-1);
     QVERIFY(stored > 0);
     QCOMPARE(m.captured(1), QString::number(stored, 'f', 0));
+    const double steps = s["throughput"].toObject()["steps_per_s"].toDouble(-1);
+    QCOMPARE(m.captured(2), QString::number(steps, 'f', steps < 10 ? 2 : 0));
     QCOMPARE(RunStore(runs.path().toStdString()).runs().back().samplesPerS, stored);
   }
 
@@ -1001,14 +1003,16 @@ class TestHeadless : public QObject {
     QVERIFY(csv.open(QIODevice::ReadOnly));
     QStringList lines = QString::fromUtf8(csv.readAll()).split('\n', Qt::SkipEmptyParts);
     QCOMPARE(lines.size(), 1 + 2 * 25);
-    QCOMPARE(lines[0],
-             QString("rank,step,epoch,loss,samples_per_s,step_ms,data_ms,compute_ms,comm_ms,opt_ms,lr,mem_bytes"));
+    QCOMPARE(
+        lines[0],
+        QString(
+            "rank,step,epoch,loss,samples_per_s,step_ms,data_ms,compute_ms,comm_ms,opt_ms,lr,mem_bytes,script_step"));
     // Every field of every record, as the store holds it, exactly.
     const auto stored = RunStore(runs.path().toStdString()).steps(1);
     QCOMPARE(stored.size(), std::size_t(50));
     for (std::size_t i = 0; i < stored.size(); ++i) {
       const QStringList c = lines[static_cast<int>(i) + 1].split(',');
-      QCOMPARE(c.size(), 12);
+      QCOMPARE(c.size(), 13);
       StepRecord r;
       r.rank = c[0].toInt();
       r.step = c[1].toLongLong();
@@ -1016,6 +1020,7 @@ class TestHeadless : public QObject {
       double* v[8] = {&r.loss, &r.samplesPerS, &r.stepMs, &r.dataMs, &r.computeMs, &r.commMs, &r.optMs, &r.lr};
       for (int k = 0; k < 8; ++k) *v[k] = c[3 + k].toDouble();
       r.memBytes = c[11].toLongLong();
+      r.stepOffset = r.step - c[12].toLongLong();  // script_step
       QVERIFY2(r == stored[i], qPrintable(lines[static_cast<int>(i) + 1]));
     }
     QVERIFY(lines[1].startsWith("0,1,0,"));

@@ -659,7 +659,7 @@ class TestProfile : public QObject {
     // The text form, for a worker run by hand.
     std::string line;
     formatRecord(step, line);
-    QCOMPARE(QString::fromStdString(line), QString("S 3 42 2 0.25 1234.5 1.5 0.1 0.9 0.4 0.1 0.01 123456789\n"));
+    QCOMPARE(QString::fromStdString(line), QString("S 3 42 2 0.25 1234.5 1.5 0.1 0.9 0.4 0.1 0.01 123456789 0\n"));
     line.clear();
     formatRecord(beat, line);
     QCOMPARE(QString::fromStdString(line), QString("H 1 41 comm 11173962\n"));
@@ -712,7 +712,7 @@ class TestProfile : public QObject {
     formatRecord(g, line);
     QCOMPARE(QString::fromStdString(line),
              QString("G 1 4096 4100 5 1.75 0.125 0.5 6.5 7.25 0.5 4.5 2 0.625 7 0.25 1234.5 1.5 0.1 0.9 0.4 0.1 0.01 "
-                     "123456789\n"));
+                     "123456789 0\n"));
   }
 
   // A step record is read as a group of one step (Note [Step groups]): its sums are the

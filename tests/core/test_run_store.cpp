@@ -334,8 +334,8 @@ class TestRunStore : public QObject {
   }
 
   // A step file is blocks of a 40-byte header (magic "PTWB", count, fields, rank, attempt,
-  // first_step, last_step, checksum) and count x 88 bytes, little-endian: step, epoch,
-  // 8 doubles, mem_bytes (README).
+  // first_step, last_step, checksum) and count x 96 bytes, little-endian: step, epoch,
+  // 8 doubles, mem_bytes, step_offset (README).
   void blocksHaveTheDocumentedLayout() {
     QTemporaryDir dir;
     RunStore store(dir.path().toStdString());
@@ -343,18 +343,18 @@ class TestRunStore : public QObject {
     store.append(id, 3, {stepRecord(1, 41), stepRecord(1, 42)});
     store.flush();
     const auto bytes = fileBytes(stepFile(dir, id));
-    QCOMPARE(bytes.size(), std::size_t(40 + 2 * 88));
+    QCOMPARE(bytes.size(), std::size_t(40 + 2 * 96));
     const auto blocks = blocksOf(bytes);
     QCOMPARE(blocks.size(), std::size_t(1));
     const LaidOutBlock& h = blocks[0];
     QCOMPARE(std::string(reinterpret_cast<const char*>(bytes.data()), 4), std::string("PTWB"));
     QCOMPARE(h.count, std::uint32_t(2));
-    QCOMPARE(h.fields, std::uint32_t(11));
+    QCOMPARE(h.fields, std::uint32_t(12));
     QCOMPARE(h.rank, 1);
     QCOMPARE(h.attempt, 3);
     QCOMPARE(h.firstStep, std::int64_t(41));
     QCOMPARE(h.lastStep, std::int64_t(42));
-    const unsigned char* b = h.records + 88;  // the second record
+    const unsigned char* b = h.records + 96;  // the second record
     auto f64 = [&](int at) {
       const std::uint64_t u = little(b + at, 8);
       double d;
@@ -368,8 +368,9 @@ class TestRunStore : public QObject {
                               expect.computeMs, expect.commMs,      expect.optMs,  expect.lr};
     for (int i = 0; i < 8; ++i) QCOMPARE(f64(16 + 8 * i), values[i]);
     QCOMPARE(static_cast<std::int64_t>(little(b + 80, 8)), expect.memBytes);
+    QCOMPARE(static_cast<std::int64_t>(little(b + 88, 8)), expect.stepOffset);
     // The checksum as the README gives it: XXH3-64 of the records.
-    QCOMPARE(little(bytes.data() + 32, 8), std::uint64_t(XXH3_64bits(h.records, 2 * 88)));
+    QCOMPARE(little(bytes.data() + 32, 8), std::uint64_t(XXH3_64bits(h.records, 2 * 96)));
   }
 
   // A crash can leave a block cut short, or pages of the file as zeros: a block cut short
@@ -388,7 +389,7 @@ class TestRunStore : public QObject {
       }
       const std::string path = stepFile(dir, id);
       const auto whole = std::filesystem::file_size(path);
-      QCOMPARE(whole, std::uintmax_t(3 * (40 + 100 * 88)));
+      QCOMPARE(whole, std::uintmax_t(3 * (40 + 100 * 96)));
       if (std::string(damage) == "cut") {
         std::filesystem::resize_file(path, whole - 500);
       } else {
@@ -418,7 +419,7 @@ class TestRunStore : public QObject {
   // and unpacked; so is one whose header itself was cut. A block still being written at the
   // end is not read until it is whole.
   void aBlockCutShortAmongOthersIsPassedOver() {
-    for (const std::size_t keep : {std::size_t(40 + 30 * 88 + 17), std::size_t(20)}) {
+    for (const std::size_t keep : {std::size_t(40 + 30 * 96 + 17), std::size_t(20)}) {
       QTemporaryDir dir;
       RunStore store(dir.path().toStdString());
       const auto id = store.beginRun(dir.path().toStdString(), defaultProfile());
@@ -431,7 +432,7 @@ class TestRunStore : public QObject {
       }
       const std::string path = stepFile(dir, id);
       const auto bytes = fileBytes(path);
-      const std::size_t block = 40 + 100 * 88;
+      const std::size_t block = 40 + 100 * 96;
       QCOMPARE(bytes.size(), 4 * block);
       // Rank 1's first block cut to `keep` bytes, the others whole behind it; then rank 0's
       // next block half written.
@@ -1102,22 +1103,22 @@ class TestRunStore : public QObject {
   // warned of, with the figures and what to do; one that fits, or asks for fewer records, is not.
   void aRunThatWouldNotFitIsWarnedOf() {
     Profile p = defaultProfile();
-    p.hyper.maxSteps = 1'000'000;  // 2 ranks: 2e6 records, 208 MB at the end of the run, 32 MB stored
+    p.hyper.maxSteps = 1'000'000;  // 2 ranks: 2e6 records, 224 MB at the end of the run, 32 MB stored
     const std::string warning = storeSpaceWarning(p, "/runs", 100'000'000);
     QVERIFY2(QString::fromStdString(warning).contains("this run's 2000000 step records would take 0.2 GB of disk just "
                                                       "before it ends (0.0 GB once stored), and /runs has 0.1 GB free"),
              warning.c_str());
     QVERIFY2(QString::fromStdString(warning).contains("run.keep_every"), warning.c_str());
     QCOMPARE(storeSpaceWarning(p, "/runs", 300'000'000), std::string());
-    p.run.keepEvery = 4;  // 2 x 250,000 records: 52 MB
+    p.run.keepEvery = 4;  // 2 x 250,000 records: 56 MB
     QCOMPARE(storeSpaceWarning(p, "/runs", 100'000'000), std::string());
     p.run.keepAllUntil = 900'000;  // 2 x (900,000 + 25,000)
     QVERIFY(!storeSpaceWarning(p, "/runs", 100'000'000).empty());
     p.hyper.maxSteps = 0;  // epochs: 100 samples in batches of 16, 7 steps an epoch at most
     p.hyper.epochs = 10;
     p.run = RunOptions();
-    QCOMPARE(storeSpaceWarning(p, "/runs", 2 * 70 * 104), std::string());
-    QVERIFY(!storeSpaceWarning(p, "/runs", 2 * 70 * 104 - 1).empty());
+    QCOMPARE(storeSpaceWarning(p, "/runs", 2 * 70 * 112), std::string());
+    QVERIFY(!storeSpaceWarning(p, "/runs", 2 * 70 * 112 - 1).empty());
     // The free space of the runs folder itself (a folder not made yet: the nearest above it).
     QTemporaryDir dir;
     QCOMPARE(storeSpaceWarning(p, dir.path().toStdString() + "/not/yet"), std::string());
@@ -1133,8 +1134,14 @@ class TestRunStore : public QObject {
     store.append(id, 0, {stepRecord(1, 41), stepRecord(1, 42), stepRecord(1, 43)});
     store.flush();
     const std::string path = stepFile(dir, id);
-    auto bytes = fileBytes(path);
-    QCOMPARE(bytes.size(), std::size_t(40 + 3 * 88));
+    const auto written = fileBytes(path);
+    QCOMPARE(written.size(), std::size_t(40 + 3 * kBlockRecordBytes));
+    // The first layout's records hold the first 11 fields.
+    auto bytes = decltype(written)(written.begin(), written.begin() + 40);
+    for (int r = 0; r < 3; ++r) {
+      const auto record = written.begin() + 40 + static_cast<std::ptrdiff_t>(r * kBlockRecordBytes);
+      bytes.insert(bytes.end(), record, record + 88);
+    }
     auto mix = [](std::uint64_t l, std::uint64_t w) { return ((l << 7) | (l >> 57)) + w; };
     std::uint64_t lane[4] = {3 * 88, 1, 2, 3};  // 33 words: 8 fours, then 1 left for lane 0
     for (int w = 0; w < 33; ++w)

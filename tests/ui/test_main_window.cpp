@@ -46,6 +46,7 @@
 #include "test_support.h"
 #include "ui/chart_format.h"
 #include "ui/device_picker.h"
+#include "ui/loss_panel.h"
 #include "ui/main_window.h"
 #include "ui/metric_chart.h"
 #include "ui/profile_editor.h"
@@ -196,6 +197,46 @@ class TestMainWindow : public QObject {
     for (const QString& label : sweep->yAxis->tickVectorLabels())
       QVERIFY2(!label.contains("10^") && !label.contains('e') && !label.contains(QChar(0xB7)), qPrintable(label));
     QVERIFY(sweep->yAxis->tickVectorLabels().contains("2M"));
+  }
+
+  // Note [Stretches of steps]: where a script's own counter starts again, the loss chart's
+  // step axis names it beneath ptw's step; where it does not, the axis is as ever.
+  void theLossAxisNamesAScriptsOwnCounter() {
+    ui::LossPanel panel;
+    ui::LiveRun run;
+    run.profile = core::defaultProfile();
+    run.ranks = 1;
+    run.names = QStringList{"rank 0"};
+    panel.reset(run);
+    std::vector<core::Record> records;
+    for (std::int64_t step = 0; step < 100; step += 10) {  // epochs of 50 steps: the counter restarts at 50
+      core::Record r;
+      r.kind = core::Record::Kind::Step;
+      r.step.step = step;
+      r.step.stepOffset = step >= 50 ? 50 : 0;
+      r.step.loss = 1.0 / (1 + static_cast<double>(step));
+      records.push_back(r);
+    }
+    panel.add(ui::RecordSpan(records.data(), records.data() + 20 / 10));  // before the stretch
+    panel.resize(600, 400);
+    panel.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&panel));
+    panel.plot()->xAxis->setRange(0, 100);
+    panel.plot()->replot();
+    for (const QString& label : panel.plot()->xAxis->tickVectorLabels())
+      QVERIFY2(!label.contains('\n'), qPrintable(label));
+    panel.add(ui::RecordSpan(records.data() + 2, records.data() + records.size()));
+    panel.plot()->xAxis->setRange(0, 100);
+    panel.plot()->replot();
+    const auto ticks = panel.plot()->xAxis->tickVector();
+    const auto labels = panel.plot()->xAxis->tickVectorLabels();
+    QVERIFY(ticks.size() >= 3);
+    for (int i = 0; i < ticks.size(); ++i) {
+      const double t = ticks[i];
+      const QString expected = t >= 50 ? ui::compactNumber(t) + "\n" + ui::compactNumber(t - 50) : ui::compactNumber(t);
+      QCOMPARE(labels[i], expected);
+    }
+    QVERIFY(panel.plot()->xAxis->label().contains("own counter"));
   }
 
   // The mean loss and total throughput of a step are drawn once every rank has reported it,
