@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <functional>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -19,8 +20,11 @@
 #include "common/error.h"
 #include "common/strategies.h"
 #include "common/version.h"
+#include "launch/control_channel.h"
+#include "launch/follow_stream.h"
 #include "launch/headless.h"
 #include "launch/run_directory.h"
+#include "launch/run_follower.h"
 #include "launch/run_store.h"
 #include "launch/sweep.h"
 #include "launch/tensorboard_export.h"
@@ -79,6 +83,13 @@ struct ExportArgs {
   std::int64_t runId = 0;
   std::string format = "csv";
   std::string out, csv, runsDir;  ///< out: the positional FILE or DIR; csv: --csv FILE
+};
+struct FollowArgs {
+  std::string run, runsDir, format = "frames";
+  std::int64_t fromStep = std::numeric_limits<std::int64_t>::min();
+};
+struct StopArgs {
+  std::string run, runsDir;
 };
 struct SweepArgs {
   std::string profile, csv, json, runsDir;
@@ -167,7 +178,10 @@ constexpr const char* kFooter =
     "  3  training failed: a rank exited non-zero, died by a signal or stalled (after any\n"
     "     run.max_restarts), or the metrics store could not be written (disk full)\n"
     "  4  the run finished but an --expect did not hold\n"
-    "  5  interrupted: SIGINT, SIGTERM or SIGHUP stopped the run (or the sweep) gracefully\n"
+    "  5  interrupted: SIGINT, SIGTERM, SIGHUP or `ptw stop` stopped the run (or the sweep) gracefully\n"
+    "`ptw follow` exits with the followed run's code (0, 3 or 5; 3 also for a run whose supervisor died), or 2\n"
+    "for a run it cannot follow; `ptw stop` exits 0 once asked, or 2 (no such run, not running, another\n"
+    "user's run).\n"
     "\nEnvironment: PTW_RUNS_DIR (runs directory), PTW_WORKER (worker program; default: ptw-worker beside ptw, else "
     "../lib/ptw/ptw-worker from ptw's folder, as installed), "
     "OPENBLAS_CORETYPE (the OpenBLAS kernels ranks use; "
@@ -266,6 +280,32 @@ int exportRun(const ExportArgs& a) {
   const auto written = ptw::core::exportTensorBoard(store, a.runId, a.out);
   std::printf("ptw: run %lld: %lld scalars of %zu rank(s) written to %s; view them with: tensorboard --logdir %s\n", id,
               static_cast<long long>(written.scalars), written.files.size(), a.out.c_str(), a.out.c_str());
+  return 0;
+}
+
+// Note [Following a run]: the run is checked (it exists, this version made it) before anything
+// is written to stdout.
+int followRun(const FollowArgs& a) {
+  ptw::core::FollowOptions options(existingRuns(a.runsDir), a.run);
+  options.setFromStep(a.fromStep);
+  ptw::core::RunFollower follower(options);
+  std::ios::sync_with_stdio(false);
+  ptw::core::FollowStream out(std::cout, a.format == "jsonl" ? ptw::core::FollowStream::Format::Jsonl
+                                                             : ptw::core::FollowStream::Format::Frames);
+  const int code = follower.follow(out);
+  const auto& run = follower.run();
+  std::fprintf(stderr, "ptw: run %lld %s%s%s\n", static_cast<long long>(run.id), run.status.c_str(),
+               run.message.empty() ? "" : ": ", run.message.c_str());
+  return code;
+}
+
+// Note [Control channel]. Only reads the store: the run's own supervisor records the stop.
+int stopRun(const StopArgs& a) {
+  const auto run = ptw::core::requestRunStop(existingRuns(a.runsDir), a.run);
+  std::printf(
+      "ptw: asked run %lld to stop; its ranks stop gracefully and every record is stored "
+      "(`ptw runs` shows it stopped once it has)\n",
+      static_cast<long long>(run.id));
   return 0;
 }
 
@@ -380,6 +420,29 @@ int main(int argc, char** argv) {
   exportCmd->add_option("--runs-dir", exportArgs.runsDir, "Runs directory (default as above)");
   SweepArgs sweepArgs;
   auto* sweepCmd = addSweepCommand(app, sweepArgs);
+  auto* followCmd = app.add_subcommand(
+      "follow",
+      "Write a run's records and its ranks' log lines to stdout: what is stored, then each new one as it is "
+      "stored, until the run ends; exits with the run's code (0 finished, 3 failed or interrupted, 5 stopped). "
+      "Reads only: following changes nothing for the run (docs/follow.md)");
+  FollowArgs followArgs;
+  followCmd->add_option("run", followArgs.run, "Run id (see `ptw runs`), or latest: the newest run")->required();
+  followCmd->add_option("--runs-dir", followArgs.runsDir, "Runs directory (default as above)");
+  followCmd->add_option("--from-step", followArgs.fromStep,
+                        "Leave out step, validation and scalar records of steps below N");
+  followCmd
+      ->add_option("--format", followArgs.format,
+                   "frames (the default: a header line, then binary frames, docs/protocol.md) or jsonl (a JSON "
+                   "object a line: run, step, validation, scalar, log, end)")
+      ->check(CLI::IsMember({"frames", "jsonl"}));
+  auto* stopCmd = app.add_subcommand(
+      "stop",
+      "Ask a running run's supervisor to stop it gracefully, as Ctrl-C in its terminal would (the ranks are "
+      "asked, then ended after the grace; every record is stored), through its run folder; only the user who "
+      "started the run can (docs/follow.md)");
+  StopArgs stopArgs;
+  stopCmd->add_option("run", stopArgs.run, "Run id (see `ptw runs`), or latest: the newest run")->required();
+  stopCmd->add_option("--runs-dir", stopArgs.runsDir, "Runs directory (default as above)");
   app.footer(kFooter);
   try {
     app.parse(argc, argv);
@@ -392,6 +455,8 @@ int main(int argc, char** argv) {
     if (runsCmd->parsed()) return listRuns(listDir);
     if (sweepCmd->parsed()) return runSweep(sweepArgs);
     if (exportCmd->parsed()) return exportRun(exportArgs);
+    if (followCmd->parsed()) return followRun(followArgs);
+    if (stopCmd->parsed()) return stopRun(stopArgs);
   } catch (const ptw::Error& e) {
     std::fprintf(stderr, "ptw: %s\n", e.what());
     return ptw::core::kExitInvalidInput;

@@ -40,6 +40,10 @@ void bindOrNull(sqlite3_stmt* s, int at, double v) {
 
 }  // namespace
 
+bool supervisorGone(const RunRow& run) {
+  return run.host == hostName() && ::kill(static_cast<pid_t>(run.pid), 0) != 0 && errno == ESRCH;
+}
+
 RunCatalog::RunCatalog(StoreDatabase& db) : m_db(db) {}
 
 void RunCatalog::markInterrupted() {
@@ -101,7 +105,7 @@ std::vector<RunRow> RunCatalog::select(const char* where, std::int64_t id) {
   const std::string sql = std::string(
                               "SELECT id, dir, name, strategy, world, status, started_at, ifnull(ended_at, ''), "
                               "ifnull(message, ''), ifnull(final_loss, 'nan'), ifnull(samples_per_s, 'nan'), "
-                              "attempts, profile, ifnull(ptw_version, '') FROM runs ") +
+                              "attempts, profile, ifnull(ptw_version, ''), pid, host FROM runs ") +
                           where + " ORDER BY id";
   StoreDatabase::Statement s(m_db, sql.c_str());
   if (sqlite3_bind_parameter_count(s) > 0) sqlite3_bind_int64(s, 1, id);
@@ -123,6 +127,8 @@ std::vector<RunRow> RunCatalog::select(const char* where, std::int64_t id) {
     r.attempts = sqlite3_column_int(s, 11);
     r.profileJson = text(12);
     r.ptwVersion = text(13);
+    r.pid = sqlite3_column_int64(s, 14);
+    r.host = text(15);
     out.push_back(std::move(r));
   }
   return out;
@@ -134,6 +140,24 @@ RunRow RunCatalog::run(std::int64_t id) {
   auto found = select("WHERE id = ?", id);
   PTW_CHECK(!found.empty(), "run store ", m_db.path(), ": no run with id ", id, " (list them with `ptw runs`)");
   return std::move(found.front());
+}
+
+RunRow RunCatalog::named(const std::string& spec) {
+  if (spec == "latest") {
+    auto newest = select("WHERE id = (SELECT max(id) FROM runs)", 0);
+    PTW_CHECK(!newest.empty(), "run store ", m_db.path(), " holds no runs yet; nothing to name with `latest`");
+    return std::move(newest.front());
+  }
+  std::size_t used = 0;
+  long long id = -1;
+  try {
+    id = std::stoll(spec, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  PTW_CHECK(used == spec.size() && used > 0 && id > 0, "RUN: expected a run id (see `ptw runs`) or `latest`, got '",
+            spec, "'");
+  return run(id);
 }
 
 }  // namespace ptw::core

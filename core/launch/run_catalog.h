@@ -28,7 +28,13 @@ struct RunRow {
   int attempts = 0;
   std::string profileJson;
   std::string ptwVersion;  ///< the ptw that made the run; "" for runs of builds before it was recorded
+  std::int64_t pid = 0;    ///< its supervisor's process
+  std::string host;        ///< the host its supervisor runs on
 };
+
+/// Whether the supervisor of `run`, recorded as running, is known to be gone: it ran on this
+/// host and no process has its pid. A run of another host is not known to be gone.
+bool supervisorGone(const RunRow& run);
 
 /// How a run ended, as RunCatalog::end records it.
 struct RunVerdict {
@@ -54,6 +60,9 @@ class RunCatalog {
   std::vector<RunRow> runs();
   /// The run `id`; throws ptw::Error naming it when there is none.
   RunRow run(std::int64_t id);
+  /// The run a command line names: its id, or `latest` (the newest run). Throws ptw::Error
+  /// naming `spec` when it is neither or names no run, or when the store holds no runs.
+  RunRow named(const std::string& spec);
 
  private:
   std::vector<RunRow> select(const char* where, std::int64_t id);

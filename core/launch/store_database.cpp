@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "launch/store_database.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -92,6 +94,48 @@ StoreDatabase::StoreDatabase(const std::string& path, long long sizeLimitKib) : 
   } catch (...) {
     sqlite3_close(m_db);
     throw;
+  }
+}
+
+// Read-only: a reader must not change what a running supervisor writes, so the schema is
+// checked rather than brought up to date (a store of an earlier build is migrated by the
+// next run, `ptw runs` or `ptw export`).
+//
+// A WAL database read by a read-only connection needs its -wal and -shm files, which SQLite
+// creates when a writer has not (and leaves behind). Where there is no -wal file, no writer
+// has the store open: it is read as immutable then, and nothing is created beside it.
+StoreDatabase::StoreDatabase(const std::string& path, ReadOnly) : m_path(path) {
+  std::string uri = "file:";
+  for (const char c : path) {
+    if (c == '%' || c == '?' || c == '#') {
+      static const char hex[] = "0123456789abcdef";
+      uri += '%';
+      uri += hex[(c >> 4) & 15];
+      uri += hex[c & 15];
+    } else {
+      uri += c;
+    }
+  }
+  uri += ::access((path + "-wal").c_str(), F_OK) == 0 ? "?mode=ro" : "?mode=ro&immutable=1";
+  if (sqlite3_open_v2(uri.c_str(), &m_db, SQLITE_OPEN_READONLY | SQLITE_OPEN_URI | SQLITE_OPEN_NOMUTEX, nullptr) !=
+      SQLITE_OK) {
+    std::string why = m_db ? sqlite3_errmsg(m_db) : "out of memory";
+    sqlite3_close(m_db);
+    m_db = nullptr;
+    PTW_FAIL("run store ", m_path, ": cannot open for reading (", why, ")");
+  }
+  sqlite3_busy_timeout(m_db, 5000);
+  bool current = false;
+  try {
+    current = hasColumn("runs", "ptw_version") && hasColumn("step_chunks", "codec") && hasColumn("scalars", "name");
+  } catch (const Error&) {
+  }
+  if (!current) {
+    sqlite3_close(m_db);
+    m_db = nullptr;
+    PTW_FAIL("run store ", m_path,
+             ": lacks the tables this ptw reads (an earlier ptw made it, or it is no run store); "
+             "`ptw runs --runs-dir DIR` brings a store of an earlier ptw up to date");
   }
 }
 

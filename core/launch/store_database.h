@@ -17,6 +17,11 @@ class StoreDatabase {
   /// and caps its size at `sizeLimitKib` (0: none). Throws ptw::Error naming the file when it
   /// cannot be opened or written.
   StoreDatabase(const std::string& path, long long sizeLimitKib);
+  /// Opens the database at `path` for reading only (`ptw follow`, `ptw stop`): nothing is
+  /// created, migrated or written. Throws ptw::Error naming the file when it cannot be opened
+  /// or is not a store of this build's schema.
+  struct ReadOnly {};
+  StoreDatabase(const std::string& path, ReadOnly);
   ~StoreDatabase();
   StoreDatabase(const StoreDatabase&) = delete;
   StoreDatabase& operator=(const StoreDatabase&) = delete;

@@ -11,6 +11,7 @@
 #include "common/launcher_env.h"
 #include "common/launcher_kinds.h"
 #include "common/strategies.h"
+#include "launch/control_channel.h"
 #include "launch/forwarding_observer.h"
 #include "launch/preflight.h"
 #include "launch/rank_starters.h"
@@ -79,6 +80,9 @@ RunReport Supervisor::run(LaunchObserver& observer) {
   m_throughput = ThroughputMeter(o.profile);
   StoringObserver storing(observer, o.store, o.runId, *this, m_throughput);
   RunReport report;
+  // Note [Control channel]: `ptw stop` asks for the stop a SIGINT gives, for every attempt.
+  ControlChannel control(o.runDir, [this] { requestStop(); });
+  if (!control.problem().empty()) observer.onLog(-1, "ptw: " + control.problem());
   // Note [SLURM job]: held for every attempt, released when the run ends.
   std::unique_ptr<SlurmJob> slurm;
   if (launcherOf(o.profile).kind == LauncherKind::Slurm) {
