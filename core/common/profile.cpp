@@ -330,6 +330,9 @@ template <class Need>
 void validateStrategy(const StrategyInfo& info, const Profile& p, Need& need) {
   const auto& s = p.strategy;
   if (info.oneRank) need(s.ranks == 1, "strategy.ranks", s.kind + " runs one process: must be 1, got " + str(s.ranks));
+  if (info.synthetic)  // they count steps, not epochs of data they do not read
+    need(p.hyper.maxSteps > 0, "hyper.max_steps",
+         s.kind + " ranks run hyper.max_steps steps: set it to a positive number");
   const auto choices = fieldChoices("strategy.device");
   if (std::find(choices.begin(), choices.end(), s.device) != choices.end() &&  // else said already
       std::find(info.devices.begin(), info.devices.end(), s.device) == info.devices.end())
@@ -346,12 +349,14 @@ template <class Need, class OneOf>
 void validateStrategySection(const Profile& p, Need& need, OneOf& oneOf) {
   const auto& s = p.strategy;
   const bool fileData = readsDataFiles(p.data);
-  oneOf(s.kind, "strategy.kind");
+  const StrategyInfo* info = findStrategy(s.kind);
+  if (!info) oneOf(s.kind, "strategy.kind");  // a row kept out of the list (hidden) may be named
   need(s.ranks >= 1, "strategy.ranks", "must be >= 1, got " + str(s.ranks));
-  need(s.ranks <= 255, "strategy.ranks", "must be <= 255, got " + str(s.ranks));
+  const int maxRanks = info ? info->maxRanks : 255;
+  need(s.ranks <= maxRanks, "strategy.ranks", "must be <= " + str(maxRanks) + ", got " + str(s.ranks));
   oneOf(s.backend, "strategy.backend");
   oneOf(s.device, "strategy.device");
-  if (const StrategyInfo* info = findStrategy(s.kind)) validateStrategy(*info, p, need);
+  if (info) validateStrategy(*info, p, need);
   if (!s.gpus.empty()) {
     need(s.device == "cuda", "strategy.gpus",
          "lists GPUs, but strategy.device is \"" + s.device + "\"; leave it empty, or set the device to \"cuda\"");
@@ -369,7 +374,7 @@ void validateStrategySection(const Profile& p, Need& need, OneOf& oneOf) {
   }
   need(s.bucketMb > 0, "strategy.bucket_mb", "must be > 0, got " + str(s.bucketMb));
   oneOf(s.poolMode, "strategy.pool_mode");
-  if (!fileData || p.data.samples > 0) {
+  if ((!fileData || p.data.samples > 0) && !(info && info->synthetic)) {
     auto train = p.data.samples - p.data.heldOut(p.data.samples);
     need(train >= s.ranks, "strategy.ranks",
          "more ranks (" + str(s.ranks) + ") than training samples (" + str(train) +
@@ -687,6 +692,7 @@ std::vector<std::string> fieldChoices(const std::string& path) {
   if (path == "strategy.kind" || path == "strategy.backend") {  // from the table of strategies
     std::vector<std::string> names;
     for (const auto& s : strategies()) {
+      if (s.hidden) continue;
       const auto& add = path == "strategy.kind" ? std::vector<std::string>{s.name} : s.backends;
       for (const auto& n : add)
         if (std::find(names.begin(), names.end(), n) == names.end()) names.push_back(n);
@@ -921,6 +927,7 @@ Profile applyOverrides(const Profile& profile, const std::vector<std::string>& a
 int processCount(const Profile& p) {
   const StrategyInfo* s = findStrategy(p.strategy.kind);
   if (!s) return 1;
+  if (s->ranksPerProcess > 0) return (p.strategy.ranks + s->ranksPerProcess - 1) / s->ranksPerProcess;
   return (s->processPerRank ? p.strategy.ranks : 1) + (s->coordinator ? 1 : 0);
 }
 

@@ -12,7 +12,7 @@ namespace ptw::core {
 // pool-hogwild), so a name means the same in a profile, the sweep and the window.
 const std::vector<StrategyInfo>& strategies() {
   static const std::vector<StrategyInfo> table = [] {
-    std::vector<StrategyInfo> t(5);
+    std::vector<StrategyInfo> t(6);
     t[0].name = "single";
     t[0].label = "Single process";
     t[0].description = "one process {where}";
@@ -59,6 +59,18 @@ const std::vector<StrategyInfo>& strategies() {
     t[4].description = "{processes} of your command";
     t[4].processPerRank = true;
     t[4].runsCommand = true;
+
+    // Note [Synthetic ranks] in engine/synthetic_ranks.h: 512 ranks a process keep a
+    // thousand ranks to a few processes on a machine of two cores.
+    t[5].name = "synthetic";
+    t[5].label = "Synthetic ranks (measuring ptw)";
+    t[5].description = "{ranks} synthetic ranks in {processes}";
+    t[5].synthetic = true;
+    t[5].hidden = true;
+    t[5].ranksPerProcess = 512;
+    t[5].maxRanks = kMaxSyntheticRanks;
+    t[5].devices = {"cpu"};
+    t[5].deviceAdvice = "synthetic ranks make up their records on the CPU; use \"cpu\"";
     return t;
   }();
   return table;
@@ -73,7 +85,8 @@ const StrategyInfo* findStrategy(const std::string& name) {
 const StrategyInfo& strategyOf(const Profile& profile) {
   if (const StrategyInfo* s = findStrategy(profile.strategy.kind)) return *s;
   std::string known;
-  for (const auto& s : strategies()) known += (known.empty() ? "" : ", ") + s.name;
+  for (const auto& s : strategies())
+    if (!s.hidden) known += (known.empty() ? "" : ", ") + s.name;
   PTW_FAIL("strategy.kind: expected one of ", known, ", got \"", profile.strategy.kind, "\"");
 }
 
@@ -126,7 +139,7 @@ int trainingRanks(const Profile& profile) {
 
 int trainingThreads(const Profile& profile) {
   const StrategyInfo* s = findStrategy(profile.strategy.kind);
-  return s && !s->processPerRank ? trainingRanks(profile) : processCount(profile);
+  return s && !s->processPerRank && s->ranksPerProcess == 0 ? trainingRanks(profile) : processCount(profile);
 }
 
 }  // namespace ptw::core

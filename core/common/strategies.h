@@ -77,10 +77,24 @@ struct StrategyInfo {
   /// Its ranks run the profile's `command` (a user's program), not ptw's engine: no model,
   /// data or hyperparameters of ptw's own apply (Note [Script ranks]).
   bool runsCommand = false;
+  /// Its ranks make up their records without training (Note [Synthetic ranks] in
+  /// engine/synthetic_ranks.h): no model, data or hyperparameters of ptw's own apply but
+  /// hyper.max_steps and hyper.batch_size.
+  bool synthetic = false;
+  /// Never listed where a user picks a strategy (the profile editor, the errors' lists of
+  /// names), though a profile may name it: for measuring ptw, not for users.
+  bool hidden = false;
+  /// The ranks one worker process stands for, its records naming each; 0: one process per
+  /// rank (processPerRank) or all in one.
+  int ranksPerProcess = 0;
+  int maxRanks = 255;  ///< strategy.ranks at most
   std::vector<SweepVariant> sweep = {};
 };
 
-/// Every strategy, in the order the window lists them.
+/// The most ranks a synthetic run may have (Note [Synthetic ranks]).
+inline constexpr int kMaxSyntheticRanks = 16384;
+
+/// Every strategy, in the order the window lists them (hidden ones last, never listed).
 const std::vector<StrategyInfo>& strategies();
 /// The row named `name`, or nullptr.
 const StrategyInfo* findStrategy(const std::string& name);

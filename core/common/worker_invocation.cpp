@@ -3,8 +3,11 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
+#include <iomanip>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <tuple>
 
 #include "common/error.h"
@@ -32,8 +35,8 @@ int toInt(const std::string& k, const std::string& v) {
 InjectedFault parseFault(const std::string& spec) {
   const auto malformed = [&] {
     PTW_FAIL(
-        "--fault: expected throw-at-start:RANK, hang-at-start:RANK, kill-at-step:RANK:STEP or hang-at-step:RANK:STEP, "
-        "got \"",
+        "--fault: expected throw-at-start:RANK, hang-at-start:RANK, kill-at-step:RANK:STEP, hang-at-step:RANK:STEP "
+        "or slow-at-step:RANK:STEP:FACTOR (FACTOR > 1), got \"",
         spec, "\"");
   };
   auto number = [&](const std::string& s) {
@@ -47,21 +50,42 @@ InjectedFault parseFault(const std::string& spec) {
     if (used != s.size() || x < 0 || x > INT_MAX) malformed();
     return x;
   };
+  std::vector<std::string> parts;
+  for (std::size_t at = 0;;) {
+    const auto colon = spec.find(':', at);
+    parts.push_back(spec.substr(at, colon == std::string::npos ? std::string::npos : colon - at));
+    if (colon == std::string::npos) break;
+    at = colon + 1;
+  }
   InjectedFault f;
-  const auto first = spec.find(':');
-  f.kind = spec.substr(0, first);
-  const bool atStep = f.kind == "kill-at-step" || f.kind == "hang-at-step";
-  const auto second = first == std::string::npos ? first : spec.find(':', first + 1);
+  f.kind = parts[0];
   const bool atStart = f.kind == "throw-at-start" || f.kind == "hang-at-start";
-  if (first == std::string::npos || (!atStart && !atStep) || (second != std::string::npos) != atStep) malformed();
-  f.rank = static_cast<int>(number(spec.substr(first + 1, atStep ? second - first - 1 : std::string::npos)));
-  if (atStep) f.step = number(spec.substr(second + 1));
+  const bool atStep = f.kind == "kill-at-step" || f.kind == "hang-at-step";
+  const bool slow = f.kind == "slow-at-step";
+  if (parts.size() != (atStart ? 2u : atStep ? 3u : slow ? 4u : 0u)) malformed();
+  f.rank = static_cast<int>(number(parts[1]));
+  if (atStep || slow) f.step = number(parts[2]);
+  if (slow) {
+    std::size_t used = 0;
+    try {
+      f.factor = std::stod(parts[3], &used);
+    } catch (...) {
+      used = 0;
+    }
+    if (used != parts[3].size() || !(f.factor > 1) || !std::isfinite(f.factor)) malformed();
+  }
   return f;
 }
 
 std::string faultSpec(const InjectedFault& f) {
   std::string spec = f.kind + ":" + std::to_string(f.rank);
-  if (f.kind == "kill-at-step" || f.kind == "hang-at-step") spec += ":" + std::to_string(f.step);
+  if (f.kind == "kill-at-step" || f.kind == "hang-at-step" || f.kind == "slow-at-step")
+    spec += ":" + std::to_string(f.step);
+  if (f.kind == "slow-at-step") {
+    std::ostringstream factor;
+    factor << std::setprecision(17) << f.factor;
+    spec += ":" + factor.str();
+  }
   return spec;
 }
 
@@ -114,6 +138,24 @@ const ValueFlag kFlags[] = {
      [](WorkerInvocation& w, const std::string&, const std::string& v) { w.fault = parseFault(v); }},
     {"--metrics-phases", [](const WorkerInvocation& w) { return text(w.metricsPhases); },
      [](WorkerInvocation& w, const std::string&, const std::string& v) { w.metricsPhases = v; }},
+    {"--synthetic-rate",
+     [](const WorkerInvocation& w) {
+       std::ostringstream v;
+       v << std::setprecision(17) << w.syntheticRate;
+       return w.syntheticRate == 0 ? Value() : Value(v.str());
+     },
+     [](WorkerInvocation& w, const std::string& k, const std::string& v) {
+       std::size_t used = 0;
+       double rate = -1;
+       try {
+         rate = std::stod(v, &used);
+       } catch (...) {
+         used = 0;
+       }
+       PTW_CHECK(used == v.size() && rate > 0 && rate <= 100000, k,
+                 ": expected steps a second of each rank, > 0 and at most 100000, got \"", v, "\"");
+       w.syntheticRate = rate;
+     }},
     {"--gradients", [](const WorkerInvocation& w) { return w.autogradOnly ? Value("autograd") : Value(); },
      [](WorkerInvocation& w, const std::string&, const std::string& v) {
        PTW_CHECK(v == "autograd", "--gradients: expected \"autograd\", got \"", v, "\"");
@@ -224,7 +266,7 @@ bool WorkerInvocation::operator==(const WorkerInvocation& o) const {
   const auto fields = [](const WorkerInvocation& w) {
     return std::tie(w.program, w.preflight, w.devices, w.blas, w.checkPort, w.help, w.version, w.profile, w.samples,
                     w.rank, w.world, w.port, w.out, w.store, w.steps, w.stepsLimit, w.attempt, w.records, w.remote,
-                    w.master, w.interface, w.fault, w.metricsPhases, w.autogradOnly, w.passOn);
+                    w.master, w.interface, w.fault, w.metricsPhases, w.autogradOnly, w.syntheticRate, w.passOn);
   };
   return fields(*this) == fields(o);
 }

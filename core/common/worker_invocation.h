@@ -34,14 +34,23 @@ inline constexpr int kWorkerStoppedFromOutside = exitCode(WorkerExit::StoppedFro
 inline constexpr int kWorkerCannotStoreMetrics = exitCode(WorkerExit::CannotStoreMetrics);
 
 /// The hidden --fault SPEC (Note [Injected faults] in engine/worker.cpp): rank `rank` fails
-/// as `kind` says, at start or after step `step` of the first attempt.
+/// as `kind` says, at start or after step `step` of the first attempt, or (slow-at-step)
+/// takes `factor` times its own time for each step from `step` on.
 /// Example: InjectedFault{"kill-at-step", 1, 12}
 struct InjectedFault {
-  std::string kind = "";  ///< "" (none), throw-at-start, hang-at-start, kill-at-step or hang-at-step
+  std::string kind = "";  ///< "" (none), throw-at-start, hang-at-start, kill-at-step, hang-at-step or slow-at-step
   int rank = -1;
   std::int64_t step = -1;  ///< the *-at-step kinds only
-  bool operator==(const InjectedFault& o) const { return kind == o.kind && rank == o.rank && step == o.step; }
+  double factor = 1;       ///< slow-at-step only: > 1
+  bool operator==(const InjectedFault& o) const {
+    return kind == o.kind && rank == o.rank && step == o.step && factor == o.factor;
+  }
+  /// Whether step `step` of rank `r` is slowed by factor (slow-at-step).
+  bool slows(int r, std::int64_t s) const { return kind == "slow-at-step" && rank == r && s >= step; }
 };
+
+/// Steps a second of each synthetic rank when --synthetic-rate does not say.
+inline constexpr double kDefaultSyntheticRate = 10;
 
 /// One ptw-worker command line: every flag the worker takes, each at its default unless set.
 /// toArgs() writes the flags that differ from their defaults; parse() reads them back.
@@ -80,6 +89,9 @@ struct WorkerInvocation {
   InjectedFault fault = {};        ///< --fault SPEC (Note [Injected faults])
   std::string metricsPhases = "";  ///< --metrics-phases MS:FILE (Note [Metrics in phases]), checked where used
   bool autogradOnly = false;       ///< --gradients autograd: no gradients by hand, to compare
+  /// --synthetic-rate R: steps a second of each synthetic rank (Note [Synthetic ranks] in
+  /// engine/synthetic_ranks.h); 0: kDefaultSyntheticRate.
+  double syntheticRate = 0;
   /// Flags passed on unread (ptw --worker-arg), written after the launcher's own and before
   /// the starter's (--records, --remote ...), which so win over them.
   std::vector<std::string> passOn = {};

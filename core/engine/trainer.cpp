@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <thread>
 
 #include "common/error.h"
 #include "engine/compat.h"
@@ -327,6 +328,12 @@ double Trainer::microBatches(const Batches& batches, std::int64_t micro, std::in
     auto c = Clock::now();
     t.dataMs += ms(a, b);
     t.computeMs += ms(b, c);
+    // Note [Injected faults]: a rank slow in its own work, as one on a slower node or disk;
+    // the others then wait for it in the collective (their comm time), not in theirs.
+    if (m_options.slowFromStep >= 0 && m_step + 1 >= m_options.slowFromStep) {
+      std::this_thread::sleep_for(std::chrono::duration<double, std::milli>((m_options.slowFactor - 1) * ms(a, c)));
+      t.dataMs += ms(c, Clock::now());
+    }
   }
   return loss;
 }

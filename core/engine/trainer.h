@@ -29,12 +29,20 @@ struct TrainerOptions {
   int world;
   std::string outDir = "";  ///< checkpoints go here; "" writes none
   BatchPlan plan = {};      ///< overrides the strategy's plan (equivalence references)
+  /// From step slowFromStep on, each step's data phase waits slowFactor - 1 times the step's
+  /// own time (data and compute) more: the injected slow-at-step (Note [Injected faults]).
+  double slowFactor = 1;
+  std::int64_t slowFromStep = -1;
   TrainerOptions& setOutDir(std::string v) {
     outDir = std::move(v);
     return *this;
   }
   TrainerOptions& setPlan(BatchPlan v) {
     plan = std::move(v);
+    return *this;
+  }
+  TrainerOptions& setSlowdown(double factor, std::int64_t fromStep) {
+    slowFactor = factor, slowFromStep = fromStep;
     return *this;
   }
 };

@@ -35,6 +35,7 @@
 #include "engine/command_rank.h"
 #include "engine/peer_wait.h"
 #include "engine/sample_grid.h"
+#include "engine/synthetic_ranks.h"
 #include "engine/trainer.h"
 #include "engine/workload.h"
 #ifdef PTW_WITH_CUDA
@@ -178,7 +179,7 @@ class RecordWriter {
       group(r.step);
     else
       append(r);
-    if (r.kind == core::Record::Kind::Step) passed(r.step.step);
+    if (r.kind == core::Record::Kind::Step && m_stepsPass) passed(r.step.step);
     auto now = std::chrono::steady_clock::now();
     if (m_buffer.size() >= kFlushBytes || now - m_lastFlush > std::chrono::milliseconds(250)) flushLocked(now);
     if (m_failed) throw MetricsNotStored(m_steps->error());
@@ -201,6 +202,9 @@ class RecordWriter {
   /// The rank's latest step, sent or not (run.metrics off): heartbeats carry it, so the
   /// launcher sees the run progress and does not take it for stalled. No lock on the step.
   void passed(std::int64_t step) { m_lastStep.store(step, std::memory_order_relaxed); }
+  /// A process standing for many ranks says itself which step its heartbeats carry (its
+  /// slowest rank's, Note [Synthetic ranks]): its step records then leave it be.
+  void passedOnlyByHand() { m_stepsPass = false; }
   /// The model's parameter count, which every heartbeat from now on carries.
   void setParameters(std::int64_t n) { m_parameters.store(n, std::memory_order_relaxed); }
 
@@ -275,6 +279,7 @@ class RecordWriter {
   const std::unique_ptr<StepFile> m_steps;  ///< null: step records go to the pipe
   const std::int64_t m_warmup;              ///< a group ends after this many step records of its rank
   bool m_failed = false;                    ///< the step file could not be written
+  bool m_stepsPass = true;                  ///< each step record passes its step (passed())
   std::vector<Open> m_open;                 ///< one per rank this process reports for
   std::mutex m_mutex;
   std::string m_buffer;
@@ -362,7 +367,11 @@ class MetricsPhases {
 // at start; kill-at-step:R:S kills rank R (SIGKILL) after step S of the first attempt, so
 // a restart can be seen to recover; hang-at-step:R:S makes rank R stop after step S of the
 // first attempt, alive and heartbeating, as a rank stuck in its own work (the others wait
-// for it). Every rank gets the same SPEC (core::InjectedFault); only rank R acts on it.
+// for it); slow-at-step:R:S:FACTOR makes rank R take FACTOR times its own time (data and
+// compute, the excess in its data time) for each step from S on, every attempt, as a rank
+// on a slower node would: the straggler its peers wait for. Every rank gets the same SPEC
+// (core::InjectedFault); only rank R acts on it. Synthetic ranks act on them too (Note
+// [Synthetic ranks] in engine/synthetic_ranks.h).
 
 // The worker's flags, with the place that a standard launcher's variables give a rank it
 // started (Note [Started by a standard launcher]).
@@ -675,7 +684,11 @@ core::WorkerExit trainRank(const Args& args, const core::Profile& profile, Recor
     SyncContext ctx{profile, rank, args.world, args.port, args.store, args.master, args.localRank};
     auto strategy = makeStrategy(ctx);
     strategy->setGradientsByHand(!args.autogradOnly);
-    Trainer trainer(TrainerOptions(profile, rank, args.world).setOutDir(args.out), std::move(strategy),
+    TrainerOptions options(profile, rank, args.world);
+    options.setOutDir(args.out);
+    if (args.fault.kind == "slow-at-step" && args.fault.rank == rank)
+      options.setSlowdown(args.fault.factor, args.fault.step);
+    Trainer trainer(std::move(options), std::move(strategy),
                     recordSink(profile, writer, phases, killAtStep, hangAtStep));
     std::int64_t parameters = 0;
     for (const auto& p : trainer.parameters()) parameters += p.numel();
@@ -742,6 +755,39 @@ core::WorkerExit commandRank(const Args& args, const core::Profile& profile, Rec
   }
 }
 
+// The synthetic ranks this process stands for (Note [Synthetic ranks]): process p of the
+// run's has ranks [p·K, (p+1)·K), K the strategy's ranks a process.
+core::WorkerExit syntheticRanks(const Args& args, const core::Profile& profile, RecordWriter& writer) {
+  const int perProcess = core::strategyOf(profile).ranksPerProcess;
+  const int first = args.rank * perProcess;
+  const int end = std::min(profile.strategy.ranks, first + perProcess);
+  SyntheticOptions options(first, end, profile.hyper.maxSteps);
+  options.setRate(args.syntheticRate > 0 ? args.syntheticRate : core::kDefaultSyntheticRate).setFault(args.fault);
+  options.batchSize = profile.hyper.batchSize;
+  options.lr = profile.hyper.lr;
+  options.seed = profile.hyper.seed;
+  options.attempt = args.attempt;
+  SyntheticRanks ranks(options);
+  writer.passedOnlyByHand();
+  std::fprintf(stderr, "[rank %d] %s: synthetic ranks %d-%d of %d at %g steps/s each\n", args.rank,
+               profile.name.c_str(), first, end - 1, profile.strategy.ranks, options.rate);
+  writer.heartbeat(first, "train");
+  Heartbeat heartbeat(writer, first, [] { return "train"; });
+  try {
+    ranks.run(
+        g_stop, [&writer](const core::Record& r) { writer.write(r); }, [&writer](std::int64_t s) { writer.passed(s); });
+  } catch (const MetricsNotStored& e) {
+    std::fprintf(stderr, "error: [rank %d] %s\n", args.rank, e.what());
+    return core::WorkerExit::CannotStoreMetrics;
+  }
+  heartbeat.stop();
+  writer.flush();
+  // The benchmark's count of what was sent (tests/bench/bench_scale.sh).
+  std::fprintf(stderr, "[rank %d] synthetic ranks %d-%d sent %lld step records\n", args.rank, first, end - 1,
+               static_cast<long long>(ranks.sent()));
+  return core::WorkerExit::Finished;
+}
+
 // One rank of a run: its step file, record writer and heartbeat around trainRank.
 core::WorkerExit runRank(const Args& args, const core::Profile& profile) {
   const int rank = args.rank;
@@ -766,6 +812,7 @@ core::WorkerExit runRank(const Args& args, const core::Profile& profile) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what());
     return core::WorkerExit::BadInput;
   }
+  if (core::strategyOf(profile).synthetic) return syntheticRanks(args, profile, writer);
   if (core::strategyOf(profile).runsCommand) {
     std::atomic<bool> reported{false};  // until then the stall timeout leaves the rank be
     writer.heartbeat(rank, "quiet");    // at once: a program's start-up is not a stall

@@ -88,6 +88,10 @@ class ProgressPrinter : public LaunchObserver {
     std::int64_t total = m_profile.hyper.maxSteps;
     if (m_tty && m_printedLines > 0) m_out << "\x1b[" << m_printedLines << "A";
     m_printedLines = 0;
+    if (m_ranks.size() > kRankLines) {
+      printAllRanks(now);
+      return;
+    }
     for (std::size_t r = 0; r < m_ranks.size(); ++r) {
       const auto& s = m_ranks[r];
       const RankFinal& f = m_last[r];
@@ -125,6 +129,59 @@ class ProgressPrinter : public LaunchObserver {
     if (!m_tty) m_printedLines = 0;
     m_out.flush();
   }
+  // Past this many ranks, a line for them all: a line a rank a second would be what a
+  // thousand ranks cost the terminal, and no one reads it.
+  static constexpr std::size_t kRankLines = 16;
+
+  // One line for every rank: the steps of the furthest behind and ahead, the mean loss, and
+  // the rates of all of them together.
+  void printAllRanks(std::chrono::steady_clock::time_point now) {
+    std::int64_t low = INT64_MAX, high = -1;
+    double loss = 0, samples = 0, steps = 0;
+    std::size_t seen = 0, losses = 0, ended = 0;
+    bool samplesReported = false;
+    for (std::size_t r = 0; r < m_ranks.size(); ++r) {
+      const RankFinal& f = m_last[r];
+      ended += m_ranks[r].exit.empty() ? 0 : 1;
+      if (!f.seen) continue;
+      ++seen;
+      low = std::min(low, f.last.step), high = std::max(high, f.last.step);
+      if (isReportedLoss(f.last.loss) && std::isfinite(f.last.loss)) loss += f.last.loss, ++losses;
+      samplesReported = samplesReported || m_ranks[r].samplesReported;
+      samples += m_ranks[r].rate.rate(), steps += m_ranks[r].stepRate.rate();
+    }
+    std::ostringstream line;
+    line << m_ranks.size() << " ranks  ";
+    if (seen == 0) {
+      line << "starting";
+    } else {
+      const std::int64_t total = m_profile.hyper.maxSteps;
+      line << "step " << low << (high > low ? "-" + std::to_string(high) : "");
+      if (total > 0) line << "/" << total;
+      line << "  mean loss ";
+      if (losses > 0)
+        line << std::setprecision(5) << loss / static_cast<double>(losses);
+      else
+        line << kNotReported;
+      line << "  " << std::fixed << std::setprecision(0);
+      if (samplesReported)
+        line << samples;
+      else
+        line << kNotReported;
+      line << " samples/s  " << steps << " steps/s in all  " << seen << " reporting";
+      if (total > 0 && low > 0 && low < total) {
+        const double elapsed = std::chrono::duration<double>(now - m_start).count();
+        line << "  ETA " << std::setprecision(1)
+             << std::max(0.0, elapsed / static_cast<double>(low) * static_cast<double>(total - low)) << " s";
+      }
+    }
+    if (ended > 0) line << "  [" << ended << " process(es) ended]";
+    if (m_tty) m_out << "\x1b[2K";
+    m_out << line.str() << "\n";
+    m_printedLines = m_tty ? 1 : 0;
+    m_out.flush();
+  }
+
   struct RankView {
     RateWindow rate;      ///< the last seconds' samples/s: a single group's jumps (Note [Step groups])
     RateWindow stepRate;  ///< and steps/s
@@ -329,6 +386,15 @@ std::string summaryJson(const RunSession& session, const RunResult& result, cons
   if (report.divergedRank >= 0)
     j["diverged"] = {
         {"rank", report.divergedRank}, {"step", report.divergedAtStep}, {"message", divergedMessage(report)}};
+  j["stragglers"] = nlohmann::ordered_json::array();  // Note [Stragglers]
+  for (const Straggler& s : result.stragglers)
+    j["stragglers"].push_back(
+        {{"rank", s.rank},
+         {"host", s.host.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(s.host)},
+         {"factor", s.factor},
+         {"phase", s.phase.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(s.phase)},
+         {"step", s.step},
+         {"message", stragglerMessage(s)}});
   j["expectations"] = nlohmann::ordered_json::array();
   for (const auto& v : verdicts)
     j["expectations"].push_back(

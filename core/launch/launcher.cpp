@@ -648,11 +648,12 @@ void Launcher::Impl::takeRecords(Rank& rk) {
     // A worker speaks only for itself; a run of one process (DataParallel) reports one
     // series per replica, which it numbers itself.
     // A command rank names the rank of each record itself, checked against the profile's
-    // command.report_ranks (mpirun's ranks under one process).
-    if (!o.commandRanks && (o.worldSize > 1 || !holdsSteps(rec))) rec.step.rank = rk.rank;
-    // A command rank may stand for several ranks (mpirun's): its heartbeats give the step of
-    // the one furthest behind, which is what a stall is judged on.
-    if (!o.commandRanks || rec.kind == Record::Kind::Heartbeat) rk.lastStep = std::max(rk.lastStep, rec.step.step);
+    // command.report_ranks (mpirun's ranks under one process); so does a synthetic rank's process.
+    const bool namesRanks = o.commandRanks || o.workersNameRanks;
+    if (!namesRanks && (o.worldSize > 1 || !holdsSteps(rec))) rec.step.rank = rk.rank;
+    // A process may stand for several ranks (mpirun's): its heartbeats give the step of the
+    // one furthest behind, which is what a stall is judged on.
+    if (!namesRanks || rec.kind == Record::Kind::Heartbeat) rk.lastStep = std::max(rk.lastStep, rec.step.step);
     watchSteps(rk, rec);
   }
   if (m_batch.size() > first) {
@@ -998,6 +999,9 @@ RunReport Launcher::Impl::finishReport() {
   } else if (report.status == RunReport::Status::Finished && report.reachedStopStep) {
     report.message = "all " + std::to_string(o.worldSize) + " ranks reached step " + std::to_string(o.stopAtStep) +
                      " (hyper.max_steps) and were stopped";
+  } else if (report.status == RunReport::Status::Finished && o.workersNameRanks) {
+    report.message =
+        "all " + std::to_string(o.reportRanks) + " ranks finished, in " + std::to_string(o.worldSize) + " process(es)";
   } else if (report.status == RunReport::Status::Finished) {
     report.message = "all " + std::to_string(o.worldSize) + " ranks finished";
   } else if (m_stoppedFromOutside) {

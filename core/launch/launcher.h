@@ -48,6 +48,10 @@ struct LaunchOptions {
   /// run is stopped as a user's stop is, and finishes (hyper.max_steps); 0: never.
   std::int64_t stopAtStep = 0;
   int reportRanks = 0;  ///< the ranks the records name (command.report_ranks); 0: worldSize
+  /// Each worker names the rank of its records itself, a process standing for several ranks
+  /// (Note [Synthetic ranks] in engine/synthetic_ranks.h), as command ranks always do; its
+  /// heartbeats carry the step of the one furthest behind. Else a worker speaks for itself.
+  bool workersNameRanks = false;
   /// A loss that is not finite fails the run (run.on_nan "stop"); else it is only said
   /// (Note [Diverged runs]).
   bool stopOnDiverged = false;

@@ -129,6 +129,7 @@ RunResult RunSession::run(LaunchObserver& observer) {
   }
   result.attempts = std::max(1, m_supervisor->attempts());
   result.ranks = tracker.ranks();
+  result.stragglers = m_supervisor->stragglers();
   result.metrics = tracker.metrics(result.report.wallS, m_supervisor->throughput());
   std::string thrown;
   try {

@@ -24,6 +24,7 @@
 #include "launch/last_steps.h"
 #include "launch/launcher.h"
 #include "launch/run_store.h"
+#include "launch/straggler_detector.h"
 #include "launch/throughput.h"
 
 namespace ptw::core {
@@ -81,8 +82,9 @@ struct RunResult {
   /// final.loss, final.step, final.val_loss, final.val_accuracy, throughput.samples_per_s,
   /// throughput.steps_per_s, wall_s (expectation.h's knownMetrics()); NaN where none came.
   std::map<std::string, double> metrics;
-  std::vector<RankFinal> ranks;  ///< one per reporting rank
-  std::string storeError;        ///< "" when every record and the verdict were stored
+  std::vector<RankFinal> ranks;       ///< one per reporting rank
+  std::vector<Straggler> stragglers;  ///< the ranks named stragglers (Note [Stragglers])
+  std::string storeError;             ///< "" when every record and the verdict were stored
   int attempts = 0;
 };
 

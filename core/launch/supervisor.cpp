@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <fstream>
 #include <memory>
 
@@ -21,33 +22,70 @@
 namespace ptw::core {
 namespace {
 
-// Passes everything on to the caller's observer, counts throughput, and records to the store.
+// Passes everything on to the caller's observer, counts throughput, records to the store,
+// and names stragglers (Note [Stragglers]) to the caller as the supervisor's own log lines.
 class StoringObserver final : public ForwardingObserver {
  public:
   StoringObserver(LaunchObserver& outer, RunStore* store, std::int64_t runId, Supervisor& owner,
-                  ThroughputMeter& throughput)
-      : ForwardingObserver(outer), m_store(store), m_runId(runId), m_owner(owner), m_throughput(throughput) {}
+                  ThroughputMeter& throughput, StragglerDetector& stragglers)
+      : ForwardingObserver(outer),
+        m_store(store),
+        m_runId(runId),
+        m_owner(owner),
+        m_throughput(throughput),
+        m_stragglers(stragglers) {}
   void setAttempt(int a) { m_attempt = a; }
   void onRecords(std::vector<Record>& batch) override {
     m_throughput.add(batch);  // before the outer observer, which may take the batch
+    const double now = secondsSinceStart();
+    for (const Record& r : batch) m_stragglers.add(r, now);
     if (m_store) {
       m_store->append(m_runId, m_attempt, batch);
       if (!m_store->error().empty()) m_owner.requestStop();  // a run we cannot record is stopped, not lost
     }
     ForwardingObserver::onRecords(batch);
+    // Judging every rank costs about a record's worth of work for each of its window's
+    // steps: done every quarter of the ranks' windows of steps, or every 250 ms.
+    m_steps += batch.size();
+    if (m_steps >= m_checkSteps || now - m_checkedAt >= kCheckS) check(now);
+  }
+  /// Judges the ranks now (at the end of an attempt, too: a short run's last window).
+  void check(double now) {
+    m_checkedAt = now, m_steps = 0;
+    for (const Straggler& s : m_stragglers.check(now))
+      ForwardingObserver::onLog(-1, "ptw: warning: straggler: " + stragglerMessage(s));
+  }
+  double secondsSinceStart() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - m_start).count();
   }
   void onRestart(int attempt, std::int64_t step) override {
     m_throughput.restart();
+    m_stragglers.restart();
     ForwardingObserver::onRestart(attempt, step);
   }
 
  private:
+  static constexpr double kCheckS = 0.25;
   RunStore* m_store;
   std::int64_t m_runId;
   Supervisor& m_owner;
   ThroughputMeter& m_throughput;
+  StragglerDetector& m_stragglers;
   int m_attempt = 0;
+  const std::chrono::steady_clock::time_point m_start = std::chrono::steady_clock::now();
+  double m_checkedAt = 0;
+  std::size_t m_steps = 0;  ///< records since the last check
+  const std::size_t m_checkSteps = std::max<std::size_t>(1, m_stragglers.checkEvery());
 };
+
+// The detector a run of `p` judges its ranks with: a pool's coordinator is no rank like the
+// others, and a host is known where each rank is a process of its own.
+StragglerDetector stragglerDetectorFor(const Profile& p) {
+  const int ranks = reportingRanks(p);
+  std::vector<std::string> hosts = rankHosts(p);
+  if (static_cast<int>(hosts.size()) != ranks) hosts.clear();
+  return StragglerDetector(ranks, StragglerOptions().setFirstRank(hasCoordinator(p) ? 1 : 0), std::move(hosts));
+}
 
 // The port attempt `attempt`'s ranks meet on across hosts (Note [Rendezvous port]): the one
 // checked before the run, asked of rank 0's host again for a restart when hosts.port is 0.
@@ -68,7 +106,10 @@ std::int64_t checkpointStep(const std::string& runDir) {
   return -1;
 }
 
-Supervisor::Supervisor(SupervisorOptions options) : m_options(std::move(options)), m_throughput(m_options.profile) {}
+Supervisor::Supervisor(SupervisorOptions options)
+    : m_options(std::move(options)),
+      m_throughput(m_options.profile),
+      m_stragglers(stragglerDetectorFor(m_options.profile)) {}
 
 void Supervisor::requestStop() {
   m_stopRequested.store(true);
@@ -78,7 +119,8 @@ void Supervisor::requestStop() {
 RunReport Supervisor::run(LaunchObserver& observer) {
   const auto& o = m_options;
   m_throughput = ThroughputMeter(o.profile);
-  StoringObserver storing(observer, o.store, o.runId, *this, m_throughput);
+  m_stragglers = stragglerDetectorFor(o.profile);
+  StoringObserver storing(observer, o.store, o.runId, *this, m_throughput, m_stragglers);
   RunReport report;
   // Note [Control channel]: `ptw stop` asks for the stop a SIGINT gives, for every attempt.
   ControlChannel control(o.runDir, [this] { requestStop(); });
@@ -123,6 +165,10 @@ RunReport Supervisor::run(LaunchObserver& observer) {
       if (!commandNamesField(o.profile, "hyper.max_steps")) lo.stopAtStep = o.profile.hyper.maxSteps;
       lo.reportRanks = reportingRanks(o.profile);
     }
+    if (strategyOf(o.profile).ranksPerProcess > 0) {  // Note [Synthetic ranks]
+      lo.workersNameRanks = true;
+      lo.reportRanks = reportingRanks(o.profile);
+    }
     lo.stopOnDiverged = o.profile.run.onNan == "stop";
     int port = 0;
     if (std::string problem = attemptRendezvousPort(o, attempt, port); !problem.empty()) {
@@ -151,6 +197,7 @@ RunReport Supervisor::run(LaunchObserver& observer) {
       report.message = "restart could not start the ranks";
     }
     m_current.clear();
+    storing.check(storing.secondsSinceStart());
     if (o.store) {
       o.store->flush();
       if (!o.store->error().empty()) {

@@ -22,6 +22,7 @@
 #include "common/profile.h"
 #include "launch/launcher.h"
 #include "launch/stop_relay.h"
+#include "launch/straggler_detector.h"
 #include "launch/throughput.h"
 
 namespace ptw::core {
@@ -75,10 +76,14 @@ class Supervisor {
   /// The run's throughput as ptw reports it (throughput.h), over every attempt, each rank
   /// warming up again after a restart. Read it once run() has returned.
   const ThroughputMeter& throughput() const { return m_throughput; }
+  /// The ranks named stragglers while the run went on (Note [Stragglers]); read it once
+  /// run() has returned.
+  const std::vector<Straggler>& stragglers() const { return m_stragglers.named(); }
 
  private:
   SupervisorOptions m_options;
   ThroughputMeter m_throughput;
+  StragglerDetector m_stragglers;
   StopRelay<Launcher> m_current;  ///< the current attempt's launcher
   std::atomic<bool> m_stopRequested{false};
   int m_attempts = 0;

@@ -274,6 +274,13 @@ class TestProfile : public QObject {
     QTest::newRow("unknown strategy")
         << R"({"strategy": {"kind": "horovod"}})"
         << "strategy.kind: expected one of single, dataparallel, ddp, pool, command, got \"horovod\"";
+    QTest::newRow("too many ranks") << R"({"strategy": {"ranks": 256}})"
+                                    << "strategy.ranks: must be <= 255, got 256";
+    QTest::newRow("too many synthetic ranks") << R"({"strategy": {"kind": "synthetic", "ranks": 20000}})"
+                                              << "strategy.ranks: must be <= 16384, got 20000";
+    QTest::newRow("synthetic ranks counting epochs")
+        << R"({"strategy": {"kind": "synthetic"}, "hyper": {"max_steps": 0, "epochs": 2}})"
+        << "hyper.max_steps: synthetic ranks run hyper.max_steps steps: set it to a positive number";
     QTest::newRow("negative learning rate") << R"({"hyper": {"lr": -1}})"
                                             << "hyper.lr: must be > 0, got -1";
     QTest::newRow("zero ranks") << R"({"strategy": {"ranks": 0}})"
@@ -532,6 +539,27 @@ class TestProfile : public QObject {
     QCOMPARE(names, (std::vector<std::string>{"synthetic-regression", "synthetic-classification", "csv", "mnist",
                                               "cifar10", "image-folder", "npy"}));
     QCOMPARE(Profile().data.kind, names.front());
+  }
+
+  // Synthetic ranks (Note [Synthetic ranks]): 512 a process, as many as a data set would
+  // never allow, each reporting; a hidden strategy a profile may name but no list offers.
+  void syntheticRanksFillTheirProcesses_data() {
+    QTest::addColumn<int>("ranks");
+    QTest::addColumn<int>("processes");
+    QTest::newRow("one") << 1 << 1;
+    QTest::newRow("a process full") << 512 << 1;
+    QTest::newRow("one more") << 513 << 2;
+    QTest::newRow("4096") << 4096 << 8;
+  }
+  void syntheticRanksFillTheirProcesses() {
+    QFETCH(int, ranks);
+    QFETCH(int, processes);
+    const Profile p = parseProfile(R"({"strategy": {"kind": "synthetic", "ranks": )" + std::to_string(ranks) +
+                                   R"(}, "hyper": {"max_steps": 5}})");
+    QCOMPARE(processCount(p), processes);
+    QCOMPARE(reportingRanks(p), ranks);
+    const auto kinds = fieldChoices("strategy.kind");
+    QVERIFY(std::find(kinds.begin(), kinds.end(), "synthetic") == kinds.end());
   }
 
   // A strategy runs across hosts exactly when its row says so.

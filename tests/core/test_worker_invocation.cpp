@@ -64,6 +64,7 @@ void setEveryFlag(WorkerInvocation& w) {
   w.fault = {"kill-at-step", 1, 12};
   w.metricsPhases = "1000:/tmp/phases";
   w.autogradOnly = true;
+  w.syntheticRate = 2.5;
 }
 
 }  // namespace
@@ -111,8 +112,13 @@ class TestWorkerInvocation : public QObject {
     QTest::newRow("--fault at start") << Setter([](WorkerInvocation& w) {
       w.fault = {"hang-at-start", 3, -1};
     }) << argv({"--fault", "hang-at-start:3"});
+    QTest::newRow("--fault slowing a rank") << Setter([](WorkerInvocation& w) {
+      w.fault = {"slow-at-step", 2, 100, 1.5};
+    }) << argv({"--fault", "slow-at-step:2:100:1.5"});
     QTest::newRow("--metrics-phases") << Setter([](WorkerInvocation& w) { w.metricsPhases = "1000:/tmp/p"; })
                                       << argv({"--metrics-phases", "1000:/tmp/p"});
+    QTest::newRow("--synthetic-rate") << Setter([](WorkerInvocation& w) { w.syntheticRate = 2.5; })
+                                      << argv({"--synthetic-rate", "2.5"});
     QTest::newRow("--gradients") << Setter([](WorkerInvocation& w) { w.autogradOnly = true; })
                                  << argv({"--gradients", "autograd"});
     // The probes first, then the launcher's flags, the hidden ones, and the starter's last.
@@ -146,6 +152,8 @@ class TestWorkerInvocation : public QObject {
                                                                   "kill-at-step:1:12",
                                                                   "--metrics-phases",
                                                                   "1000:/tmp/phases",
+                                                                  "--synthetic-rate",
+                                                                  "2.5",
                                                                   "--gradients",
                                                                   "autograd",
                                                                   "--records",
@@ -201,7 +209,8 @@ class TestWorkerInvocation : public QObject {
     QTest::addColumn<Args>("args");
     QTest::addColumn<QString>("expected");
     const QString fault =
-        "--fault: expected throw-at-start:RANK, hang-at-start:RANK, kill-at-step:RANK:STEP or hang-at-step:RANK:STEP";
+        "--fault: expected throw-at-start:RANK, hang-at-start:RANK, kill-at-step:RANK:STEP, hang-at-step:RANK:STEP "
+        "or slow-at-step:RANK:STEP:FACTOR (FACTOR > 1)";
     QTest::newRow("unknown flag") << argv({"--bogus", "1"}) << "unknown argument --bogus (see --help)";
     QTest::newRow("unknown flag with =") << argv({"--bogus=1"}) << "unknown argument --bogus (see --help)";
     QTest::newRow("no flag at all") << argv({"profile.json", "x"}) << "unknown argument profile.json (see --help)";
@@ -216,6 +225,16 @@ class TestWorkerInvocation : public QObject {
     QTest::newRow("no port") << argv({"--check-port", "70000"}) << "--check-port: expected a port, 0-65535, got 70000";
     QTest::newRow("bad fault") << argv({"--fault", "explode:0"}) << fault + ", got \"explode:0\"";
     QTest::newRow("fault without its step") << argv({"--fault=kill-at-step:0"}) << fault + ", got \"kill-at-step:0\"";
+    QTest::newRow("slowing without a factor")
+        << argv({"--fault=slow-at-step:1:5"}) << fault + ", got \"slow-at-step:1:5\"";
+    QTest::newRow("slowing by a factor of 1")
+        << argv({"--fault=slow-at-step:1:5:1"}) << fault + ", got \"slow-at-step:1:5:1\"";
+    QTest::newRow("slowing by no number")
+        << argv({"--fault=slow-at-step:1:5:2x"}) << fault + ", got \"slow-at-step:1:5:2x\"";
+    QTest::newRow("a step too many") << argv({"--fault=hang-at-step:1:5:2"}) << fault + ", got \"hang-at-step:1:5:2\"";
+    QTest::newRow("no rate")
+        << argv({"--synthetic-rate", "0"})
+        << "--synthetic-rate: expected steps a second of each rank, > 0 and at most 100000, got \"0\"";
     QTest::newRow("bad gradients") << argv({"--gradients", "byhand"})
                                    << "--gradients: expected \"autograd\", got \"byhand\"";
   }

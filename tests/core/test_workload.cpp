@@ -176,11 +176,12 @@ class TestWorkload : public QObject {
   // Adding a strategy is its engine file and its row in the table (common/strategies.h):
   // every row has an engine, every engine a row, and a profile names exactly those.
   void everyStrategyRowHasAnEngineAndEveryEngineARow() {
-    // A row that runs the user's command has no engine of ptw's (Note [Script ranks]).
+    // A row that runs the user's command has no engine of ptw's (Note [Script ranks]), nor one
+    // whose ranks make up their records (Note [Synthetic ranks]); a hidden row is not offered.
     std::set<std::string> rows, engines, all;
     for (const auto& s : strategies()) {
-      all.insert(s.name);
-      if (!s.runsCommand) rows.insert(s.name);
+      if (!s.hidden) all.insert(s.name);
+      if (!s.runsCommand && !s.synthetic) rows.insert(s.name);
     }
     for (const auto& entry : engine::strategyRegistry()) engines.insert(entry.first);
     auto joined = [](const std::set<std::string>& names) {
