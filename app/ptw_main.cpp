@@ -377,6 +377,34 @@ int runSweep(const SweepArgs& a) {
   return sweepVerdict(points, a.minEfficiency);
 }
 
+CLI::App* addFollowCommand(CLI::App& app, FollowArgs& a) {
+  auto* followCmd = app.add_subcommand(
+      "follow",
+      "Write a run's records and its ranks' log lines to stdout: what is stored, then each new one as it is "
+      "stored, until the run ends; exits with the run's code (0 finished, 3 failed or interrupted, 5 stopped). "
+      "Reads only: following changes nothing for the run (docs/follow.md)");
+  followCmd->add_option("run", a.run, "Run id (see `ptw runs`), or latest: the newest run")->required();
+  followCmd->add_option("--runs-dir", a.runsDir, "Runs directory (default as above)");
+  followCmd->add_option("--from-step", a.fromStep, "Leave out step, validation and scalar records of steps below N");
+  followCmd
+      ->add_option("--format", a.format,
+                   "frames (the default: a header line, then binary frames, docs/protocol.md) or jsonl (a JSON "
+                   "object a line: run, step, validation, scalar, log, end)")
+      ->check(CLI::IsMember({"frames", "jsonl"}));
+  return followCmd;
+}
+
+CLI::App* addStopCommand(CLI::App& app, StopArgs& a) {
+  auto* stopCmd = app.add_subcommand(
+      "stop",
+      "Ask a running run's supervisor to stop it gracefully, as Ctrl-C in its terminal would (the ranks are "
+      "asked, then ended after the grace; every record is stored), through its run folder; only the user who "
+      "started the run can (docs/follow.md)");
+  stopCmd->add_option("run", a.run, "Run id (see `ptw runs`), or latest: the newest run")->required();
+  stopCmd->add_option("--runs-dir", a.runsDir, "Runs directory (default as above)");
+  return stopCmd;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -420,29 +448,10 @@ int main(int argc, char** argv) {
   exportCmd->add_option("--runs-dir", exportArgs.runsDir, "Runs directory (default as above)");
   SweepArgs sweepArgs;
   auto* sweepCmd = addSweepCommand(app, sweepArgs);
-  auto* followCmd = app.add_subcommand(
-      "follow",
-      "Write a run's records and its ranks' log lines to stdout: what is stored, then each new one as it is "
-      "stored, until the run ends; exits with the run's code (0 finished, 3 failed or interrupted, 5 stopped). "
-      "Reads only: following changes nothing for the run (docs/follow.md)");
   FollowArgs followArgs;
-  followCmd->add_option("run", followArgs.run, "Run id (see `ptw runs`), or latest: the newest run")->required();
-  followCmd->add_option("--runs-dir", followArgs.runsDir, "Runs directory (default as above)");
-  followCmd->add_option("--from-step", followArgs.fromStep,
-                        "Leave out step, validation and scalar records of steps below N");
-  followCmd
-      ->add_option("--format", followArgs.format,
-                   "frames (the default: a header line, then binary frames, docs/protocol.md) or jsonl (a JSON "
-                   "object a line: run, step, validation, scalar, log, end)")
-      ->check(CLI::IsMember({"frames", "jsonl"}));
-  auto* stopCmd = app.add_subcommand(
-      "stop",
-      "Ask a running run's supervisor to stop it gracefully, as Ctrl-C in its terminal would (the ranks are "
-      "asked, then ended after the grace; every record is stored), through its run folder; only the user who "
-      "started the run can (docs/follow.md)");
+  auto* followCmd = addFollowCommand(app, followArgs);
   StopArgs stopArgs;
-  stopCmd->add_option("run", stopArgs.run, "Run id (see `ptw runs`), or latest: the newest run")->required();
-  stopCmd->add_option("--runs-dir", stopArgs.runsDir, "Runs directory (default as above)");
+  auto* stopCmd = addStopCommand(app, stopArgs);
   app.footer(kFooter);
   try {
     app.parse(argc, argv);

@@ -741,7 +741,8 @@ class TestWorkload : public QObject {
     QTest::addColumn<int>("code");
     QTest::addColumn<QString>("expected");
     const QString faultSyntax =
-        "--fault: expected throw-at-start:RANK, hang-at-start:RANK, kill-at-step:RANK:STEP or hang-at-step:RANK:STEP";
+        "--fault: expected throw-at-start:RANK, hang-at-start:RANK, kill-at-step:RANK:STEP, hang-at-step:RANK:STEP or "
+        "slow-at-step:RANK:STEP:FACTOR (FACTOR > 1)";
     QTest::newRow("--gradients=autograd") << QStringList{"--gradients=autograd"} << 0 << "; gradients autograd\n";
     QTest::newRow("no flag") << QStringList{} << 0 << "; gradients by hand\n";
     QTest::newRow("--gradients, another value")
