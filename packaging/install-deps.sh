@@ -8,7 +8,7 @@ PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   qt6-base-dev libqt6sql6-sqlite libqcustomplot-dev
   libtorch-dev libgloo-dev libopenblas0-pthread
-  nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3 libxxhash-dev libzstd-dev
+  nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3 libxxhash-dev libzstd-dev libpcre2-dev
   libpng-dev libjpeg62-turbo-dev
   clang clang-format libclang-rt-14-dev
   xvfb xauth

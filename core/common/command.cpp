@@ -8,8 +8,12 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
+#include <regex>
 #include <set>
 #include <sstream>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 #include <nlohmann/json.hpp>
 
@@ -479,6 +483,64 @@ bool isIntegerKey(const std::string& name) { return name == "step" || name == "r
 
 }  // namespace
 
+struct OutputPattern::Compiled {
+  pcre2_code* code = nullptr;
+  pcre2_match_data* data = nullptr;
+  ~Compiled() {
+    pcre2_match_data_free(data);
+    pcre2_code_free(code);
+  }
+  // The capture `i` (1-based) of the last match, or nullopt where its part of the pattern
+  // was optional and did not take part.
+  std::optional<std::string_view> group(std::string_view subject, std::size_t i) const {
+    const PCRE2_SIZE* v = pcre2_get_ovector_pointer(data);
+    if (v[2 * i] == PCRE2_UNSET) return std::nullopt;
+    return subject.substr(v[2 * i], v[2 * i + 1] - v[2 * i]);
+  }
+  bool search(std::string_view subject) const {
+    return pcre2_match(code, reinterpret_cast<PCRE2_SPTR>(subject.data()), subject.size(), 0, 0, data, nullptr) >= 0;
+  }
+};
+
+namespace {
+
+// Throws ptw::Error naming `pattern` when `expression` does not compile.
+std::shared_ptr<OutputPattern::Compiled> compile(const std::string& expression, const std::string& pattern) {
+  auto c = std::make_shared<OutputPattern::Compiled>();
+  int error = 0;
+  PCRE2_SIZE at = 0;
+  c->code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(expression.data()), expression.size(), 0, &error, &at, nullptr);
+  if (!c->code) {
+    PCRE2_UCHAR why[256];
+    pcre2_get_error_message(error, why, sizeof why);
+    PTW_FAIL("\"", pattern, "\" is not a valid regular expression (", reinterpret_cast<const char*>(why), ")");
+  }
+  pcre2_jit_compile(c->code, PCRE2_JIT_COMPLETE);  // where there is no JIT, matching interprets
+  c->data = pcre2_match_data_create_from_pattern(c->code, nullptr);
+  PTW_CHECK(c->data, "cannot allocate the match of command.pattern");
+  return c;
+}
+
+// A brace that is neither a capture nor a repeat count ({2}, {1,3}) is a capture mistyped:
+// PCRE2 would take it as text and the pattern would never match.
+void checkBraces(const std::string& skeleton, const std::string& pattern) {
+  static const std::regex repeat(R"(^\{\d+(,\d*)?\}$)");
+  for (std::size_t i = 0; i < skeleton.size(); ++i) {
+    if (skeleton[i] == '\\') {
+      ++i;
+      continue;
+    }
+    if (skeleton[i] != '{') continue;
+    const auto close = skeleton.find('}', i);
+    const std::string brace = skeleton.substr(i, close == std::string::npos ? std::string::npos : close - i + 1);
+    PTW_CHECK(std::regex_match(brace, repeat), "\"", pattern, "\" is not a valid regular expression here: ", brace,
+              " is neither a capture ({key}, a key of the protocol or a scalar's name) nor a repeat count; "
+              "write \\{ for a brace in the text");
+  }
+}
+
+}  // namespace
+
 OutputPattern::OutputPattern(const std::string& pattern) {
   static const std::regex placeholder(R"(\{([A-Za-z_][A-Za-z0-9_./-]*)\})");
   std::string expression, loose, skeleton;
@@ -503,13 +565,12 @@ OutputPattern::OutputPattern(const std::string& pattern) {
   m_hasStep = std::find(m_names.begin(), m_names.end(), "step") != m_names.end();
   PTW_CHECK(!m_names.empty(), "\"", pattern,
             "\" captures nothing; name the numbers to take with {key}, e.g. \"step {step} loss {loss}\"");
-  try {
-    m_regex = std::regex(expression, std::regex::ECMAScript | std::regex::optimize);
-    m_loose = std::regex(loose, std::regex::ECMAScript | std::regex::optimize);
-  } catch (const std::regex_error& ex) {
-    PTW_FAIL("\"", pattern, "\" is not a valid regular expression (", ex.what(), ")");
-  }
-  PTW_CHECK(m_regex.mark_count() == m_names.size(), "\"", pattern,
+  checkBraces(skeleton, pattern);
+  m_regex = compile(expression, pattern);
+  m_loose = compile(loose, pattern);
+  std::uint32_t groups = 0;
+  pcre2_pattern_info(m_regex->code, PCRE2_INFO_CAPTURECOUNT, &groups);
+  PTW_CHECK(groups == m_names.size(), "\"", pattern,
             "\" has groups of its own in parentheses; write (?:...) for them, {name} makes the captures");
 }
 
@@ -518,25 +579,22 @@ OutputPattern::Match OutputPattern::match(std::string_view line, ScriptRecord& o
   // Most lines of a program's output are not the pattern's: a search for its plain text
   // turns them away for a fraction of what the regular expression costs.
   if (!m_literal.empty() && line.find(m_literal) == std::string_view::npos) return Match::None;
-  std::match_results<std::string_view::const_iterator> m;
-  if (!std::regex_search(line.begin(), line.end(), m, m_regex)) {
+  if (!m_regex->search(line)) {
     // The line may be the pattern's with a capture that is not a number ("loss: nan%"): say so.
-    if (m_literal.empty() || !std::regex_search(line.begin(), line.end(), m, m_loose)) return Match::None;
+    if (m_literal.empty() || !m_loose->search(line)) return Match::None;
+    static const std::regex number("^" + numberPattern() + "$");
     for (std::size_t i = 0; i < m_names.size(); ++i)
-      if (m[i + 1].matched) {
-        const std::string s = m[i + 1].str();
-        static const std::regex number("^" + numberPattern() + "$");
-        if (!std::regex_match(s, number)) {
-          problem = "{" + m_names[i] + "} is \"" + s.substr(0, 40) + "\", not a number";
-          return Match::Bad;
-        }
+      if (const auto s = m_loose->group(line, i + 1); s && !std::regex_match(s->begin(), s->end(), number)) {
+        problem = "{" + m_names[i] + "} is \"" + std::string(s->substr(0, 40)) + "\", not a number";
+        return Match::Bad;
       }
     return Match::None;
   }
   out = ScriptRecord{};
   for (std::size_t i = 0; i < m_names.size(); ++i) {
-    if (!m[i + 1].matched) continue;  // an optional part of the pattern
-    const std::string s = m[i + 1].str();
+    const auto captured = m_regex->group(line, i + 1);
+    if (!captured) continue;  // an optional part of the pattern
+    const std::string s(*captured);
     const char* begin = s.c_str();
     char* end = nullptr;
     const double v = std::strtod(begin, &end);

@@ -21,8 +21,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <memory>
 #include <optional>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -123,8 +123,8 @@ struct ScriptRecord {
 bool parseMetricsLine(std::string_view line, ScriptRecord& out, std::string& error);
 
 /// command.pattern compiled: `{name}` matches a number and names it as a key of the protocol
-/// (step, loss, step_s, a scalar); the rest is an ECMAScript regular expression searched in
-/// a line. Without {step}, each matching line is the next step.
+/// (step, loss, step_s, a scalar); the rest is a Perl-compatible regular expression (PCRE2)
+/// searched in a line. Without {step}, each matching line is the next step.
 /// Example: OutputPattern("step {step} loss {loss}").match("step 3 loss 0.5", r) sets r.step 3.
 class OutputPattern {
  public:
@@ -142,14 +142,19 @@ class OutputPattern {
   /// Whether the pattern captures {step}.
   bool hasStep() const { return m_hasStep; }
 
-  /// Lines longer than this are not searched (std::regex recurses per character).
+  /// Lines longer than this are not searched: no metrics line is that long, and a program's
+  /// binary output can be.
   static constexpr std::size_t kMaxLine = 4096;
 
+  /// A compiled expression (PCRE2, JIT-compiled where the machine allows), with the space a
+  /// match fills: one OutputPattern matches on one thread at a time.
+  struct Compiled;
+
  private:
-  std::regex m_regex;
-  std::regex m_loose;                ///< the same, each {name} taking any token: names a bad capture
-  std::string m_literal;             ///< text every matching line holds; lines without it are not searched
-  std::vector<std::string> m_names;  ///< of the capture groups, in order
+  std::shared_ptr<Compiled> m_regex;
+  std::shared_ptr<Compiled> m_loose;  ///< the same, each {name} taking any token: names a bad capture
+  std::string m_literal;              ///< text every matching line holds; lines without it are not searched
+  std::vector<std::string> m_names;   ///< of the capture groups, in order
   bool m_hasStep = false;
 };
 
