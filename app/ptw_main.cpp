@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <limits>
@@ -182,7 +183,7 @@ constexpr const char* kFooter =
     "  5  interrupted: SIGINT, SIGTERM, SIGHUP or `ptw stop` stopped the run (or the sweep) gracefully\n"
     "`ptw follow` exits with the followed run's code (0, 3 or 5; 3 also for a run whose supervisor died), or 2\n"
     "for a run it cannot follow; `ptw stop` exits 0 once asked, or 2 (no such run, not running, another\n"
-    "user's run).\n"
+    "user's run); `ptw stacks` exits 0 once it printed them, or 2 (as stop, or none came within 20 s).\n"
     "\nEnvironment: PTW_RUNS_DIR (runs directory), PTW_WORKER (worker program; default: ptw-worker beside ptw, else "
     "../lib/ptw/ptw-worker from ptw's folder, as installed), "
     "OPENBLAS_CORETYPE (the OpenBLAS kernels ranks use; "
@@ -301,6 +302,33 @@ int followRun(const FollowArgs& a) {
 }
 
 // Note [Control channel]. Only reads the store: the run's own supervisor records the stop.
+constexpr const char* kStopHelp =
+    "Ask a running run's supervisor to stop it gracefully, as Ctrl-C in its terminal would (the ranks are "
+    "asked, then ended after the grace; every record is stored), through its run folder; only the user who "
+    "started the run can (docs/follow.md)";
+constexpr const char* kStacksHelp =
+    "Print where every rank of a running run is: each rank's threads' frames (Python frames with file and line "
+    "for a script's ranks; function names for ptw's own ranks, with gdb). Its supervisor takes them, in at most "
+    "10 s, and writes them to stacks-ATTEMPT.txt in the run folder; ranks on other hosts are not taken "
+    "(docs/stacks.md)";
+
+// `ptw stop` and `ptw stacks`: a request to a running run's supervisor (Note [Control channel]).
+CLI::App* addRunRequestCommand(CLI::App& app, StopArgs& args, const char* name, const char* description) {
+  auto* cmd = app.add_subcommand(name, description);
+  cmd->add_option("run", args.run, "Run id (see `ptw runs`), or latest: the newest run")->required();
+  cmd->add_option("--runs-dir", args.runsDir, "Runs directory (default as above)");
+  return cmd;
+}
+
+// Note [Taking stacks]: the supervisor takes them and writes the file; this prints it.
+int printStacks(const StopArgs& a) {
+  const std::string path = ptw::core::requestRunStacks(existingRuns(a.runsDir), a.run);
+  std::ifstream in(path, std::ios::binary);
+  std::cout << in.rdbuf() << std::flush;
+  std::fprintf(stderr, "ptw: stacks written to %s\n", path.c_str());
+  return 0;
+}
+
 int stopRun(const StopArgs& a) {
   const auto run = ptw::core::requestRunStop(existingRuns(a.runsDir), a.run);
   std::printf(
@@ -395,17 +423,6 @@ CLI::App* addFollowCommand(CLI::App& app, FollowArgs& a) {
   return followCmd;
 }
 
-CLI::App* addStopCommand(CLI::App& app, StopArgs& a) {
-  auto* stopCmd = app.add_subcommand(
-      "stop",
-      "Ask a running run's supervisor to stop it gracefully, as Ctrl-C in its terminal would (the ranks are "
-      "asked, then ended after the grace; every record is stored), through its run folder; only the user who "
-      "started the run can (docs/follow.md)");
-  stopCmd->add_option("run", a.run, "Run id (see `ptw runs`), or latest: the newest run")->required();
-  stopCmd->add_option("--runs-dir", a.runsDir, "Runs directory (default as above)");
-  return stopCmd;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -451,8 +468,9 @@ int main(int argc, char** argv) {
   auto* sweepCmd = addSweepCommand(app, sweepArgs);
   FollowArgs followArgs;
   auto* followCmd = addFollowCommand(app, followArgs);
-  StopArgs stopArgs;
-  auto* stopCmd = addStopCommand(app, stopArgs);
+  StopArgs stopArgs, stacksArgs;
+  auto* stopCmd = addRunRequestCommand(app, stopArgs, "stop", kStopHelp);
+  auto* stacksCmd = addRunRequestCommand(app, stacksArgs, "stacks", kStacksHelp);
   app.footer(kFooter);
   try {
     app.parse(argc, argv);
@@ -467,6 +485,7 @@ int main(int argc, char** argv) {
     if (exportCmd->parsed()) return exportRun(exportArgs);
     if (followCmd->parsed()) return followRun(followArgs);
     if (stopCmd->parsed()) return stopRun(stopArgs);
+    if (stacksCmd->parsed()) return printStacks(stacksArgs);
   } catch (const ptw::Error& e) {
     std::fprintf(stderr, "ptw: %s\n", e.what());
     return ptw::core::kExitInvalidInput;

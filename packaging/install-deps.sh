@@ -15,7 +15,7 @@ PACKAGES=(
   debootstrap lintian desktop-file-utils appstream shared-mime-info librsvg2-bin
   python3 python3-torch python3-numpy python3-protobuf python3-crc32c python3-torchvision python3-pil
   openmpi-bin python3-mpi4py
-  iproute2 openssh-client openssh-server
+  iproute2 openssh-client openssh-server gdb
   slurmctld slurmd slurm-client munge
 )
 

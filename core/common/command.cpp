@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "common/command.h"
 
+#include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -302,6 +304,28 @@ double declaredBatch(const Profile& p) {
 
 std::string runToken(long launcherPid, int port) { return std::to_string(launcherPid) + "-" + std::to_string(port); }
 
+int stacksSignal() { return SIGRTMIN + 6; }
+
+std::string pythonStacksPrefix(const std::string& runDir, int rank, long workerPid) {
+  return runDir.empty() ? "/tmp/rank" + std::to_string(rank) + ".pystacks." + std::to_string(workerPid)
+                        : runDir + "/rank" + std::to_string(rank) + ".pystacks";
+}
+
+void removePythonStacksFiles(const std::string& prefix) {
+  const auto slash = prefix.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : prefix.substr(0, slash);
+  const std::string start = prefix.substr(slash == std::string::npos ? 0 : slash + 1) + ".";
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    if (name.size() > start.size() && name.compare(0, start.size(), start) == 0 &&
+        name.find_first_not_of("0123456789", start.size()) == std::string::npos)
+      ::unlink((dir + "/" + name).c_str());
+  }
+  ::closedir(d);
+}
+
 std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptContext& ctx,
                                            const std::vector<std::string>& base) {
   std::vector<std::string> env = base;
@@ -334,6 +358,12 @@ std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptC
   if (ctx.world > 1 && getVar(env, "OMP_NUM_THREADS").empty()) setVar(env, "OMP_NUM_THREADS", "1");
   // torchrun's too: NCCL watches its collectives and fails a stuck one, unless told otherwise.
   if (!hasVar(env, "NCCL_ASYNC_ERROR_HANDLING")) setVar(env, "NCCL_ASYNC_ERROR_HANDLING", "1");
+  // A crash (SIGSEGV, SIGABRT) prints the Python frames it happened in to the rank log.
+  if (!hasVar(env, "PYTHONFAULTHANDLER")) setVar(env, "PYTHONFAULTHANDLER", "1");
+  if (!ctx.stacksFile.empty()) {  // Note [Python stacks]
+    setVar(env, "PTW_STACKS_FILE", ctx.stacksFile);
+    setVar(env, "PTW_STACKS_SIGNAL", std::to_string(stacksSignal()));
+  }
   if (!ctx.pythonDir.empty()) {
     const std::string old = getVar(env, "PYTHONPATH");
     setVar(env, "PYTHONPATH", old.empty() ? ctx.pythonDir : ctx.pythonDir + ":" + old);

@@ -67,14 +67,38 @@ struct ScriptContext {
   std::string runId;        ///< TORCHELASTIC_RUN_ID: one for every rank and attempt of a run
   int attempt = 0;          ///< TORCHELASTIC_RESTART_COUNT: 0, then 1, 2 ... on restarts
   std::string errorFile;    ///< TORCHELASTIC_ERROR_FILE: where torch's @record writes (errorFileCause)
+  std::string stacksFile;   ///< PTW_STACKS_FILE: where a Python program's stacks go (Note [Python stacks])
 };
+
+// Note [Python stacks]
+// Every command program gets PTW_STACKS_FILE (a path prefix in the run folder) and
+// PTW_STACKS_SIGNAL (stacksSignal()). ptw's python folder, first on PYTHONPATH, holds a
+// sitecustomize.py that makes each Python process open <prefix>.<pid> and register
+// faulthandler on that signal: all its threads' frames, file and line, are written there by
+// a C handler, whatever the interpreter is doing, when the launcher sends the signal to take
+// the run's stacks (StackCollector). Only a process whose signal mask says it catches the
+// signal is sent it, so a program that is not Python, or runs Python with -I, -E or -S, is
+// never killed by it; its stack is taken with gdb instead. Nothing is sent while nothing is
+// stuck and nobody asks. The files are removed when the program and its rank end.
+
+/// The signal a Python command program dumps its stacks on (Note [Python stacks]): a
+/// real-time one, which no common library uses.
+int stacksSignal();
+
+/// The prefix of rank `rank`'s Python stack files: rankN.pystacks in `runDir`, or with the
+/// worker's pid in /tmp without a run folder.
+std::string pythonStacksPrefix(const std::string& runDir, int rank, long workerPid);
+
+/// Removes the files of `prefix` (<prefix>.<pid>); never throws.
+void removePythonStacksFiles(const std::string& prefix);
 
 /// The program's environment: `base` (KEY=VALUE entries, e.g. from environ) with the
 /// variables torchrun gives a process on one host (RANK, LOCAL_RANK, WORLD_SIZE,
 /// LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE,
-/// MASTER_ADDR, MASTER_PORT, the TORCHELASTIC_* six, NCCL_ASYNC_ERROR_HANDLING and
-/// OMP_NUM_THREADS, the last two unless `base` has them), PYTHONUNBUFFERED, PYTHONPATH,
-/// PTW_METRICS, PTW_RUN_TOKEN set, then command.env (templates replaced) over them.
+/// MASTER_ADDR, MASTER_PORT, the TORCHELASTIC_* six, NCCL_ASYNC_ERROR_HANDLING,
+/// OMP_NUM_THREADS and PYTHONFAULTHANDLER, the last three unless `base` has them),
+/// PYTHONUNBUFFERED, PYTHONPATH, PTW_METRICS, PTW_RUN_TOKEN, PTW_STACKS_FILE and
+/// PTW_STACKS_SIGNAL set, then command.env (templates replaced) over them.
 /// docs/scripts.md lists them with their values.
 std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptContext& ctx,
                                            const std::vector<std::string>& base);

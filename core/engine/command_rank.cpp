@@ -133,6 +133,7 @@ class ScriptRunner {
     for (int fd : {m_fifo, m_out, m_err})
       if (fd >= 0) ::close(fd);
     if (!m_fifoPath.empty()) ::unlink(m_fifoPath.c_str());
+    if (!m_stacksPrefix.empty()) core::removePythonStacksFiles(m_stacksPrefix);
     if (m_r.outDir.empty() && !m_errorFile.empty()) ::unlink(m_errorFile.c_str());  // /tmp keeps nothing of a run
   }
 
@@ -156,8 +157,11 @@ class ScriptRunner {
       // The run folder's name is the run's, for every rank and attempt; without one, the token.
       std::string runId = m_r.outDir.substr(0, m_r.outDir.find_last_not_of('/') + 1);
       runId = runId.empty() ? token : runId.substr(runId.find_last_of('/') + 1);
-      const core::ScriptContext ctx{m_r.rank, m_r.world, m_r.port,    m_fifoPath, pythonDir(),
-                                    token,    runId,     m_r.attempt, m_errorFile};
+      // Note [Python stacks]: what an earlier attempt's programs left is not theirs.
+      m_stacksPrefix = core::pythonStacksPrefix(m_r.outDir, m_r.rank, static_cast<long>(::getpid()));
+      core::removePythonStacksFiles(m_stacksPrefix);
+      const core::ScriptContext ctx{m_r.rank, m_r.world, m_r.port,    m_fifoPath,  pythonDir(),
+                                    token,    runId,     m_r.attempt, m_errorFile, m_stacksPrefix};
       env = core::scriptEnvironment(m_r.profile, ctx, base);
       const char* path = std::getenv("PATH");
       program = core::resolveProgram(argv[0], cmd.cwd, path ? path : "/usr/local/bin:/usr/bin:/bin");
@@ -476,7 +480,8 @@ class ScriptRunner {
   core::LineSplitter m_channel, m_outLines, m_errLines;
   std::vector<core::Record> m_batch;
   std::string m_fifoPath;
-  std::string m_errorFile;  ///< TORCHELASTIC_ERROR_FILE
+  std::string m_errorFile;     ///< TORCHELASTIC_ERROR_FILE
+  std::string m_stacksPrefix;  ///< PTW_STACKS_FILE (Note [Python stacks])
   int m_fifo = -1, m_out = -1, m_err = -1;
   pid_t m_child = -1;
   Clock::time_point m_started = Clock::now();

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -833,6 +834,9 @@ core::WorkerExit runRank(const Args& args, const core::Profile& profile) {
 }  // namespace
 
 int workerMain(int argc, char** argv) {
+  // Where Yama allows ptrace only to ancestors, the launcher's gdb is no ancestor of a rank:
+  // the launcher and what it starts may attach to take this rank's stack (StackCollector).
+  ::prctl(PR_SET_PTRACER, static_cast<unsigned long>(::getppid()), 0, 0, 0);
   const sigset_t stopSignals = installStopHandlers();
   Args args;
   core::Profile profile;

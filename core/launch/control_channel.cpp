@@ -1,13 +1,17 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "launch/control_channel.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <map>
+#include <thread>
 
 #include "common/error.h"
 #include "launch/store_database.h"
@@ -26,8 +30,8 @@ void closeFd(int& fd) {
 
 std::string ControlChannel::pathIn(const std::string& runDir) { return folderIn(runDir) + "/control"; }
 
-ControlChannel::ControlChannel(const std::string& runDir, std::function<void()> onStop)
-    : m_dir(folderIn(runDir)), m_fifo(pathIn(runDir)), m_onStop(std::move(onStop)) {
+ControlChannel::ControlChannel(const std::string& runDir, std::function<void()> onStop, std::function<void()> onStacks)
+    : m_dir(folderIn(runDir)), m_fifo(pathIn(runDir)), m_onStop(std::move(onStop)), m_onStacks(std::move(onStacks)) {
   auto fail = [this](const std::string& what) {
     m_problem = what + " " + m_fifo + " (" + std::strerror(errno) + "); `ptw stop` cannot reach this run";
     closeFd(m_read);
@@ -78,7 +82,7 @@ ControlChannel::~ControlChannel() {
   ::rmdir(m_dir.c_str());
 }
 
-// Whole lines; anything but "stop" is not a request of this build and is passed over. A
+// Whole lines; anything but "stop" and "stacks" is not a request of this build and is passed over. A
 // line longer than the buffer is dropped whole.
 void ControlChannel::watch() {
   std::string line;
@@ -97,18 +101,23 @@ void ControlChannel::watch() {
         continue;
       }
       if (line == "stop" && m_onStop) m_onStop();
+      if (line == "stacks" && m_onStacks) m_onStacks();
       line.clear();
     }
   }
 }
 
-void ControlChannel::requestStop(const std::string& runDir) {
+void ControlChannel::requestStop(const std::string& runDir) { send(runDir, "stop\n"); }
+
+void ControlChannel::requestStacks(const std::string& runDir) { send(runDir, "stacks\n"); }
+
+void ControlChannel::send(const std::string& runDir, const std::string& request) {
   const std::string fifo = pathIn(runDir);
   const int fd = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     const int err = errno;
     PTW_CHECK(err != EACCES && err != EPERM, "cannot open ", fifo, " (", std::strerror(err),
-              "): only the user who started the run can stop it");
+              "): only the user who started the run can ", request == "stop\n" ? "stop it" : "ask for its stacks");
     PTW_CHECK(err != ENOENT, "no control channel at ", fifo,
               ": the run was started by a ptw without one, or its supervisor is ending");
     PTW_CHECK(err != ENXIO, "nothing reads ", fifo, ": the run's supervisor is ending or gone");
@@ -116,33 +125,84 @@ void ControlChannel::requestStop(const std::string& runDir) {
   }
   struct stat st {};
   const bool fifoKind = ::fstat(fd, &st) == 0 && S_ISFIFO(st.st_mode);
-  static const char request[] = "stop\n";
   // One write of fewer than PIPE_BUF bytes: whole, or not at all (a FIFO full of requests).
-  const ssize_t wrote = fifoKind ? ::write(fd, request, sizeof request - 1) : -1;
+  const ssize_t wrote = fifoKind ? ::write(fd, request.data(), request.size()) : -1;
   const int err = errno;
   ::close(fd);
   PTW_CHECK(fifoKind, fifo, " is not a FIFO: not a control channel of ptw");
-  PTW_CHECK(wrote == static_cast<ssize_t>(sizeof request - 1), "cannot write to ", fifo, " (", std::strerror(err), ")");
+  PTW_CHECK(wrote == static_cast<ssize_t>(request.size()), "cannot write to ", fifo, " (", std::strerror(err), ")");
 }
 
-RunRow requestRunStop(const std::string& runsDir, const std::string& spec) {
+namespace {
+
+// The run `spec` names, checked to be running here under a supervisor that is there; `what`
+// is the request, for the messages ("stop", "stacks").
+RunRow runningRun(const std::string& runsDir, const std::string& spec, const std::string& what) {
   StoreDatabase db(runsDir + "/runs.sqlite", StoreDatabase::ReadOnly{});
   RunCatalog catalog(db);
   const RunRow run = catalog.named(spec);
   PTW_CHECK(run.status == "running", "run ", run.id, " is not running (", run.status,
-            run.endedAt.empty() ? std::string() : " at " + run.endedAt, "); nothing to stop");
+            run.endedAt.empty() ? std::string() : " at " + run.endedAt, "); ",
+            what == "stop" ? "nothing to stop" : "its ranks have ended, and with them their stacks");
   PTW_CHECK(!supervisorGone(run), "run ", run.id, " is marked running, but its supervisor (pid ", run.pid,
             ") is gone; `ptw runs` marks it interrupted");
   char host[256] = {0};
   ::gethostname(host, sizeof host - 1);
-  PTW_CHECK(run.host == host, "run ", run.id, " runs on host ", run.host, ", not on this one (", host,
-            "); run `ptw stop` there");
+  PTW_CHECK(run.host == host, "run ", run.id, " runs on host ", run.host, ", not on this one (", host, "); run `ptw ",
+            what, "` there");
+  return run;
+}
+
+// Each stacks-*.txt of a run folder, by name, with what tells a new one from an old: a
+// file renamed into place has an inode of its own.
+std::map<std::string, std::pair<ino_t, std::int64_t>> stacksFiles(const std::string& dir) {
+  std::map<std::string, std::pair<ino_t, std::int64_t>> out;
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return out;
+  while (dirent* e = ::readdir(d)) {
+    const std::string name = e->d_name;
+    struct stat st {};
+    if (name.rfind("stacks-", 0) == 0 && name.size() > 11 && name.compare(name.size() - 4, 4, ".txt") == 0 &&
+        ::stat((dir + "/" + name).c_str(), &st) == 0)
+      out[name] = {st.st_ino, static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
+  }
+  ::closedir(d);
+  return out;
+}
+
+}  // namespace
+
+RunRow requestRunStop(const std::string& runsDir, const std::string& spec) {
+  const RunRow run = runningRun(runsDir, spec, "stop");
   try {
     ControlChannel::requestStop(run.dir);
   } catch (const Error& e) {
     PTW_FAIL("run ", run.id, ": cannot ask it to stop: ", e.what());
   }
   return run;
+}
+
+std::string requestRunStacks(const std::string& runsDir, const std::string& spec, double waitS) {
+  const RunRow run = runningRun(runsDir, spec, "stacks");
+  const auto before = stacksFiles(run.dir);
+  try {
+    ControlChannel::requestStacks(run.dir);
+  } catch (const Error& e) {
+    PTW_FAIL("run ", run.id, ": cannot ask it for its stacks: ", e.what());
+  }
+  // Taking them is bounded (LaunchOptions::stacksBudgetS); the wait is too, and ends early
+  // when the supervisor does.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long>(waitS * 1000));
+  while (std::chrono::steady_clock::now() < until) {
+    for (const auto& [name, id] : stacksFiles(run.dir)) {
+      const auto old = before.find(name);
+      if (old == before.end() || old->second != id) return run.dir + "/" + name;
+    }
+    if (supervisorGone(run)) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  PTW_FAIL("run ", run.id, ": its supervisor wrote no stacks within ", waitS,
+           " s (the run is ending, or between attempts); try again");
 }
 
 }  // namespace ptw::core

@@ -381,6 +381,7 @@ std::string summaryJson(const RunSession& session, const RunResult& result, cons
                           {"exit", report.exits.size() > r ? report.exits[r].describe() : ""}});
   }
   if (report.failedRank >= 0) j["failed_rank"] = report.failedRank;
+  if (!report.stacksFile.empty()) j["stacks"] = report.stacksFile;  // Note [Taking stacks]
   j["diverged_at_step"] =
       report.divergedRank >= 0 ? nlohmann::ordered_json(report.divergedAtStep) : nlohmann::ordered_json(nullptr);
   if (report.divergedRank >= 0)
@@ -509,6 +510,7 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
       for (const auto& l : report.lastLines) err << "  | " << l << "\n";
     }
     err << "ptw: logs in " << session.runDir() << "\n";
+    if (!report.stacksFile.empty()) err << "ptw: every rank's stacks in " << report.stacksFile << "\n";
     return kExitTrainingFailed;
   }
   if (code == kExitExpectationFailed) err << "ptw: an expectation did not hold\n";

@@ -31,6 +31,7 @@
 #include "common/command.h"
 #include "common/error.h"
 #include "common/shm_names.h"
+#include "launch/stack_collector.h"
 
 namespace ptw::core {
 namespace {
@@ -176,6 +177,12 @@ void Launcher::requestStop() {
   [[maybe_unused]] auto n = ::write(m_wakePipe[1], &c, 1);
 }
 
+void Launcher::requestStacks() {
+  m_stacksRequested.store(true);
+  char c = 't';
+  [[maybe_unused]] auto n = ::write(m_wakePipe[1], &c, 1);
+}
+
 int Launcher::pickFreePort(int* held) {
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   PTW_CHECK(fd >= 0, "cannot create a socket: ", std::strerror(errno));
@@ -291,11 +298,13 @@ void Launcher::checkWorker(const std::string& path) {
 // rendezvous file and shared-memory names.
 class Launcher::Impl {
  public:
-  Impl(const LaunchOptions& options, LaunchObserver& observer, int wakeFd, const std::atomic<bool>& stopRequested)
+  Impl(const LaunchOptions& options, LaunchObserver& observer, int wakeFd, const std::atomic<bool>& stopRequested,
+       std::atomic<bool>& stacksRequested)
       : o(options),
         m_observer(observer),
         m_wakeFd(wakeFd),
         m_stopRequested(stopRequested),
+        m_stacksRequested(stacksRequested),
         m_ranks(static_cast<std::size_t>(options.worldSize)) {}
   ~Impl();
   Impl(const Impl&) = delete;
@@ -327,6 +336,7 @@ class Launcher::Impl {
   void detectStalls(Clock::time_point now);
   void blameNoProgress(std::int64_t minStep);
   void enforceKillDeadline();
+  std::string takeStacks(const std::string& why, const Rank* behind);
 
   // Failure blame and the report.
   void beginTeardown(double graceS, bool graded = false);
@@ -339,6 +349,7 @@ class Launcher::Impl {
   LaunchObserver& m_observer;
   const int m_wakeFd;
   const std::atomic<bool>& m_stopRequested;
+  std::atomic<bool>& m_stacksRequested;
 
   int m_port = 0;
   std::string m_storeFile;
@@ -392,6 +403,7 @@ RunReport Launcher::Impl::run() {
   while (m_alive > 0) {
     waitForActivity();
     handleStopRequest();
+    if (m_stacksRequested.exchange(false)) takeStacks("on request", nullptr);
     const auto now = Clock::now();
     for (auto& rk : m_ranks) pump(rk, false, now);
     flushBatch();
@@ -401,6 +413,9 @@ RunReport Launcher::Impl::run() {
     enforceKillDeadline();
   }
   if (o.commandRanks) sweepStragglers();
+  // Note [Python stacks]: the files of programs killed before their rank could remove them.
+  if (o.commandRanks)
+    for (auto& rk : m_ranks) removePythonStacksFiles(pythonStacksPrefix(o.outDir, rk.rank, rk.pid));
   return finishReport();
 }
 
@@ -897,6 +912,36 @@ void Launcher::Impl::blameNoProgress(std::int64_t minStep) {
   }
 }
 
+// Note [Taking stacks]. Returns the top frames of `behind` ("" without them). Bounded by
+// stacksBudgetS; the loop is held that long, and the ranks' pipes wait for it.
+std::string Launcher::Impl::takeStacks(const std::string& why, const Rank* behind) {
+  if (o.stacksBudgetS <= 0) return "";
+  std::vector<StackTarget> targets;
+  for (const auto& rk : m_ranks) {
+    if (rk.pid <= 0 || rk.exited) continue;
+    StackTarget t;
+    t.rank = rk.rank, t.pid = rk.pid, t.host = rk.host, t.remote = rk.remote;
+    if (o.commandRanks) t.pythonPrefix = pythonStacksPrefix(o.outDir, rk.rank, rk.pid);
+    // The rank that is behind first: where cores are few, its stack is the one to have.
+    targets.insert(behind && rk.rank == behind->rank ? targets.begin() : targets.end(), std::move(t));
+  }
+  if (targets.empty()) return "";
+  auto stacks = StackCollector(o.stacksBudgetS).collect(targets);
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  for (auto& s : stacks)
+    if (s.host.empty()) s.host = host;
+  const std::string title = "ptw: stacks of every rank, attempt " + std::to_string(o.attempt) + ": " + why;
+  const std::string path = StackCollector::write(o.outDir, o.attempt, StackCollector::render(stacks, title));
+  if (!path.empty()) {
+    m_report.stacksFile = path;
+    m_observer.onLog(-1, "ptw: every rank's stacks are in " + path);
+  }
+  for (const auto& s : stacks)
+    if (behind && s.rank == behind->rank) return StackCollector::topFrames(s);
+  return "";
+}
+
 // After the grace period, SIGKILL. A rank SIGKILL does not end within 5 s is stuck in the
 // kernel (a driver, a network file system): said, and not waited for, rather than the run
 // never ending.
@@ -941,6 +986,9 @@ void Launcher::Impl::fail(Rank& rk, const std::string& why, bool stalled) {
   m_report.stalled = stalled;
   m_report.message = rk.who() + " " + why;
   if (stalled) {
+    // Where it is stuck, taken before the kill that ends it (Note [Taking stacks]).
+    if (const std::string where = takeStacks(rk.who() + " " + why, &rk); !where.empty())
+      m_report.message += "; at " + where;
     // A stalled process never exits by itself: it must be killed now.
     m_tearingDown = true;
     killAll(SIGKILL);
@@ -1017,7 +1065,7 @@ RunReport Launcher::run(LaunchObserver& observer) {
   PTW_CHECK(m_options.worldSize >= 1, "world size must be >= 1, got ", m_options.worldSize);
   checkWorker(m_options.workerPath);
   PTW_CHECK(::access(m_options.profilePath.c_str(), R_OK) == 0, "profile ", m_options.profilePath, " is not readable");
-  Impl impl(m_options, observer, m_wakePipe[0], m_stopRequested);
+  Impl impl(m_options, observer, m_wakePipe[0], m_stopRequested, m_stacksRequested);
   return impl.run();
 }
 

@@ -55,6 +55,11 @@ struct LaunchOptions {
   /// A loss that is not finite fails the run (run.on_nan "stop"); else it is only said
   /// (Note [Diverged runs]).
   bool stopOnDiverged = false;
+  /// Note [Taking stacks]: when a rank stalls, every rank's stacks are taken before the
+  /// ranks are killed, for at most this long, and written to <outDir>/stacks-<attempt>.txt;
+  /// the same on requestStacks(). Python's take milliseconds; gdb seconds of a core for each
+  /// of ptw's own ranks. 0: never.
+  double stacksBudgetS = 10.0;
   /// How each rank's process is started; null: here (LocalStarter). SshStarter starts them on
   /// other hosts (Note [Remote ranks] in ssh_starter.h).
   std::shared_ptr<const RankStarter> starter = nullptr;
@@ -119,6 +124,7 @@ struct RunReport {
   std::int64_t divergedAtStep = -1;
   double divergedLoss = 0;
   bool reachedStopStep = false;  ///< stopped because every rank reached LaunchOptions::stopAtStep
+  std::string stacksFile;        ///< the ranks' stacks taken in this attempt (Note [Taking stacks]); "" when none
 };
 
 /// "rank 0: loss is NaN since step 3", for a report whose run diverged.
@@ -165,6 +171,11 @@ class Launcher {
   /// stopGraceS. Safe from any thread and from a signal handler.
   void requestStop();
 
+  /// Asks for every rank's stacks (Note [Taking stacks]), taken by the thread in run() and
+  /// written to <outDir>/stacks-<attempt>.txt. Safe from any thread and from a signal handler;
+  /// nothing is taken when no run is going on.
+  void requestStacks();
+
   /// A free TCP port on 127.0.0.1, or throws. With `held`, the socket bound to it stays open
   /// (its descriptor in *held, for the caller to close), so no other program is handed it.
   static int pickFreePort(int* held = nullptr);
@@ -184,6 +195,7 @@ class Launcher {
   LaunchOptions m_options;
   int m_wakePipe[2] = {-1, -1};
   std::atomic<bool> m_stopRequested{false};
+  std::atomic<bool> m_stacksRequested{false};
 };
 
 }  // namespace ptw::core

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// StopRelay: passes a stop request on to whatever is running now (the current attempt's
-// Launcher, the sweep's current Supervisor), from any thread or a signal handler, while
-// the owner may be ending that object at the same moment.
+// StopRelay: passes a stop request (or one for the ranks' stacks) on to whatever is running
+// now (the current attempt's Launcher, the sweep's current Supervisor), from any thread or a
+// signal handler, while the owner may be ending that object at the same moment.
 //
 // A stop counts itself in m_busy before it reads the pointer; clear() removes the pointer
 // and then waits for m_busy to drop to zero, so a stop that read the pointer is done with
@@ -30,6 +30,14 @@ class StopRelay {
     m_busy.fetch_add(1);
     if (T* t = m_target.load()) t->requestStop();
     m_busy.fetch_sub(1);
+  }
+  /// Calls requestStacks() on the target, if there is one; false when there is none.
+  bool stacks() {
+    m_busy.fetch_add(1);
+    T* t = m_target.load();
+    if (t) t->requestStacks();
+    m_busy.fetch_sub(1);
+    return t != nullptr;
   }
 
  private:

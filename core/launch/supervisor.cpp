@@ -116,14 +116,18 @@ void Supervisor::requestStop() {
   m_current.stop();
 }
 
+void Supervisor::requestStacks() { m_current.stacks(); }
+
 RunReport Supervisor::run(LaunchObserver& observer) {
   const auto& o = m_options;
   m_throughput = ThroughputMeter(o.profile);
   m_stragglers = stragglerDetectorFor(o.profile);
   StoringObserver storing(observer, o.store, o.runId, *this, m_throughput, m_stragglers);
   RunReport report;
-  // Note [Control channel]: `ptw stop` asks for the stop a SIGINT gives, for every attempt.
-  ControlChannel control(o.runDir, [this] { requestStop(); });
+  // Note [Control channel]: `ptw stop` asks for the stop a SIGINT gives, for every attempt;
+  // `ptw stacks` for the ranks' stacks.
+  ControlChannel control(
+      o.runDir, [this] { requestStop(); }, [this] { requestStacks(); });
   if (!control.problem().empty()) observer.onLog(-1, "ptw: " + control.problem());
   // Note [SLURM job]: held for every attempt, released when the run ends.
   std::unique_ptr<SlurmJob> slurm;

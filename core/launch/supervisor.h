@@ -71,6 +71,10 @@ class Supervisor {
   /// Graceful stop of the current attempt, and no restart. Async-signal-safe.
   void requestStop();
 
+  /// The current attempt's ranks' stacks, written to the run folder (Launcher::requestStacks);
+  /// nothing between attempts.
+  void requestStacks();
+
   int attempts() const { return m_attempts; }
 
   /// The run's throughput as ptw reports it (throughput.h), over every attempt, each rank

@@ -257,8 +257,8 @@ class TestCommand : public QObject {
     p.command.program = "python3";
     p.command.env = {"OMP_NUM_THREADS=1", "SEED={hyper.seed}", "RANK=7"};
     p.run.maxRestarts = 3;
-    ScriptContext ctx{1,          3,          29500, "/run/rank1.metrics",   "/share/ptw/python",
-                      "42-29500", "2024-run", 2,     "/run/rank1.error.json"};
+    ScriptContext ctx{1,          3,          29500, "/run/rank1.metrics",    "/share/ptw/python",
+                      "42-29500", "2024-run", 2,     "/run/rank1.error.json", "/run/rank1.pystacks"};
     const auto env = scriptEnvironment(p, ctx, {"PATH=/usr/bin", "PYTHONPATH=/mine", "RANK=9"});
     std::map<std::string, std::string> vars;
     for (const auto& e : env) vars[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
@@ -284,6 +284,11 @@ class TestCommand : public QObject {
     QCOMPARE(vars["TORCHELASTIC_USE_AGENT_STORE"], std::string("False"));
     QCOMPARE(vars["TORCHELASTIC_ERROR_FILE"], std::string("/run/rank1.error.json"));
     QCOMPARE(vars["NCCL_ASYNC_ERROR_HANDLING"], std::string("1"));
+    // Note [Python stacks].
+    QCOMPARE(vars["PTW_STACKS_FILE"], std::string("/run/rank1.pystacks"));
+    QCOMPARE(vars["PTW_STACKS_SIGNAL"], std::to_string(stacksSignal()));
+    QVERIFY(stacksSignal() >= SIGRTMIN && stacksSignal() <= SIGRTMAX);
+    QCOMPARE(vars["PYTHONFAULTHANDLER"], std::string("1"));
     // As torchrun, a value ptw's own environment gives is kept.
     QCOMPARE(scriptEnvironment(p, ctx, {"NCCL_ASYNC_ERROR_HANDLING=0"}).front(),
              std::string("NCCL_ASYNC_ERROR_HANDLING=0"));
@@ -320,7 +325,7 @@ class TestCommand : public QObject {
     if (!profile.isEmpty()) p.command.env = {profile.toStdString()};
     std::vector<std::string> base{"PATH=/usr/bin"};
     if (!inherited.isEmpty()) base.push_back("OMP_NUM_THREADS=" + inherited.toStdString());
-    const ScriptContext ctx{0, world, 29500, "/run/rank0.metrics", "", "42-29500", "2024-run", 0, ""};
+    const ScriptContext ctx{0, world, 29500, "/run/rank0.metrics", "", "42-29500", "2024-run", 0, "", ""};
     std::optional<std::string> got;
     for (const auto& e : scriptEnvironment(p, ctx, base))
       if (e.rfind("OMP_NUM_THREADS=", 0) == 0) got = e.substr(16);

@@ -181,6 +181,7 @@ class TestTorchrunEnv : public QObject {
     QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
     env.remove("PYTHONPATH");
     env.remove("PYTHONUNBUFFERED");
+    env.remove("PYTHONFAULTHANDLER");
     const Ran torchrun = runBounded(
         kPython, {"torchrun.py", "--standalone", "--nproc_per_node", "2", "script.py", dir.filePath("torchrun")}, env,
         dir.path(), 120000);
@@ -195,6 +196,9 @@ class TestTorchrunEnv : public QObject {
         {"PTW_RUN_TOKEN", "marks the run's processes for the sweep at its end"},
         {"PYTHONUNBUFFERED", "printed lines reach the log and a pattern as they are printed"},
         {"PYTHONPATH", "puts ptw_metrics on the path"},
+        {"PTW_STACKS_FILE", "where a Python process writes its stacks when ptw takes them"},
+        {"PTW_STACKS_SIGNAL", "the signal it writes them on"},
+        {"PYTHONFAULTHANDLER", "a crash prints the Python frames it happened in"},
     };
     // Named by both, with values each run picks for itself.
     const std::map<QString, QString> runSpecific = {
@@ -227,6 +231,7 @@ class TestTorchrunEnv : public QObject {
       QCOMPARE(ours["PYTHONPATH"].toString(), QFileInfo(test::sourcePath("resources/python")).canonicalFilePath());
       QCOMPARE(ours["PYTHONUNBUFFERED"].toString(), QString("1"));
       QVERIFY(ours["PTW_METRICS"].toString().startsWith(folder + "/"));
+      QCOMPARE(ours["PTW_STACKS_FILE"].toString(), folder + QString("/rank%1.pystacks").arg(rank));
       const int port = ours["MASTER_PORT"].toString().toInt();
       QVERIFY2(port > 0 && port < 65536, qPrintable(ours["MASTER_PORT"].toString()));
       // Every value that is the rank's own differs between the ranks as torchrun's do.

@@ -1,0 +1,364 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Every rank's stacks (Note [Taking stacks] in launch/stack_collector.h): taken when a rank
+// stalls, before the kill, and on `ptw stacks`; Python frames with file and line for a
+// script's ranks, function names for ptw's own; none taken while nothing is stuck.
+#include <QDir>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QProcess>
+#include <QRegularExpression>
+#include <QStandardPaths>
+#include <QtTest>
+
+#include <string>
+
+#include "common/profile.h"
+#include "launch/stack_collector.h"
+#include "test_support.h"
+
+using namespace ptw;
+using namespace ptw::core;
+
+namespace {
+
+struct Result {
+  int code = -1;
+  QString out, err;
+};
+
+Result runPtw(const QStringList& args) {
+  QProcess p;
+  p.start(test::binDir() + "/ptw", args);
+  if (!p.waitForFinished(60000)) {
+    p.kill();
+    p.waitForFinished();
+  }
+  return {p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -1, QString::fromUtf8(p.readAllStandardOutput()),
+          QString::fromUtf8(p.readAllStandardError())};
+}
+
+// A profile of `ranks` processes running `script` (written to dir/script.py) with Debian's Python.
+Profile scriptProfile(const QTemporaryDir& dir, const QString& script, int ranks) {
+  QFile f(dir.filePath("script.py"));
+  f.open(QIODevice::WriteOnly);
+  f.write(script.toUtf8());
+  f.close();
+  Profile p = defaultProfile();
+  p.name = "script";
+  p.strategy.kind = "command";
+  p.strategy.ranks = ranks;
+  p.command.program = "/usr/bin/python3";
+  p.command.args = {"script.py"};
+  p.command.cwd = dir.path().toStdString();
+  p.command.stopGraceS = 0.5;
+  p.hyper.maxSteps = 0;
+  return p;
+}
+
+// Python that reports a step: report(step).
+const char* kReport = R"(import json, os, signal, sys, time
+RANK = int(os.environ["RANK"])
+_ch = open(os.environ["PTW_METRICS"], "w", buffering=1)
+def report(step):
+    _ch.write(json.dumps({"step": step, "loss": 1.0}) + "\n")
+)";
+
+// The 1-based line of `script` that holds `marker`.
+int lineOf(const QString& script, const QString& marker) {
+  const auto lines = script.split('\n');
+  for (int i = 0; i < lines.size(); ++i)
+    if (lines[i].contains(marker)) return i + 1;
+  return -1;
+}
+
+QString runFolder(const QTemporaryDir& runs) {
+  for (const auto& d : QDir(runs.path()).entryList(QDir::Dirs | QDir::NoDotAndDotDot))
+    if (d != "runs.blocks") return runs.filePath(d);
+  return {};
+}
+
+QString readFile(const QString& path) {
+  QFile f(path);
+  return f.open(QIODevice::ReadOnly) ? QString::fromUtf8(f.readAll()) : QString();
+}
+
+QJsonObject readSummary(const QString& path) { return QJsonDocument::fromJson(readFile(path).toUtf8()).object(); }
+
+// Rank `rank`'s section of a stacks file: from its header to the next.
+QString section(const QString& stacks, int rank) {
+  const QString head = QString("== rank %1 (").arg(rank);
+  const int from = stacks.indexOf(head);
+  if (from < 0) return {};
+  const int to = stacks.indexOf("\n== rank ", from + 1);
+  return stacks.mid(from, to < 0 ? -1 : to - from);
+}
+
+QStringList stacksFilesIn(const QString& dir) { return QDir(dir).entryList({"stacks-*.txt", "*.pystacks.*"}); }
+
+}  // namespace
+
+class TestStacks : public QObject {
+  Q_OBJECT
+ private slots:
+  // The file and the message from what gdb and faulthandler write: ranks standing in the same
+  // places (addresses, arguments and thread ids aside) are folded into the first; the message
+  // names the innermost frames of the main thread (Python) or of ptw's own code (native).
+  void framesAreFoldedAndNamed() {
+    const std::string gdbRank =
+        "Thread 2 (Thread 0x7f01 (LWP %1) \"ptw-worker\"):\n"
+        "#0  0x00007f10 in __futex_abstimed_wait_common () from /lib/x86_64-linux-gnu/libc.so.6\n"
+        "Thread 1 (Thread 0x7f00 (LWP %2) \"ptw-worker\"):\n"
+        "#0  0x00007f20 in pause () from /lib/x86_64-linux-gnu/libc.so.6\n"
+        "#1  0x000055%3 in ptw::engine::Trainer::run (this=0x55%3, stop=...) at /src/core/engine/trainer.cpp:120\n"
+        "#2  0x000055%3 in main (argc=5, argv=0x7ffd) at /src/app/worker_main.cpp:5\n";
+    auto rank = [&](int r, const QString& pid, const QString& addr) {
+      RankStacks s;
+      s.rank = r, s.pid = pid.toInt(), s.host = "node1", s.kind = "native";
+      s.frames = QString::fromStdString(gdbRank).arg(pid, pid, addr).toStdString();
+      return s;
+    };
+    RankStacks other = rank(2, "300", "cc");
+    other.frames += "#3  0x0000 in ptw::engine::trainRank (args=...) at /src/core/engine/worker.cpp:700\n";
+    RankStacks python;
+    python.rank = 3, python.pid = 400, python.host = "node1", python.kind = "python";
+    python.frames =
+        "process 401 (python3):\n"
+        "Thread 0x00007f02 (most recent call first):\n"
+        "  File \"/usr/lib/python3.11/threading.py\", line 320 in wait\n"
+        "\n"
+        "Current thread 0x00007f03 (most recent call first):\n"
+        "  File \"/home/me/train.py\", line 7 in wait_forever\n"
+        "  File \"/home/me/train.py\", line 12 in <module>\n";
+    RankStacks gone;
+    gone.rank = 4, gone.pid = 500, gone.host = "node1", gone.note = "ended before its stack was taken";
+    const std::vector<RankStacks> all{rank(0, "100", "aa"), rank(1, "200", "bb"), other, python, gone};
+    const QString text = QString::fromStdString(StackCollector::render(all, "title"));
+    QVERIFY(text.startsWith("title\n"));
+    QVERIFY2(section(text, 0).contains("Trainer::run (this=0x55aa"), qPrintable(text));
+    QVERIFY2(section(text, 1).endsWith("== rank 1 (pid 200, host node1): native frames ==\nsame frames as rank 0\n"),
+             qPrintable(text));
+    QVERIFY2(section(text, 2).contains("worker.cpp:700"), qPrintable(text));
+    QVERIFY2(section(text, 3).contains("line 7 in wait_forever"), qPrintable(text));
+    QVERIFY2(section(text, 4).contains("(ended before its stack was taken)"), qPrintable(text));
+    QCOMPARE(StackCollector::topFrames(all[0]),
+             std::string("ptw::engine::Trainer::run (trainer.cpp:120) from main (worker_main.cpp:5)"));
+    QCOMPARE(StackCollector::topFrames(python), std::string("wait_forever (train.py:7) from <module> (train.py:12)"));
+    QCOMPARE(StackCollector::topFrames(gone), std::string());
+  }
+
+  // Rank 1 hangs in wait_forever after step 1; ranks 0 and 2 go on to step 5 and wait there
+  // in the same place. Rank 1 is named, its frame (file and line) is in the message and the
+  // file, and rank 2's frames, the same as rank 0's, are folded.
+  void aHungPythonRankIsNamedWithItsFrames() {
+    QTemporaryDir dir, runs;
+    const QString script = QString(kReport) + R"(
+def wait_forever():
+    while True:
+        time.sleep(0.05)  # rank 1 is here
+
+def wait_for_peer():
+    while True:
+        time.sleep(0.05)  # ranks 0 and 2 are here
+
+report(1)
+if RANK == 1:
+    wait_forever()
+for step in range(2, 6):
+    report(step)
+wait_for_peer()
+)";
+    Profile p = scriptProfile(dir, script, 3);
+    p.run.timeoutS = 3;
+    const QString summary = runs.filePath("summary.json");
+    const Result r = runPtw({"--headless", "--runs-dir", runs.path(), "--summary", summary, "--profile",
+                             QString::fromStdString(test::writeProfile(dir, p))});
+    QCOMPARE(r.code, 3);
+    const QJsonObject s = readSummary(summary);
+    QCOMPARE(s["failed_rank"].toInt(), 1);
+    const QString at = QString("at wait_forever (script.py:%1) from <module> (script.py:%2)")
+                           .arg(lineOf(script, "rank 1 is here"))
+                           .arg(lineOf(script, "    wait_forever()"));
+    const QString message = s["message"].toString();
+    QVERIFY2(message.startsWith("rank 1 stopped making progress: stuck in its own work after step 1"),
+             qPrintable(message));
+    QVERIFY2(message.contains(at), qPrintable(message));
+    QVERIFY2(r.err.contains(at), qPrintable(r.err));
+    const QString path = runFolder(runs) + "/stacks-0.txt";
+    QCOMPARE(s["stacks"].toString(), path);
+    const QString stacks = readFile(path);
+    const QString frame = QString("File \"%1\", line %2 in wait_forever")
+                              .arg(dir.filePath("script.py"))
+                              .arg(lineOf(script, "rank 1 is here"));
+    QVERIFY2(section(stacks, 1).contains(frame), qPrintable(stacks));
+    QVERIFY2(section(stacks, 1).contains(": python frames"), qPrintable(stacks));
+    const QString peer = QString("line %1 in wait_for_peer").arg(lineOf(script, "ranks 0 and 2 are here"));
+    QVERIFY2(section(stacks, 0).contains(peer), qPrintable(stacks));
+    QVERIFY2(section(stacks, 2).contains("same frames as rank 0"), qPrintable(stacks));
+    QVERIFY2(!section(stacks, 2).contains("File \""), qPrintable(stacks));
+    // The programs' own stack files go with the run.
+    QCOMPARE(QDir(runFolder(runs)).entryList({"*.pystacks.*"}), QStringList());
+  }
+
+  // ptw's own rank 1 hangs after step 5 (--fault hang-at-step) while rank 0 waits for it in
+  // the next collective: rank 1's native frames name the worker's code, file and line.
+  void aHungNativeRankShowsItsFunctions() {
+    if (QStandardPaths::findExecutable("gdb").isEmpty() && QStandardPaths::findExecutable("eu-stack").isEmpty())
+      QSKIP("needs gdb (or eu-stack) for native stacks; install gdb");
+    QTemporaryDir dir, runs;
+    Profile p = test::endlessProfile(2);
+    p.run.timeoutS = 5;
+    const QString summary = runs.filePath("summary.json");
+    const Result r =
+        runPtw({"--headless", "--runs-dir", runs.path(), "--summary", summary, "--worker-arg=--fault=hang-at-step:1:5",
+                "--profile", QString::fromStdString(test::writeProfile(dir, p))});
+    QCOMPARE(r.code, 3);
+    const QJsonObject s = readSummary(summary);
+    QCOMPARE(s["failed_rank"].toInt(), 1);
+    const QString stacks = readFile(s["stacks"].toString());
+    QVERIFY2(!stacks.isEmpty(), qPrintable(r.err));
+    if (section(stacks, 1).contains("not permitted"))
+      QSKIP(qPrintable("ptrace is not permitted here: " + section(stacks, 1)));
+    const QString worker = readFile(test::sourcePath("core/engine/worker.cpp"));
+    const QString hang = QString("worker.cpp:%1").arg(lineOf(worker, "for (;;) ::pause();  // busy on its own"));
+    QVERIFY2(section(stacks, 1).contains(": native frames"), qPrintable(stacks));
+    QVERIFY2(section(stacks, 1).contains(hang), qPrintable(stacks));
+    QVERIFY2(section(stacks, 1).contains("ptw::engine::"), qPrintable(stacks));
+    QVERIFY2(section(stacks, 0).contains("ptw::engine::"), qPrintable(stacks));
+    QVERIFY2(s["message"].toString().contains("(" + hang + ")"), qPrintable(s["message"].toString()));
+  }
+
+  // A run whose ranks end as they should takes no stacks: no file, no "stacks" in the summary,
+  // and the hook each program had ready (its file) is gone with it.
+  void aFinishedRunTakesNoStacks() {
+    QTemporaryDir dir, runs;
+    Profile p = scriptProfile(dir, QString(kReport) + R"(
+ready = os.path.exists("%s.%d" % (os.environ["PTW_STACKS_FILE"], os.getpid()))
+open("hook.%d" % RANK, "w").write("ready" if ready else "missing")
+for step in range(1, 4):
+    report(step)
+)",
+                              2);
+    const QString summary = runs.filePath("summary.json");
+    const Result r = runPtw({"--headless", "--runs-dir", runs.path(), "--summary", summary, "--profile",
+                             QString::fromStdString(test::writeProfile(dir, p))});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QCOMPARE(readFile(dir.filePath("hook.0")), QString("ready"));
+    QCOMPARE(readFile(dir.filePath("hook.1")), QString("ready"));
+    QVERIFY(!readSummary(summary).contains("stacks"));
+    QCOMPARE(stacksFilesIn(runFolder(runs)), QStringList());
+  }
+
+  // `ptw stacks latest` on a running run of 4 ranks, each waiting for a file the test makes:
+  // every rank's frames are printed (the same ones folded), and the run then finishes.
+  void stacksOnDemandShowEveryRank() {
+    QTemporaryDir dir, runs;
+    const QString script = QString(kReport) + R"(
+def wait_for_go():
+    while not os.path.exists("go"):
+        time.sleep(0.02)  # every rank waits here
+
+report(1)
+open("ready.%d" % RANK, "w").write("1")
+wait_for_go()
+report(2)
+)";
+    Profile p = scriptProfile(dir, script, 4);
+    const QString summary = runs.filePath("summary.json");
+    QProcess ptw;
+    ptw.start(test::binDir() + "/ptw", {"--headless", "--runs-dir", runs.path(), "--summary", summary, "--profile",
+                                        QString::fromStdString(test::writeProfile(dir, p))});
+    auto allReady = [&] {
+      for (int r = 0; r < 4; ++r)
+        if (!QFile::exists(dir.filePath(QString("ready.%1").arg(r)))) return false;
+      return true;
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(allReady(), 30000);
+    const Result stacks = runPtw({"stacks", "latest", "--runs-dir", runs.path()});
+    QFile go(dir.filePath("go"));
+    go.open(QIODevice::WriteOnly);
+    go.close();
+    QVERIFY2(stacks.code == 0, qPrintable(stacks.err));
+    const QString here = QString("line %1 in wait_for_go").arg(lineOf(script, "every rank waits here"));
+    QVERIFY2(section(stacks.out, 0).contains(here), qPrintable(stacks.out));
+    for (int r = 1; r < 4; ++r)
+      QVERIFY2(section(stacks.out, r).contains("same frames as rank 0") || section(stacks.out, r).contains(here),
+               qPrintable(stacks.out));
+    QVERIFY2(stacks.out.startsWith("ptw: stacks of every rank, attempt 0: on request\n"), qPrintable(stacks.out));
+    const test::HeadlessRun run = test::finishHeadless(ptw, summary, 30000);
+    QVERIFY2(run.exitCode == 0, qPrintable(run.output));
+    QCOMPARE(run.summary["status"].toString(), QString("finished"));
+    const QString file = runFolder(runs) + "/stacks-0.txt";
+    QCOMPARE(run.summary["stacks"].toString(), file);
+    QCOMPARE(readFile(file), stacks.out);
+    for (int r = 0; r < 4; ++r) QCOMPARE(run.summary["ranks"].toArray()[r].toObject()["steps"].toInt(), 2);
+  }
+
+  // A run `ptw stacks` cannot ask: one line saying why, exit 2.
+  void stacksOfARunNotRunningAreRefused_data() {
+    QTest::addColumn<QString>("run");
+    QTest::addColumn<QString>("why");
+    QTest::newRow("unknown run") << "7"
+                                 << "no run with id 7";
+    QTest::newRow("finished run") << "latest"
+                                  << "run 1 is not running (finished";
+    QTest::newRow("no runs") << "none"
+                             << "holds no runs";
+  }
+  void stacksOfARunNotRunningAreRefused() {
+    QFETCH(QString, run);
+    QFETCH(QString, why);
+    QTemporaryDir dir, runs, empty;
+    Profile p = scriptProfile(dir, QString(kReport) + "report(1)\n", 1);
+    QCOMPARE(runPtw({"--headless", "--runs-dir", runs.path(), "--profile",
+                     QString::fromStdString(test::writeProfile(dir, p))})
+                 .code,
+             0);
+    const Result r =
+        runPtw({"stacks", run == "none" ? "latest" : run, "--runs-dir", run == "none" ? empty.path() : runs.path()});
+    QCOMPARE(r.code, 2);
+    QVERIFY2(r.err.contains(why), qPrintable(r.err));
+    QCOMPARE(r.err.count('\n'), 1);
+    QVERIFY(r.out.isEmpty());
+  }
+
+  // Rank 0's program ends when the stacks signal comes (its own handler exits 7) while rank 1
+  // hangs: rank 0's section says it ended, and the run is still rank 1's stall.
+  void aRankThatEndsWhileTakenIsNamed() {
+    QTemporaryDir dir, runs;
+    const QString script = QString(kReport) + R"(
+def wait_forever():
+    while True:
+        time.sleep(0.05)  # rank 1 is here
+
+report(1)
+if RANK == 1:
+    wait_forever()
+signal.signal(int(os.environ["PTW_STACKS_SIGNAL"]), lambda *a: os._exit(7))
+step = 1
+while True:
+    step += 1
+    report(step)
+    time.sleep(0.02)
+)";
+    Profile p = scriptProfile(dir, script, 2);
+    p.run.timeoutS = 3;
+    const QString summary = runs.filePath("summary.json");
+    const Result r = runPtw({"--headless", "--runs-dir", runs.path(), "--summary", summary, "--profile",
+                             QString::fromStdString(test::writeProfile(dir, p))});
+    QCOMPARE(r.code, 3);
+    const QJsonObject s = readSummary(summary);
+    QCOMPARE(s["failed_rank"].toInt(), 1);
+    QVERIFY2(s["message"].toString().startsWith("rank 1 stopped making progress"), qPrintable(s["message"].toString()));
+    QVERIFY2(s["message"].toString().contains(
+                 QString("at wait_forever (script.py:%1)").arg(lineOf(script, "rank 1 is here"))),
+             qPrintable(s["message"].toString()));
+    const QString stacks = readFile(s["stacks"].toString());
+    QVERIFY2(section(stacks, 0).contains("(ended while its stack was taken)"), qPrintable(stacks));
+    QVERIFY2(section(stacks, 1).contains("in wait_forever"), qPrintable(stacks));
+  }
+};
+
+QTEST_GUILESS_MAIN(TestStacks)
+#include "test_stacks.moc"
