@@ -29,6 +29,14 @@ check() {
   done
   local probe=ptwt-probe-$$
   ip netns add "$probe" 2>/dev/null || { echo "cannot create a network namespace (ip netns add failed: no CAP_NET_ADMIN or CAP_SYS_ADMIN here)"; return 1; }
+  # `ip netns exec` remounts / as a slave in a new mount namespace; in a chroot whose / is not a
+  # mount point (a debootstrap tree) that fails with "Invalid argument", so try it before relying on it.
+  local why
+  if ! why=$(ip netns exec "$probe" true 2>&1); then
+    ip netns del "$probe"
+    echo "cannot enter a network namespace (ip netns exec failed: ${why:-no reason given}; in a chroot, / must be a mount point: mount --bind the tree onto itself)"
+    return 1
+  fi
   ip netns del "$probe"
   return 0
 }

@@ -18,8 +18,11 @@ check() {
   for tool in /usr/sbin/munged /usr/sbin/slurmctld /usr/sbin/slurmd srun sbatch squeue scancel sinfo unshare python3; do
     command -v "$tool" >/dev/null || { echo "$tool not found; install slurmctld, slurmd, slurm-client and munge (packaging/install-deps.sh)"; return 1; }
   done
-  unshare --pid --fork --kill-child --mount-proc true 2>/dev/null ||
-    { echo "cannot make a PID namespace (unshare --pid --mount-proc failed: no CAP_SYS_ADMIN here)"; return 1; }
+  # Fails without CAP_SYS_ADMIN, and in a chroot whose / is not a mount point (unshare cannot
+  # change its propagation: "Invalid argument"); the message says which.
+  local why
+  why=$(unshare --pid --fork --kill-child --mount-proc true 2>&1) ||
+    { echo "cannot make a PID namespace (unshare --pid --mount-proc failed: ${why:-no reason given}; it needs CAP_SYS_ADMIN, and in a chroot / must be a mount point)"; return 1; }
   return 0
 }
 
