@@ -958,10 +958,11 @@ void MainWindow::showStacks() {
                        : dir.isEmpty()                       ? QString()
                                        : QString::fromStdString(core::latestStacksFile(dir.toStdString()));
   if (path.isEmpty()) {
-    m_stacksPane->showMessage(dir.isEmpty() ? tr("No run yet: Show Stacks takes every rank's stacks while a run goes on.")
-                                            : tr("Run %1 took no stacks: they are taken when a rank stalls, and "
-                                                 "on request (Show Stacks) while a run goes on.")
-                                                  .arg(m_controller->runId()));
+    m_stacksPane->showMessage(dir.isEmpty()
+                                  ? tr("No run yet: Show Stacks takes every rank's stacks while a run goes on.")
+                                  : tr("Run %1 took no stacks: they are taken when a rank stalls, and "
+                                       "on request (Show Stacks) while a run goes on.")
+                                        .arg(m_controller->runId()));
     m_stacksPane->show();
     m_stacksPane->raise();
     return;
@@ -978,12 +979,11 @@ void MainWindow::pollStacks() {
   }
   if (m_controller->isRunning() && std::chrono::steady_clock::now() < m_stacksUntil) return;
   m_stacksTimer->stop();
-  m_stacksPane->showMessage(
-      m_controller->isRunning()
-          ? tr("Run %1 wrote no stacks within %2 s (between attempts, or ending); try again.")
-                .arg(m_controller->runId())
-                .arg(kStacksWaitS)
-          : tr("Run %1 ended before its stacks were taken.").arg(m_controller->runId()));
+  m_stacksPane->showMessage(m_controller->isRunning()
+                                ? tr("Run %1 wrote no stacks within %2 s (between attempts, or ending); try again.")
+                                      .arg(m_controller->runId())
+                                      .arg(kStacksWaitS)
+                                : tr("Run %1 ended before its stacks were taken.").arg(m_controller->runId()));
 }
 
 void MainWindow::openStacks(const QString& path) {

@@ -220,8 +220,8 @@ class MainWindow : public QMainWindow, private LiveStore {
   RunHistory* m_history = nullptr;
   SweepPanel* m_sweep = nullptr;
   StacksPane* m_stacksPane = nullptr;
-  QTimer* m_stacksTimer = nullptr;            ///< looks for the stacks asked for, while waiting
-  core::StacksFileIds m_stacksBefore;         ///< the run folder's stacks files when they were asked for
+  QTimer* m_stacksTimer = nullptr;     ///< looks for the stacks asked for, while waiting
+  core::StacksFileIds m_stacksBefore;  ///< the run folder's stacks files when they were asked for
   std::chrono::steady_clock::time_point m_stacksUntil{};
   QMenu* m_recentMenu = nullptr;
   RunController* m_controller = nullptr;

@@ -91,8 +91,9 @@ StacksPane::StacksPane(QWidget* parent) : QDockWidget(tr("Stacks"), parent) {
   connect(m_copy, &QPushButton::clicked, this, [this] { QApplication::clipboard()->setText(m_text); });
   connect(m_open, &QPushButton::clicked, this,
           [this] { QDesktopServices::openUrl(QUrl::fromLocalFile(QFileInfo(m_path).absoluteFilePath())); });
-  showMessage(tr("Every rank's stacks show here: taken when a rank stalls, or on request (Show Stacks) while a "
-                 "run goes on."));
+  showMessage(
+      tr("Every rank's stacks show here: taken when a rank stalls, or on request (Show Stacks) while a "
+         "run goes on."));
 }
 
 bool StacksPane::showFile(const QString& path) {
@@ -165,10 +166,10 @@ void StacksPane::addRank(const core::StackSection& s) {
   }
   if (!s.note.empty()) addRow(rank, Row::Note, s.rank, QString::fromStdString(s.note));
   for (const auto& t : s.threads)
-    addThread(s.threads.size() > 1 ? addRow(rank, Row::Thread, s.rank,
-                                            QString::fromStdString(t.process.empty() ? t.header
-                                                                                     : t.process + " " + t.header))
-                                   : rank,
+    addThread(s.threads.size() > 1
+                  ? addRow(rank, Row::Thread, s.rank,
+                           QString::fromStdString(t.process.empty() ? t.header : t.process + " " + t.header))
+                  : rank,
               t, s.rank);
   rank->setExpanded(true);
 }
@@ -194,7 +195,8 @@ void StacksPane::setFilter(const QString& text) {
   std::function<bool(QTreeWidgetItem*)> show = [&](QTreeWidgetItem* item) {
     bool any = false;
     for (int i = 0; i < item->childCount(); ++i) any = show(item->child(i)) || any;
-    const bool match = text.isEmpty() || (rowOf(item) == Row::Frame && item->text(0).contains(text, Qt::CaseInsensitive));
+    const bool match =
+        text.isEmpty() || (rowOf(item) == Row::Frame && item->text(0).contains(text, Qt::CaseInsensitive));
     item->setHidden(!(match || any));
     if (rowOf(item) == Row::Shared) item->setExpanded(!text.isEmpty() && any);
     return match || any;

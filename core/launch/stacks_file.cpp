@@ -187,8 +187,9 @@ StacksFile parseStacksFile(const std::string& text, const std::string& name) {
   std::istringstream in(text);
   StacksFile file;
   std::getline(in, file.title);
-  PTW_CHECK(file.title.rfind(kTitleStart, 0) == 0, name, ": not a stacks file: expected its first line to start with \"",
-            kTitleStart, "\", got \"", file.title.substr(0, 80), "\"");
+  PTW_CHECK(file.title.rfind(kTitleStart, 0) == 0, name,
+            ": not a stacks file: expected its first line to start with \"", kTitleStart, "\", got \"",
+            file.title.substr(0, 80), "\"");
   file.behind = behindIn(file.title);
   std::string line, process;
   while (std::getline(in, line)) {

@@ -56,8 +56,8 @@ struct StackSection {
 };
 
 struct StacksFile {
-  std::string title = "";  ///< the file's first line
-  int behind = -1;         ///< the rank the title names (a stall, a timeout); -1 when taken on request
+  std::string title = "";              ///< the file's first line
+  int behind = -1;                     ///< the rank the title names (a stall, a timeout); -1 when taken on request
   std::vector<StackSection> sections;  ///< in the file's order (by rank)
 
   /// The section of `rank`; null when the file has none.

@@ -176,8 +176,10 @@ main()
     const QString hung = QString("wait_forever (script.py:%1)").arg(lineOf(script, "rank 1 is here"));
     const QString peer = QString("wait_for_peer (script.py:%1)").arg(lineOf(script, "ranks 0 and 2 are here"));
     // Shown: where each rank differs, innermost first; the shared frames are folded away.
-    QCOMPARE(frames(1), QStringList({hung, QString("step (script.py:%1)").arg(lineOf(script, "        wait_forever()"))}));
-    QCOMPARE(frames(0), QStringList({peer, QString("step (script.py:%1)").arg(lineOf(script, "        wait_for_peer()"))}));
+    QCOMPARE(frames(1),
+             QStringList({hung, QString("step (script.py:%1)").arg(lineOf(script, "        wait_forever()"))}));
+    QCOMPARE(frames(0),
+             QStringList({peer, QString("step (script.py:%1)").arg(lineOf(script, "        wait_for_peer()"))}));
     for (int rank : {0, 1}) {
       const auto shared = rowsBelow(rankRow(tree, rank), Row::Shared);
       QCOMPARE(shared.size(), 1);
