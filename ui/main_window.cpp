@@ -89,6 +89,16 @@ QString describeRun(const core::Profile& p) {
       .replace(QStringLiteral("{where}"), where);
 }
 
+// Whether the stacks file at `path` was taken for a rank that is behind (a stall, a timeout).
+bool namesARank(const QString& path) {
+  if (path.isEmpty()) return false;
+  try {
+    return core::readStacksFile(path.toStdString()).behind >= 0;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 // Note [Live panels]
@@ -936,8 +946,9 @@ void MainWindow::onFinished(const QString& status, const QString& message, int f
     appendLog(-1, tr("run failed: %1").arg(message));
   }
   m_history->reload();
-  // A stall or a timeout: where every rank was when it was stopped, shown at once.
-  if (status == "failed" && !m_controller->stacksFile().isEmpty() && !m_stacksTimer->isActive())
+  // A stall or a timeout (its stacks file names the rank that is behind): where every rank was
+  // when it was stopped, shown at once. Stacks the user asked for earlier are no news.
+  if (status == "failed" && !m_stacksTimer->isActive() && namesARank(m_controller->stacksFile()))
     openStacks(m_controller->stacksFile());
   if (m_closeAfterRun) QTimer::singleShot(0, this, &QWidget::close);
 }
