@@ -44,6 +44,7 @@
 #include "launch/preflight.h"
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
+#include "launch/stacks_file.h"
 #include "ui/accuracy_panel.h"
 #include "ui/chart_format.h"
 #include "ui/device_picker.h"
@@ -56,6 +57,7 @@
 #include "ui/run_controller.h"
 #include "ui/run_history.h"
 #include "ui/scalar_charts.h"
+#include "ui/stacks_pane.h"
 #include "ui/step_split_chart.h"
 #include "ui/sweep_panel.h"
 #include "ui/throughput_panel.h"
@@ -66,6 +68,9 @@ namespace {
 constexpr std::size_t kMaxLogLines = 20000;
 constexpr int kFirstPointMs = 50;      ///< how often records are taken until a rank's first point is drawn
 constexpr int kDefaultSmoothing = 60;  ///< the loss chart's EMA weight in percent, TensorBoard's default
+// How long Show Stacks waits for a running run's stacks: as long as `ptw stacks` does
+// (core::requestRunStacks), above the supervisor's budget for taking them.
+constexpr int kStacksWaitS = 20;
 
 // What Start will run, in a line: "2 ranks of DDP on the CPU", from the strategy's description.
 QString describeRun(const core::Profile& p) {
@@ -82,6 +87,16 @@ QString describeRun(const core::Profile& p) {
       .replace(QStringLiteral("{processes}"), processes)
       .replace(QStringLiteral("{pool_mode}"), QString::fromStdString(s.poolMode))
       .replace(QStringLiteral("{where}"), where);
+}
+
+// Whether the stacks file at `path` was taken for a rank that is behind (a stall, a timeout).
+bool namesARank(const QString& path) {
+  if (path.isEmpty()) return false;
+  try {
+    return core::readStacksFile(path.toStdString()).behind >= 0;
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 }  // namespace
@@ -121,7 +136,11 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new 
   QSettings settings;
   restoreGeometry(settings.value("window/geometry").toByteArray());
   restoreState(settings.value("window/state").toByteArray());
+  m_stacksPane->hide();  // its place is kept; it shows a run's stacks only when asked or stalled
   restoreView(settings);
+  m_stacksTimer = new QTimer(this);
+  m_stacksTimer->setInterval(100);
+  connect(m_stacksTimer, &QTimer::timeout, this, &MainWindow::pollStacks);
 }
 
 namespace {
@@ -205,6 +224,8 @@ void MainWindow::buildUi() {
   });
   buildHistoryTabs(tabs);
   setCentralWidget(tabs);
+  m_stacksPane = new StacksPane(this);
+  addDockWidget(Qt::BottomDockWidgetArea, m_stacksPane);
   statusBar();
   resize(1400, 900);
 }
@@ -505,6 +526,15 @@ void MainWindow::buildMenus() {
          "still stored (Ctrl+Shift+P)"));
   connect(m_pauseAction, &QAction::toggled, this, &MainWindow::setChartsPaused);
   m_pauseButton->setDefaultAction(m_pauseAction);
+  // Ctrl+Shift+K: Ctrl+K checks the workload.
+  m_stacksAction = view->addAction(tr("Show &Stacks"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_K), this,
+                                   &MainWindow::showStacks);
+  m_stacksAction->setObjectName("showStacksAction");
+  m_stacksAction->setToolTip(
+      tr("Every rank's frames: taken now from a running run, or those the last run took when a rank stalled "
+         "(Ctrl+Shift+K)"));
+  m_rankTable->addAction(m_stacksAction);
+  m_rankTable->setContextMenuPolicy(Qt::ActionsContextMenu);
   QMenu* help = menuBar()->addMenu(tr("&Help"));
   help->addAction(tr("&About ptw"), this, &MainWindow::showAbout)->setObjectName("aboutAction");
 }
@@ -916,7 +946,61 @@ void MainWindow::onFinished(const QString& status, const QString& message, int f
     appendLog(-1, tr("run failed: %1").arg(message));
   }
   m_history->reload();
+  // A stall or a timeout (its stacks file names the rank that is behind): where every rank was
+  // when it was stopped, shown at once. Stacks the user asked for earlier are no news.
+  if (status == "failed" && !m_stacksTimer->isActive() && namesARank(m_controller->stacksFile()))
+    openStacks(m_controller->stacksFile());
   if (m_closeAfterRun) QTimer::singleShot(0, this, &QWidget::close);
+}
+
+void MainWindow::showStacks() {
+  const QString dir = m_controller->runDirectory();
+  if (m_controller->isRunning()) {
+    m_stacksBefore = core::listStacksFiles(dir.toStdString());
+    m_controller->requestStacks();
+    m_stacksUntil = std::chrono::steady_clock::now() + std::chrono::seconds(kStacksWaitS);
+    m_stacksPane->showWaiting(tr("Taking every rank's stacks of run %1…").arg(m_controller->runId()));
+    m_stacksPane->show();
+    m_stacksPane->raise();
+    m_stacksTimer->start();
+    return;
+  }
+  const QString path = !m_controller->stacksFile().isEmpty() ? m_controller->stacksFile()
+                       : dir.isEmpty()                       ? QString()
+                                       : QString::fromStdString(core::latestStacksFile(dir.toStdString()));
+  if (path.isEmpty()) {
+    m_stacksPane->showMessage(dir.isEmpty()
+                                  ? tr("No run yet: Show Stacks takes every rank's stacks while a run goes on.")
+                                  : tr("Run %1 took no stacks: they are taken when a rank stalls, and "
+                                       "on request (Show Stacks) while a run goes on.")
+                                        .arg(m_controller->runId()));
+    m_stacksPane->show();
+    m_stacksPane->raise();
+    return;
+  }
+  openStacks(path);
+}
+
+void MainWindow::pollStacks() {
+  const std::string path = core::newStacksFile(m_controller->runDirectory().toStdString(), m_stacksBefore);
+  if (!path.empty()) {
+    m_stacksTimer->stop();
+    openStacks(QString::fromStdString(path));
+    return;
+  }
+  if (m_controller->isRunning() && std::chrono::steady_clock::now() < m_stacksUntil) return;
+  m_stacksTimer->stop();
+  m_stacksPane->showMessage(m_controller->isRunning()
+                                ? tr("Run %1 wrote no stacks within %2 s (between attempts, or ending); try again.")
+                                      .arg(m_controller->runId())
+                                      .arg(kStacksWaitS)
+                                : tr("Run %1 ended before its stacks were taken.").arg(m_controller->runId()));
+}
+
+void MainWindow::openStacks(const QString& path) {
+  m_stacksPane->showFile(path);
+  m_stacksPane->show();
+  m_stacksPane->raise();
 }
 
 void MainWindow::closeEvent(QCloseEvent* event) {

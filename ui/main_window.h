@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/profile.h"
+#include "launch/stacks_file.h"
 #include "ui/live_panel.h"
 #include "ui/run_controller.h"
 
@@ -51,6 +52,7 @@ class ScalarCharts;
 class RunController;
 class RunHistory;
 class StepSplitChart;
+class StacksPane;
 class SweepPanel;
 class ThroughputPanel;
 
@@ -98,6 +100,8 @@ class MainWindow : public QMainWindow, private LiveStore {
   QTableWidget* rankTable() const;
   RunHistory* history() const { return m_history; }
   SweepPanel* sweep() const { return m_sweep; }
+  /// Every rank's frames (View > Show Stacks, the rank table's context menu); hidden until shown.
+  StacksPane* stacksPane() const { return m_stacksPane; }
   QString lastStatus() const { return m_lastStatus; }
   /// Live charts paused (View > Pause Live Charts, Ctrl+Shift+P): the run goes on and every
   /// record is stored, but the charts, the rank table and the log take nothing new until
@@ -111,6 +115,10 @@ class MainWindow : public QMainWindow, private LiveStore {
   void startRun();
   void stopRun();
   void newProfile();
+  /// View > Show Stacks: for a running run, asks it for every rank's stacks and shows them
+  /// once written (the pane says it waits, for at most kStacksWaitS); for an ended run, shows
+  /// the stacks its last attempt wrote, or says there are none.
+  void showStacks();
   /// Help > About: the version (project()'s), the Qt it runs on and the home page, in a box
   /// named "aboutBox" that closes itself.
   void showAbout();
@@ -161,6 +169,9 @@ class MainWindow : public QMainWindow, private LiveStore {
   /// `again`: a line already taken, shown anew after the log's filter changed.
   void appendLog(int rank, const QString& line, bool again = false);
   void refilterLog();
+  /// Looks for the stacks file asked for by showStacks(); gives up after kStacksWaitS.
+  void pollStacks();
+  void openStacks(const QString& path);
   void onFinished(const QString& status, const QString& message, int failedRank, const QStringList& lastLines);
   void markSaved(const QString& path);
   void addRecent(const QString& path);
@@ -179,6 +190,7 @@ class MainWindow : public QMainWindow, private LiveStore {
   QAction* m_startAction = nullptr;
   QAction* m_stopAction = nullptr;
   QAction* m_pauseAction = nullptr;
+  QAction* m_stacksAction = nullptr;
   bool m_chartsPaused = false;
 
   ProfileEditor* m_editor = nullptr;
@@ -207,6 +219,10 @@ class MainWindow : public QMainWindow, private LiveStore {
   QComboBox* m_logLevel = nullptr;
   RunHistory* m_history = nullptr;
   SweepPanel* m_sweep = nullptr;
+  StacksPane* m_stacksPane = nullptr;
+  QTimer* m_stacksTimer = nullptr;     ///< looks for the stacks asked for, while waiting
+  core::StacksFileIds m_stacksBefore;  ///< the run folder's stacks files when they were asked for
+  std::chrono::steady_clock::time_point m_stacksUntil{};
   QMenu* m_recentMenu = nullptr;
   RunController* m_controller = nullptr;
   QTimer* m_drainTimer = nullptr;

@@ -103,6 +103,7 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
   }
   m_session = std::move(session);
   m_runDir = QString::fromStdString(m_session->runDir());
+  m_stacksFile.clear();
   m_runId = m_session->runId();
   {
     std::lock_guard<std::mutex> lock(m_mutex);
@@ -119,12 +120,14 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
     if (r.report.divergedRank >= 0 && r.report.status != core::RunReport::Status::Failed)
       message += QStringLiteral("; ") + QString::fromStdString(core::divergedMessage(r.report));
     const int failedRank = r.report.failedRank;
+    const QString stacks = QString::fromStdString(r.report.stacksFile);
     QStringList lastLines;
     for (const auto& l : r.report.lastLines) lastLines << QString::fromStdString(l);
     QMetaObject::invokeMethod(
         this,
-        [this, status, message, failedRank, lastLines] {
+        [this, status, message, failedRank, lastLines, stacks] {
           m_running = false;
+          m_stacksFile = stacks;
           emit finished(status, message, failedRank, lastLines);
         },
         Qt::QueuedConnection);
@@ -134,6 +137,12 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
 
 void RunController::stop() {
   if (m_session && m_running) m_session->requestStop();
+}
+
+bool RunController::requestStacks() {
+  if (!m_session || !m_running) return false;
+  m_session->requestStacks();
+  return true;
 }
 
 void RunController::take(Batch& batch) {

@@ -35,6 +35,9 @@ class RunController : public QObject {
   /// with `error` set when nothing could be started; the run is then not running.
   bool start(const core::Profile& profile, const QString& runsDir, QString* error);
   void stop();
+  /// Asks the running run for every rank's stacks (core::RunSession::requestStacks), written
+  /// to a stacks file in its folder within its stacks budget. False when no run is going on.
+  bool requestStacks();
   bool isRunning() const { return m_running; }
   /// Appended to every worker's command line of the runs started after this (tests: --fault=SPEC).
   void setWorkerArgs(std::vector<std::string> args) { m_workerArgs = std::move(args); }
@@ -42,6 +45,9 @@ class RunController : public QObject {
   void setStoreLimitKib(long long kib) { m_storeLimitKib = kib; }
   QString runDirectory() const { return m_runDir; }
   qint64 runId() const { return m_runId; }
+  /// The stacks file the last run's last attempt wrote (a stall, a timeout, or on request);
+  /// empty when none, and while a run goes on.
+  QString stacksFile() const { return m_stacksFile; }
 
   /// A restart or a rank's exit, at its place among the records: it comes before the record
   /// of index `index`, counting across the chunks. A restart means: drop what was drawn past
@@ -92,6 +98,7 @@ class RunController : public QObject {
   std::vector<std::vector<core::Record>> m_spare;  ///< emptied chunks, capacity kept
   bool m_running = false;
   QString m_runDir;
+  QString m_stacksFile;
   qint64 m_runId = 0;
 };
 

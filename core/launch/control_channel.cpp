@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "launch/control_channel.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/stat.h>
@@ -10,10 +9,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <map>
 #include <thread>
 
 #include "common/error.h"
+#include "launch/stacks_file.h"
 #include "launch/store_database.h"
 
 namespace ptw::core {
@@ -153,23 +152,6 @@ RunRow runningRun(const std::string& runsDir, const std::string& spec, const std
   return run;
 }
 
-// Each stacks-*.txt of a run folder, by name, with what tells a new one from an old: a
-// file renamed into place has an inode of its own.
-std::map<std::string, std::pair<ino_t, std::int64_t>> stacksFiles(const std::string& dir) {
-  std::map<std::string, std::pair<ino_t, std::int64_t>> out;
-  DIR* d = ::opendir(dir.c_str());
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    const std::string name = e->d_name;
-    struct stat st {};
-    if (name.rfind("stacks-", 0) == 0 && name.size() > 11 && name.compare(name.size() - 4, 4, ".txt") == 0 &&
-        ::stat((dir + "/" + name).c_str(), &st) == 0)
-      out[name] = {st.st_ino, static_cast<std::int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec};
-  }
-  ::closedir(d);
-  return out;
-}
-
 }  // namespace
 
 RunRow requestRunStop(const std::string& runsDir, const std::string& spec) {
@@ -184,7 +166,7 @@ RunRow requestRunStop(const std::string& runsDir, const std::string& spec) {
 
 std::string requestRunStacks(const std::string& runsDir, const std::string& spec, double waitS) {
   const RunRow run = runningRun(runsDir, spec, "stacks");
-  const auto before = stacksFiles(run.dir);
+  const StacksFileIds before = listStacksFiles(run.dir);
   try {
     ControlChannel::requestStacks(run.dir);
   } catch (const Error& e) {
@@ -194,10 +176,7 @@ std::string requestRunStacks(const std::string& runsDir, const std::string& spec
   // when the supervisor does.
   const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(static_cast<long>(waitS * 1000));
   while (std::chrono::steady_clock::now() < until) {
-    for (const auto& [name, id] : stacksFiles(run.dir)) {
-      const auto old = before.find(name);
-      if (old == before.end() || old->second != id) return run.dir + "/" + name;
-    }
+    if (std::string path = newStacksFile(run.dir, before); !path.empty()) return path;
     if (supervisorGone(run)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }

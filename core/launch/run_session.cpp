@@ -104,6 +104,10 @@ void RunSession::requestStop() {
   if (Supervisor* s = m_stopTarget.load()) s->requestStop();
 }
 
+void RunSession::requestStacks() {
+  if (Supervisor* s = m_stopTarget.load()) s->requestStacks();
+}
+
 std::string RunSession::storePath() const { return m_store ? m_store->path() : std::string(); }
 
 const ThroughputMeter& RunSession::throughput() const {

@@ -104,6 +104,9 @@ class RunSession {
   RunResult run(LaunchObserver& observer);
   /// Graceful stop, and no restart; before run() too. Async-signal-safe, from any thread.
   void requestStop();
+  /// Every rank's stacks, written to the run folder (Supervisor::requestStacks); nothing
+  /// before run() has started the ranks. Async-signal-safe, from any thread.
+  void requestStacks();
 
   const Profile& profile() const { return m_options.profile; }
   const std::string& runDir() const { return m_runDir; }

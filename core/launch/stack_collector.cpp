@@ -21,6 +21,7 @@
 #include <thread>
 
 #include "common/command.h"
+#include "launch/stacks_file.h"
 
 extern char** environ;
 
@@ -122,67 +123,12 @@ std::string onPath(const std::string& name) {
   return "";
 }
 
-// A frame of either tool's output, or of faulthandler's: its function and where it is.
-struct Frame {
-  std::string function, location;  ///< location: file:line, the file without its folder
-  std::string path;                ///< the file as the tool named it
-};
-
-// "  File "/x/script.py", line 7 in wait_forever"
-bool pythonFrame(const std::string& line, Frame& f) {
-  const auto file = line.find("File \"");
-  if (file == std::string::npos) return false;
-  const auto quote = line.find('"', file + 6);
-  const auto at = line.find(", line ", quote == std::string::npos ? line.size() : quote);
-  const auto in = line.find(" in ", at == std::string::npos ? line.size() : at);
-  if (quote == std::string::npos || at == std::string::npos || in == std::string::npos) return false;
-  std::string path = line.substr(file + 6, quote - file - 6);
-  path = path.substr(path.rfind('/') + 1);
-  f.location = path + ":" + line.substr(at + 7, in - at - 7);
-  f.function = line.substr(in + 4);
-  return true;
-}
-
-// gdb's "#3  0x000055d0 in ptw::engine::Trainer::run (this=0x1) at /src/trainer.cpp:120",
-// "#0  main () at x.cpp:3" or "#1  0x7f in poll () from /lib/libc.so.6"; eu-stack's
-// "#0  0x00007f0c clock_nanosleep".
-bool nativeFrame(const std::string& raw, Frame& f) {
-  if (raw.empty() || raw[0] != '#') return false;
-  std::string line = raw.substr(std::min(raw.size(), raw.find_first_of(' ')));
-  line.erase(0, line.find_first_not_of(' '));
-  if (line.rfind("0x", 0) == 0) {
-    const auto space = line.find(' ');
-    line = space == std::string::npos ? "" : line.substr(space + 1);
-    if (line.rfind("in ", 0) == 0) line.erase(0, 3);
-  }
-  f.location.clear(), f.path.clear();
-  if (const auto at = line.rfind(" at "); at != std::string::npos && line.find(':', at) != std::string::npos) {
-    f.path = line.substr(at + 4);
-    f.location = f.path.substr(f.path.rfind('/') + 1);
-    f.path.erase(f.path.rfind(':'));
-    line.erase(at);
-  } else if (const auto from = line.rfind(" from "); from != std::string::npos) {
-    line.erase(from);
-  }
-  // gdb writes the arguments' values after the name, in the last group of parentheses.
-  if (!line.empty() && line.back() == ')') {
-    int depth = 0;
-    for (std::size_t i = line.size(); i-- > 0;) {
-      depth += line[i] == ')' ? 1 : line[i] == '(' ? -1 : 0;
-      if (depth == 0) {
-        line.erase(i);
-        break;
-      }
-    }
-  }
-  while (!line.empty() && line.back() == ' ') line.pop_back();
-  f.function = line.empty() ? "??" : line;
-  return true;
-}
-
-bool threadHeader(const std::string& line) {
-  return line.rfind("Thread ", 0) == 0 || line.rfind("Current thread ", 0) == 0 || line.rfind("TID ", 0) == 0;
-}
+// Frames are read as StacksFile reads them (Note [Shared frames] in stacks_file.h), so that
+// the file's "same frames as" and the window's folding agree.
+using Frame = StackFrame;
+bool pythonFrame(const std::string& line, Frame& f) { return parseFrameLine("python", line, f); }
+bool nativeFrame(const std::string& line, Frame& f) { return parseFrameLine("native", line, f); }
+bool threadHeader(const std::string& line) { return isThreadHeader(line); }
 
 // The frames with addresses, arguments and thread ids left out: equal for two ranks that
 // stand in the same places.

@@ -14,8 +14,10 @@
 
 #include <string>
 
+#include "common/error.h"
 #include "common/profile.h"
 #include "launch/stack_collector.h"
+#include "launch/stacks_file.h"
 #include "test_support.h"
 
 using namespace ptw;
@@ -148,6 +150,83 @@ class TestStacks : public QObject {
     QCOMPARE(StackCollector::topFrames(gone), std::string());
   }
 
+  // A file render() writes, read back: each rank's section with its pid, host, kind, note or
+  // "same frames as"; the rank the title names; each thread's frames with the outermost ones
+  // every rank shares counted (Note [Shared frames]): ranks 0 and 2 differ in their innermost
+  // frame, so the main thread's other two are shared, and the second thread's one frame.
+  void aStacksFileReadsBackWithItsSharedFrames() {
+    auto rank = [](int r, const std::string& innermost) {
+      RankStacks s;
+      s.rank = r, s.pid = 100 + r, s.host = "node1", s.kind = "native";
+      s.frames = "Thread 2 (Thread 0x7f01 (LWP " + std::to_string(200 + r) +
+                 ") \"ptw-worker\"):\n"
+                 "#0  0x00007f10 in __futex_abstimed_wait_common () from /lib/x86_64-linux-gnu/libc.so.6\n"
+                 "Thread 1 (Thread 0x7f00 (LWP " +
+                 std::to_string(100 + r) + ") \"ptw-worker\"):\n#0  0x00007f20 in " + innermost +
+                 " () from /lib/x86_64-linux-gnu/libc.so.6\n"
+                 "#1  0x000055aa in ptw::engine::Trainer::run (this=0x55" +
+                 std::to_string(r) +
+                 ", stop=...) at /src/core/engine/trainer.cpp:120\n"
+                 "#2  0x000055bb in main (argc=5, argv=0x7ffd) at /src/app/worker_main.cpp:5\n";
+      return s;
+    };
+    RankStacks gone;
+    gone.rank = 3, gone.pid = 103, gone.note = "ended before its stack was taken";
+    const std::string title = "ptw: stacks of every rank, attempt 1: rank 2 on host node1 stopped making progress";
+    const std::string text = StackCollector::render({rank(0, "pause"), rank(1, "pause"), rank(2, "poll"), gone}, title);
+    const StacksFile file = parseStacksFile(text);
+    QCOMPARE(file.title, title);
+    QCOMPARE(file.behind, 2);
+    QCOMPARE(int(file.sections.size()), 4);
+    const StackSection* zero = file.section(0);
+    QCOMPARE(zero->pid, 100);
+    QCOMPARE(zero->host, std::string("node1"));
+    QCOMPARE(zero->kind, std::string("native"));
+    QCOMPARE(zero->sameAs, -1);
+    QCOMPARE(file.section(1)->sameAs, 0);
+    QCOMPARE(file.framesOf(1), zero);
+    QVERIFY(file.section(1)->threads.empty());
+    QCOMPARE(file.section(3)->note, std::string("ended before its stack was taken"));
+    QCOMPARE(file.section(3)->kind, std::string());
+    QCOMPARE(file.framesOf(3), file.section(3));
+    for (const StackSection* s : {zero, file.section(2)}) {
+      QCOMPARE(int(s->threads.size()), 2);
+      QVERIFY(s->threads[0].header.rfind("Thread 2 ", 0) == 0);
+      QCOMPARE(s->threads[0].shared, std::size_t(1));
+      QCOMPARE(int(s->threads[1].frames.size()), 3);
+      QCOMPARE(s->threads[1].shared, std::size_t(2));
+      QCOMPARE(s->threads[1].frames[1].describe(), std::string("ptw::engine::Trainer::run (trainer.cpp:120)"));
+      QCOMPARE(s->threads[1].frames[2].path, std::string("/src/app/worker_main.cpp"));
+    }
+    QCOMPARE(zero->threads[1].frames[0].function, std::string("pause"));
+    QCOMPARE(file.section(2)->threads[1].frames[0].function, std::string("poll"));
+    QVERIFY(
+        QString::fromStdString(file.section(2)->text).startsWith("== rank 2 (pid 102, host node1): native frames =="));
+    // Taken on request: no rank is named.
+    QCOMPARE(
+        parseStacksFile(StackCollector::render({rank(0, "pause")}, "ptw: stacks of every rank, attempt 0: on request"))
+            .behind,
+        -1);
+  }
+
+  // Not a stacks file: one line naming the file and what was expected.
+  void aFileThatIsNoStacksFileIsNamed() {
+    try {
+      parseStacksFile("loss,step\n1,2\n", "/runs/x/stacks-0.txt");
+      QFAIL("no error");
+    } catch (const Error& e) {
+      QCOMPARE(QString(e.what()), QString("/runs/x/stacks-0.txt: not a stacks file: expected its first line to start "
+                                          "with \"ptw: stacks of every rank\", got \"loss,step\""));
+    }
+    QTemporaryDir dir;
+    try {
+      readStacksFile(dir.filePath("stacks-9.txt").toStdString());
+      QFAIL("no error");
+    } catch (const Error& e) {
+      QVERIFY2(QString(e.what()).startsWith(dir.filePath("stacks-9.txt") + ": cannot read the stacks file"), e.what());
+    }
+  }
+
   // Rank 1 hangs in wait_forever after step 1; ranks 0 and 2 go on to step 5 and wait there
   // in the same place. Rank 1 is named, its frame (file and line) is in the message and the
   // file, and rank 2's frames, the same as rank 0's, are folded.
@@ -197,6 +276,21 @@ wait_for_peer()
     QVERIFY2(section(stacks, 0).contains(peer), qPrintable(stacks));
     QVERIFY2(section(stacks, 2).contains("same frames as rank 0"), qPrintable(stacks));
     QVERIFY2(!section(stacks, 2).contains("File \""), qPrintable(stacks));
+    // Read back: rank 1 named, its innermost frame wait_forever; rank 2 rank 0's. Their
+    // outermost frames are <module> at different lines: no frame is shared.
+    const StacksFile file = readStacksFile(path.toStdString());
+    QCOMPARE(file.behind, 1);
+    QCOMPARE(int(file.sections.size()), 3);
+    const StackSection* one = file.section(1);
+    QCOMPARE(one->kind, std::string("python"));
+    QVERIFY(!one->threads.empty());
+    QVERIFY(one->threads.back().process.rfind("process ", 0) == 0);
+    QCOMPARE(one->threads.back().frames.front().describe(),
+             QString("wait_forever (script.py:%1)").arg(lineOf(script, "rank 1 is here")).toStdString());
+    QCOMPARE(one->threads.back().frames.front().path, dir.filePath("script.py").toStdString());
+    QCOMPARE(file.framesOf(2), file.section(0));
+    QCOMPARE(file.section(0)->threads.back().frames.front().function, std::string("wait_for_peer"));
+    QCOMPARE(one->threads.back().shared, std::size_t(0));
     // The programs' own stack files go with the run.
     QCOMPARE(QDir(runFolder(runs)).entryList({"*.pystacks.*"}), QStringList());
   }
@@ -227,6 +321,25 @@ wait_for_peer()
     QVERIFY2(section(stacks, 1).contains("ptw::engine::"), qPrintable(stacks));
     QVERIFY2(section(stacks, 0).contains("ptw::engine::"), qPrintable(stacks));
     QVERIFY2(s["message"].toString().contains("(" + hang + ")"), qPrintable(s["message"].toString()));
+    // Read back: rank 1's main thread differs from rank 0's at the hang; the frames below,
+    // from the program's start to the training loop's, are the same in both and counted as shared.
+    const StacksFile file = readStacksFile(s["stacks"].toString().toStdString());
+    QCOMPARE(file.behind, 1);
+    const StackThread& hung = file.section(1)->threads.back();
+    const StackThread& peer = file.section(0)->threads.back();
+    QVERIFY2(hung.header.rfind("Thread 1 ", 0) == 0, hung.header.c_str());
+    QVERIFY(hung.shared >= 1 && hung.shared < hung.frames.size());
+    QCOMPARE(peer.shared, hung.shared);
+    bool loopShared = false;
+    for (std::size_t i = hung.frames.size() - hung.shared; i < hung.frames.size(); ++i) {
+      QVERIFY(hung.frames[i].samePlace(peer.frames[peer.frames.size() - hung.frames.size() + i]));
+      loopShared = loopShared || hung.frames[i].function == "ptw::engine::Trainer::run";
+    }
+    QVERIFY(loopShared);
+    bool hangOwn = false;
+    for (std::size_t i = 0; i < hung.frames.size() - hung.shared; ++i)
+      hangOwn = hangOwn || hung.frames[i].location == hang.toStdString();
+    QVERIFY(hangOwn);
   }
 
   // A run whose ranks end as they should takes no stacks: no file, no "stacks" in the summary,
