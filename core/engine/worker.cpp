@@ -825,7 +825,10 @@ core::WorkerExit runRank(const Args& args, const core::Profile& profile) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what());
     return core::WorkerExit::BadInput;
   }
-  if (!core::strategyOf(profile).runsCommand)  // a program's Python answers for itself (Note [Python stacks])
+  // A program's Python answers for itself (Note [Python stacks]). PTW_STACKS_HANDLER=off is for
+  // measures only: what a healthy run pays for the handler (tests/bench/monitoring_pairs.sh).
+  const char* handler = std::getenv("PTW_STACKS_HANDLER");
+  if (!core::strategyOf(profile).runsCommand && !(handler && std::strcmp(handler, "off") == 0))
     NativeStacks::install(core::nativeStacksFile(args.out, rank, static_cast<long>(::getpid())));
   if (core::strategyOf(profile).synthetic) return syntheticRanks(args, profile, writer);
   if (core::strategyOf(profile).runsCommand) {
