@@ -7,6 +7,7 @@
 #include <execinfo.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -188,6 +189,7 @@ void answer() {
 
 // The answering thread: asleep in read() until a request comes; no signal reaches it.
 void answerRequests() {
+  ::pthread_setname_np(::pthread_self(), "ptw-stacks");  // its own line in the stacks and in top
   sigset_t all;
   sigfillset(&all);
   ::pthread_sigmask(SIG_BLOCK, &all, nullptr);

@@ -10,10 +10,12 @@
 #               in a stall; stacks asked ROUNDS times; then `gdb -batch` on rank 1 alone, twice,
 #               as ptw took native stacks before ranks answered for themselves
 #
-# Each time is the wall time of one `ptw stacks latest` (the request through the run folder,
+# Before the first request, each run's answering threads (ptw-stacks, one a worker) are watched
+# for 5 s: their CPU time and wake-ups from schedstat, which are 0 when nothing is collected
+# while nobody asks. Each time is the wall time of one `ptw stacks latest` (the request through the run folder,
 # every rank's frames, the file written and printed). Prints and writes
-# tests/bench/results/stacks-<UTC time>.json: per run the ranks, the median and largest
-# time, how many ranks' sections came from the ranks themselves, and for native the gdb
+# tests/bench/results/stacks-<UTC time>.json: per run the ranks, the idle threads' CPU and
+# wake-ups, the median and largest time, how many ranks' sections came from the ranks themselves, and for native the gdb
 # time and the ratio of the median to it.
 # Usage: tests/bench/bench_stacks.sh [RANKS [ROUNDS]]   (default 64 5)
 set -euo pipefail
@@ -66,6 +68,23 @@ def start(name, processes, args, settle):
     time.sleep(settle)
     return p, folder
 
+def answering_thread(pid):  # the CPU ns and wake-ups of a worker's ptw-stacks thread (schedstat)
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/comm") as f:
+            if f.read().strip() == "ptw-stacks":
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    cpu, _, slices = f.read().split()
+                return int(cpu), int(slices)
+    sys.exit(f"bench_stacks: worker {pid} has no ptw-stacks thread")
+
+def idle_cost(parent, seconds):  # what the answering threads of a run took while nobody asked
+    pids = [pid for pid, _ in workers(parent)]
+    before = [answering_thread(pid) for pid in pids]
+    time.sleep(seconds)
+    after = [answering_thread(pid) for pid in pids]
+    return {"idle_seconds": seconds, "answering_threads_cpu_ns": sum(a[0] - b[0] for a, b in zip(after, before)),
+            "answering_threads_wakeups": sum(a[1] - b[1] for a, b in zip(after, before))}
+
 def ask(folder):
     times, own = [], 0
     for _ in range(rounds):
@@ -89,12 +108,13 @@ def stop(p, folder):
 result = {"rounds": rounds}
 p, folder = start("synthetic", 1, ["--set", "strategy.kind=synthetic", "--set", f"strategy.ranks={ranks}",
                                    "--set", "hyper.max_steps=100000000"], 1)
-result["synthetic"] = {"ranks": ranks, "processes": 1, **ask(folder)}
+idle = idle_cost(p.pid, 5)
+result["synthetic"] = {"ranks": ranks, "processes": 1, **idle, **ask(folder)}
 stop(p, folder)
 
 p, folder = start("native", ranks, ["--set", f"strategy.ranks={ranks}", "--set", "hyper.max_steps=100000000",
                                     "--worker-arg=--fault=hang-at-step:0:2"], 5)
-native = {"ranks": ranks, **ask(folder)}
+native = {"ranks": ranks, **idle_cost(p.pid, 5), **ask(folder)}
 rank1 = sorted(pid for pid, _ in workers(p.pid))[1]
 gdb = []
 for _ in range(2):
