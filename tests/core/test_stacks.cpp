@@ -99,7 +99,9 @@ QString section(const QString& stacks, int rank) {
   return stacks.mid(from, to < 0 ? -1 : to - from);
 }
 
-QStringList stacksFilesIn(const QString& dir) { return QDir(dir).entryList({"stacks-*.txt", "*.pystacks.*"}); }
+QStringList stacksFilesIn(const QString& dir) {
+  return QDir(dir).entryList({"stacks-*.txt", "*.pystacks.*", "*.stacks", "*.stacks.part"});
+}
 
 }  // namespace
 
@@ -369,6 +371,21 @@ for step in range(1, 4):
     QVERIFY2(r.code == 0, qPrintable(r.err));
     QCOMPARE(readFile(dir.filePath("hook.0")), QString("ready"));
     QCOMPARE(readFile(dir.filePath("hook.1")), QString("ready"));
+    QVERIFY(!readSummary(summary).contains("stacks"));
+    QCOMPARE(stacksFilesIn(runFolder(runs)), QStringList());
+  }
+
+  // ptw's own ranks that end as they should are never asked: no stacks file, none of the
+  // ranks' own answers, no "stacks" in the summary.
+  void aFinishedNativeRunTakesNoStacks() {
+    QTemporaryDir dir, runs;
+    Profile p = test::endlessProfile(2);
+    p.hyper.maxSteps = 20;
+    const QString summary = runs.filePath("summary.json");
+    const Result r = runPtw({"--headless", "--runs-dir", runs.path(), "--summary", summary, "--profile",
+                             QString::fromStdString(test::writeProfile(dir, p))});
+    QVERIFY2(r.code == 0, qPrintable(r.err));
+    QCOMPARE(readSummary(summary)["status"].toString(), QString("finished"));
     QVERIFY(!readSummary(summary).contains("stacks"));
     QCOMPARE(stacksFilesIn(runFolder(runs)), QStringList());
   }
