@@ -126,7 +126,6 @@ std::string onPath(const std::string& name) {
 struct Frame {
   std::string function, location;  ///< location: file:line, the file without its folder
   std::string path;                ///< the file as the tool named it
-  std::string object;              ///< the program or library, where no file is known ("from ...")
 };
 
 // "  File "/x/script.py", line 7 in wait_forever"
@@ -156,14 +155,13 @@ bool nativeFrame(const std::string& raw, Frame& f) {
     line = space == std::string::npos ? "" : line.substr(space + 1);
     if (line.rfind("in ", 0) == 0) line.erase(0, 3);
   }
-  f.location.clear(), f.path.clear(), f.object.clear();
+  f.location.clear(), f.path.clear();
   if (const auto at = line.rfind(" at "); at != std::string::npos && line.find(':', at) != std::string::npos) {
     f.path = line.substr(at + 4);
     f.location = f.path.substr(f.path.rfind('/') + 1);
     f.path.erase(f.path.rfind(':'));
     line.erase(at);
   } else if (const auto from = line.rfind(" from "); from != std::string::npos) {
-    f.object = line.substr(from + 6);
     line.erase(from);
   }
   // gdb writes the arguments' values after the name, in the last group of parentheses.
