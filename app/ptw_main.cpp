@@ -308,9 +308,10 @@ constexpr const char* kStopHelp =
     "started the run can (docs/follow.md)";
 constexpr const char* kStacksHelp =
     "Print where every rank of a running run is: each rank's threads' frames (Python frames with file and line "
-    "for a script's ranks; function names for ptw's own ranks, with gdb). Its supervisor takes them, in at most "
-    "10 s, and writes them to stacks-ATTEMPT.txt in the run folder; ranks on other hosts are not taken "
-    "(docs/stacks.md)";
+    "for a script's ranks; function names for ptw's own ranks, which write their own, gdb reading one that does "
+    "not answer). Its supervisor takes them, in at most 10 s, and writes them to stacks-ATTEMPT.txt in the run "
+    "folder; ptw's own ranks on other hosts started over ssh are asked on their connection, others are not "
+    "taken (docs/stacks.md)";
 
 // `ptw stop` and `ptw stacks`: a request to a running run's supervisor (Note [Control channel]).
 CLI::App* addRunRequestCommand(CLI::App& app, StopArgs& args, const char* name, const char* description) {

@@ -311,6 +311,11 @@ std::string pythonStacksPrefix(const std::string& runDir, int rank, long workerP
                         : runDir + "/rank" + std::to_string(rank) + ".pystacks";
 }
 
+std::string nativeStacksFile(const std::string& runDir, int rank, long workerPid) {
+  return runDir.empty() ? "/tmp/rank" + std::to_string(rank) + ".stacks." + std::to_string(workerPid)
+                        : runDir + "/rank" + std::to_string(rank) + ".stacks";
+}
+
 void removePythonStacksFiles(const std::string& prefix) {
   const auto slash = prefix.rfind('/');
   const std::string dir = slash == std::string::npos ? "." : prefix.substr(0, slash);

@@ -89,6 +89,11 @@ int stacksSignal();
 /// worker's pid in /tmp without a run folder.
 std::string pythonStacksPrefix(const std::string& runDir, int rank, long workerPid);
 
+/// Where ptw's own rank `rank` writes its native stacks when asked (Note [Native stacks] in
+/// engine/native_stacks.h): rankN.stacks in `runDir`, or with the worker's pid in /tmp
+/// without a run folder.
+std::string nativeStacksFile(const std::string& runDir, int rank, long workerPid);
+
 /// Removes the files of `prefix` (<prefix>.<pid>); never throws.
 void removePythonStacksFiles(const std::string& prefix);
 

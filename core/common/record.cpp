@@ -77,6 +77,12 @@ void formatRecord(const Record& r, std::string& out) {
       out += ' ';
       out += r.stateName().empty() ? std::string_view("train") : r.stateName();
       appendInt(out, r.parameters);
+      if (r.countsCollectives) {
+        appendInt(out, r.collectivesEntered);
+        appendInt(out, r.collectivesCompleted);
+        out += ' ';
+        out += r.collectiveName().empty() ? std::string_view("none") : r.collectiveName();
+      }
       break;
     case Record::Kind::Done:
       out += 'D';
@@ -142,6 +148,10 @@ constexpr std::size_t kScalarValueAt = kEpochAt + Record::kNameBytes;  // N: the
 static_assert(kScalarValueAt + 8 <= kRecordFrameBytes);
 constexpr std::size_t kParametersAt = kValuesAt + Record::kStateBytes;  // H: the state, then the parameters
 static_assert(kParametersAt + 8 <= kRecordFrameBytes);
+// H: then the collective counts, the last collective's name and whether the rank counts them.
+constexpr std::size_t kEnteredAt = kParametersAt + 8, kCompletedAt = kEnteredAt + 8, kCollectiveAt = kCompletedAt + 8;
+constexpr std::size_t kCountsAt = kCollectiveAt + Record::kStateBytes;
+static_assert(kCountsAt + 1 <= kRecordFrameBytes);
 static_assert(kGroupAt + 16 + 9 * 8 == kGroupFrameBytes);
 
 // The step fields of `s` into the frame `f`, and back.
@@ -165,6 +175,19 @@ bool allZero(const char* p, std::size_t n) {
   for (std::size_t i = 0; i < n; ++i)
     if (p[i] != 0) return false;
   return true;
+}
+
+// A heartbeat's collective counts (Note [Collective positions]): none from a rank that does
+// not count them, whose frame (as one of a build before the counts) is zero from kEnteredAt.
+bool readCollectives(const char* f, Record& r) {
+  if (f[kCountsAt] == 0) return allZero(f + kEnteredAt, kRecordFrameBytes - kEnteredAt);
+  const char* name = f + kCollectiveAt;
+  std::size_t n = 0;
+  while (n < kStateBytes && ((name[n] >= 'a' && name[n] <= 'z') || name[n] == '-')) ++n;
+  const auto entered = get<std::int64_t>(f, kEnteredAt), completed = get<std::int64_t>(f, kCompletedAt);
+  r.setCollectives(entered, completed, std::string_view(name, n));
+  return f[kCountsAt] == 1 && completed >= 0 && completed <= entered && allZero(name + n, kStateBytes - n) &&
+         allZero(f + kCountsAt + 1, kRecordFrameBytes - kCountsAt - 1);
 }
 
 }  // namespace
@@ -196,6 +219,13 @@ void encodeRecord(const Record& r, std::string& out) {
       const std::string_view state = r.stateName().empty() ? std::string_view("train") : r.stateName();
       std::memcpy(f + kValuesAt, state.data(), std::min(state.size(), kStateBytes));
       put<std::int64_t>(f, kParametersAt, r.parameters);
+      if (r.countsCollectives) {
+        put<std::int64_t>(f, kEnteredAt, r.collectivesEntered);
+        put<std::int64_t>(f, kCompletedAt, r.collectivesCompleted);
+        const std::string_view name = r.collectiveName();
+        std::memcpy(f + kCollectiveAt, name.data(), std::min(name.size(), kStateBytes));
+        f[kCountsAt] = 1;
+      }
       break;
     }
     case Record::Kind::Done: put<std::int64_t>(f, kStepAt, s.step); break;
@@ -265,7 +295,7 @@ std::size_t decodeRecords(std::string_view in, std::vector<Record>& out, bool& m
       r.setState(std::string_view(state, n));
       r.parameters = get<std::int64_t>(f, kParametersAt);
       ok = n > 0 && allZero(state + n, kStateBytes - n) && allZero(f + kEpochAt, 8) && r.parameters >= 0 &&
-           allZero(f + kParametersAt + 8, kRecordFrameBytes - kParametersAt - 8);
+           readCollectives(f, r);
     } else if (kind == 'N') {
       r.kind = Record::Kind::Scalar;
       const char* name = f + kEpochAt;

@@ -11,15 +11,21 @@
 //   V rank step val_loss val_accuracy          validation (accuracy is -1 for regression)
 //   G rank first step count loss_sum loss_min loss_max samples busy_ms data_ms compute_ms comm_ms opt_ms
 //     then the group's last step record's fields as in S from epoch on: a group of steps
-//   H rank step state parameters               heartbeat while alive; state: train|comm|quiet|done;
-//                                              the model's parameter count (0: none, a command rank)
+//   H rank step state parameters [entered completed collective]
+//                                              heartbeat while alive; state: train|comm|quiet|done;
+//                                              the model's parameter count (0: none, a command rank);
+//                                              a DDP rank's collective counts and the name of its last
+//                                              collective (Note [Collective positions] in engine/)
 //   D rank steps                               finished cleanly
 //   N rank step name value                     a named scalar (a script's, Note [Script ranks] in command.h)
 //
 // Frame (kRecordFrameBytes, native byte order: both ends are the same build on one host):
 //   u32 magic "PTWR" | u8 kind 'S'/'V'/'H'/'D'/'N' | 3 zero bytes | i32 rank | 4 zero bytes |
 //   i64 step | i64 epoch | f64 x 8 (S: loss .. lr; V: val_loss, val_accuracy; H: the state,
-//   up to 16 letters, then i64 parameters) | i64 mem_bytes: the step fields, in the order of Note [Step fields];
+//   up to 16 letters, then i64 parameters, i64 entered, i64 completed, the collective's name in 16
+//   bytes and a byte 1 when the rank counts its collectives: a frame of a build from before the
+//   counts holds zeros there and reads as a rank that does not count them) | i64 mem_bytes: the
+//   step fields, in the order of Note [Step fields];
 //   N frames hold the name (48 bytes, NUL-padded) where the epoch is, then the value;
 //   G frames (kind 'G') then add kGroupFrameBytes - kRecordFrameBytes bytes: i64 first | i64 count | f64 loss_sum,
 //   loss_min, loss_max, samples, then the sums of step_ms, data_ms, compute_ms, comm_ms, opt_ms
@@ -217,6 +223,13 @@ struct Record {
   /// Heartbeat: the parameters of the rank's model (0: none yet, or a command rank's program),
   /// so that the window can show the model's size without loading it.
   std::int64_t parameters = 0;
+  /// Heartbeat: the collectives the rank has entered and completed, and the name of the last
+  /// one it entered (Note [Collective positions] in engine/collective_position.h), when
+  /// countsCollectives; a rank that does not count them (not DDP, an older build) has none.
+  bool countsCollectives = false;
+  std::int64_t collectivesEntered = 0;
+  std::int64_t collectivesCompleted = 0;
+  char collective[kStateBytes + 1] = {};
 
   /// Sets `state`, cut to kStateBytes.
   void setState(std::string_view s) {
@@ -230,6 +243,16 @@ struct Record {
     for (std::size_t i = 0; i <= kNameBytes; ++i) name[i] = i < n ? s[i] : '\0';
   }
   std::string_view scalarName() const { return name; }
+  /// Sets the collective counts of a heartbeat and the name of its last collective (letters
+  /// and '-', cut to kStateBytes).
+  void setCollectives(std::int64_t entered, std::int64_t completed, std::string_view last) {
+    countsCollectives = true;
+    collectivesEntered = entered;
+    collectivesCompleted = completed;
+    const std::size_t n = last.size() < kStateBytes ? last.size() : kStateBytes;
+    for (std::size_t i = 0; i <= kStateBytes; ++i) collective[i] = i < n ? last[i] : '\0';
+  }
+  std::string_view collectiveName() const { return collective; }
 };
 
 /// A named scalar's name: 1 to Record::kNameBytes characters of [A-Za-z0-9_./-].

@@ -26,6 +26,7 @@
 #include <mutex>
 
 #include "common/error.h"
+#include "engine/collective_position.h"
 #include "engine/compat_c10d.h"
 #include "engine/ddp_shm.h"
 #include "engine/model.h"
@@ -64,6 +65,7 @@ class Ddp final : public Strategy {
   explicit Ddp(const SyncContext& ctx)
       : m_rank(ctx.rank), m_world(ctx.world), m_bucketMb(ctx.profile.strategy.bucketMb) {
     m_needsAutograd = true;  // the buckets are launched from hooks on autograd's AccumulateGrad nodes
+    collectivePosition().counting.store(true, std::memory_order_relaxed);  // Note [Collective positions]
     const auto& p = ctx.profile;
     setDevice(
         deviceFor(p, ctx.localRank >= 0 ? ctx.localRank : ctx.rank));  // before rendezvous: a missing GPU fails fast
@@ -162,6 +164,7 @@ class Ddp final : public Strategy {
         PeerWait waiting;
         b.work->wait();
       }
+      completeCollective();
       b.buffer.div_(m_world);
       for (std::size_t k = 0; k < b.params.size(); ++k) {
         auto& p = m_params[b.params[k]];
@@ -187,7 +190,9 @@ class Ddp final : public Strategy {
     std::vector<torch::Tensor> io{torch::cat(flat)};
     {
       PeerWait waiting;
+      enterCollective("broadcast");
       m_group->broadcast(io)->wait();
+      completeCollective();
     }
     std::int64_t offset = 0;
     for (const auto& p : m_params) {
@@ -205,7 +210,9 @@ class Ddp final : public Strategy {
     std::vector<torch::Tensor> io{torch::cat(flat)};
     {
       PeerWait waiting;
+      enterCollective("broadcast");
       m_group->broadcast(io)->wait();
+      completeCollective();
     }
     if (m_rank == 0) return;
     std::int64_t offset = 0;
@@ -266,6 +273,7 @@ class Ddp final : public Strategy {
     }
     while (m_nextLaunch < m_buckets.size() && m_buckets[m_nextLaunch].ready) {
       std::vector<torch::Tensor> io{m_buckets[m_nextLaunch].buffer};
+      enterCollective("all-reduce");
       m_buckets[m_nextLaunch].work = m_group->allreduce(io);
       ++m_nextLaunch;
       ++m_exchanges;

@@ -61,6 +61,7 @@
 
 #include "common/error.h"
 #include "common/shm_names.h"
+#include "engine/collective_position.h"
 #include "engine/kernels.h"
 #include "engine/model.h"
 #include "engine/peer_wait.h"
@@ -81,7 +82,9 @@ class ShmDdp : public Strategy {
         m_name(core::sharedSegmentName(ctx.port, "ddp")),
         m_momentum(ctx.profile.hyper.momentum != 0),
         m_gradFloats(gradFloats),
-        m_slotFloats(cacheLineFloats(gradFloats + 1)) {}  // the gradients, then the stop wish
+        m_slotFloats(cacheLineFloats(gradFloats + 1)) {                    // the gradients, then the stop wish
+    collectivePosition().counting.store(true, std::memory_order_relaxed);  // Note [Collective positions]
+  }
 
   BatchPlan plan(const core::Profile& p, std::int64_t samples) const override {
     return shardPlan(p, samples, m_rank, m_world);
@@ -112,7 +115,7 @@ class ShmDdp : public Strategy {
         std::memcpy(staging + off, p.data_ptr<float>(), static_cast<std::size_t>(p.numel()) * sizeof(float));
       });
     offerBuffers(0);
-    meet();
+    meet("broadcast");
     m_segment->unlink();
     adopt(staging);
     takeBuffers(0);
@@ -139,8 +142,13 @@ class ShmDdp : public Strategy {
   /// From here on the slot holds this rank's gradients (Note [Shared-memory all-reduce]).
   virtual void attached() { bindGradients(m_params, m_segment, slot(m_rank)); }
 
-  /// The ranks' barrier, awake as lock-step ranks are (Note [Lock-step waits]).
-  void meet() { m_segment->barrier(m_segment->lockstepAwake()); }
+  /// The ranks' barrier, awake as lock-step ranks are (Note [Lock-step waits]), counted as
+  /// the collective `name` (Note [Collective positions]).
+  void meet(const char* name = "barrier") {
+    enterCollective(name);
+    m_segment->barrier(m_segment->lockstepAwake());
+    completeCollective();
+  }
 
   /// Puts this rank's stop wish after its gradients in `set`, waits for every rank at the
   /// barrier, and returns whether any rank wished to stop. Every wish is read before the
@@ -153,7 +161,7 @@ class ShmDdp : public Strategy {
     set[static_cast<std::size_t>(m_rank)][m_gradFloats] = m_localStop ? 1.f : 0.f;
     const auto bufferSet = static_cast<std::size_t>(m_exchanges % 2);
     offerBuffers(bufferSet);
-    meet();
+    meet("all-reduce");
     takeBuffers(bufferSet);
     bool stop = false;
     for (const float* s : set) stop = stop || s[m_gradFloats] > 0.5f;

@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/command.h"
 #include "common/error.h"
 #include "common/launcher_env.h"
 #include "common/network.h"
@@ -33,7 +34,9 @@
 #include "common/version.h"
 #include "common/worker_invocation.h"
 #include "engine/blas.h"
+#include "engine/collective_position.h"
 #include "engine/command_rank.h"
+#include "engine/native_stacks.h"
 #include "engine/peer_wait.h"
 #include "engine/sample_grid.h"
 #include "engine/synthetic_ranks.h"
@@ -193,6 +196,14 @@ class RecordWriter {
     h.step.step = m_lastStep.load(std::memory_order_relaxed);
     h.setState(state);
     h.parameters = m_parameters.load(std::memory_order_relaxed);
+    const auto& collectives = collectivePosition();  // Note [Collective positions]
+    if (collectives.counting.load(std::memory_order_relaxed)) {
+      const char* last = collectives.last.load(std::memory_order_relaxed);
+      // relaxed loads of two counters may see a completion before its entry: never more completed
+      const std::int64_t completed = collectives.completed.load(std::memory_order_relaxed);
+      h.setCollectives(std::max(completed, collectives.entered.load(std::memory_order_relaxed)), completed,
+                       last ? last : "");
+    }
     append(h);
     flushLocked(std::chrono::steady_clock::now());
   }
@@ -536,6 +547,7 @@ void becomeRemote(Args& a) {
         continue;
       }
       if (line == "stop") g_stop.store(true);
+      if (line == "stacks") NativeStacks::request();  // Note [Native stacks]
       line.clear();
     }
     std::fprintf(stderr, "error: ptw-worker on %s: the connection to the launcher is gone; exiting\n", host.c_str());
@@ -662,7 +674,7 @@ Trainer::RecordSink recordSink(const core::Profile& profile, RecordWriter& write
     }
     if (step && r.step.step == hangAtStep) {
       writer.flush();
-      for (;;) ::pause();  // busy on its own, heartbeats going on: a hang the peers wait for
+      hangInOwnWork();
     }
   };
 }
@@ -813,6 +825,11 @@ core::WorkerExit runRank(const Args& args, const core::Profile& profile) {
     std::fprintf(stderr, "error: [rank %d] %s\n", rank, e.what());
     return core::WorkerExit::BadInput;
   }
+  // A program's Python answers for itself (Note [Python stacks]). PTW_STACKS_HANDLER=off is for
+  // measures only: what a healthy run pays for the handler (tests/bench/monitoring_pairs.sh).
+  const char* handler = std::getenv("PTW_STACKS_HANDLER");
+  if (!core::strategyOf(profile).runsCommand && !(handler && std::strcmp(handler, "off") == 0))
+    NativeStacks::install(core::nativeStacksFile(args.out, rank, static_cast<long>(::getpid())));
   if (core::strategyOf(profile).synthetic) return syntheticRanks(args, profile, writer);
   if (core::strategyOf(profile).runsCommand) {
     std::atomic<bool> reported{false};  // until then the stall timeout leaves the rank be
@@ -832,6 +849,10 @@ core::WorkerExit runRank(const Args& args, const core::Profile& profile) {
 }
 
 }  // namespace
+
+void hangInOwnWork() {
+  for (;;) ::pause();  // busy on its own, heartbeats going on: a hang the peers wait for
+}
 
 int workerMain(int argc, char** argv) {
   // Where Yama allows ptrace only to ancestors, the launcher's gdb is no ancestor of a rank:

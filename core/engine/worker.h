@@ -14,4 +14,8 @@ namespace ptw::engine {
 /// main() of ptw-worker; returns its exit code, a core::WorkerExit.
 int workerMain(int argc, char** argv);
 
+/// Never returns: the hang-at-step fault (Note [Injected faults]), a function of its own,
+/// exported, so that the rank's stacks name it.
+[[noreturn, gnu::noinline]] void hangInOwnWork();
+
 }  // namespace ptw::engine

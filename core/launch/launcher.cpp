@@ -31,6 +31,7 @@
 #include "common/command.h"
 #include "common/error.h"
 #include "common/shm_names.h"
+#include "launch/collective_blame.h"
 #include "launch/stack_collector.h"
 
 namespace ptw::core {
@@ -111,6 +112,7 @@ struct Rank {
   Clock::time_point lastSeen = Clock::now();
   std::int64_t lastStep = -1;
   std::string state = "start";
+  CollectiveCount collectives;  // from its last heartbeat (Note [Collective positions])
 
   Rank() = default;
   Rank(const Rank&) = delete;
@@ -416,6 +418,12 @@ RunReport Launcher::Impl::run() {
   // Note [Python stacks]: the files of programs killed before their rank could remove them.
   if (o.commandRanks)
     for (auto& rk : m_ranks) removePythonStacksFiles(pythonStacksPrefix(o.outDir, rk.rank, rk.pid));
+  // Note [Native stacks]: an answer that came after its collection was over.
+  if (!o.commandRanks)
+    for (auto& rk : m_ranks)
+      for (const std::string& f :
+           {nativeStacksFile(o.outDir, rk.rank, rk.pid), nativeStacksFile(o.outDir, rk.rank, rk.pid) + ".part"})
+        ::unlink(f.c_str());
   return finishReport();
 }
 
@@ -669,6 +677,9 @@ void Launcher::Impl::takeRecords(Rank& rk) {
     // A process may stand for several ranks (mpirun's): its heartbeats give the step of the
     // one furthest behind, which is what a stall is judged on.
     if (!namesRanks || rec.kind == Record::Kind::Heartbeat) rk.lastStep = std::max(rk.lastStep, rec.step.step);
+    if (rec.kind == Record::Kind::Heartbeat)
+      rk.collectives = {rk.rank, rec.countsCollectives, rec.collectivesEntered, rec.collectivesCompleted,
+                        std::string(rec.collectiveName())};
     watchSteps(rk, rec);
   }
   if (m_batch.size() > first) {
@@ -872,7 +883,24 @@ void Launcher::Impl::detectStalls(Clock::time_point now) {
 // barrier or collective ("comm") or working on its own ("train"); ranks stuck in a
 // collective are the effect of the one that never arrived. The ranks' own wait limit is
 // 5 s longer (engine::peerTimeout), so this fires first and names the cause.
+// Where every rank counts its collectives (Note [Collective positions]), the counts name
+// the rank that is behind and the collective the others wait in, exactly.
 void Launcher::Impl::blameNoProgress(std::int64_t minStep) {
+  const std::string seconds = std::to_string(static_cast<int>(o.stallTimeoutS)) + " s";
+  std::vector<CollectiveCount> counts;
+  for (auto& rk : m_ranks)
+    if (!rk.exited && rk.state != "done") counts.push_back(rk.collectives);
+  if (const CollectiveBlame blame = blameCollectives(counts); !blame.empty() && minStep > 0) {
+    for (auto& rk : m_ranks)
+      if (rk.rank == blame.behind.front() && !rk.exited) {
+        fail(rk,
+             std::string("stopped making progress: ") +
+                 (rk.state == "comm" ? "behind the others" : "stuck in its own work") + " after step " +
+                 std::to_string(minStep) + " for " + seconds + "; " + blame.sentence(),
+             true);
+        return;
+      }
+  }
   Rank* stuck = nullptr;
   std::string waiting;
   for (auto& rk : m_ranks) {
@@ -882,7 +910,6 @@ void Launcher::Impl::blameNoProgress(std::int64_t minStep) {
     else if (!stuck)
       stuck = &rk;
   }
-  const std::string seconds = std::to_string(static_cast<int>(o.stallTimeoutS)) + " s";
   if (stuck && minStep <= 0 && !waiting.empty()) {
     fail(*stuck,
          "never joined the rendezvous (port " + std::to_string(m_port) + ") within " + seconds +
@@ -921,7 +948,11 @@ std::string Launcher::Impl::takeStacks(const std::string& why, const Rank* behin
     if (rk.pid <= 0 || rk.exited) continue;
     StackTarget t;
     t.rank = rk.rank, t.pid = rk.pid, t.host = rk.host, t.remote = rk.remote;
-    if (o.commandRanks) t.pythonPrefix = pythonStacksPrefix(o.outDir, rk.rank, rk.pid);
+    if (o.commandRanks)
+      t.pythonPrefix = pythonStacksPrefix(o.outDir, rk.rank, rk.pid);
+    else if (!rk.remote || !o.outDir.empty())  // Note [Native stacks]: a remote rank writes to the shared folder
+      t.nativeFile = nativeStacksFile(o.outDir, rk.rank, rk.pid);
+    t.controlFd = rk.ctlFd;
     // The rank that is behind first: where cores are few, its stack is the one to have.
     targets.insert(behind && rk.rank == behind->rank ? targets.begin() : targets.end(), std::move(t));
   }

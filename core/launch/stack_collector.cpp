@@ -185,6 +185,7 @@ std::string header(const RankStacks& s) {
   h += s.host.empty() ? "" : ", host " + s.host;
   h += ")";
   if (!s.kind.empty()) h += ": " + s.kind + " frames";
+  if (!s.kind.empty() && !s.tool.empty()) h += " (" + s.tool + ")";
   return h + " ==\n";
 }
 
@@ -197,9 +198,13 @@ struct Job {
   std::vector<std::pair<pid_t, std::string>> python;
   std::int64_t size = -1;
   Clock::time_point grewAt = Clock::now();
+  // Native: the rank's own answer (Note [Native stacks]) while `own`, asked at askedAt.
+  bool own = false;
+  Clock::time_point askedAt = Clock::now();
   // Native: the process to read, and the tool reading it.
   pid_t tracee = 0;
   pid_t tool = -1;
+  std::string toolName;  ///< "gdb" or "eu-stack"
   std::string toolOut;
 };
 
@@ -220,6 +225,7 @@ bool startTool(Job& job, const std::string& tool) {
   job.toolOut = name;
   const std::string pid = std::to_string(job.tracee);
   const bool gdb = tool.size() >= 3 && tool.compare(tool.size() - 3, 3, "gdb") == 0;
+  job.toolName = gdb ? "gdb" : "eu-stack";
   std::vector<std::string> args = gdb ? std::vector<std::string>{tool,
                                                                  "-nx",
                                                                  "-batch",
@@ -262,6 +268,7 @@ bool startTool(Job& job, const std::string& tool) {
 void takeToolOutput(Job& job) {
   std::istringstream in(readWhole(job.toolOut));
   ::unlink(job.toolOut.c_str());
+  job.out.tool = job.toolName;
   std::string line, last;
   while (std::getline(in, line)) {
     if (threadHeader(line) || (!line.empty() && line[0] == '#'))
@@ -274,6 +281,42 @@ void takeToolOutput(Job& job) {
   job.out.note = "no native frames" + (last.empty() ? std::string() : ": " + last);
 }
 
+// Takes the rank's own answer when its file has come (Note [Native stacks]).
+bool takeOwnAnswer(Job& job) {
+  const std::string& file = job.target->nativeFile;
+  if (::access(file.c_str(), F_OK) != 0) return false;
+  job.out.frames = readWhole(file);
+  ::unlink(file.c_str());
+  job.out.tool = "ptw-worker";
+  job.own = false;
+  if (job.out.frames.empty()) job.out.kind.clear(), job.out.note = "its answer was empty";
+  return true;
+}
+
+// A rank on another host, started over ssh, is asked on its control line and writes its
+// answer to the run folder the hosts share (Note [Native stacks]).
+void askRemote(Job& job, const StackTarget& t) {
+  if (t.controlFd < 0 || t.nativeFile.empty() || !t.pythonPrefix.empty()) {
+    job.out.note = "runs on host " + t.host +
+                   ": stacks of ranks on other hosts are taken only from ptw's own ranks "
+                   "started over ssh";
+    return;
+  }
+  if (t.pid <= 0 || ended(t.pid)) {
+    job.out.note = "the connection to host " + t.host + " ended before its stack was taken";
+    return;
+  }
+  ::unlink(t.nativeFile.c_str());
+  static const char kAsk[] = "stacks\n";
+  if (::write(t.controlFd, kAsk, sizeof kAsk - 1) != static_cast<ssize_t>(sizeof kAsk - 1)) {
+    job.out.note = "host " + t.host + " cannot be asked: " + std::strerror(errno);
+    return;
+  }
+  job.out.kind = "native";
+  job.own = true;
+  job.done = false;
+}
+
 // Begins taking `t`: notes what cannot be had, signals a command rank's Python processes,
 // or marks it for the native tool (started by the poll loop, a few at a time).
 void begin(Job& job, const StackTarget& t, const std::multimap<long, long>& children, const std::string& tool) {
@@ -281,7 +324,7 @@ void begin(Job& job, const StackTarget& t, const std::multimap<long, long>& chil
   job.out.rank = t.rank, job.out.pid = t.pid, job.out.host = t.host;
   job.done = true;
   if (t.remote) {
-    job.out.note = "runs on host " + t.host + ": stacks of ranks on other hosts are not taken";
+    askRemote(job, t);
     return;
   }
   if (t.pid <= 0 || ended(t.pid)) {
@@ -309,6 +352,11 @@ void begin(Job& job, const StackTarget& t, const std::multimap<long, long>& chil
     job.tracee = below.empty() ? t.pid : below.front();
   }
   job.out.kind = "native";
+  if (!t.nativeFile.empty() && t.pythonPrefix.empty() && catches(t.pid, stacksSignal())) {
+    ::unlink(t.nativeFile.c_str());  // an earlier answer goes
+    job.own = ::kill(t.pid, stacksSignal()) == 0;
+    if (job.own) return;
+  }
   if (tool.empty()) {
     job.out.kind.clear();
     job.out.note = "gdb not found; install gdb for native stacks";
@@ -329,6 +377,19 @@ bool poll(std::vector<Job>& jobs, const std::string& tool, std::size_t& running)
       if (size != job.size) job.size = size, job.grewAt = now;
       const bool allEnded = std::all_of(job.python.begin(), job.python.end(), [](auto& p) { return ended(p.first); });
       job.done = (size > 0 && now - job.grewAt >= kSettled) || allEnded;
+    } else if (job.own) {
+      if (takeOwnAnswer(job)) {
+        job.done = true;
+      } else if (job.target->remote && ended(job.target->pid)) {
+        job.own = false, job.done = true, job.out.kind.clear();
+        job.out.note = "host " + job.target->host + " dropped while its stack was taken (its ssh connection ended)";
+      } else if (!job.target->remote && (ended(job.tracee) || now - job.askedAt >= std::chrono::duration<double>(
+                                                                                       StackCollector::kOwnAnswerS))) {
+        job.own = false;  // read from outside instead
+        if (!ended(job.tracee)) job.out.note = "did not answer the stacks signal within 1.5 s; read with a debugger";
+        if (tool.empty() || ended(job.tracee)) job.done = true, job.out.kind.clear();
+        if (tool.empty() && !ended(job.tracee)) job.out.note += "; gdb not found; install gdb for native stacks";
+      }
     } else if (job.tool < 0 && running < toolsAtOnce()) {
       if (startTool(job, tool))
         ++running;
@@ -353,6 +414,11 @@ void finish(Job& job, const std::string& budget) {
     ::unlink(job.toolOut.c_str());
     job.out.note = "not taken within " + budget + " s";
     job.out.kind.clear();
+  } else if (!job.done && job.own) {
+    job.out.note = (job.target->remote ? "host " + job.target->host + " did not answer" : std::string("no answer")) +
+                   " within " + budget + " s";
+    job.out.kind.clear();
+    ::unlink(job.target->nativeFile.c_str());
   } else if (!job.done && job.out.kind == "native") {
     job.out.note = "not taken within " + budget + " s (too many ranks at once)";
     job.out.kind.clear();
@@ -427,9 +493,11 @@ std::string StackCollector::topFrames(const RankStacks& s) {
   // library's (a system header, glibc's sysdeps), and not a library template inlined there.
   std::vector<std::string> own;
   for (const Frame& f : frames) {
-    const bool library = f.path.empty() || f.path.rfind("/usr/", 0) == 0 ||
-                         f.path.find("sysdeps/") != std::string::npos || f.function.rfind("std::", 0) == 0 ||
-                         f.function.rfind("__", 0) == 0;
+    // Frames the rank wrote itself have no source file: ptw's namespace says they are its own.
+    const bool library =
+        (f.path.empty() || f.path.rfind("/usr/", 0) == 0 || f.path.find("sysdeps/") != std::string::npos ||
+         f.function.rfind("std::", 0) == 0 || f.function.rfind("__", 0) == 0) &&
+        f.function.rfind("ptw::", 0) != 0;
     if (!library) own.push_back(describeFrame(f));
     if (own.size() == 2) break;
   }

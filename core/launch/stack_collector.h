@@ -3,8 +3,12 @@
 // outside the ranks when one stalls or when `ptw stacks` asks (docs/stacks.md).
 //
 // Note [Taking stacks]
-// A ptw-worker's frames come from gdb (eu-stack where gdb is missing), attached for a moment
-// and detached: function names, and file and line where there is debug information. A
+// A ptw-worker writes its own frames when sent the stacks signal (Note [Native stacks] in
+// engine/native_stacks.h): function names, in milliseconds. One that does not catch the
+// signal, or does not answer within kOwnAnswerS, is read with gdb (eu-stack where gdb is
+// missing), attached for a moment and detached: function names, and file and line where
+// there is debug information. A rank on another host started over ssh is asked on its
+// control line and writes to the run folder the hosts share; nothing else reaches it. A
 // command rank's Python processes dump their own (Note [Python stacks] in common/command.h);
 // a program that does not take the signal (not Python) is read with gdb like a worker. Every
 // rank is taken at once and the whole is bounded (budgetS): what is not done by then is said
@@ -26,6 +30,8 @@ struct StackTarget {
   std::string host = "";          ///< "" = this machine
   bool remote = false;            ///< its process is ssh or srun: its stacks cannot be had from here
   std::string pythonPrefix = "";  ///< a command rank's PTW_STACKS_FILE; "" for ptw's own ranks
+  std::string nativeFile = "";    ///< where ptw's own rank writes its frames (nativeStacksFile); "" for command ranks
+  int controlFd = -1;             ///< a remote rank's control line, to ask it there; -1: none (srun, local)
 };
 
 /// What was taken of one rank.
@@ -34,6 +40,7 @@ struct RankStacks {
   int pid = 0;
   std::string host = "";
   std::string kind = "";    ///< "python", "native" or "" when none was had
+  std::string tool = "";    ///< who took native frames: "ptw-worker" (the rank itself), "gdb" or "eu-stack"
   std::string frames = "";  ///< the frames as the tool wrote them, noise left out
   std::string note = "";    ///< why there are none, or what else to know ("ended while its stack was taken")
 };
@@ -41,6 +48,9 @@ struct RankStacks {
 /// Example: StackCollector(5.0).collect({{0, 1234}, {1, 1235}})
 class StackCollector {
  public:
+  /// How long a ptw-worker has to write its own frames before gdb reads it instead.
+  static constexpr double kOwnAnswerS = 1.5;
+
   explicit StackCollector(double budgetS = 10.0) : m_budgetS(budgetS) {}
 
   /// Takes every target's stacks at once (natively, as many at a time as there are cores, in

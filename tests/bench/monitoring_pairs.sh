@@ -17,12 +17,15 @@
 #              one core; its CPU time over the run is measured): what taking a known share of a
 #              core costs these ranks, large enough to resolve, to set against monitoring's
 #              share of the machine (monitoring_cpu.sh)
-# and two more when PTW_WAYS names them (PTW_WAYS="off stored off2 window burn idle pulse"):
+# and three more when PTW_WAYS names them (PTW_WAYS="off stored off2 window burn idle pulse nostacks"):
 #   idle       metrics off beside an idle window (offscreen, left open after a run of one step,
 #              its device list already listed): what the window's mere presence costs
 #   pulse      metrics off beside a program that wakes like the window's process while it
 #              watches (13 times a second, and 5 ms of CPU every 2 s, as one redraw takes):
 #              what any program with that pattern costs, window or not
+#   nostacks   metrics off with the ranks' stacks handler left out (PTW_STACKS_HANDLER=off,
+#              Note [Native stacks] in core/engine/native_stacks.h): off / nostacks is what the
+#              handler, installed in every run and idle while nothing asks, costs a healthy run
 # The rate is rank 0's "finished after N steps in X s" (training time, start-up left out). It
 # prints, for stored, window and burn, the median over rounds of rate ÷ mean of the round's two
 # off rates, and for off ÷ off' the same: two runs that differ in nothing, whose spread is what
@@ -64,6 +67,7 @@ rate() { grep -ho "after [0-9]* steps in [0-9.]* s" "$1"/*/rank0.log | awk '{pri
 run() {  # run WAY DIR
   case $1 in
     off | off2) "$ptw" --headless --runs-dir "$2" "${common[@]}" --set run.metrics=false > /dev/null 2>&1 ;;
+    nostacks) PTW_STACKS_HANDLER=off "$ptw" --headless --runs-dir "$2" "${common[@]}" --set run.metrics=false > /dev/null 2>&1 ;;
     burn | pulse)
       if [ "$1" = burn ]; then burner & else pulser & fi
       local bp=$!
@@ -104,7 +108,7 @@ run() {  # run WAY DIR
 read -r -a ways <<< "${PTW_WAYS:-off stored off2 window burn}"
 for w in off off2; do [[ " ${ways[*]} " == *" $w "* ]] || { echo "monitoring_pairs: PTW_WAYS must name off and off2" >&2; exit 2; }; done
 for w in "${ways[@]}"; do
-  [[ $w =~ ^(off|off2|stored|window|burn|idle|pulse)$ ]] || { echo "monitoring_pairs: PTW_WAYS: no way '$w' (off off2 stored window burn idle pulse)" >&2; exit 2; }
+  [[ $w =~ ^(off|off2|stored|window|burn|idle|pulse|nostacks)$ ]] || { echo "monitoring_pairs: PTW_WAYS: no way '$w' (off off2 stored window burn idle pulse nostacks)" >&2; exit 2; }
 done
 : > "$out/rates.txt"
 for i in $(seq 0 $((rounds - 1))); do
@@ -143,7 +147,7 @@ print(f"monitoring cost, seed workload, DDP shm, 2 ranks, {steps} steps a run, {
 off = [(r["off"] + r["off2"]) / 2 for r in rounds]
 summary("off / off' (noise alone)", [r["off"] / r["off2"] for r in rounds])
 names = {"stored": "stored / metrics off", "window": "window / metrics off",
-         "idle": "idle window beside off / off"}
+         "idle": "idle window beside off / off", "nostacks": "no stacks handler / off"}
 for way, name in names.items():
     if way in rounds[0]:
         summary(name, [r[way] / o for r, o in zip(rounds, off)])

@@ -298,6 +298,32 @@ class TestMultihost : public QObject {
     QVERIFY2(noWorkersLeft(20, left), qPrintable("ptw-worker left running:" + left));
   }
 
+  // Rank 3 on the second host hangs after step 5 while the others wait for it: the message
+  // names it with the collective it has not entered (Note [Collective positions]), and its
+  // frames came back from that host, written by the rank itself into the shared run folder
+  // when asked on its ssh connection (Note [Native stacks]).
+  void aRemoteHungRankShowsItsPositionAndFrames() {
+    Profile p = hostsProfile(1000000);
+    p.run.timeoutS = 8;
+    Run run = runPtw(p, QStringLiteral("hung"), {QStringLiteral("--worker-arg=--fault=hang-at-step:3:5")});
+    QVERIFY2(run.exitCode != 0, qPrintable(run.output));
+    const QString message = run.summary.value("message").toString();
+    QVERIFY2(message.startsWith("rank 3 on host " + kH2 + " stopped making progress"), qPrintable(message));
+    QVERIFY2(message.contains(QRegularExpression("; rank 3 has not entered all-reduce #\\d+; ranks 0-2 are waiting "
+                                                 "inside it; at ptw::engine::hangInOwnWork from ")),
+             qPrintable(message));
+    QFile stacks(run.summary.value("stacks").toString());
+    QVERIFY2(stacks.open(QIODevice::ReadOnly), qPrintable(run.output));
+    const QString text = QString::fromUtf8(stacks.readAll());
+    const int mine = text.indexOf("== rank 3 (");
+    QVERIFY2(mine >= 0, qPrintable(text));
+    const QString section = text.mid(mine, text.indexOf("\n== rank", mine + 1) - mine);
+    QVERIFY2(section.contains(", host " + kH2 + "): native frames (ptw-worker) =="), qPrintable(text));
+    QVERIFY2(section.contains(" in ptw::engine::hangInOwnWork() from "), qPrintable(text));
+    QString left;
+    QVERIFY2(noWorkersLeft(10, left), qPrintable("ptw-worker left running:" + left));
+  }
+
   // A rank that never joins the rendezvous is named with its host when run.timeout_s runs
   // out, not the ranks that waited for it.
   void aRankThatNeverJoinsIsNamed() {

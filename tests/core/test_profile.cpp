@@ -684,6 +684,35 @@ class TestProfile : public QObject {
     QVERIFY(corrupt(2, 60, 1));       // a heartbeat carrying more than its state and parameters
     QVERIFY(!corrupt(0, 40, 1));      // a step's loss may be any double
 
+    // A DDP rank's heartbeat carries its collective counts (Note [Collective positions]); a
+    // heartbeat without them, as a build from before the counts wrote it, reads as a rank
+    // that does not count; counts that cannot be (more completed than entered) are not ours.
+    QVERIFY(!out[2].countsCollectives);
+    Record counted = beat;
+    counted.setCollectives(1043, 1042, "all-reduce");
+    std::string frames;
+    encodeRecord(counted, frames);
+    QCOMPARE(frames.substr(0, 56), stream.substr(2 * kRecordFrameBytes, 56));  // the older fields where they were
+    std::vector<Record> back;
+    QCOMPARE(decodeRecords(frames, back, malformed), kRecordFrameBytes);
+    QVERIFY(!malformed && back[0].countsCollectives);
+    QCOMPARE(back[0].collectivesEntered, std::int64_t(1043));
+    QCOMPARE(back[0].collectivesCompleted, std::int64_t(1042));
+    QCOMPARE(QString::fromStdString(std::string(back[0].collectiveName())), QString("all-reduce"));
+    QCOMPARE(back[0].parameters, std::int64_t(11173962));
+    auto corruptCounts = [&](std::size_t at, char byte) {
+      std::string f = frames;
+      f[at] = byte;
+      std::vector<Record> got;
+      bool bad = false;
+      return decodeRecords(f, got, bad) == 0 && bad && got.empty();
+    };
+    QVERIFY(corruptCounts(65, 5));    // 1298 completed of 1043 entered
+    QVERIFY(corruptCounts(72, 'A'));  // a name that is not lower-case letters and '-'
+    QVERIFY(corruptCounts(88, 2));    // a flag that is neither 0 nor 1
+    QVERIFY(corruptCounts(100, 1));   // bytes past the counts
+    QVERIFY(!corruptCounts(56, 20));  // more entered is still a count
+
     // The text form, for a worker run by hand.
     std::string line;
     formatRecord(step, line);
@@ -691,6 +720,9 @@ class TestProfile : public QObject {
     line.clear();
     formatRecord(beat, line);
     QCOMPARE(QString::fromStdString(line), QString("H 1 41 comm 11173962\n"));
+    line.clear();
+    formatRecord(counted, line);
+    QCOMPARE(QString::fromStdString(line), QString("H 1 41 comm 11173962 1043 1042 all-reduce\n"));
   }
 
   // A group of steps (Note [Step groups]) travels in a longer frame: every field comes back,

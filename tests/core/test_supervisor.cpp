@@ -342,7 +342,7 @@ class TestSupervisor : public QObject {
 
   // Rank 1 stops in its own work after step 30, alive and heartbeating (the worker's
   // --fault hang-at-step), while ranks 0 and 2 wait for it in step 31's collective. The launcher
-  // names rank 1, not the first rank at step 30 (Note [Who stalled]), and does so before
+  // names rank 1 and that collective, not the first rank at step 30 (Note [Who stalled]), and does so before
   // the ranks' own wait limit would fail rank 0 or 2 with an exit code.
   void aHungRankIsNamedNotTheRanksWaitingForIt_data() { sigkillOneRankStopsTheOthers_data(); }
   void aHungRankIsNamedNotTheRanksWaitingForIt() {
@@ -360,7 +360,10 @@ class TestSupervisor : public QObject {
     const QString message = QString::fromStdString(r.message);
     QVERIFY2(message.contains("rank 1 stopped making progress: stuck in its own work after step 30"),
              r.message.c_str());
-    QVERIFY2(message.contains("rank(s) 0, 2 waited for it"), r.message.c_str());
+    // The collective counts say exactly where (Note [Collective positions]).
+    QVERIFY2(message.contains(
+                 QRegularExpression("; rank 1 has not entered all-reduce #\\d+; ranks 0, 2 are waiting inside it")),
+             r.message.c_str());
     QVERIFY(!test::anyAlive(w.pids));
   }
 
