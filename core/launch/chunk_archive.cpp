@@ -77,13 +77,12 @@ void ChunkArchive::failPacking(std::int64_t runId) {
            "); they are kept and still read");
 }
 
-// Blocks [begin, end) of the step file, those past what is chunks already (another
+// The blocks of a stretch of the step file, those past what is chunks already (another
 // connection may have packed some meanwhile), as chunks of each attempt and rank's records in
 // file order, kChunkRecords at most, and the file's packed length moved past them, in one
 // transaction; false when another connection packed all of the file meanwhile (its row
 // gone), and there is nothing left to do. Holds one chunk's records at a time.
-bool ChunkArchive::packWindow(std::int64_t runId, const StepFileReader& file, const std::vector<BlockHeader>& blocks,
-                              std::size_t begin, std::size_t end) {
+bool ChunkArchive::packWindow(std::int64_t runId, const StepFileReader& file, const std::vector<BlockHeader>& blocks) {
   if (!m_db.tryExec("BEGIN IMMEDIATE")) failPacking(runId);
   long long now = 0;
   try {
@@ -96,11 +95,30 @@ bool ChunkArchive::packWindow(std::int64_t runId, const StepFileReader& file, co
     return false;
   }
   std::vector<std::size_t> order;
-  for (std::size_t i = begin; i < end; ++i)
+  for (std::size_t i = 0; i < blocks.size(); ++i)
     if (blocks[i].end() > now) order.push_back(i);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
     return std::tie(blocks[a].attempt, blocks[a].rank) < std::tie(blocks[b].attempt, blocks[b].rank);
   });
+  try {
+    insertStretch(runId, file, blocks, order);
+  } catch (...) {
+    m_db.rollback();  // a step file that cannot be read: nothing of the stretch is chunks
+    throw;
+  }
+  if (!order.empty()) {
+    Statement advance(m_db, "UPDATE step_files SET unpacked_bytes = ? WHERE run_id = ?");
+    sqlite3_bind_int64(advance, 1, blocks.back().end());
+    sqlite3_bind_int64(advance, 2, runId);
+    if (sqlite3_step(advance) != SQLITE_DONE) failPacking(runId);
+  }
+  if (!m_db.tryExec("COMMIT")) failPacking(runId);
+  return true;
+}
+
+// The chunks of blocks `order` (each attempt and rank's together, in file order), inserted.
+void ChunkArchive::insertStretch(std::int64_t runId, const StepFileReader& file, const std::vector<BlockHeader>& blocks,
+                                 const std::vector<std::size_t>& order) {
   Statement insert(m_db, "INSERT INTO step_chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
   std::vector<StepRecord> records;
   std::vector<unsigned char> bytes;
@@ -116,14 +134,6 @@ bool ChunkArchive::packWindow(std::int64_t runId, const StepFileReader& file, co
     if (!insertChunk(insert, runId, b.attempt, b.rank, records)) failPacking(runId);
     records.clear();
   }
-  if (!order.empty()) {
-    Statement advance(m_db, "UPDATE step_files SET unpacked_bytes = ? WHERE run_id = ?");
-    sqlite3_bind_int64(advance, 1, blocks[end - 1].end());
-    sqlite3_bind_int64(advance, 2, runId);
-    if (sqlite3_step(advance) != SQLITE_DONE) failPacking(runId);
-  }
-  if (!m_db.tryExec("COMMIT")) failPacking(runId);
-  return true;
 }
 
 // All of the file that can be read is chunks. The file goes first: a crash between the two
@@ -147,25 +157,26 @@ void ChunkArchive::forgetStepFile(std::int64_t runId) {
 void ChunkArchive::pack(std::int64_t runId, const Progress& progress) {
   const StepFileReader file(stepFilePath(runId));
   const long long from = packedBytes(runId);
-  std::vector<BlockHeader> blocks;
   std::int64_t total = 0, done = 0;
   if (file.isOpen() && from >= 0)
     file.forEachBlock(from, [&](const BlockHeader& b) {
-      blocks.push_back(b);
       total += b.count;
       return true;
     });
   if (progress && total > 0) progress(0, total);
-  // Progress is told between transactions, once a block: what it does may read the store.
-  std::size_t begin = 0;
-  std::int64_t stretch = 0;
-  for (std::size_t i = 0; i < blocks.size(); ++i) {
-    stretch += blocks[i].count;
-    if (stretch < m_packRecords && i + 1 < blocks.size()) continue;
-    if (!packWindow(runId, file, blocks, begin, i + 1)) break;
-    for (; begin <= i; ++begin)
-      if (progress) progress(done += blocks[begin].count, total);
-    stretch = 0;
+  // A stretch's headers at a time, not the file's: what packing holds does not grow with
+  // the run. Progress is told between transactions, once a block: what it does may read the store.
+  std::vector<BlockHeader> blocks;
+  for (long long at = from; file.isOpen() && from >= 0; at = blocks.back().end()) {
+    blocks.clear();
+    std::int64_t stretch = 0;
+    file.forEachBlock(at, [&](const BlockHeader& b) {
+      blocks.push_back(b);
+      return (stretch += b.count) < m_packRecords;
+    });
+    if (blocks.empty() || !packWindow(runId, file, blocks)) break;
+    for (const BlockHeader& b : blocks)
+      if (progress) progress(done += b.count, total);
   }
   if (from >= 0) forgetStepFile(runId);
 }

@@ -68,8 +68,9 @@ class ChunkArchive {
   long long packedBytes(std::int64_t runId);
   void readChunks(std::int64_t runId, int rank, std::int64_t x0, std::int64_t x1,
                   const std::function<void(int attempt, const StepRecord&)>& f);
-  bool packWindow(std::int64_t runId, const StepFileReader& file, const std::vector<BlockHeader>& blocks,
-                  std::size_t begin, std::size_t end);
+  bool packWindow(std::int64_t runId, const StepFileReader& file, const std::vector<BlockHeader>& blocks);
+  void insertStretch(std::int64_t runId, const StepFileReader& file, const std::vector<BlockHeader>& blocks,
+                     const std::vector<std::size_t>& order);
   bool insertChunk(sqlite3_stmt* insert, std::int64_t runId, int attempt, int rank,
                    const std::vector<StepRecord>& records);
   void forgetStepFile(std::int64_t runId);

@@ -23,10 +23,11 @@
 // (Note [Ranks write their steps] in engine/worker.cpp). The blocks stay out of the
 // database: in WAL mode every byte written there is written twice (to the WAL, then copied
 // back into the database), besides SQLite's own work.
-// When the run ends (endRun) its blocks are packed into `step_chunks`, 16,384 records or
-// fewer a transaction, as a row per rank and attempt, the records compressed field by field
-// (launch/step_chunk.h), a few bytes each; an interrupted run's when the next run ends, or
-// at `ptw runs` or `ptw export`. Chunks are committed with the length of the file packed so
+// When the run ends (endRun) its blocks are packed into `step_chunks`, a stretch of the file
+// of 524,288 records or fewer a transaction, as a row per rank and attempt in that stretch
+// (16,384 records at most), the records compressed field by field (launch/step_chunk.h), a
+// few bytes each; an interrupted run's when the next run ends, or at `ptw runs` or `ptw
+// export`. Chunks are committed with the length of the file packed so
 // far (`step_files`), so a reader reads the file only past what is chunks, and a packing cut
 // short resumes where it stopped; the file is removed once all of it is chunks. A run's
 // records are so in two forms, chunks and the live step file past them, and every reader
