@@ -79,7 +79,7 @@ void ChunkArchive::failPacking(std::int64_t runId) {
 
 // The blocks of a stretch of the step file, those past what is chunks already (another
 // connection may have packed some meanwhile), as chunks of each attempt and rank's records in
-// file order, kChunkRecords at most, and the file's packed length moved past them, in one
+// file order, about kPackChunkRecords each, and the file's packed length moved past them, in one
 // transaction; false when another connection packed all of the file meanwhile (its row
 // gone), and there is nothing left to do. Holds one chunk's records at a time.
 bool ChunkArchive::packWindow(std::int64_t runId, const StepFileReader& file, const std::vector<BlockHeader>& blocks) {
@@ -130,9 +130,16 @@ void ChunkArchive::insertStretch(std::int64_t runId, const StepFileReader& file,
                                     [&](const StepRecord& r) { records.push_back(r); });
     const bool last =
         k + 1 == order.size() || blocks[order[k + 1]].attempt != b.attempt || blocks[order[k + 1]].rank != b.rank;
-    if ((!last && static_cast<std::int64_t>(records.size()) < kChunkRecords) || records.empty()) continue;
-    if (!insertChunk(insert, runId, b.attempt, b.rank, records)) failPacking(runId);
-    records.clear();
+    std::size_t at = 0;
+    const auto most = static_cast<std::size_t>(kPackChunkRecords);
+    while (records.size() - at >= most || (last && at < records.size())) {
+      const std::size_t n = std::min(most, records.size() - at);
+      const std::vector<StepRecord> chunk(records.begin() + static_cast<std::ptrdiff_t>(at),
+                                          records.begin() + static_cast<std::ptrdiff_t>(at + n));
+      if (!insertChunk(insert, runId, b.attempt, b.rank, chunk)) failPacking(runId);
+      at += n;
+    }
+    records.erase(records.begin(), records.begin() + static_cast<std::ptrdiff_t>(at));
   }
 }
 

@@ -40,6 +40,10 @@ class ChunkArchive {
   };
   /// At most this many records a chunk: what a reader of a range of steps unpacks at most.
   static constexpr std::int64_t kChunkRecords = 2 * kBlockRecords;
+  /// At most this many records a chunk that pack() makes: a few KiB, so that the database's
+  /// pages, which hold whole chunks, are left with little room at their end that no chunk
+  /// fits (larger chunks save few bytes a record more).
+  static constexpr std::int64_t kPackChunkRecords = 256;
   /// At most this many records a transaction of pack(), over the ranks: fewer and larger
   /// chunks cost fewer bytes a record, and the write lock is held a fraction of a second.
   static constexpr std::int64_t kPackRecords = 64 * kBlockRecords;

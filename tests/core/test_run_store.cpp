@@ -26,6 +26,7 @@
 #include "common/profile.h"
 #include "common/step_block.h"
 #include "common/version.h"
+#include "launch/chunk_archive.h"
 #include "launch/run_store.h"
 #include "launch/step_chunk.h"
 #include "sql_support.h"
@@ -1169,16 +1170,17 @@ class TestRunStore : public QObject {
     for (std::size_t i = 0; i < out.size(); ++i) QVERIFY2(sameBits(out[i], records[i]), qPrintable(QString::number(i)));
   }
 
-  // A run of many ranks, each writing a block a commit, is packed into one chunk a rank and
-  // attempt (not one a rank for each few blocks): what keeps a record at a few bytes.
-  void manyRanksArePackedIntoAChunkARank() {
+  // A run of many ranks, each writing a block a commit, is packed into chunks of a rank and
+  // attempt of kPackChunkRecords records (not one a rank for each few blocks, nor one of all
+  // of a rank's): what keeps a record at a few bytes.
+  void manyRanksArePackedIntoChunksOfARank() {
     QTemporaryDir dir;
     RunStore store(dir.path().toStdString());
     const auto id = store.beginRun(dir.path().toStdString(), defaultProfile());
-    const int ranks = 600;
-    const std::int64_t steps = 40;
-    auto attemptOf = [](std::int64_t step) { return step > 28 ? 1 : 0; };  // a restart at step 29
-    for (std::int64_t step = 1; step <= steps; step += 4) {                // blocks of 4 records a rank
+    const int ranks = 300;
+    const std::int64_t steps = 300;
+    auto attemptOf = [](std::int64_t step) { return step > 280 ? 1 : 0; };  // a restart at step 281
+    for (std::int64_t step = 1; step <= steps; step += 4) {                 // blocks of 4 records a rank
       std::vector<Record> batch;
       for (int rank = 0; rank < ranks; ++rank)
         for (std::int64_t s = step; s < step + 4; ++s) batch.push_back(stepRecord(rank, s, attemptOf(s)));
@@ -1187,10 +1189,16 @@ class TestRunStore : public QObject {
     }
     store.endRun(id, "finished", "", 0.5, 1.0, 2);
     Sql sql(store.path());
+    QCOMPARE(ChunkArchive::kPackChunkRecords, std::int64_t(256));
     QCOMPARE(sql.count(kChunked), std::int64_t(ranks) * steps);
-    QCOMPARE(sql.count("SELECT count(*) FROM step_chunks"), std::int64_t(2 * ranks));
-    QCOMPARE(sql.count("SELECT count(*) FROM step_chunks WHERE codec = " + std::to_string(kChunkCodec)),
-             std::int64_t(2 * ranks));
+    // Each rank: steps 1-256 and 257-280 of the first attempt, 281-300 of the second.
+    QCOMPARE(sql.count("SELECT count(*) FROM step_chunks"), std::int64_t(3 * ranks));
+    for (const char* chunk : {"attempt = 0 AND first_step = 1 AND last_step = 256 AND count = 256",
+                              "attempt = 0 AND first_step = 257 AND last_step = 280 AND count = 24",
+                              "attempt = 1 AND first_step = 281 AND last_step = 300 AND count = 20"})
+      QCOMPARE(sql.count(std::string("SELECT count(DISTINCT rank) FROM step_chunks WHERE ") + chunk +
+                         " AND codec = " + std::to_string(kChunkCodec)),
+               std::int64_t(ranks));
     const auto all = store.steps(id);
     QCOMPARE(all.size(), std::size_t(ranks) * steps);
     for (std::size_t i = 0; i < all.size(); ++i) {
