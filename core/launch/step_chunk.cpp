@@ -21,7 +21,7 @@ constexpr std::uint32_t kMostFields = 256;
 constexpr std::uint32_t kLayoutColumnFrames = 0, kLayoutOneFrame = 2;
 // Past the default level the ratio gains little on these columns and packing slows down;
 // chunks are packed once, when a run ends. A column's transforms are weighed at the fastest
-// level, which orders them as the final one does.
+// level: a cheap guess at the order the final one puts them in.
 constexpr int kZstdLevel = 6, kWeighLevel = 1;
 
 enum Transform : std::uint8_t { kDelta = 0, kXor = 1, kMicros = 2, kPerMs = 3, kParts = 4, kSpan = 5, kFloat = 6 };

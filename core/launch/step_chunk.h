@@ -25,6 +25,10 @@
 //   4 parts (layout 2): step_ms in whole nanoseconds less the sum of data_ms, compute_ms,
 //     comm_ms and opt_ms in whole nanoseconds (a step is mostly its parts): that rest as
 //     in `micros`, a record whose times are not all whole nanoseconds escaped as there
+//   5 span (layout 2): doubles all whole nanoseconds in milliseconds: the least n as a
+//     zig-zag varint, a byte of width w (0 to 64), then each n less the least in w bits,
+//     little-endian from the first value on, the last byte padded with zero bits
+//   6 float (layout 2): doubles all floats to the bit: the floats' 32 bits as byte planes
 // The writer tries those that apply and keeps the smallest. A reader of a build with more
 // fields reads the missing ones as 0; one with fewer skips the extra ones.
 #pragma once
