@@ -16,6 +16,7 @@ constexpr double kDataShare = 0.15, kComputeShare = 0.60, kCommShare = 0.15, kOp
 constexpr std::int64_t kStepsPerEpoch = 100;
 constexpr std::int64_t kMemBytes = 256LL << 20;
 
+std::int64_t nanos(double ms) { return std::llround(ms * 1e6); }
 std::chrono::nanoseconds toDuration(double ms) { return std::chrono::nanoseconds(static_cast<std::int64_t>(ms * 1e6)); }
 
 }  // namespace
@@ -49,12 +50,17 @@ core::StepRecord SyntheticRanks::makeStep(int rank, std::int64_t step, double ba
   s.step = step;
   s.epoch = (step - 1) / kStepsPerEpoch;
   const double tau = static_cast<double>(m_o.maxSteps) / 5.0 + 1.0;
-  s.loss = 0.05 + 2.0 * std::exp(-static_cast<double>(step) / tau) * jitter();
-  s.dataMs = baseMs * kDataShare * jitter() * slow;
-  s.computeMs = baseMs * kComputeShare * jitter() * slow;
-  s.commMs = baseMs * kCommShare * jitter();
-  s.optMs = baseMs * kOptShare * jitter() * slow;
-  s.stepMs = s.dataMs + s.computeMs + s.commMs + s.optMs;
+  // As a real rank's: a loss of a float tensor, times of whole nanoseconds of a steady
+  // clock, the step's time its parts' together (what the store's chunks are made for).
+  s.loss = static_cast<float>(0.05 + 2.0 * std::exp(-static_cast<double>(step) / tau) * jitter());
+  const std::int64_t data = nanos(baseMs * kDataShare * jitter() * slow),
+                     compute = nanos(baseMs * kComputeShare * jitter() * slow),
+                     comm = nanos(baseMs * kCommShare * jitter()), opt = nanos(baseMs * kOptShare * jitter() * slow);
+  s.dataMs = static_cast<double>(data) / 1e6;
+  s.computeMs = static_cast<double>(compute) / 1e6;
+  s.commMs = static_cast<double>(comm) / 1e6;
+  s.optMs = static_cast<double>(opt) / 1e6;
+  s.stepMs = static_cast<double>(data + compute + comm + opt) / 1e6;
   s.samplesPerS = static_cast<double>(m_o.batchSize) * 1000.0 / s.stepMs;
   s.lr = m_o.lr;
   s.memBytes = kMemBytes;

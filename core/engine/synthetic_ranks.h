@@ -9,8 +9,9 @@
 // [p·K, (p+1)·K) and names the rank of each record itself, as a command rank reporting for
 // mpirun's ranks does (LaunchOptions::reportRanks). Each rank steps on its own clock at
 // --synthetic-rate steps a second (a few per cent apart from rank to rank, each step
-// noisy), hyper.max_steps steps: a loss that decays with noise, a step time split into
-// data, compute, comm and opt, samples from hyper.batch_size. The records go through the
+// noisy), hyper.max_steps steps: a loss that decays with noise (of a float's precision),
+// a step time split into data, compute, comm and opt (whole nanoseconds, as a steady
+// clock's), samples from hyper.batch_size. The records go through the
 // same RecordWriter and step file as a real rank's (Note [Ranks write their steps]), so the
 // launcher, the store, the headless output and the window take them as they take a real
 // run's. The faults of Note [Injected faults] apply: slow-at-step multiplies a rank's own

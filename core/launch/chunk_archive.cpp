@@ -17,7 +17,10 @@ namespace ptw::core {
 
 using Statement = StoreDatabase::Statement;
 
-ChunkArchive::ChunkArchive(StoreDatabase& db, std::string blocksDir) : m_db(db), m_blocksDir(std::move(blocksDir)) {}
+ChunkArchive::ChunkArchive(StoreDatabase& db, std::string blocksDir, std::int64_t packRecords)
+    : m_db(db), m_blocksDir(std::move(blocksDir)), m_packRecords(packRecords) {
+  PTW_CHECK(packRecords > 0, "run store: the records a packing transaction holds must be > 0, got ", packRecords);
+}
 
 long long ChunkArchive::packedBytes(std::int64_t runId) {
   Statement s(m_db, "SELECT unpacked_bytes FROM step_files WHERE run_id = ?");
@@ -27,33 +30,42 @@ long long ChunkArchive::packedBytes(std::int64_t runId) {
   return rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
 }
 
+// One chunk of `records` (of one attempt and rank), inserted with `insert`.
+bool ChunkArchive::insertChunk(sqlite3_stmt* insert, std::int64_t runId, int attempt, int rank,
+                               const std::vector<StepRecord>& records) {
+  std::int64_t first = records.front().step, last = first;
+  for (const auto& r : records) first = std::min(first, r.step), last = std::max(last, r.step);
+  const std::string blob = packChunk(records);
+  sqlite3_reset(insert);
+  sqlite3_bind_int64(insert, 1, runId);
+  sqlite3_bind_int(insert, 2, attempt);
+  sqlite3_bind_int(insert, 3, rank);
+  sqlite3_bind_int64(insert, 4, first);
+  sqlite3_bind_int64(insert, 5, last);
+  sqlite3_bind_int64(insert, 6, static_cast<std::int64_t>(records.size()));
+  sqlite3_bind_int(insert, 7, kChunkCodec);
+  sqlite3_bind_blob(insert, 8, blob.data(), static_cast<int>(blob.size()), SQLITE_STATIC);
+  return sqlite3_step(insert) == SQLITE_DONE;
+}
+
 bool ChunkArchive::insert(std::int64_t runId, const std::vector<Pending>& blocks, long long after) {
   Statement insert(m_db, "INSERT INTO step_chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
-  std::vector<bool> done(blocks.size(), false);
+  // Each attempt and rank's blocks, in the order given.
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < blocks.size(); ++i)
+    if (blocks[i].end > after) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::tie(blocks[a].attempt, blocks[a].rank) < std::tie(blocks[b].attempt, blocks[b].rank);
+  });
   std::vector<StepRecord> records;
-  for (std::size_t i = 0; i < blocks.size(); ++i) {
-    if (done[i] || blocks[i].end <= after) continue;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const Pending& b = blocks[order[k]];
+    records.insert(records.end(), b.records.begin(), b.records.end());
+    const bool last =
+        k + 1 == order.size() || blocks[order[k + 1]].attempt != b.attempt || blocks[order[k + 1]].rank != b.rank;
+    if (!last || records.empty()) continue;
+    if (!insertChunk(insert, runId, b.attempt, b.rank, records)) return false;
     records.clear();
-    for (std::size_t j = i; j < blocks.size(); ++j) {
-      const Pending& b = blocks[j];
-      if (done[j] || b.end <= after || b.attempt != blocks[i].attempt || b.rank != blocks[i].rank) continue;
-      records.insert(records.end(), b.records.begin(), b.records.end());
-      done[j] = true;
-    }
-    if (records.empty()) continue;
-    std::int64_t first = records.front().step, last = first;
-    for (const auto& r : records) first = std::min(first, r.step), last = std::max(last, r.step);
-    const std::string blob = packChunk(records);
-    sqlite3_bind_int64(insert, 1, runId);
-    sqlite3_bind_int(insert, 2, blocks[i].attempt);
-    sqlite3_bind_int(insert, 3, blocks[i].rank);
-    sqlite3_bind_int64(insert, 4, first);
-    sqlite3_bind_int64(insert, 5, last);
-    sqlite3_bind_int64(insert, 6, static_cast<std::int64_t>(records.size()));
-    sqlite3_bind_int(insert, 7, kChunkCodec);
-    sqlite3_bind_blob(insert, 8, blob.data(), static_cast<int>(blob.size()), SQLITE_STATIC);
-    if (sqlite3_step(insert) != SQLITE_DONE) return false;
-    sqlite3_reset(insert);
   }
   return true;
 }
@@ -65,10 +77,12 @@ void ChunkArchive::failPacking(std::int64_t runId) {
            "); they are kept and still read");
 }
 
-// The chunks of `pending`, and the file's packed length moved past the last of them, in one
+// The blocks of a stretch of the step file, those past what is chunks already (another
+// connection may have packed some meanwhile), as chunks of each attempt and rank's records in
+// file order, about kPackChunkRecords each, and the file's packed length moved past them, in one
 // transaction; false when another connection packed all of the file meanwhile (its row
-// gone), and there is nothing left to do.
-bool ChunkArchive::commitPending(std::int64_t runId, const std::vector<Pending>& pending) {
+// gone), and there is nothing left to do. Holds one chunk's records at a time.
+bool ChunkArchive::packWindow(std::int64_t runId, const StepFileReader& file, const std::vector<BlockHeader>& blocks) {
   if (!m_db.tryExec("BEGIN IMMEDIATE")) failPacking(runId);
   long long now = 0;
   try {
@@ -80,16 +94,53 @@ bool ChunkArchive::commitPending(std::int64_t runId, const std::vector<Pending>&
     if (!m_db.tryExec("COMMIT")) failPacking(runId);
     return false;
   }
-  const long long end = pending.back().end;
-  if (now < end) {  // else another connection packed these blocks meanwhile
-    if (!insert(runId, pending, now)) failPacking(runId);
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < blocks.size(); ++i)
+    if (blocks[i].end() > now) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::tie(blocks[a].attempt, blocks[a].rank) < std::tie(blocks[b].attempt, blocks[b].rank);
+  });
+  try {
+    insertStretch(runId, file, blocks, order);
+  } catch (...) {
+    m_db.rollback();  // a step file that cannot be read: nothing of the stretch is chunks
+    throw;
+  }
+  if (!order.empty()) {
     Statement advance(m_db, "UPDATE step_files SET unpacked_bytes = ? WHERE run_id = ?");
-    sqlite3_bind_int64(advance, 1, end);
+    sqlite3_bind_int64(advance, 1, blocks.back().end());
     sqlite3_bind_int64(advance, 2, runId);
     if (sqlite3_step(advance) != SQLITE_DONE) failPacking(runId);
   }
   if (!m_db.tryExec("COMMIT")) failPacking(runId);
   return true;
+}
+
+// The chunks of blocks `order` (each attempt and rank's together, in file order), inserted.
+void ChunkArchive::insertStretch(std::int64_t runId, const StepFileReader& file, const std::vector<BlockHeader>& blocks,
+                                 const std::vector<std::size_t>& order) {
+  Statement insert(m_db, "INSERT INTO step_chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+  std::vector<StepRecord> records;
+  std::vector<unsigned char> bytes;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    const BlockHeader& b = blocks[order[k]];
+    // A block whose records are not what was written (the pages a crash left) is passed over, as readers do.
+    if (file.read(b, bytes))
+      StepFileReader::forEachRecord(bytes.data(), bytes.size(), b.count, b.rank, b.fields,
+                                    [&](const StepRecord& r) { records.push_back(r); });
+    const bool last =
+        k + 1 == order.size() || blocks[order[k + 1]].attempt != b.attempt || blocks[order[k + 1]].rank != b.rank;
+    std::size_t at = 0;
+    const auto most = static_cast<std::size_t>(kPackChunkRecords);
+    while (records.size() - at >= most || (last && at < records.size())) {
+      const std::size_t n = std::min(most, records.size() - at);
+      const std::vector<StepRecord> chunk(records.begin() + static_cast<std::ptrdiff_t>(at),
+                                          records.begin() + static_cast<std::ptrdiff_t>(at + n));
+      if (!insertChunk(insert, runId, b.attempt, b.rank, chunk)) failPacking(runId);
+      at += n;
+    }
+    records.erase(records.begin(), records.begin() + static_cast<std::ptrdiff_t>(at));
+  }
 }
 
 // All of the file that can be read is chunks. The file goes first: a crash between the two
@@ -103,42 +154,36 @@ void ChunkArchive::forgetStepFile(std::int64_t runId) {
   if (sqlite3_step(forget) != SQLITE_DONE) failPacking(runId);
 }
 
-// A transaction packs the records of a few blocks, at most kChunkRecords over the ranks, into
-// one chunk per rank, and moves the file's packed length past them: another run writing to
-// the same store is never kept waiting long, and a reader sees each block either in the file
-// or in a chunk, never neither nor both. Each block's records are read once; progress counts
-// a block passed over as done.
+// A transaction packs the blocks of a stretch of the file, at most kPackRecords records over
+// the ranks, into chunks of a rank each (packWindow), and moves the file's packed length past
+// them: a reader sees each block either in the file or in a chunk, never neither nor both.
+// The stretch is long enough that each rank's chunk of a run of thousands of ranks holds a
+// few hundred records (what a record costs the store falls as a chunk grows), short enough
+// that another run writing to the same store is not kept waiting long. Each block's records
+// are read once; progress counts a block passed over as done.
 void ChunkArchive::pack(std::int64_t runId, const Progress& progress) {
   const StepFileReader file(stepFilePath(runId));
   const long long from = packedBytes(runId);
-  std::vector<BlockHeader> blocks;
   std::int64_t total = 0, done = 0;
   if (file.isOpen() && from >= 0)
     file.forEachBlock(from, [&](const BlockHeader& b) {
-      blocks.push_back(b);
       total += b.count;
       return true;
     });
   if (progress && total > 0) progress(0, total);
-  std::vector<Pending> pending;
-  std::int64_t pendingRecords = 0;
-  std::vector<unsigned char> bytes;
-  for (std::size_t i = 0; i < blocks.size(); ++i) {
-    const BlockHeader& b = blocks[i];
-    // A block whose records are not what was written (the pages a crash left) is passed over, as readers do.
-    Pending& p = pending.emplace_back();
-    p.attempt = b.attempt, p.rank = b.rank, p.end = b.end();
-    if (file.read(b, bytes))
-      StepFileReader::forEachRecord(bytes.data(), bytes.size(), b.count, b.rank, b.fields,
-                                    [&](const StepRecord& r) { p.records.push_back(r); });
-    pendingRecords += b.count;
-    done += b.count;
-    if (pendingRecords >= kChunkRecords || i + 1 == blocks.size()) {
-      if (!commitPending(runId, pending)) break;
-      pending.clear();
-      pendingRecords = 0;
-    }
-    if (progress) progress(done, total);
+  // A stretch's headers at a time, not the file's: what packing holds does not grow with
+  // the run. Progress is told between transactions, once a block: what it does may read the store.
+  std::vector<BlockHeader> blocks;
+  for (long long at = from; file.isOpen() && from >= 0; at = blocks.back().end()) {
+    blocks.clear();
+    std::int64_t stretch = 0;
+    file.forEachBlock(at, [&](const BlockHeader& b) {
+      blocks.push_back(b);
+      return (stretch += b.count) < m_packRecords;
+    });
+    if (blocks.empty() || !packWindow(runId, file, blocks)) break;
+    for (const BlockHeader& b : blocks)
+      if (progress) progress(done += b.count, total);
   }
   if (from >= 0) forgetStepFile(runId);
 }
@@ -169,8 +214,8 @@ void ChunkArchive::readChunks(std::int64_t runId, int rank, std::int64_t x0, std
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     const int attempt = sqlite3_column_int(s, 0), codec = sqlite3_column_int(s, 3);
-    PTW_CHECK(codec == kChunkCodec, "run store ", m_db.path(), ": run ", runId, " has step chunks of codec ", codec,
-              ", this build reads ", kChunkCodec, " (written by a newer ptw?)");
+    PTW_CHECK(readsChunkCodec(codec), "run store ", m_db.path(), ": run ", runId, " has step chunks of codec ", codec,
+              ", this build reads ", kOldestChunkCodec, " to ", kChunkCodec, " (written by a newer ptw?)");
     chunk.clear();
     unpackChunk(static_cast<const unsigned char*>(sqlite3_column_blob(s, 4)),
                 static_cast<std::size_t>(sqlite3_column_bytes(s, 4)), sqlite3_column_int64(s, 2),

@@ -16,14 +16,18 @@
 #include "common/record.h"
 #include "common/step_block.h"
 
+struct sqlite3_stmt;
+
 namespace ptw::core {
 
+class StepFileReader;
 class StoreDatabase;
 
 class ChunkArchive {
  public:
-  /// The step records of `db`, the step files of its runs in `blocksDir`.
-  ChunkArchive(StoreDatabase& db, std::string blocksDir);
+  /// The step records of `db`, the step files of its runs in `blocksDir`; pack() holds at
+  /// most `packRecords` records a transaction (kPackRecords).
+  ChunkArchive(StoreDatabase& db, std::string blocksDir, std::int64_t packRecords = kPackRecords);
 
   /// Called as step records become chunks: `done` of `total`.
   using Progress = std::function<void(std::int64_t done, std::int64_t total)>;
@@ -34,9 +38,15 @@ class ChunkArchive {
     long long end = 0;
     std::vector<StepRecord> records;
   };
-  /// At most this many records a transaction, over the ranks: fewer and larger chunks
-  /// compress better, and the write lock is held for a few tens of milliseconds at a time.
+  /// At most this many records a chunk: what a reader of a range of steps unpacks at most.
   static constexpr std::int64_t kChunkRecords = 2 * kBlockRecords;
+  /// At most this many records a chunk that pack() makes: a few KiB, so that the database's
+  /// pages, which hold whole chunks, are left with little room at their end that no chunk
+  /// fits (larger chunks save few bytes a record more).
+  static constexpr std::int64_t kPackChunkRecords = 256;
+  /// At most this many records a transaction of pack(), over the ranks: fewer and larger
+  /// chunks cost fewer bytes a record, and the write lock is held a fraction of a second.
+  static constexpr std::int64_t kPackRecords = 64 * kBlockRecords;
 
   /// The records of `pending` that end past `after`, as one chunk per attempt and rank,
   /// inserted in the transaction the caller holds. False when an insert fails.
@@ -62,12 +72,17 @@ class ChunkArchive {
   long long packedBytes(std::int64_t runId);
   void readChunks(std::int64_t runId, int rank, std::int64_t x0, std::int64_t x1,
                   const std::function<void(int attempt, const StepRecord&)>& f);
-  bool commitPending(std::int64_t runId, const std::vector<Pending>& pending);
+  bool packWindow(std::int64_t runId, const StepFileReader& file, const std::vector<BlockHeader>& blocks);
+  void insertStretch(std::int64_t runId, const StepFileReader& file, const std::vector<BlockHeader>& blocks,
+                     const std::vector<std::size_t>& order);
+  bool insertChunk(sqlite3_stmt* insert, std::int64_t runId, int attempt, int rank,
+                   const std::vector<StepRecord>& records);
   void forgetStepFile(std::int64_t runId);
   [[noreturn]] void failPacking(std::int64_t runId);
 
   StoreDatabase& m_db;
   std::string m_blocksDir;
+  std::int64_t m_packRecords;
 };
 
 }  // namespace ptw::core

@@ -362,6 +362,10 @@ std::string summaryJson(const RunSession& session, const RunResult& result, cons
   j["run_id"] = session.runId();
   j["attempts"] = result.attempts;
   j["wall_s"] = report.wallS;
+  // The last attempt's: how long its ranks took to start (RunReport::lastStartedS).
+  j["ranks_started_s"] = report.lastStartedS >= 0
+                             ? nlohmann::ordered_json{{"first", report.firstStartedS}, {"last", report.lastStartedS}}
+                             : nlohmann::ordered_json(nullptr);
   j["final"] = {{"loss", num(metric("final.loss"))},
                 {"step", metric("final.step")},
                 {"val_loss", num(metric("final.val_loss"))},
@@ -484,6 +488,9 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
       << throughputLine(result.metrics.at("throughput.samples_per_s"), result.metrics.at("throughput.steps_per_s"),
                         session.throughput(), profile)
       << "\n";
+  if (report.lastStartedS >= 0)
+    out << "ptw: ranks started in " << std::setprecision(2) << report.lastStartedS << " s (the first in "
+        << report.firstStartedS << " s)\n";
   if (report.divergedRank >= 0 && report.status != RunReport::Status::Failed)
     out << "ptw: warning: " << divergedMessage(report) << "\n";
   out << "ptw: run " << session.runId() << " stored in " << session.storePath() << "\n";

@@ -110,6 +110,7 @@ struct Rank {
   bool exited = false;
   RankExit exit;
   Clock::time_point lastSeen = Clock::now();
+  double startedS = -1;  // seconds from the launch to its first record (RunReport::lastStartedS)
   std::int64_t lastStep = -1;
   std::string state = "start";
   CollectiveCount collectives;  // from its last heartbeat (Note [Collective positions])
@@ -750,7 +751,10 @@ void Launcher::Impl::pump(Rank& rk, bool final, Clock::time_point now) {
     if (fd == &rk.recFd) {
       const std::size_t before = rk.recBuf.size();
       open = rk.recBuf.readFrom(*fd) && !final;
-      if (rk.recBuf.size() != before) rk.lastSeen = now;
+      if (rk.recBuf.size() != before) {
+        rk.lastSeen = now;
+        if (rk.startedS < 0) rk.startedS = std::chrono::duration<double>(now - m_started).count();
+      }
       takeRecords(rk);
     } else {
       std::string& buf = fd == &rk.outFd ? rk.outBuf : rk.errBuf;
@@ -1089,6 +1093,12 @@ RunReport Launcher::Impl::finishReport() {
     report.message = "stopped by request";
   }
   report.wallS = secondsSince(m_started);
+  const auto [first, last] = std::minmax_element(m_ranks.begin(), m_ranks.end(),
+                                                 [](const Rank& a, const Rank& b) { return a.startedS < b.startedS; });
+  if (first != m_ranks.end() && first->startedS >= 0) {
+    report.firstStartedS = first->startedS;
+    report.lastStartedS = last->startedS;
+  }
   return report;
 }
 

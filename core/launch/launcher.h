@@ -125,6 +125,11 @@ struct RunReport {
   double divergedLoss = 0;
   bool reachedStopStep = false;  ///< stopped because every rank reached LaunchOptions::stopAtStep
   std::string stacksFile;        ///< the ranks' stacks taken in this attempt (Note [Taking stacks]); "" when none
+  /// Seconds from the start of the ranks' processes to the first and to the last of them
+  /// sending their first record: how long the ranks took to start (a process of many ranks
+  /// counts once); -1 where none, or not every one, did.
+  double firstStartedS = -1;
+  double lastStartedS = -1;
 };
 
 /// "rank 0: loss is NaN since step 3", for a report whose run diverged.

@@ -168,8 +168,8 @@ void RunFollower::readChunks(FollowStream& out) {
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     m_chunkRow = sqlite3_column_int64(s, 0);
     const int codec = sqlite3_column_int(s, 3);
-    PTW_CHECK(codec == kChunkCodec, "run store ", m_db->path(), ": run ", m_run.id, " has step chunks of codec ", codec,
-              ", this build reads ", kChunkCodec);
+    PTW_CHECK(readsChunkCodec(codec), "run store ", m_db->path(), ": run ", m_run.id, " has step chunks of codec ",
+              codec, ", this build reads ", kOldestChunkCodec, " to ", kChunkCodec);
     chunk.clear();
     unpackChunk(static_cast<const unsigned char*>(sqlite3_column_blob(s, 4)),
                 static_cast<std::size_t>(sqlite3_column_bytes(s, 4)), sqlite3_column_int64(s, 2),

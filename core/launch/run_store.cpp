@@ -30,7 +30,8 @@ RunStore::RunStore(const std::string& runsDir, const RunStoreOptions& options) :
   m_catalog = std::make_unique<RunCatalog>(*m_db);
   m_metrics = std::make_unique<MetricRows>(*m_db);
   m_writer = std::make_unique<StepFileWriter>(*m_db, blocksDir, options.sizeLimitKib * 1024);
-  m_archive = std::make_unique<ChunkArchive>(*m_db, blocksDir);
+  m_archive = std::make_unique<ChunkArchive>(
+      *m_db, blocksDir, options.packRecords > 0 ? options.packRecords : ChunkArchive::kPackRecords);
   LegacyStepConverter legacy(*m_db, *m_archive);
   legacy.createTables();
   m_catalog->markInterrupted();

@@ -23,10 +23,11 @@
 // (Note [Ranks write their steps] in engine/worker.cpp). The blocks stay out of the
 // database: in WAL mode every byte written there is written twice (to the WAL, then copied
 // back into the database), besides SQLite's own work.
-// When the run ends (endRun) its blocks are packed into `step_chunks`, 16,384 records or
-// fewer a transaction, as a row per rank and attempt, the records compressed field by field
-// (launch/step_chunk.h), a few bytes each; an interrupted run's when the next run ends, or
-// at `ptw runs` or `ptw export`. Chunks are committed with the length of the file packed so
+// When the run ends (endRun) its blocks are packed into `step_chunks`, a stretch of the file
+// of 524,288 records or fewer a transaction, as rows of a rank and attempt in that stretch
+// (of about 256 records each), the records compressed field by field (launch/step_chunk.h), a
+// few bytes each; an interrupted run's when the next run ends, or at `ptw runs` or `ptw
+// export`. Chunks are committed with the length of the file packed so
 // far (`step_files`), so a reader reads the file only past what is chunks, and a packing cut
 // short resumes where it stopped; the file is removed once all of it is chunks. A run's
 // records are so in two forms, chunks and the live step file past them, and every reader
@@ -80,8 +81,16 @@ struct RunStoreOptions {
   /// Told how converting the step records of a store of an earlier build goes when it is
   /// opened (Note [Step blocks]), run by run: `done` of `total`, from 0, once a transaction.
   std::function<void(std::int64_t runId, std::int64_t done, std::int64_t total)> conversionProgress = {};
+  /// The step records a transaction packs into chunks at most (Note [Step blocks]); 0:
+  /// ChunkArchive::kPackRecords. The tests of a packing cut short between transactions make
+  /// it small.
+  std::int64_t packRecords = 0;
   RunStoreOptions& setSizeLimitKib(long long kib) {
     sizeLimitKib = kib;
+    return *this;
+  }
+  RunStoreOptions& setPackRecords(std::int64_t n) {
+    packRecords = n;
     return *this;
   }
   RunStoreOptions& setConversionProgress(std::function<void(std::int64_t, std::int64_t, std::int64_t)> f) {

@@ -18,14 +18,40 @@ constexpr std::uint32_t kChunkMagic = 0x43575450;  // "PTWC"
 constexpr std::size_t kChunkHeaderBytes = 16, kColumnHeaderBytes = 9;
 constexpr std::int64_t kMostRecords = std::int64_t(1) << 26;  // far more than the store writes in a chunk
 constexpr std::uint32_t kMostFields = 256;
+constexpr std::uint32_t kLayoutColumnFrames = 0, kLayoutOneFrame = 2;
 // Past the default level the ratio gains little on these columns and packing slows down;
-// chunks are packed once, when a run ends.
-constexpr int kZstdLevel = 6;
+// chunks are packed once, when a run ends. A column's transforms are weighed at the fastest
+// level: a cheap guess at the order the final one puts them in.
+constexpr int kZstdLevel = 6, kWeighLevel = 1;
 
-enum Transform : std::uint8_t { kDelta = 0, kXor = 1, kMicros = 2, kPerMs = 3 };
+enum Transform : std::uint8_t { kDelta = 0, kXor = 1, kMicros = 2, kPerMs = 3, kParts = 4, kSpan = 5, kFloat = 6 };
+
+// One compression context a thread, kept: making one costs more than packing a rank's chunk.
+struct Contexts {
+  ZSTD_CCtx* c = ZSTD_createCCtx();
+  ZSTD_DCtx* d = ZSTD_createDCtx();
+  ~Contexts() {
+    ZSTD_freeCCtx(c);
+    ZSTD_freeDCtx(d);
+  }
+};
+Contexts& contexts() {
+  thread_local Contexts ctx;
+  PTW_CHECK(ctx.c && ctx.d, "run store: out of memory for compressing step records");
+  return ctx;
+}
+
+std::string compressed(const std::string& raw, int level) {
+  std::string packed(ZSTD_compressBound(raw.size()), '\0');
+  const std::size_t n = ZSTD_compressCCtx(contexts().c, packed.data(), packed.size(), raw.data(), raw.size(), level);
+  PTW_CHECK(!ZSTD_isError(n), "run store: compressing step records failed (", ZSTD_getErrorName(n), ")");
+  packed.resize(n);
+  return packed;
+}
 
 template <class T>
 std::uint64_t bitsOf(T v) {
+  static_assert(sizeof(T) == 8);
   std::uint64_t u;
   std::memcpy(&u, &v, 8);
   return u;
@@ -109,6 +135,68 @@ std::string escapedColumn(const std::vector<std::uint64_t>& v, Exact&& exact) {
   return out;
 }
 
+// Byte planes of `v` (each value's lowest byte, then its next, ...), `width` bytes a value.
+void appendPlanes(std::string& out, const std::vector<std::uint64_t>& v, unsigned width) {
+  const std::size_t at = out.size();
+  out.resize(at + width * v.size());
+  for (std::size_t i = 0; i < v.size(); ++i)
+    for (unsigned b = 0; b < width; ++b) out[at + b * v.size() + i] = static_cast<char>(v[i] >> (8 * b));
+}
+std::uint64_t planeValue(const unsigned char* planes, std::size_t count, std::size_t i, unsigned width) {
+  std::uint64_t x = 0;
+  for (unsigned b = 0; b < width; ++b) x |= std::uint64_t(planes[b * count + i]) << (8 * b);
+  return x;
+}
+
+// Values all of which `exact(i)` gives as whole numbers: the least as a varint (zig-zag),
+// then a byte of the bits it takes to write the others' distance from it, then each distance
+// in that many bits, the first value's from the lowest bit of the first byte on; "" when one
+// is not whole. Noisy times cost the bits of their spread, where a delta from one to the
+// next costs a bit more, and whole bytes a few bits more again.
+template <class Exact>
+std::string spanColumn(std::size_t count, Exact&& exact) {
+  std::vector<std::uint64_t> n(count);
+  std::uint64_t least = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::optional<std::int64_t> w = exact(i);
+    if (!w) return {};
+    n[i] = static_cast<std::uint64_t>(*w);
+    if (i == 0 || *w < static_cast<std::int64_t>(least)) least = n[i];
+  }
+  std::uint64_t most = 0;
+  for (auto& x : n) most = std::max(most, x -= least);
+  unsigned width = 0;
+  while (width < 64 && (most >> width) != 0) ++width;
+  std::string out;
+  putVarint(out, zigzag(least));
+  out += static_cast<char>(width);
+  unsigned __int128 bits = 0;  // holds fewer than 8 bits, then a value's
+  unsigned held = 0;
+  for (const std::uint64_t x : n) {
+    bits |= static_cast<unsigned __int128>(x) << held;
+    for (held += width; held >= 8; held -= 8, bits >>= 8) out += static_cast<char>(bits & 0xff);
+  }
+  if (held > 0) out += static_cast<char>(bits & 0xff);
+  return out;
+}
+
+// Doubles that are all floats to the bit (a loss of a float tensor): the floats' bits as
+// byte planes; "" when one is not.
+std::string floatColumn(const std::vector<std::uint64_t>& bits) {
+  std::vector<std::uint64_t> f(bits.size());
+  for (std::size_t i = 0; i < bits.size(); ++i) {
+    const double v = fromBits<double>(bits[i]);
+    const auto narrow = static_cast<float>(v);
+    if (bitsOf(static_cast<double>(narrow)) != bits[i]) return {};
+    std::uint32_t u;
+    std::memcpy(&u, &narrow, 4);
+    f[i] = u;
+  }
+  std::string out;
+  appendPlanes(out, f, 4);
+  return out;
+}
+
 // n, when v is n / 1e6 to the bit: a duration of whole nanoseconds in milliseconds.
 std::optional<std::int64_t> wholeMicros(double v) {
   if (!(std::fabs(v) < 1e12)) return std::nullopt;
@@ -124,16 +212,41 @@ std::optional<std::int64_t> wholePerMs(double v, double stepMs) {
   return k;
 }
 
-void appendColumn(std::string& out, std::uint8_t transform, const std::string& raw) {
-  std::string packed(ZSTD_compressBound(raw.size()), '\0');
-  const std::size_t n = ZSTD_compress(packed.data(), packed.size(), raw.data(), raw.size(), kZstdLevel);
-  PTW_CHECK(!ZSTD_isError(n), "run store: compressing step records failed (", ZSTD_getErrorName(n), ")");
-  char h[kColumnHeaderBytes];
-  h[0] = static_cast<char>(transform);
-  putLe(h + 1, static_cast<std::uint32_t>(raw.size()));
-  putLe(h + 5, static_cast<std::uint32_t>(n));
-  out.append(h, sizeof h);
-  out.append(packed.data(), n);
+// The whole nanoseconds of a step's parts (data, compute, comm, opt), when each is whole.
+std::optional<std::uint64_t> partsNanos(const StepRecord& r) {
+  const auto data = wholeMicros(r.dataMs), compute = wholeMicros(r.computeMs), comm = wholeMicros(r.commMs),
+             opt = wholeMicros(r.optMs);
+  if (!data || !compute || !comm || !opt) return std::nullopt;
+  return std::uint64_t(*data) + std::uint64_t(*compute) + std::uint64_t(*comm) + std::uint64_t(*opt);
+}
+// step_ms in whole nanoseconds less its parts'.
+std::optional<std::int64_t> restOfParts(const StepRecord& r) {
+  const auto step = wholeMicros(r.stepMs);
+  const auto parts = partsNanos(r);
+  if (!step || !parts) return std::nullopt;
+  return static_cast<std::int64_t>(std::uint64_t(*step) - *parts);
+}
+
+// The transform of a double column `m` that compresses best, and its raw bytes.
+template <class M>
+std::pair<std::uint8_t, std::string> bestColumn(const std::vector<StepRecord>& records,
+                                                const std::vector<std::uint64_t>& bits, M m) {
+  std::pair<std::uint8_t, std::string> best{kXor, xorColumn(bits)};
+  if (records.empty()) return best;
+  std::size_t bestSize = compressed(best.second, kWeighLevel).size();
+  auto weigh = [&](std::uint8_t transform, std::string raw) {
+    if (raw.empty()) return;
+    const std::size_t size = compressed(raw, kWeighLevel).size();
+    if (size < bestSize) best = {transform, std::move(raw)}, bestSize = size;
+  };
+  weigh(kMicros, escapedColumn(bits, [&](std::size_t i) { return wholeMicros(records[i].*m); }));
+  weigh(kSpan, spanColumn(records.size(), [&](std::size_t i) { return wholeMicros(records[i].*m); }));
+  weigh(kFloat, floatColumn(bits));
+  if (m == &StepRecord::samplesPerS)
+    weigh(kPerMs, escapedColumn(bits, [&](std::size_t i) { return wholePerMs(records[i].*m, records[i].stepMs); }));
+  if (m == &StepRecord::stepMs)
+    weigh(kParts, escapedColumn(bits, [&](std::size_t i) { return restOfParts(records[i]); }));
+  return best;
 }
 
 }  // namespace
@@ -143,29 +256,21 @@ std::string packChunk(const std::vector<StepRecord>& records) {
   putLe(out.data(), kChunkMagic);
   putLe(out.data() + 4, static_cast<std::uint32_t>(records.size()));
   putLe(out.data() + 8, static_cast<std::uint32_t>(StepRecord::fieldCount()));
+  putLe(out.data() + 12, kLayoutOneFrame);
+  std::string raws;
   std::vector<std::uint64_t> bits(records.size());
   StepRecord::forEachField([&](const char*, auto m) {
     for (std::size_t i = 0; i < records.size(); ++i) bits[i] = bitsOf(records[i].*m);
-    if constexpr (std::is_same_v<StepFieldType<decltype(m)>, std::int64_t>) {
-      appendColumn(out, kDelta, deltaColumn(bits));
-      return;
-    } else {
-      // Each transform that applies, compressed; the smallest is kept.
-      std::string best;
-      auto tryColumn = [&](std::uint8_t transform, const std::string& raw) {
-        if (raw.empty() && !records.empty()) return;
-        std::string column;
-        appendColumn(column, transform, raw);
-        if (best.empty() || column.size() < best.size()) best = std::move(column);
-      };
-      tryColumn(kXor, xorColumn(bits));
-      tryColumn(kMicros, escapedColumn(bits, [&](std::size_t i) { return wholeMicros(records[i].*m); }));
-      if (m == &StepRecord::samplesPerS)
-        tryColumn(kPerMs,
-                  escapedColumn(bits, [&](std::size_t i) { return wholePerMs(records[i].*m, records[i].stepMs); }));
-      out += best;
-    }
+    std::pair<std::uint8_t, std::string> column;
+    if constexpr (std::is_same_v<StepFieldType<decltype(m)>, std::int64_t>)
+      column = {kDelta, deltaColumn(bits)};
+    else
+      column = bestColumn(records, bits, m);
+    out += static_cast<char>(column.first);
+    putVarint(out, column.second.size());
+    raws += column.second;
   });
+  out += compressed(raws, kZstdLevel);
   return out;
 }
 
@@ -176,13 +281,59 @@ struct StoredColumn {
   std::string raw;
 };
 
-// The values of a column in its records' field `m`; kPerMs reads their step_ms.
+// The values of a kSpan column of doubles.
+template <class M>
+void decodeSpan(const StoredColumn& c, StepRecord* r, std::size_t count, M m) {
+  Reader in{reinterpret_cast<const unsigned char*>(c.raw.data()),
+            reinterpret_cast<const unsigned char*>(c.raw.data()) + c.raw.size()};
+  const std::uint64_t least = unzigzag(in.varint());
+  PTW_CHECK(in.p < in.end, "run store: a step chunk's column ends in the middle of a value");
+  const unsigned width = *in.p++;
+  PTW_CHECK(width <= 64, "run store: a step chunk's column holds a malformed value");
+  const std::uint64_t want = (std::uint64_t(width) * count + 7) / 8;
+  PTW_CHECK(static_cast<std::uint64_t>(in.end - in.p) == want, "run store: a step chunk's column holds ", in.end - in.p,
+            " bytes of values, expected ", want);
+  const std::uint64_t mask = width == 64 ? ~std::uint64_t(0) : (std::uint64_t(1) << width) - 1;
+  unsigned __int128 bits = 0;
+  unsigned held = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    for (; held < width; held += 8) bits |= static_cast<unsigned __int128>(*in.p++) << held;
+    const std::uint64_t x = static_cast<std::uint64_t>(bits) & mask;
+    bits >>= width;
+    held -= width;
+    r[i].*m = static_cast<double>(static_cast<std::int64_t>(least + x)) / 1e6;
+  }
+}
+
+// The values of a kFloat column of doubles.
+template <class M>
+void decodeFloats(const StoredColumn& c, StepRecord* r, std::size_t count, M m) {
+  PTW_CHECK(c.raw.size() == 4 * count, "run store: a step chunk's float column holds ", c.raw.size(),
+            " bytes, expected ", 4 * count);
+  const auto* planes = reinterpret_cast<const unsigned char*>(c.raw.data());
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto u = static_cast<std::uint32_t>(planeValue(planes, count, i, 4));
+    float f;
+    std::memcpy(&f, &u, 4);
+    r[i].*m = static_cast<double>(f);
+  }
+}
+
+// The values of a column in its records' field `m`; kPerMs reads their step_ms, kParts
+// their data_ms, compute_ms, comm_ms and opt_ms.
 template <class M>
 void decodeColumn(const StoredColumn& c, StepRecord* r, std::size_t count, M m) {
   using T = StepFieldType<M>;
   Reader in{reinterpret_cast<const unsigned char*>(c.raw.data()),
             reinterpret_cast<const unsigned char*>(c.raw.data()) + c.raw.size()};
   std::uint64_t prev = 0;
+  if (c.transform == kSpan || c.transform == kFloat) {
+    if constexpr (std::is_same_v<T, double>)
+      c.transform == kSpan ? decodeSpan(c, r, count, m) : decodeFloats(c, r, count, m);
+    else
+      PTW_FAIL("run store: a step chunk's integer column has transform ", int(c.transform));
+    return;
+  }
   if (c.transform == kXor) {
     PTW_CHECK(c.raw.size() == 8 * count, "run store: a step chunk's xor column holds ", c.raw.size(),
               " bytes, expected ", 8 * count);
@@ -201,8 +352,8 @@ void decodeColumn(const StoredColumn& c, StepRecord* r, std::size_t count, M m) 
       r[i].*m = fromBits<T>(prev);
       continue;
     }
-    PTW_CHECK(c.transform == kMicros || c.transform == kPerMs, "run store: a step chunk's column has transform ",
-              int(c.transform), ", expected 0 to 3");
+    PTW_CHECK(c.transform == kMicros || c.transform == kPerMs || c.transform == kParts,
+              "run store: a step chunk's column has transform ", int(c.transform), ", expected 0 to 6");
     const std::uint64_t w = in.varint();
     if (w == 1) {
       r[i].*m = fromBits<T>(in.word());
@@ -210,25 +361,25 @@ void decodeColumn(const StoredColumn& c, StepRecord* r, std::size_t count, M m) 
     }
     PTW_CHECK((w & 1) == 0, "run store: a step chunk's column holds a malformed value");
     prev += unzigzag(w >> 1);
-    const auto n = static_cast<double>(static_cast<std::int64_t>(prev));
-    if constexpr (std::is_same_v<T, double>)
-      r[i].*m = c.transform == kMicros ? n / 1e6 : n * 1000.0 / r[i].stepMs;
-    else
+    std::uint64_t n = prev;
+    if constexpr (std::is_same_v<T, double>) {
+      if (c.transform == kParts) {
+        const std::optional<std::uint64_t> parts = partsNanos(r[i]);
+        PTW_CHECK(parts, "run store: a step chunk's step_ms column holds a malformed value");
+        n += *parts;
+      }
+      const auto v = static_cast<double>(static_cast<std::int64_t>(n));
+      r[i].*m = c.transform == kPerMs ? v * 1000.0 / r[i].stepMs : v / 1e6;
+    } else {
       PTW_FAIL("run store: a step chunk's integer column has transform ", int(c.transform));
+    }
   }
   PTW_CHECK(in.p == in.end, "run store: a step chunk's column holds bytes past its ", count, " values");
 }
 
-}  // namespace
-
-void unpackChunk(const unsigned char* blob, std::size_t size, std::int64_t count, int rank,
-                 std::vector<StepRecord>& out) {
-  PTW_CHECK(size >= kChunkHeaderBytes && getLe<std::uint32_t>(blob) == kChunkMagic,
-            "run store: a step chunk does not start with \"PTWC\"");
-  const std::uint32_t n = getLe<std::uint32_t>(blob + 4), fields = getLe<std::uint32_t>(blob + 8);
-  PTW_CHECK(n == count && count <= kMostRecords && fields <= kMostFields, "run store: a step chunk holds ", n,
-            " records of ", fields, " fields, expected ", count, " records");
-  std::vector<StoredColumn> columns(fields);
+// The columns of a chunk of layout 0: a zstd frame each.
+std::size_t readColumnFrames(const unsigned char* blob, std::size_t size, std::uint32_t n,
+                             std::vector<StoredColumn>& columns) {
   std::size_t at = kChunkHeaderBytes;
   for (auto& c : columns) {
     PTW_CHECK(size - at >= kColumnHeaderBytes, "run store: a step chunk is cut short");
@@ -237,22 +388,69 @@ void unpackChunk(const unsigned char* blob, std::size_t size, std::int64_t count
     at += kColumnHeaderBytes;
     PTW_CHECK(size - at >= packed && raw <= 16 * std::uint64_t(n) + 16, "run store: a step chunk is cut short");
     c.raw.resize(raw);
-    const std::size_t got = ZSTD_decompress(c.raw.data(), raw, blob + at, packed);
+    const std::size_t got = ZSTD_decompressDCtx(contexts().d, c.raw.data(), raw, blob + at, packed);
     PTW_CHECK(!ZSTD_isError(got) && got == raw, "run store: a step chunk's column does not decompress (",
               ZSTD_isError(got) ? ZSTD_getErrorName(got) : "wrong size", ")");
     at += packed;
   }
+  return at;
+}
+
+// The columns of a chunk of layout 2: their transforms and sizes, then one zstd frame.
+std::size_t readOneFrame(const unsigned char* blob, std::size_t size, std::uint32_t n,
+                         std::vector<StoredColumn>& columns) {
+  Reader in{blob + kChunkHeaderBytes, blob + size};
+  std::uint64_t total = 0;
+  std::vector<std::uint64_t> sizes;
+  for (auto& c : columns) {
+    PTW_CHECK(in.p < in.end, "run store: a step chunk is cut short");
+    c.transform = *in.p++;
+    sizes.push_back(in.varint());
+    PTW_CHECK(sizes.back() <= 16 * std::uint64_t(n) + 16, "run store: a step chunk is cut short");
+    total += sizes.back();
+  }
+  std::string raws(total, '\0');
+  const auto left = static_cast<std::size_t>(in.end - in.p);
+  const std::size_t got = ZSTD_decompressDCtx(contexts().d, raws.data(), raws.size(), in.p, left);
+  PTW_CHECK(!ZSTD_isError(got) && got == total && ZSTD_findFrameCompressedSize(in.p, left) == left,
+            "run store: a step chunk's columns do not decompress (",
+            ZSTD_isError(got) ? ZSTD_getErrorName(got) : "wrong size", ")");
+  std::size_t from = 0;
+  for (std::size_t i = 0; i < columns.size(); ++i) {
+    columns[i].raw.assign(raws, from, sizes[i]);
+    from += sizes[i];
+  }
+  return size;
+}
+
+// Which pass decodes a column: a kParts column reads the times before it, a kPerMs one step_ms.
+int passOf(std::uint8_t transform) { return transform == kParts ? 1 : transform == kPerMs ? 2 : 0; }
+
+}  // namespace
+
+void unpackChunk(const unsigned char* blob, std::size_t size, std::int64_t count, int rank,
+                 std::vector<StepRecord>& out) {
+  PTW_CHECK(size >= kChunkHeaderBytes && getLe<std::uint32_t>(blob) == kChunkMagic,
+            "run store: a step chunk does not start with \"PTWC\"");
+  const std::uint32_t n = getLe<std::uint32_t>(blob + 4), fields = getLe<std::uint32_t>(blob + 8),
+                      layout = getLe<std::uint32_t>(blob + 12);
+  PTW_CHECK(n == count && count <= kMostRecords && fields <= kMostFields, "run store: a step chunk holds ", n,
+            " records of ", fields, " fields, expected ", count, " records");
+  PTW_CHECK(layout == kLayoutColumnFrames || layout == kLayoutOneFrame, "run store: a step chunk has layout ", layout,
+            ", expected ", kLayoutColumnFrames, " or ", kLayoutOneFrame);
+  std::vector<StoredColumn> columns(fields);
+  const std::size_t at =
+      layout == kLayoutOneFrame ? readOneFrame(blob, size, n, columns) : readColumnFrames(blob, size, n, columns);
   PTW_CHECK(at == size, "run store: a step chunk holds bytes past its columns");
   const std::size_t first = out.size();
   out.resize(first + n);
   StepRecord* r = out.data() + first;
   for (std::size_t i = 0; i < n; ++i) r[i].rank = rank;
   try {
-    // Two passes: a per-ms column reads step_ms, which may come after it.
-    for (const bool perMs : {false, true}) {
+    for (const int pass : {0, 1, 2}) {
       std::size_t i = 0;
       StepRecord::forEachField([&](const char*, auto m) {
-        if (i < columns.size() && (columns[i].transform == kPerMs) == perMs) decodeColumn(columns[i], r, n, m);
+        if (i < columns.size() && passOf(columns[i].transform) == pass) decodeColumn(columns[i], r, n, m);
         ++i;
       });
     }

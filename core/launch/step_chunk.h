@@ -5,9 +5,15 @@
 // zstd, so that a record costs a few bytes rather than the 88 of a block or more as a row
 // of its own, and every field comes back bit for bit.
 //
-// A chunk, little-endian: u32 magic "PTWC" | u32 count | u32 fields | u32 zero, then per
-// field, in the order of the list that wrote it: u8 transform | u32 raw bytes | u32 packed
-// bytes | the packed bytes (a zstd frame of the raw bytes). Transforms of a column:
+// A chunk, little-endian: u32 magic "PTWC" | u32 count | u32 fields | u32 layout, then per
+// field, in the order of the list that wrote it, its column's transform, then the columns.
+//   layout 2 (codec 2, written): per field u8 transform | LEB128 varint raw bytes, then one
+//     zstd frame of every column's raw bytes one after the other. A frame and a header a
+//     column would cost a few hundred bytes a chunk: a rank's chunk of a few hundred records
+//     would pay bytes a record for them.
+//   layout 0 (codec 1, read only): per field u8 transform | u32 raw bytes | u32 packed
+//     bytes | the packed bytes (a zstd frame of the raw bytes).
+// Transforms of a column:
 //   0 delta: each value minus the one before (the first minus 0), zig-zag, LEB128 varint
 //   1 xor: each value's 64 bits XOR the one before's, then byte planes (all first bytes,
 //     then all second bytes, ...)
@@ -16,6 +22,13 @@
 //     not is a varint 1 then its 8 bytes
 //   3 per-ms: samples_per_s as the trainer computes it from the step's samples and step_ms
 //     (v == k * 1000 / step_ms): k as in `micros`, the others also as there
+//   4 parts (layout 2): step_ms in whole nanoseconds less the sum of data_ms, compute_ms,
+//     comm_ms and opt_ms in whole nanoseconds (a step is mostly its parts): that rest as
+//     in `micros`, a record whose times are not all whole nanoseconds escaped as there
+//   5 span (layout 2): doubles all whole nanoseconds in milliseconds: the least n as a
+//     zig-zag varint, a byte of width w (0 to 64), then each n less the least in w bits,
+//     little-endian from the first value on, the last byte padded with zero bits
+//   6 float (layout 2): doubles all floats to the bit: the floats' 32 bits as byte planes
 // The writer tries those that apply and keeps the smallest. A reader of a build with more
 // fields reads the missing ones as 0; one with fewer skips the extra ones.
 #pragma once
@@ -29,13 +42,17 @@
 
 namespace ptw::core {
 
-/// The `codec` column of a chunk written by packChunk.
-inline constexpr int kChunkCodec = 1;
+/// The `codec` column of a chunk written by packChunk; chunks of codec kOldestChunkCodec
+/// and up are read.
+inline constexpr int kChunkCodec = 2;
+inline constexpr int kOldestChunkCodec = 1;
+/// Whether unpackChunk reads chunks of `codec`.
+inline bool readsChunkCodec(int codec) { return codec >= kOldestChunkCodec && codec <= kChunkCodec; }
 
 /// The chunk holding `records` (of one rank and attempt, in step order for the best ratio).
 std::string packChunk(const std::vector<StepRecord>& records);
 
-/// Appends the `count` records of the chunk `blob` (of `size` bytes, codec kChunkCodec), of
+/// Appends the `count` records of the chunk `blob` (of `size` bytes, a codec readsChunkCodec), of
 /// rank `rank`, to `out`. Throws ptw::Error when the chunk is not one.
 void unpackChunk(const unsigned char* blob, std::size_t size, std::int64_t count, int rank,
                  std::vector<StepRecord>& out);

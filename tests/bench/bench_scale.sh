@@ -10,6 +10,7 @@
 #   records_stored              step records in the store once the run ended (step_chunks)
 #   supervisor_cpu_share        ptw's own CPU seconds (user + system, its threads, not the
 #                               worker processes) over its wall seconds: a share of one core
+#   supervisor_cpu_us_per_record  those CPU seconds over records_stored, in microseconds
 #   window_fps                  null: the run is headless, no window draws
 #   rss_mib                     ptw's peak resident set (VmHWM)
 #   store_bytes_per_record      the runs directory's database (and any step file left) over
@@ -100,6 +101,7 @@ result = {
     "records_sent": sent,
     "records_stored": stored,
     "supervisor_cpu_share": round(cpu / wall, 4),
+    "supervisor_cpu_us_per_record": round(cpu / stored * 1e6, 2) if stored else None,
     "window_fps": None,
     "rss_mib": round(peak / 1024, 1),
     "store_bytes_per_record": round(store_bytes / stored, 2) if stored else None,

@@ -26,6 +26,7 @@
 #include "common/profile.h"
 #include "common/step_block.h"
 #include "common/version.h"
+#include "launch/chunk_archive.h"
 #include "launch/run_store.h"
 #include "launch/step_chunk.h"
 #include "sql_support.h"
@@ -223,6 +224,61 @@ std::uint64_t little(const unsigned char* p, int bytes) {
   std::uint64_t u = 0;
   for (int i = bytes - 1; i >= 0; --i) u = (u << 8) | p[i];
   return u;
+}
+
+// The records of kFirstLayoutChunk: rank 3, steps 100 to 105, each field with values no
+// transform fits besides the ones it does (an unreported loss, -1 integers, infinities).
+std::vector<StepRecord> firstLayoutRecords() {
+  std::vector<StepRecord> v;
+  for (int i = 0; i < 6; ++i) {
+    StepRecord s;
+    s.rank = 3;
+    s.step = 100 + i;
+    s.epoch = i < 3 ? -1 : 2;
+    s.loss = i == 1 ? notReported() : (i == 2 ? std::numeric_limits<double>::infinity() : 0.25 + i * 0.125);
+    s.stepMs = (12345678 + 1000 * i) / 1e6;
+    s.samplesPerS = i == 4 ? std::nan("") : 16 * 1000.0 / s.stepMs;
+    s.dataMs = 1.5 + i;
+    s.computeMs = -std::numeric_limits<double>::infinity();
+    s.commMs = std::nan("");
+    s.optMs = -0.0;
+    s.lr = 0.01;
+    s.memBytes = i % 2 ? -1 : 1LL << 40;
+    s.stepOffset = i == 5 ? -7 : 0;
+    v.push_back(s);
+  }
+  return v;
+}
+// firstLayoutRecords() as a chunk of codec 1 (a zstd frame a column), as the build before
+// codec 2 wrote it: stores written then must still read.
+const char* const kFirstLayoutChunk =
+    "50545743060000000c0000000000000000070000001000000028b52ffd2007390000c801020202020200060000000f00"
+    "000028b52ffd200631000001000006000001300000002500000028b52ffd2030e50000b0005757000000007e7e00d028"
+    "08140c043f40004000000100364002030e0000001700000028b52ffd200e7100004000000001000000000000f87f0002"
+    "0e0000001700000028b52ffd200e710000b88ac617a01fa01fa01fa01fa01f02180000001700000028b52ffd20187500"
+    "0040809bee028092f4010100238e0b01300000001900000028b52ffd20308500004000f0ff0000000000020029828074"
+    "5701300000001900000028b52ffd20308500004000f87f00000000000200298280745701300000001600000028b52ffd"
+    "20306d000038008000000000000100809c1002080000001100000028b52ffd2008410000c0b802000000000000240000"
+    "001700000028b52ffd2024750000208040818203002f55a40812383600060000000f00000028b52ffd20063100000000"
+    "0000000d";
+
+// The transform of each column of a chunk of codec 2 (layout in launch/step_chunk.h).
+std::vector<int> transformsOf(const std::string& chunk) {
+  std::vector<int> out;
+  std::size_t at = 16;
+  for (std::uint32_t f = 0; f < little(reinterpret_cast<const unsigned char*>(chunk.data()) + 8, 4); ++f) {
+    out.push_back(static_cast<unsigned char>(chunk[at++]));
+    while (static_cast<unsigned char>(chunk[at++]) & 0x80) {
+    }
+  }
+  return out;
+}
+
+std::string fromHex(const std::string& hex) {
+  std::string out;
+  for (std::size_t i = 0; i + 1 < hex.size(); i += 2)
+    out += static_cast<char>(std::stoi(hex.substr(i, 2), nullptr, 16));
+  return out;
 }
 
 // A run's step file (Note [Step blocks]) and the blocks in it, as the README lays them out.
@@ -469,7 +525,7 @@ class TestRunStore : public QObject {
     const std::int64_t steps = 3 * 8192;
     struct Stop {};
     {
-      RunStore store(dir.path().toStdString());
+      RunStore store(dir.path().toStdString(), RunStoreOptions().setPackRecords(8192));
       id = store.beginRun(dir.path().toStdString(), defaultProfile());
       for (int rank = 0; rank < 2; ++rank) {
         std::vector<Record> batch;
@@ -509,7 +565,7 @@ class TestRunStore : public QObject {
   // unpacks all of it in the middle of the other's unpacking, and every record is a row once.
   void twoUnpackersAtOnceWriteEachRowOnce() {
     QTemporaryDir dir;
-    RunStore first(dir.path().toStdString());
+    RunStore first(dir.path().toStdString(), RunStoreOptions().setPackRecords(8192));
     const auto id = first.beginRun(dir.path().toStdString(), defaultProfile());
     for (int rank = 0; rank < 2; ++rank) {
       std::vector<Record> batch;
@@ -649,10 +705,10 @@ class TestRunStore : public QObject {
     std::int64_t id = 0;
     std::vector<StepRecord> before;
     {
-      // 12 pages of 64 KiB, all of them the empty tables and indexes: the blocks fit in the
-      // step file (528 KB), their chunks do not fit in the database (doubles of random bits
-      // do not compress: a rank's chunk takes more than a page).
-      RunStore store(dir.path().toStdString(), RunStoreOptions().setSizeLimitKib(768));
+      // 18 pages of 32 KiB, 12 of them the empty tables and indexes: the blocks fit in the
+      // step file (563 KiB), their chunks do not fit in the database (doubles of random bits
+      // do not compress: the chunks take more than the 6 pages left).
+      RunStore store(dir.path().toStdString(), RunStoreOptions().setSizeLimitKib(576));
       id = store.beginRun(dir.path().toStdString(), defaultProfile());
       std::uint64_t seed = 99;
       for (int rank = 0; rank < 2; ++rank) {
@@ -1028,6 +1084,127 @@ class TestRunStore : public QObject {
       std::string flipped = blob;
       flipped[at] = static_cast<char>(flipped[at] ^ 0x5a);
       fails(flipped, 500);  // must not crash; a flip in a compressed frame may still decode
+    }
+  }
+
+  // A chunk of the first codec, as the build before wrote it, still reads to the bit, alone
+  // and as a store's row among chunks of the current codec.
+  void aChunkOfTheFirstCodecIsStillRead() {
+    const std::string blob = fromHex(kFirstLayoutChunk);
+    const auto expected = firstLayoutRecords();
+    std::vector<StepRecord> out;
+    unpackChunk(reinterpret_cast<const unsigned char*>(blob.data()), blob.size(), 6, 3, out);
+    QCOMPARE(out.size(), expected.size());
+    for (std::size_t i = 0; i < out.size(); ++i)
+      QVERIFY2(sameBits(out[i], expected[i]), qPrintable(QString::number(i)));
+    QVERIFY(isNotReported(out[1].loss));
+
+    QTemporaryDir dir;
+    RunStore store(dir.path().toStdString());
+    const auto id = store.beginRun(dir.path().toStdString(), defaultProfile());
+    store.append(id, 0, {stepRecord(3, 106), stepRecord(3, 107)});
+    store.endRun(id, "finished", "", 0.5, 1.0, 1);
+    Sql sql(store.path());
+    sql.exec("INSERT INTO step_chunks VALUES (" + std::to_string(id) + ", 0, 3, 100, 105, 6, 1, X'" +
+             kFirstLayoutChunk + "')");
+    QCOMPARE(sql.count("SELECT count(DISTINCT codec) FROM step_chunks"), std::int64_t(2));
+    const auto all = store.steps(id);
+    QCOMPARE(all.size(), std::size_t(8));
+    for (std::size_t i = 0; i < 6; ++i) QVERIFY(sameBits(all[i], expected[i]));
+    QVERIFY(sameBits(all[6], stepRecord(3, 106).step) && sameBits(all[7], stepRecord(3, 107).step));
+    QCOMPARE(store.stepCount(id), std::int64_t(8));
+  }
+
+  // Each transform of the current codec gives back every bit: times of whole nanoseconds
+  // (their spread in bits; step_ms as the rest of its parts), a float loss, samples_per_s
+  // from step_ms; and, mixed in, values that do not fit one (an unreported loss, -1 integers,
+  // NaN and infinite times), which the column then escapes or leaves to another transform.
+  void chunksOfEachTransformKeepEveryBit_data() {
+    QTest::addColumn<int>("odd");  // every odd-th record holds values no transform fits; 0: none
+    QTest::addColumn<int>("lossTransform");
+    QTest::addColumn<int>("dataTransform");
+    QTest::addColumn<int>("stepTransform");
+    QTest::newRow("realistic") << 0 << 6 << 5 << 4;
+    QTest::newRow("an odd record in 50") << 50 << 1 << 2 << 4;
+    QTest::newRow("every record odd") << 1 << 1 << 6 << 5;  // an infinity is a float
+  }
+  void chunksOfEachTransformKeepEveryBit() {
+    QFETCH(int, odd);
+    std::uint64_t seed = 99;
+    auto noise = [&](std::int64_t range) {
+      seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+      return static_cast<std::int64_t>((seed >> 33) % static_cast<std::uint64_t>(range));
+    };
+    std::vector<StepRecord> records;
+    for (std::int64_t step = 1; step <= 400; ++step) {
+      StepRecord s;
+      s.rank = 5, s.step = step, s.epoch = step / 50;
+      const std::int64_t data = 7'000'000 + noise(1'500'000), compute = 30'000'000 + noise(6'000'000),
+                         comm = 7'000'000 + noise(1'500'000), opt = 5'000'000 + noise(1'000'000);
+      s.dataMs = static_cast<double>(data) / 1e6;
+      s.computeMs = static_cast<double>(compute) / 1e6;
+      s.commMs = static_cast<double>(comm) / 1e6;
+      s.optMs = static_cast<double>(opt) / 1e6;
+      s.stepMs = static_cast<double>(data + compute + comm + opt + noise(3000)) / 1e6;
+      s.samplesPerS = 16 * 1000.0 / s.stepMs;
+      s.loss = static_cast<float>(2.0 / static_cast<double>(step) + 1e-4 * static_cast<double>(noise(1000)));
+      s.lr = 0.01, s.memBytes = 256 << 20, s.stepOffset = 0;
+      if (odd > 0 && step % odd == 0) {
+        s.loss = step % 3 ? notReported() : -std::numeric_limits<double>::infinity();
+        s.epoch = -1, s.memBytes = -1, s.stepOffset = -1;
+        s.commMs = std::nan("");
+        s.dataMs = std::numeric_limits<double>::infinity();
+        s.samplesPerS = std::nan("");
+      }
+      records.push_back(s);
+    }
+    const std::string blob = packChunk(records);
+    const auto transforms = transformsOf(blob);
+    QCOMPARE(transforms.size(), StepRecord::fieldCount());
+    QTEST(transforms[2], "lossTransform");
+    QTEST(transforms[5], "dataTransform");
+    QTEST(transforms[4], "stepTransform");
+    std::vector<StepRecord> out;
+    unpackChunk(reinterpret_cast<const unsigned char*>(blob.data()), blob.size(), 400, 5, out);
+    QCOMPARE(out.size(), records.size());
+    for (std::size_t i = 0; i < out.size(); ++i) QVERIFY2(sameBits(out[i], records[i]), qPrintable(QString::number(i)));
+  }
+
+  // A run of many ranks, each writing a block a commit, is packed into chunks of a rank and
+  // attempt of kPackChunkRecords records (not one a rank for each few blocks, nor one of all
+  // of a rank's): what keeps a record at a few bytes.
+  void manyRanksArePackedIntoChunksOfARank() {
+    QTemporaryDir dir;
+    RunStore store(dir.path().toStdString());
+    const auto id = store.beginRun(dir.path().toStdString(), defaultProfile());
+    const int ranks = 300;
+    const std::int64_t steps = 300;
+    auto attemptOf = [](std::int64_t step) { return step > 280 ? 1 : 0; };  // a restart at step 281
+    for (std::int64_t step = 1; step <= steps; step += 4) {                 // blocks of 4 records a rank
+      std::vector<Record> batch;
+      for (int rank = 0; rank < ranks; ++rank)
+        for (std::int64_t s = step; s < step + 4; ++s) batch.push_back(stepRecord(rank, s, attemptOf(s)));
+      store.append(id, attemptOf(step), batch);
+      store.flush();
+    }
+    store.endRun(id, "finished", "", 0.5, 1.0, 2);
+    Sql sql(store.path());
+    QCOMPARE(ChunkArchive::kPackChunkRecords, std::int64_t(256));
+    QCOMPARE(sql.count(kChunked), std::int64_t(ranks) * steps);
+    // Each rank: steps 1-256 and 257-280 of the first attempt, 281-300 of the second.
+    QCOMPARE(sql.count("SELECT count(*) FROM step_chunks"), std::int64_t(3 * ranks));
+    for (const char* chunk : {"attempt = 0 AND first_step = 1 AND last_step = 256 AND count = 256",
+                              "attempt = 0 AND first_step = 257 AND last_step = 280 AND count = 24",
+                              "attempt = 1 AND first_step = 281 AND last_step = 300 AND count = 20"})
+      QCOMPARE(sql.count(std::string("SELECT count(DISTINCT rank) FROM step_chunks WHERE ") + chunk +
+                         " AND codec = " + std::to_string(kChunkCodec)),
+               std::int64_t(ranks));
+    const auto all = store.steps(id);
+    QCOMPARE(all.size(), std::size_t(ranks) * steps);
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      const int rank = static_cast<int>(i / steps);
+      const std::int64_t step = static_cast<std::int64_t>(i % steps) + 1;
+      QVERIFY(sameBits(all[i], stepRecord(rank, step, attemptOf(step)).step));
     }
   }
 

@@ -236,6 +236,13 @@ class TestStragglers : public QObject {
     QVERIFY2(s["factor"].toDouble() > StragglerOptions().factor, qPrintable(QString::number(s["factor"].toDouble())));
     QVERIFY2(s["step"].toInt() >= from, qPrintable(QString::number(s["step"].toInt())));
     QVERIFY2(o.out.contains("ptw: warning: straggler: rank 2:"), qPrintable(o.out));
+    // The suite's largest run of real local ranks says how long they took to start: each
+    // rank's first record came after the launch and before the run's end.
+    const QJsonObject started = o.summary["ranks_started_s"].toObject();
+    QVERIFY2(started["first"].toDouble() > 0 && started["first"].toDouble() <= started["last"].toDouble() &&
+                 started["last"].toDouble() < o.summary["wall_s"].toDouble(),
+             qPrintable(QJsonDocument(o.summary).toJson()));
+    QVERIFY2(o.out.contains("ptw: ranks started in "), qPrintable(o.out));
   }
 
   // 256 synthetic ranks in one process: every step record their process counted as sent is in
