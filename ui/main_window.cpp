@@ -307,9 +307,9 @@ QWidget* MainWindow::buildLiveTab(QWidget* parent) {
   bottom->setObjectName("bottomSplit");
   buildRankPane(bottom);
   buildLogPane(bottom);
-  // The table's nine columns take more of the width than the log.
-  bottom->setStretchFactor(0, 3);
-  bottom->setStretchFactor(1, 2);
+  // The table's columns take twice the width of the log.
+  bottom->setStretchFactor(0, 2);
+  bottom->setStretchFactor(1, 1);
   live->addWidget(m_chartStack);
   live->addWidget(bottom);
   live->setStretchFactor(0, 3);

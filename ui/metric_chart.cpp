@@ -337,6 +337,7 @@ void MetricChart::refresh() {
     yMax = std::max(yMax, std::min(nearMax, yMax + 0.5 * span));
   }
   if (m_spanLo < m_spanHi && yMin <= yMax) yMin = std::min(yMin, m_spanLo), yMax = std::max(yMax, m_spanHi);
+  wrapLegendToWidth(m_plot);
   if (m_follow && yMin <= yMax) {
     const double pad = (yMax - yMin) * 0.05 + (yMax == yMin ? std::abs(yMax) * 0.1 + 1e-9 : 0);
     m_plot->yAxis->setRange(logY ? yMin / 1.2 : yMin - pad, logY ? yMax * 1.2 : yMax + pad);

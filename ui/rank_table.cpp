@@ -82,7 +82,8 @@ RankTable::RankTable(QWidget* parent) : QTableWidget(0, kColumns, parent) {
   header->setStretchLastSection(false);
   setColumnHidden(kHost, true);  // shown for a run across hosts (reset)
   setColumnHidden(kExit, true);
-  setColumnHidden(kMark, true);  // shown once a rank stands out
+  setColumnHidden(kMark, true);    // shown once a rank stands out
+  setColumnHidden(kParams, true);  // shown once a rank's model size is known
   setSortingEnabled(true);
   sortByColumn(kRank, Qt::AscendingOrder);
   m_hint = new QLabel(tr("Each rank's state, step, loss, samples/s, model size, memory and last message appear "
@@ -117,6 +118,7 @@ void RankTable::reset(const LiveRun& run) {
   setColumnHidden(kHost, hosts.empty());
   setColumnHidden(kExit, true);
   setColumnHidden(kMark, true);
+  setColumnHidden(kParams, true);
   for (int r = 0; r < m_ranks; ++r) {
     for (int c = 0; c < kColumns; ++c) {
       auto* cell = new SortedItem;
@@ -166,14 +168,17 @@ void RankTable::truncateAfter(std::int64_t) {
   }
 }
 
-// Up to kEveryRowUpTo ranks every redraw writes every row; past them, the rows in view, and
-// every row once every kEveryRowS (the rows out of view sort by values that old): writing tens
-// of thousands of cells would take the redraw budget (Note [Redraw budget]) alone.
+// Up to kEveryRowUpTo ranks every redraw writes every row; past them, the rows in view, and,
+// while the table is sorted by a figure that changes (step, loss, samples/s, memory), every
+// row once every kEveryRowS (the rows out of view sort by values that old): writing tens of
+// thousands of cells at each redraw would take the redraw budget (Note [Redraw budget]) alone.
 void RankTable::refresh() {
   constexpr int kEveryRowUpTo = 256;
   constexpr auto kEveryRowS = std::chrono::seconds(2);
   const auto now = std::chrono::steady_clock::now();
-  if (m_ranks <= kEveryRowUpTo || now - m_wroteAll >= kEveryRowS) {
+  const int sorted = horizontalHeader()->sortIndicatorSection();
+  const bool byFigure = sorted == kStep || sorted == kLoss || sorted == kThroughput || sorted == kMemory;
+  if (m_ranks <= kEveryRowUpTo || (byFigure && now - m_wroteAll >= kEveryRowS)) {
     m_wroteAll = now;
     // One sort for the redraw, not one for each cell that changes in the sorted column.
     setSortingEnabled(false);
@@ -343,6 +348,10 @@ void RankTable::setStatus(int rank, Status status) {
 }
 
 void RankTable::showParameters(int rank, std::int64_t parameters) {
+  if (isColumnHidden(kParams)) {
+    setColumnHidden(kParams, false);
+    fitMessageColumn();
+  }
   const QString text = readableNumber(static_cast<double>(parameters), 3);
   const QString tip = tr("%1 parameters").arg(QLocale(QLocale::English).toString(static_cast<qlonglong>(parameters)));
   for (int r = m_oneProcess ? 0 : rank; r <= (m_oneProcess ? m_ranks - 1 : rank); ++r) {

@@ -54,6 +54,7 @@ void StepHeatmap::reset(const LiveRun& run) {
   m_labels = rankLabels(run);
   m_width = 1;
   m_used = 0;
+  m_dirtyFrom = 0;
   // Only a run that shows it holds its cells (Note [Rank spread]).
   m_cells.assign(run.ranks > kAggregateAbove ? static_cast<std::size_t>(m_ranks) * kColumns : 0, Cell{});
   m_map->data()->clear();
@@ -73,9 +74,11 @@ int StepHeatmap::columnOf(std::int64_t step) {
     }
     m_width *= 2;
     m_used = (m_used + 1) / 2;
+    m_dirtyFrom = 0;
     column = std::max<std::int64_t>(0, step - 1) / m_width;
   }
   m_used = std::max(m_used, static_cast<int>(column) + 1);
+  m_dirtyFrom = std::min(m_dirtyFrom, static_cast<int>(column));
   return static_cast<int>(column);
 }
 
@@ -102,6 +105,7 @@ double StepHeatmap::value(const Cell& c) const {
 
 void StepHeatmap::setMeasure(Measure measure) {
   m_measure = measure;
+  m_dirtyFrom = 0;
   m_dirty = true;
   refresh();
 }
@@ -111,14 +115,19 @@ void StepHeatmap::refresh() {
   m_dirty = false;
   const int columns = std::max(1, m_used);
   auto* data = m_map->data();
-  if (data->keySize() != columns || data->valueSize() != m_ranks) data->setSize(columns, m_ranks);
+  // Only the columns that took steps since the last redraw, unless the grid changed.
+  if (data->keySize() != columns || data->valueSize() != m_ranks) {
+    data->setSize(columns, m_ranks);
+    m_dirtyFrom = 0;
+  }
   // Cell centres: a column's middle step, each rank's row.
   const double w = static_cast<double>(m_width);
   data->setRange(QCPRange(0.5 + 0.5 * w, 0.5 + (columns - 0.5) * w), QCPRange(0, std::max(1, m_ranks - 1)));
   for (int r = 0; r < m_ranks; ++r) {
     const Cell* row = &m_cells[static_cast<std::size_t>(r) * kColumns];
-    for (int c = 0; c < columns; ++c) data->setCell(c, r, value(row[c]));
+    for (int c = std::max(0, m_dirtyFrom); c < columns; ++c) data->setCell(c, r, value(row[c]));
   }
+  m_dirtyFrom = kColumns;
   m_map->rescaleDataRange(true);
   m_plot->xAxis->setRange(0.5, 0.5 + columns * w);
   m_plot->yAxis->setRange(-0.5, m_ranks - 0.5);

@@ -66,6 +66,7 @@ class StepHeatmap : public QWidget, public LivePanel {
   std::vector<Cell> m_cells;  ///< rank-major: m_cells[rank * kColumns + column]
   QStringList m_labels;       ///< each rank's name and host
   bool m_dirty = false;
+  int m_dirtyFrom = 0;  ///< the first column that changed since the last redraw
 };
 
 }  // namespace ptw::ui

@@ -176,11 +176,19 @@ class TestScaleView : public QObject {
       QVERIFY(rankLines(&throughput).empty());
       QVERIFY(hasBand(&loss) && hasBand(&throughput));
       QVERIFY(loss.plot()->legend->itemCount() <= 6);
-      // Every entry's text is whole: no name elided to "ranl".
-      for (int i = 0; i < throughput.plot()->legend->itemCount(); ++i) {
-        auto* item = qobject_cast<QCPPlottableLegendItem*>(throughput.plot()->legend->item(i));
-        QVERIFY(item);
-        QVERIFY(item->outerRect().width() > QFontMetrics(item->font()).horizontalAdvance(item->plottable()->name()));
+      // Every entry's text is whole, also on a narrow chart: no name cut to "ranl".
+      for (int width : {800, 330}) {
+        throughput.resize(width, 450);
+        QTRY_COMPARE(throughput.plot()->width(), width);
+        throughput.fit();
+        auto* legend = throughput.plot()->legend;
+        for (int i = 0; i < legend->itemCount(); ++i) {
+          auto* item = qobject_cast<QCPPlottableLegendItem*>(legend->item(i));
+          if (!item) continue;  // an empty cell of the legend's grid
+          const int text = QFontMetrics(item->font()).horizontalAdvance(item->plottable()->name());
+          QVERIFY2(item->outerRect().width() > text && item->outerRect().right() <= width,
+                   qPrintable(QString("%1 at %2 wide").arg(item->plottable()->name()).arg(width)));
+        }
       }
     }
   }
@@ -323,7 +331,13 @@ class TestScaleView : public QObject {
     QVERIFY2(table->markOf(13).contains("straggler") && table->markOf(13).contains("outlier"),
              qPrintable(table->markOf(13)));
     QCOMPARE(table->rowCount(), 64);
+    // The last message is in view whole at the window's size, at least 240 pixels of it.
     QVERIFY2(table->columnWidth(7) >= 240, qPrintable(QString::number(table->columnWidth(7))));
+    QVERIFY2(table->columnViewportPosition(7) + table->columnWidth(7) <= table->viewport()->width(),
+             qPrintable(QString("%1 + %2 > %3")
+                            .arg(table->columnViewportPosition(7))
+                            .arg(table->columnWidth(7))
+                            .arg(table->viewport()->width())));
     // The step split's five bars stand for the ranks; the slowest is rank 13.
     QCOMPARE(w.splitChart()->shownRanks().size(), std::size_t(5));
     QCOMPARE(w.splitChart()->shownRanks().back(), 13);
