@@ -277,7 +277,7 @@ QWidget* MainWindow::buildLiveTab(QWidget* parent) {
   pageLayout->addWidget(m_stragglerBanner);
   auto* charts = new QWidget(chartPage);
   pageLayout->addWidget(charts, 1);
-  auto* grid = new QGridLayout(charts);
+  auto* grid = m_chartGrid = new QGridLayout(charts);
   grid->addWidget(buildLossBox(charts), 0, 0, 2, 1);
   grid->addWidget(m_throughput = addPanel(new ThroughputPanel(charts)), 0, 1);
   grid->addWidget(m_split = addPanel(new StepSplitChart(charts)), 1, 1);
@@ -297,8 +297,7 @@ QWidget* MainWindow::buildLiveTab(QWidget* parent) {
   grid->setColumnStretch(1, 2);
   grid->setRowStretch(0, 3);
   grid->setRowStretch(1, 3);
-  grid->setRowStretch(2, 2);
-  grid->setRowStretch(3, 3);
+  grid->setRowStretch(2, 2);  // row 3, the heatmap's, takes room only when shown (resetLive)
   // Set once both charts they apply to exist: the live charts' defaults (a saved value,
   // restored later, wins).
   charts->findChild<QCheckBox*>("outliers")->setChecked(true);
@@ -782,6 +781,7 @@ void MainWindow::resetLive(int ranks) {
     run.names << (pool ? (r == 0 ? tr("coordinator") : tr("worker %1").arg(r)) : tr("rank %1").arg(r));
   for (LivePanel* panel : m_panels) panel->reset(run);
   m_heatmap->setVisible(ranks > kAggregateAbove);
+  m_chartGrid->setRowStretch(3, ranks > kAggregateAbove ? 3 : 0);
   m_stragglers.clear();
   m_stragglerBanner->hide();
   for (MetricChart* chart : optionCharts()) chart->setSmoothing(m_smoothing->value() / 100.0);

@@ -23,6 +23,7 @@ class QAction;
 class QSettings;
 class QCheckBox;
 class QComboBox;
+class QGridLayout;
 class QLabel;
 class QMenu;
 class QPlainTextEdit;
@@ -203,6 +204,7 @@ class MainWindow : public QMainWindow, private LiveStore {
   QPushButton* m_stop = nullptr;
   QLabel* m_status = nullptr;
   QStackedWidget* m_chartStack = nullptr;  ///< the first-run hint, then the charts
+  QGridLayout* m_chartGrid = nullptr;
   QLabel* m_firstRunHint = nullptr;
   QPlainTextEdit* m_problems = nullptr;  ///< the ranks' warnings and errors, above the log
   std::vector<LivePanel*> m_panels;      ///< every part of the live view (Note [Live panels])

@@ -7,6 +7,7 @@
 #include <QLabel>
 #include <QLocale>
 #include <QResizeEvent>
+#include <QScrollBar>
 #include <QVBoxLayout>
 
 #include <algorithm>
@@ -339,7 +340,10 @@ void RankTable::fitMessageColumn() {
   int others = 0;
   for (int c = 0; c < kColumns; ++c)
     if (c != kMessage && !isColumnHidden(c)) others += columnWidth(c);
-  horizontalHeader()->resizeSection(kMessage, std::max(kMinMessageWidth, viewport()->width() - others));
+  // From the table's own width: its viewport takes its size from it only after resizeEvent.
+  const int scrollBar = verticalScrollBar()->isVisible() ? verticalScrollBar()->sizeHint().width() : 0;
+  const int inside = width() - 2 * frameWidth() - scrollBar;
+  horizontalHeader()->resizeSection(kMessage, std::max(kMinMessageWidth, inside - others));
 }
 
 void RankTable::setStatus(int rank, Status status) {

@@ -227,6 +227,16 @@ class TestScaleView : public QObject {
     QVERIFY2(x.lower <= 0 && x.upper >= 3000, qPrintable(QString("%1..%2").arg(x.lower).arg(x.upper)));
     const QVector<QString> labels = accuracy.plot()->xAxis->tickVectorLabels();
     QCOMPARE(QSet<QString>(labels.begin(), labels.end()).size(), labels.size());  // no "3k, 3k, 3k"
+    // A run that ends without a validation point shows why, not empty axes.
+    ui::AccuracyPanel panel;
+    ui::LiveRun run = liveRun(1);
+    run.profile.data.kind = "synthetic-classification";
+    run.profile.data.valFraction = 0.2;
+    panel.reset(run);
+    QCOMPARE(panel.currentWidget(), static_cast<QWidget*>(panel.chart()));
+    panel.finish();
+    QCOMPARE(panel.currentWidget(), static_cast<QWidget*>(panel.note()));
+    QVERIFY2(panel.note()->text().contains("no validation point"), qPrintable(panel.note()->text()));
   }
 
   // The table's samples/s is the last seconds' rate, not the last record's: a rank that sends
