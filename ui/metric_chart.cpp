@@ -147,7 +147,7 @@ void MetricChart::setFit(int series, Fit fit) {
 }
 
 void MetricChart::setInLegend(int series, bool on) {
-  if (series < 0 || series >= seriesCount()) return;
+  if (series < 0 || series >= seriesCount() || m_series[static_cast<std::size_t>(series)]->legend == on) return;
   m_series[static_cast<std::size_t>(series)]->legend = on;
   applyPens();
 }
