@@ -504,6 +504,7 @@ int main(int argc, char** argv) {
     gui.profilePath = opts.profilePath;
     gui.overrides = opts.overrides;
     gui.runsDir = opts.runsDir;
+    gui.workerArgs = opts.workerArgs;
     return ptw::ui::guiMain(argc, argv, gui);
   }
   if (!headless && !judging) std::cout << "ptw: no display found; running headless (pass --headless to say so)\n";

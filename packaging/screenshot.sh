@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-3.0-or-later
 # Runs the workbench window under Xvfb on short real runs and saves screenshots of the
-# main window mid-run (the README shows resources/screenshots/window-ddp.png).
+# main window mid-run (the README shows resources/screenshots/window-ddp.png and
+# window-64-ranks.png: 64 synthetic ranks, Note [Synthetic ranks], rank 13 slowed from step 100).
 #
 #   bash packaging/screenshot.sh [output folder, default resources/screenshots]
 set -euo pipefail
@@ -26,4 +27,7 @@ shoot() {  # name profile seconds overrides...
 
 shoot window-ddp ddp-csv-regression.json 6
 shoot window-pool pool-sync-mlp.json 5
+shoot window-64-ranks seed-ddp.json 9 --set strategy.kind=synthetic --set strategy.ranks=64 \
+  --set strategy.device=cpu --set hyper.max_steps=3000 \
+  --worker-arg=--synthetic-rate=40 --worker-arg=--fault=slow-at-step:13:100:2.5
 echo "screenshot: saved in $out"

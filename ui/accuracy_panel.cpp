@@ -61,6 +61,12 @@ void AccuracyPanel::truncateAfter(std::int64_t step) { m_chart->truncateAfter(st
 
 void AccuracyPanel::refresh() { m_chart->refresh(); }
 
+void AccuracyPanel::finish() {
+  if (m_chart->pointCount(0) > 0 || currentWidget() == m_note) return;
+  m_note->setText(tr("No validation accuracy: the run reported no validation point."));
+  setCurrentWidget(m_note);
+}
+
 // Validation points are few (one per run.eval_every steps): the store's are read whole.
 void AccuracyPanel::readStoreFrom(LiveStore& store) {
   m_chart->setDetailProvider([&store](int series, double x0, double x1) {

@@ -23,6 +23,8 @@ class AccuracyPanel : public QStackedWidget, public LivePanel {
   void add(RecordSpan records) override;
   void truncateAfter(std::int64_t step) override;
   void refresh() override;
+  /// A run that ended without a validation point shows the note, not an empty chart.
+  void finish() override;
   void readStoreFrom(LiveStore& store) override;
 
   MetricChart* chart() const { return m_chart; }

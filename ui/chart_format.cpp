@@ -5,6 +5,9 @@
 #include <QLocale>
 
 #include <algorithm>
+#include <vector>
+
+#include <algorithm>
 #include <cmath>
 #include <iterator>
 #include <utility>
@@ -124,6 +127,28 @@ void placeLegendAbove(QCustomPlot* plot) {
   // limit is its margins: a set limit (any below QWIDGETSIZE_MAX counts) keeps the axis rect
   // full width before the first series.
   legend->setMaximumSize(1 << 20, QWIDGETSIZE_MAX);
+}
+
+void wrapLegendToWidth(QCustomPlot* plot) {
+  QCPLegend* legend = plot->legend;
+  std::vector<int> widths;
+  for (int i = 0; i < legend->itemCount(); ++i)  // a grid's empty cells count as items, and are null
+    if (const QCPAbstractLegendItem* item = legend->item(i)) widths.push_back(item->minimumOuterSizeHint().width());
+  const int available = plot->width() - legend->margins().left() - legend->margins().right();
+  int wrap = 1;
+  // The most entries a row whose columns (each as wide as its widest entry) fit.
+  for (int k = std::min<int>(6, static_cast<int>(widths.size())); k > 1 && wrap == 1; --k) {
+    std::vector<int> column(static_cast<std::size_t>(k), 0);
+    for (std::size_t i = 0; i < widths.size(); ++i)
+      column[i % std::size_t(k)] = std::max(column[i % std::size_t(k)], widths[i]);
+    int total = legend->columnSpacing() * (k - 1);
+    for (int w : column) total += w;
+    if (total <= available) wrap = k;
+  }
+  if (legend->wrap() != wrap) {
+    legend->setWrap(wrap);
+    legend->setFillOrder(QCPLayoutGrid::foColumnsFirst, true);
+  }
 }
 
 }  // namespace ptw::ui

@@ -39,5 +39,8 @@ QSharedPointer<QCPAxisTicker> readableLogTicker();
 /// Moves the plot's legend out of the axis rect into a row of its own above it, its entries
 /// side by side, so no legend covers a point or a bar.
 void placeLegendAbove(QCustomPlot* plot);
+/// Wraps a legend placed above into as many rows as its entries need to fit the plot's width
+/// whole, at most six to a row: a narrow chart's entries are never cut short.
+void wrapLegendToWidth(QCustomPlot* plot);
 
 }  // namespace ptw::ui

@@ -31,6 +31,7 @@ int guiMain(int argc, char** argv, const GuiOptions& options) {
   QApplication::setWindowIcon(QIcon::fromTheme(QString::fromUtf8(kAppId)));
   MainWindow window;
   window.setRunsDirectory(QString::fromStdString(options.runsDir));
+  window.controller()->setWorkerArgs(options.workerArgs);
   // A file given is the window's file (its name in the title, Save writes it back); --set
   // changes to it show as unsaved. What cannot be opened or applied is said in the window, in
   // the words headless uses, and --start then starts nothing.

@@ -12,8 +12,9 @@ struct GuiOptions {
   std::string profilePath = "";
   std::vector<std::string> overrides = {};
   std::string runsDir = "";
-  bool start = false;               ///< start the run as soon as the window is up
-  std::string screenshotPath = "";  ///< save the window here `screenshotAfterS` into the run, then quit
+  std::vector<std::string> workerArgs = {};  ///< appended to every worker's command line (--worker-arg)
+  bool start = false;                        ///< start the run as soon as the window is up
+  std::string screenshotPath = "";           ///< save the window here `screenshotAfterS` into the run, then quit
   double screenshotAfterS = 3.0;
 };
 

@@ -13,10 +13,19 @@ LossPanel::LossPanel(QWidget* parent) : MetricChart(tr("loss"), parent) { setLin
 void LossPanel::reset(const LiveRun& run) {
   m_ranks = run.ranks;
   clear();
-  for (int r = 0; r < run.ranks; ++r) addSeries(run.names.value(r), seriesColor(r));
-  m_mean = run.ranks > 1 && !core::hasCoordinator(run.profile) ? addSeries(tr("mean"), Qt::black) : -1;
+  m_spread.detach();
+  m_mean = -1;
+  if (run.ranks > kAggregateAbove) {
+    m_spread.attach(*this, rankLabels(run), tr("mean of %1 ranks").arg(run.ranks));
+  } else {
+    for (int r = 0; r < run.ranks; ++r) addSeries(run.names.value(r), seriesColor(r));
+    m_mean = run.ranks > 1 && !core::hasCoordinator(run.profile) ? addSeries(tr("mean"), Qt::black) : -1;
+    setEmphasized(m_mean);
+  }
   m_validation = addSeries(tr("validation"), Qt::black, true);
-  setEmphasized(m_mean);
+  // A few validation losses far above the training loss (a model that overfits, or the
+  // first evaluations) must not flatten the training curve.
+  setFit(m_validation, Fit::Near);
   m_sums.reset(run.ranks);
   m_stretches->clear();
   m_offset = 0;
@@ -38,6 +47,10 @@ void LossPanel::add(RecordSpan records) {
       plot()->xAxis->setLabel(tr("step (beneath: the script's own counter)"));
     }
     const double n = static_cast<double>(g.count);
+    if (m_spread.attached()) {
+      if (core::isReportedLoss(g.lossSum)) m_spread.add(s.rank, g.first, s.step, g.lossSum / n, g.count);
+      continue;
+    }
     appendGroup(s.rank, static_cast<double>(g.first), static_cast<double>(s.step), g.lossSum / n, g.lossMin, g.lossMax,
                 static_cast<std::size_t>(g.count));
     // The mean of a window of steps, once every rank has reported all of it.
@@ -48,9 +61,11 @@ void LossPanel::add(RecordSpan records) {
 void LossPanel::truncateAfter(std::int64_t step) {
   MetricChart::truncateAfter(static_cast<double>(step));
   m_sums.reset(m_ranks);
+  m_spread.restart();
 }
 
 void LossPanel::finish() {
+  m_spread.finish();
   if (m_mean >= 0)
     for (const auto& d : m_sums.finish()) appendMean(d);
 }
@@ -61,7 +76,10 @@ void LossPanel::appendMean(const StepSums::Done& d) {
 }
 
 void LossPanel::readStoreFrom(LiveStore& store) {
-  setDetailProvider([&store](int series, double x0, double x1) { return store.series(series, "loss", x0, x1); });
+  // The spread's series are no rank's: what they hold is all there is.
+  setDetailProvider([this, &store](int series, double x0, double x1) {
+    return m_spread.attached() ? std::vector<std::pair<double, double>>{} : store.series(series, "loss", x0, x1);
+  });
 }
 
 }  // namespace ptw::ui

@@ -18,6 +18,7 @@
 #include <QMessageBox>
 #include <QPlainTextEdit>
 #include <QPushButton>
+#include <QRegularExpression>
 #include <QScrollArea>
 #include <QScrollBar>
 #include <QSettings>
@@ -53,11 +54,13 @@
 #include "ui/metric_chart.h"
 #include "ui/palette.h"
 #include "ui/profile_editor.h"
+#include "ui/rank_spread.h"
 #include "ui/rank_table.h"
 #include "ui/run_controller.h"
 #include "ui/run_history.h"
 #include "ui/scalar_charts.h"
 #include "ui/stacks_pane.h"
+#include "ui/step_heatmap.h"
 #include "ui/step_split_chart.h"
 #include "ui/sweep_panel.h"
 #include "ui/throughput_panel.h"
@@ -281,9 +284,21 @@ QWidget* MainWindow::buildLiveTab(QWidget* parent) {
   m_firstRunHint->setWordWrap(true);
   m_firstRunHint->setStyleSheet("color: palette(dark); font-size: 15pt");
   m_chartStack->addWidget(m_firstRunHint);
-  auto* charts = new QWidget(m_chartStack);
-  m_chartStack->addWidget(charts);
-  auto* grid = new QGridLayout(charts);
+  auto* chartPage = new QWidget(m_chartStack);
+  m_chartStack->addWidget(chartPage);
+  auto* pageLayout = new QVBoxLayout(chartPage);
+  pageLayout->setContentsMargins(0, 0, 0, 0);
+  // Note [Stragglers]: the ranks named slow, above the charts, for as long as the run lasts.
+  m_stragglerBanner = new QLabel(chartPage);
+  m_stragglerBanner->setObjectName("stragglerBanner");
+  m_stragglerBanner->setWordWrap(true);
+  m_stragglerBanner->setStyleSheet(
+      QStringLiteral("background: %1; padding: 4px; border-radius: 3px").arg(highlightColor().name()));
+  m_stragglerBanner->hide();
+  pageLayout->addWidget(m_stragglerBanner);
+  auto* charts = new QWidget(chartPage);
+  pageLayout->addWidget(charts, 1);
+  auto* grid = m_chartGrid = new QGridLayout(charts);
   grid->addWidget(buildLossBox(charts), 0, 0, 2, 1);
   grid->addWidget(m_throughput = addPanel(new ThroughputPanel(charts)), 0, 1);
   grid->addWidget(m_split = addPanel(new StepSplitChart(charts)), 1, 1);
@@ -295,35 +310,70 @@ QWidget* MainWindow::buildLiveTab(QWidget* parent) {
   m_split->setObjectName("splitChart");
   m_accuracy->setObjectName("accuracyStack");
   m_lr->setObjectName("lrChart");
+  // Above kAggregateAbove ranks, a line per rank gives way to step time by rank and step.
+  grid->addWidget(m_heatmap = addPanel(new StepHeatmap(charts)), 3, 0, 1, 2);
+  m_heatmap->setObjectName("heatmap");
+  m_heatmap->hide();
   grid->setColumnStretch(0, 3);
   grid->setColumnStretch(1, 2);
   grid->setRowStretch(0, 3);
   grid->setRowStretch(1, 3);
-  grid->setRowStretch(2, 2);
+  grid->setRowStretch(2, 2);  // row 3, the heatmap's, takes room only when shown (resetLive)
   // Set once both charts they apply to exist: the live charts' defaults (a saved value,
   // restored later, wins).
   charts->findChild<QCheckBox*>("outliers")->setChecked(true);
   m_smoothing->setValue(kDefaultSmoothing);
   auto* bottom = new QSplitter(Qt::Horizontal, live);
   bottom->setObjectName("bottomSplit");
-  m_rankTable = addPanel(new RankTable(bottom));
-  m_rankTable->setObjectName("rankTable");
-  connect(m_rankTable, &RankTable::firstStep, this, [this] { m_forceRedraw = true; });  // drawn at once
-  connect(m_rankTable, &QTableWidget::itemSelectionChanged, this, [this] {
-    auto rows = m_rankTable->selectionModel()->selectedRows();
-    const int rank = rows.isEmpty() ? -1 : rows.front().row();
-    for (MetricChart* chart : optionCharts()) chart->setHighlighted(rank);
-    m_scalars->setHighlighted(rank);
-  });
+  buildRankPane(bottom);
   buildLogPane(bottom);
-  // The table's nine columns take more of the width than the log.
-  bottom->setStretchFactor(0, 3);
-  bottom->setStretchFactor(1, 2);
+  // The table's columns take twice the width of the log.
+  bottom->setStretchFactor(0, 2);
+  bottom->setStretchFactor(1, 1);
   live->addWidget(m_chartStack);
   live->addWidget(bottom);
   live->setStretchFactor(0, 3);
   live->setStretchFactor(1, 1);
   return live;
+}
+
+// The rank table, with its filter and grouping above it.
+QWidget* MainWindow::buildRankPane(QWidget* parent) {
+  auto* pane = new QWidget(parent);
+  auto* layout = new QVBoxLayout(pane);
+  layout->setContentsMargins(0, 0, 0, 0);
+  auto* tools = new QHBoxLayout;
+  auto* filter = new QLineEdit(pane);
+  filter->setObjectName("rankFilter");
+  filter->setPlaceholderText(tr("Filter ranks: a rank, a host, a status, \"straggler\", \"outlier\"…"));
+  filter->setClearButtonEnabled(true);
+  auto* grouped = new QCheckBox(tr("group by host"), pane);
+  grouped->setObjectName("groupByHost");
+  tools->addWidget(filter, 1);
+  tools->addWidget(grouped);
+  layout->addLayout(tools);
+  m_rankTable = addPanel(new RankTable(pane));
+  m_rankTable->setObjectName("rankTable");
+  layout->addWidget(m_rankTable, 1);
+  connect(filter, &QLineEdit::textChanged, m_rankTable, &RankTable::setFilter);
+  connect(grouped, &QCheckBox::toggled, m_rankTable, &RankTable::setGroupedByHost);
+  connect(m_rankTable, &RankTable::firstStep, this, [this] { m_forceRedraw = true; });  // drawn at once
+  connect(m_rankTable, &QTableWidget::itemSelectionChanged, this, [this] {
+    auto rows = m_rankTable->selectionModel()->selectedRows();
+    const int rank = rows.isEmpty() ? -1 : m_rankTable->rankAt(rows.front().row());
+    // Above kAggregateAbove ranks the charts' series are no rank's.
+    const int series = m_reportingRanks > kAggregateAbove ? -1 : rank;
+    for (MetricChart* chart : optionCharts()) chart->setHighlighted(series);
+    m_scalars->setHighlighted(series);
+  });
+  return pane;
+}
+
+void MainWindow::markOutliers() {
+  std::map<int, QString> outliers;
+  for (int r : m_throughput->standouts()) outliers[r] = tr("samples/s");
+  for (int r : m_loss->standouts()) outliers[r] = outliers.count(r) ? outliers[r] + tr(", loss") : tr("loss");
+  m_rankTable->setOutliers(outliers);
 }
 
 // The loss chart with its options: smoothing, log axes, outliers, pause.
@@ -760,6 +810,10 @@ void MainWindow::resetLive(int ranks) {
   for (int r = 0; r < ranks; ++r)
     run.names << (pool ? (r == 0 ? tr("coordinator") : tr("worker %1").arg(r)) : tr("rank %1").arg(r));
   for (LivePanel* panel : m_panels) panel->reset(run);
+  m_heatmap->setVisible(ranks > kAggregateAbove);
+  m_chartGrid->setRowStretch(3, ranks > kAggregateAbove ? 3 : 0);
+  m_stragglers.clear();
+  m_stragglerBanner->hide();
   for (MetricChart* chart : optionCharts()) chart->setSmoothing(m_smoothing->value() / 100.0);
   m_scalars->setSmoothing(m_smoothing->value() / 100.0);
   if (m_tabs->currentWidget() == m_scalars) m_tabs->setCurrentIndex(0);  // the new run's, live
@@ -884,7 +938,10 @@ void MainWindow::redrawIfDue() {
     m_forceRedraw = false;
     m_lastRedraw = now;
     for (LivePanel* panel : m_panels) panel->refresh();
+    markOutliers();
     m_redrawMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - now).count();
+    ++m_redraws;
+    m_redrawMsTotal += m_redrawMs;
   }
   // A rank that never reports (it died before its first step) does not keep the fast pace.
   const bool allDrawn = m_rankTable->allReported() || now - m_runStarted > std::chrono::seconds(10);
@@ -896,6 +953,7 @@ void MainWindow::appendLog(int rank, const QString& line, bool again) {
   m_logLines.push_back({rank, line});
   if (m_logLines.size() > kMaxLogLines) m_logLines.pop_front();
   if (!again) m_rankTable->showMessage(rank, line);
+  if (!again && rank < 0) showStraggler(line);
   const int wantRank = m_logRank->currentData().isValid() ? m_logRank->currentData().toInt() : -2;
   const int level = m_logLevel->currentData().toInt();
   const bool isError = line.contains("error", Qt::CaseInsensitive) || line.contains("failed");
@@ -910,6 +968,24 @@ void MainWindow::appendLog(int rank, const QString& line, bool again) {
   if (rank >= 0 && wantRank == -2 && !isWarning && !m_sharedLines.insert(line).second) return;
   if ((wantRank == -2 || wantRank == rank) && (level == 0 || (level == 1 && isWarning) || (level == 2 && isError)))
     m_log->appendPlainText(shown);
+}
+
+// The supervisor names each straggler in a line of its own (Note [Stragglers]): the banner
+// and the table show it for the rest of the run.
+void MainWindow::showStraggler(const QString& line) {
+  static const QString prefix = QStringLiteral("ptw: warning: straggler: ");
+  if (!line.startsWith(prefix)) return;
+  const QString message = line.mid(prefix.size());
+  static const QRegularExpression rankOf(QStringLiteral("^rank (\\d+)"));
+  const auto match = rankOf.match(message);
+  if (match.hasMatch()) m_rankTable->markStraggler(match.captured(1).toInt(), message);
+  m_stragglers << message;
+  const int shown = 3;
+  QString text = tr("Straggler: %1").arg(m_stragglers.mid(0, shown).join(QStringLiteral("; ")));
+  if (m_stragglers.size() > shown)
+    text += tr(" and %1 more (filter the table by \"straggler\")").arg(m_stragglers.size() - shown);
+  m_stragglerBanner->setText(text);
+  m_stragglerBanner->show();
 }
 
 void MainWindow::refilterLog() {

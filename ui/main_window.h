@@ -24,6 +24,7 @@ class QAction;
 class QSettings;
 class QCheckBox;
 class QComboBox;
+class QGridLayout;
 class QLabel;
 class QMenu;
 class QPlainTextEdit;
@@ -51,6 +52,7 @@ class RankTable;
 class ScalarCharts;
 class RunController;
 class RunHistory;
+class StepHeatmap;
 class StepSplitChart;
 class StacksPane;
 class SweepPanel;
@@ -89,6 +91,10 @@ class MainWindow : public QMainWindow, private LiveStore {
   MetricChart* lossChart() const;
   MetricChart* throughputChart() const;
   StepSplitChart* splitChart() const { return m_split; }
+  /// Step time by rank and step, shown above kAggregateAbove ranks (Note [Rank spread]).
+  StepHeatmap* heatmap() const { return m_heatmap; }
+  /// The stragglers named during the run (Note [Stragglers]); hidden while there is none.
+  QLabel* stragglerBanner() const { return m_stragglerBanner; }
   /// Validation accuracy in percent (rank 0's, which every rank's parameters equal); for a
   /// run with no accuracy, a note takes its place (accuracyNote()).
   MetricChart* accuracyChart() const;
@@ -110,6 +116,12 @@ class MainWindow : public QMainWindow, private LiveStore {
   void setChartsPaused(bool paused);
   bool chartsPaused() const { return m_chartsPaused; }
   QStringList recentFiles() const;
+  /// Redraws of the live view since the window opened, and the milliseconds they took
+  /// (Note [Redraw budget]; the window benchmark reads them).
+  std::int64_t redrawCount() const { return m_redraws; }
+  double redrawMsTotal() const { return m_redrawMsTotal; }
+  /// The share of the time since its start a run's redraws may take (Note [Redraw budget]).
+  double redrawShare() const { return m_redrawShare; }
 
  public slots:
   void startRun();
@@ -144,6 +156,9 @@ class MainWindow : public QMainWindow, private LiveStore {
   /// The charts the smoothing and outlier options apply to (the named scalars' have their own calls).
   std::array<MetricChart*, 2> optionCharts() const;
   void buildLogPane(QWidget* parent);
+  QWidget* buildRankPane(QWidget* parent);
+  /// Marks in the rank table the ranks the charts name (Note [Rank spread]).
+  void markOutliers();
   // LiveStore: the current run's stored records, read on this thread for zoomed-in ranges.
   std::vector<std::pair<double, double>> series(int series, const std::string& column, double x0, double x1) override;
   std::vector<core::ValidationRow> validation() override;
@@ -172,6 +187,8 @@ class MainWindow : public QMainWindow, private LiveStore {
   /// Looks for the stacks file asked for by showStacks(); gives up after kStacksWaitS.
   void pollStacks();
   void openStacks(const QString& path);
+  /// Shows a straggler the supervisor named in `line` (its own log line) in the banner and table.
+  void showStraggler(const QString& line);
   void onFinished(const QString& status, const QString& message, int failedRank, const QStringList& lastLines);
   void markSaved(const QString& path);
   void addRecent(const QString& path);
@@ -199,12 +216,16 @@ class MainWindow : public QMainWindow, private LiveStore {
   QPushButton* m_stop = nullptr;
   QLabel* m_status = nullptr;
   QStackedWidget* m_chartStack = nullptr;  ///< the first-run hint, then the charts
+  QGridLayout* m_chartGrid = nullptr;
   QLabel* m_firstRunHint = nullptr;
   QPlainTextEdit* m_problems = nullptr;  ///< the ranks' warnings and errors, above the log
   std::vector<LivePanel*> m_panels;      ///< every part of the live view (Note [Live panels])
   LossPanel* m_loss = nullptr;
   ThroughputPanel* m_throughput = nullptr;
   StepSplitChart* m_split = nullptr;
+  StepHeatmap* m_heatmap = nullptr;
+  QLabel* m_stragglerBanner = nullptr;
+  QStringList m_stragglers;             ///< the banner's lines
   AccuracyPanel* m_accuracy = nullptr;  ///< the accuracy chart, or the note that says why there is none
   LrPanel* m_lr = nullptr;
   RankTable* m_rankTable = nullptr;
@@ -242,6 +263,8 @@ class MainWindow : public QMainWindow, private LiveStore {
   double m_redrawMs = 0;        ///< cost of the last redraw (Note [Redraw budget])
   double m_redrawShare = 0.02;  ///< of the time drawing may take (Note [Redraw budget])
   bool m_forceRedraw = false;
+  std::int64_t m_redraws = 0;
+  double m_redrawMsTotal = 0;
 };
 
 }  // namespace ptw::ui

@@ -4,6 +4,7 @@
 #include <qcustomplot.h>
 #include <QEvent>
 #include <QTimer>
+#include <QToolTip>
 #include <QVBoxLayout>
 
 #include "ui/chart_format.h"
@@ -31,6 +32,7 @@ MetricChart::MetricChart(const QString& yLabel, QWidget* parent) : QWidget(paren
   m_plot->yAxis->setTicker(readableTicker());
   m_plot->addLayer("emphasis", m_plot->layer("main"), QCustomPlot::limAbove);
   m_plot->installEventFilter(this);
+  m_plot->setMouseTracking(true);  // hovering names the line (hoverText)
   connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] { m_dirty = true; });
   connect(m_plot, &QCustomPlot::mouseDoubleClick, this, [this] { fit(); });
   connect(m_plot, &QCustomPlot::afterLayout, this, [this] { m_dirty = true; });
@@ -38,8 +40,18 @@ MetricChart::MetricChart(const QString& yLabel, QWidget* parent) : QWidget(paren
 
 bool MetricChart::eventFilter(QObject* watched, QEvent* event) {
   // The user takes the view: stop following the newest data until a double-click.
-  if (watched == m_plot && (event->type() == QEvent::Wheel || event->type() == QEvent::MouseMove))
-    if (event->type() == QEvent::Wheel || static_cast<QMouseEvent*>(event)->buttons() != Qt::NoButton) m_follow = false;
+  if (watched != m_plot || (event->type() != QEvent::Wheel && event->type() != QEvent::MouseMove))
+    return QWidget::eventFilter(watched, event);
+  if (event->type() == QEvent::Wheel || static_cast<QMouseEvent*>(event)->buttons() != Qt::NoButton) {
+    m_follow = false;
+  } else {  // hovering names the line under the pointer
+    const auto* move = static_cast<QMouseEvent*>(event);
+    const QString text = hoverText(move->position());
+    if (text.isEmpty())
+      QToolTip::hideText();
+    else
+      QToolTip::showText(move->globalPosition().toPoint(), text, m_plot);
+  }
   return QWidget::eventFilter(watched, event);
 }
 
@@ -128,6 +140,59 @@ void MetricChart::setIgnoreOutliers(bool on) {
   fit();
 }
 
+void MetricChart::setFit(int series, Fit fit) {
+  if (series < 0 || series >= seriesCount()) return;
+  m_series[static_cast<std::size_t>(series)]->fit = fit;
+  m_dirty = true;
+}
+
+void MetricChart::setInLegend(int series, bool on) {
+  if (series < 0 || series >= seriesCount() || m_series[static_cast<std::size_t>(series)]->legend == on) return;
+  m_series[static_cast<std::size_t>(series)]->legend = on;
+  applyPens();
+}
+
+void MetricChart::setBand(int low, int high, const QColor& brush) {
+  if (low < 0 || low >= seriesCount() || high < 0 || high >= seriesCount()) return;
+  auto& lo = *m_series[static_cast<std::size_t>(low)];
+  auto& hi = *m_series[static_cast<std::size_t>(high)];
+  lo.band = hi.band = true;
+  lo.raw->setChannelFillGraph(hi.raw);
+  lo.raw->setBrush(brush);
+  applyPens();
+}
+
+void MetricChart::setPoints(int series, const QString& name, const std::vector<std::pair<double, double>>& points) {
+  if (series < 0 || series >= seriesCount()) return;
+  auto& s = *m_series[static_cast<std::size_t>(series)];
+  s.data.clear();
+  for (const auto& [x, y] : points) s.data.add(x, y);
+  if (s.name != name) {
+    s.name = name;
+    s.raw->setName(name);
+    s.smooth->setName(name);
+  }
+  m_dirty = true;
+}
+
+QString MetricChart::hoverText(const QPointF& pos) const {
+  const QCPGraph* nearest = nullptr;
+  const Series* owner = nullptr;
+  double best = 6;  // pixels: near enough to mean that line
+  for (const auto& s : m_series)
+    for (const QCPGraph* g : {s->raw, s->smooth}) {
+      if (!g->visible() || g->dataCount() == 0 || s->name.isEmpty() || !s->legend) continue;
+      const double d = g->selectTest(pos, false);
+      if (d >= 0 && d < best) best = d, nearest = g, owner = s.get();
+    }
+  if (!nearest) return QString();
+  const double key = m_plot->xAxis->pixelToCoord(pos.x());
+  auto it = nearest->data()->findBegin(key, true);
+  if (it == nearest->data()->constEnd()) return QString();
+  return tr("%1: %2 at step %3")
+      .arg(owner->name, readableNumber(it->value), QString::number(static_cast<qlonglong>(std::llround(it->key))));
+}
+
 void MetricChart::setHighlighted(int series) {
   m_highlighted = series;
   applyPens();
@@ -163,8 +228,9 @@ void MetricChart::applyPens() {
     // The legend names each series by the line that is read: the smoothed one when smoothing.
     s.raw->removeFromLegend();
     s.smooth->removeFromLegend();
-    (m_smoothing > 0 ? s.smooth : s.raw)->addToLegend();
-    if (m_smoothing > 0) {
+    const bool smoothed = m_smoothing > 0 && !s.band;
+    if (s.legend) (smoothed ? s.smooth : s.raw)->addToLegend();
+    if (smoothed) {
       QColor faint = c;
       faint.setAlpha(std::min(c.alpha(), 40));
       s.raw->setPen(QPen(faint, 1));
@@ -217,66 +283,39 @@ void MetricChart::refresh() {
   }
   if (m_follow) {
     const bool logX = m_plot->xAxis->scaleType() == QCPAxis::stLogarithmic;
+    // A single step (validation at the end alone) is shown from step 0, not as a span of one
+    // step whose ticks would all read the same.
+    const double lo = logX ? std::max(xFirst, 1.0) : (xLast - xFirst < 1 ? std::min(0.0, xFirst) : xFirst);
     m_plot->xAxis->blockSignals(true);
-    m_plot->xAxis->setRange(logX ? std::max(xFirst, 1.0) : xFirst, std::max(xLast, xFirst + 1));
+    m_plot->xAxis->setRange(lo, std::max(xLast, lo + 1));
     m_plot->xAxis->blockSignals(false);
   }
   const QCPRange range = m_plot->xAxis->range();
   const int columns = std::max(16, m_plot->axisRect()->width());
-  double yMin = std::numeric_limits<double>::max(), yMax = std::numeric_limits<double>::lowest();
   const bool logY = m_plot->yAxis->scaleType() == QCPAxis::stLogarithmic;
   // Only a fitted axis uses them, and only on raw series: a smoothed curve has no outliers,
   // and cutting its top 5% would cut the descent of a loss that converged early.
   const bool percentiles = m_follow && m_ignoreOutliers && m_smoothing == 0;
   m_ys.clear();
-  auto addBounds = [&](double lo, double hi) {
-    if (!logY || lo > 0) yMin = std::min(yMin, lo);
-    yMax = std::max(yMax, hi);
-    if (percentiles) {
-      if (!logY || lo > 0) m_ys.push_back(lo);
-      if (hi != lo && (!logY || hi > 0)) m_ys.push_back(hi);
-    }
-  };
+  double yMin = std::numeric_limits<double>::max(), yMax = std::numeric_limits<double>::lowest();
+  double nearMin = yMin, nearMax = yMax;
   for (int i = 0; i < seriesCount(); ++i) {
-    auto& s = *m_series[static_cast<std::size_t>(i)];
-    auto cols = s.data.render(range.lower, range.upper, columns);
-    // Zoomed in where what is held is summaries (the part no longer held raw, or groups of
-    // steps): read the real points back.
-    std::size_t inView = 0;
-    for (const auto& c : cols) inView += c.count;
-    if (m_detail && inView > cols.size() && inView <= static_cast<std::size_t>(2 * columns)) {
-      auto real = m_detail(i, range.lower, range.upper);
-      if (!real.empty()) {
-        cols.clear();
-        for (const auto& [x, y] : real) cols.push_back({x, y, y, x, x, y, 1});
+    const Fit fit = m_series[static_cast<std::size_t>(i)]->fit;
+    drawSeries(i, range.lower, range.upper, columns, [&](double lo, double hi) {
+      if (fit == Fit::None) return;
+      const bool usable = !logY || lo > 0;
+      if (fit == Fit::Near) {
+        if (usable) nearMin = std::min(nearMin, lo);
+        nearMax = std::max(nearMax, hi);
+        return;
       }
-    }
-    QVector<QCPGraphData> raw, smooth;
-    raw.reserve(static_cast<int>(cols.size() * 2));
-    for (const auto& c : cols) {
-      if (c.count == 1) {
-        raw.push_back({c.x, c.yMin});
-      } else if (c.xAtMin <= c.xAtMax) {
-        raw.push_back({c.xAtMin, c.yMin});
-        raw.push_back({c.xAtMax, c.yMax});
-      } else {
-        raw.push_back({c.xAtMax, c.yMax});
-        raw.push_back({c.xAtMin, c.yMin});
+      if (usable) yMin = std::min(yMin, lo);
+      yMax = std::max(yMax, hi);
+      if (percentiles) {
+        if (usable) m_ys.push_back(lo);
+        if (hi != lo && (!logY || hi > 0)) m_ys.push_back(hi);
       }
-    }
-    s.raw->data()->set(raw, true);
-    if (m_smoothing > 0) {
-      auto ema = smoothedMeans(cols, m_smoothing);
-      smooth.reserve(static_cast<int>(cols.size()));
-      for (std::size_t k = 0; k < cols.size(); ++k) smooth.push_back({cols[k].x, ema[k]});
-      s.smooth->data()->set(smooth, true);
-      // Smoothed, the curves are what is read: the axis fits them, and the raw noise
-      // behind may run off the chart.
-      for (double y : ema) addBounds(y, y);
-    } else {
-      s.smooth->data()->clear();
-      for (const auto& c : cols) addBounds(c.yMin, c.yMax);
-    }
+    });
   }
   // With a few points every one counts; past them, the 5th-95th percentile of the columns'
   // extremes, as TensorBoard fits its charts.
@@ -289,12 +328,64 @@ void MetricChart::refresh() {
     yMin = at(0.05);
     yMax = at(0.95);
   }
+  // Series fitted Near widen the axis by at most half the span of the others.
+  if (yMin > yMax) {
+    yMin = nearMin, yMax = nearMax;
+  } else if (nearMin <= nearMax) {
+    const double span = yMax > yMin ? yMax - yMin : std::abs(yMax) * 0.1 + 1e-9;
+    yMin = std::min(yMin, std::max(nearMin, yMin - 0.5 * span));
+    yMax = std::max(yMax, std::min(nearMax, yMax + 0.5 * span));
+  }
   if (m_spanLo < m_spanHi && yMin <= yMax) yMin = std::min(yMin, m_spanLo), yMax = std::max(yMax, m_spanHi);
+  wrapLegendToWidth(m_plot);
   if (m_follow && yMin <= yMax) {
     const double pad = (yMax - yMin) * 0.05 + (yMax == yMin ? std::abs(yMax) * 0.1 + 1e-9 : 0);
     m_plot->yAxis->setRange(logY ? yMin / 1.2 : yMin - pad, logY ? yMax * 1.2 : yMax + pad);
   }
   m_plot->replot();  // drawn now, so the redraw budget counts the drawing
+}
+
+void MetricChart::drawSeries(int i, double x0, double x1, int columns,
+                             const std::function<void(double, double)>& addBounds) {
+  auto& s = *m_series[static_cast<std::size_t>(i)];
+  auto cols = s.data.render(x0, x1, columns);
+  // Zoomed in where what is held is summaries (the part no longer held raw, or groups of
+  // steps): read the real points back.
+  std::size_t inView = 0;
+  for (const auto& c : cols) inView += c.count;
+  if (m_detail && inView > cols.size() && inView <= static_cast<std::size_t>(2 * columns)) {
+    auto real = m_detail(i, x0, x1);
+    if (!real.empty()) {
+      cols.clear();
+      for (const auto& [x, y] : real) cols.push_back({x, y, y, x, x, y, 1});
+    }
+  }
+  QVector<QCPGraphData> raw, smooth;
+  raw.reserve(static_cast<int>(cols.size() * 2));
+  for (const auto& c : cols) {
+    if (c.count == 1) {
+      raw.push_back({c.x, c.yMin});
+    } else if (c.xAtMin <= c.xAtMax) {
+      raw.push_back({c.xAtMin, c.yMin});
+      raw.push_back({c.xAtMax, c.yMax});
+    } else {
+      raw.push_back({c.xAtMax, c.yMax});
+      raw.push_back({c.xAtMin, c.yMin});
+    }
+  }
+  s.raw->data()->set(raw, true);
+  if (m_smoothing > 0 && !s.band) {
+    auto ema = smoothedMeans(cols, m_smoothing);
+    smooth.reserve(static_cast<int>(cols.size()));
+    for (std::size_t k = 0; k < cols.size(); ++k) smooth.push_back({cols[k].x, ema[k]});
+    s.smooth->data()->set(smooth, true);
+    // Smoothed, the curves are what is read: the axis fits them, and the raw noise
+    // behind may run off the chart.
+    for (double y : ema) addBounds(y, y);
+  } else {
+    s.smooth->data()->clear();
+    for (const auto& c : cols) addBounds(c.yMin, c.yMax);
+  }
 }
 
 }  // namespace ptw::ui

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <QColor>
+#include <QPointF>
 #include <QSharedPointer>
 #include <QString>
 #include <QWidget>
@@ -58,6 +59,21 @@ class MetricChart : public QWidget {
   /// While the chart follows the data, its y axis spans at least [lo, hi] (0-100 for a
   /// percentage), so that a metric's scale reads the same from its first point.
   void setYSpan(double lo, double hi) { m_spanLo = lo, m_spanHi = hi; }
+  /// How a series counts when the y axis is fitted: every point (Whole); only near the others
+  /// (Near: at most half their span beyond them, so that a validation loss of 40 beside a
+  /// training loss near 1, or the faint extremes of many ranks, do not flatten what is read);
+  /// or not at all.
+  enum class Fit { Whole, Near, None };
+  void setFit(int series, Fit fit);
+  /// Whether `series` has a legend entry (every series has until told).
+  void setInLegend(int series, bool on);
+  /// Fills between the lines of `low` and `high` with `brush`, a band; neither is smoothed.
+  void setBand(int low, int high, const QColor& brush);
+  /// Replaces `series`'s points and name (a rank named for standing out; Note [Rank spread]).
+  void setPoints(int series, const QString& name, const std::vector<std::pair<double, double>>& points);
+  /// What the pointer at `pos` (the plot's pixels) is over: the name of the nearest line
+  /// within a few pixels, the step and its value there; empty over none. Shown as a tooltip.
+  QString hoverText(const QPointF& pos) const;
   void setHighlighted(int series);  ///< -1: none
   /// The series that stands out among overlapping ones (the mean over ranks): drawn on top,
   /// thicker, and the others lighter behind it. -1: none.
@@ -94,8 +110,14 @@ class MetricChart : public QWidget {
     SeriesSummary data;
     QCPGraph* raw = nullptr;
     QCPGraph* smooth = nullptr;
+    Fit fit = Fit::Whole;
+    bool legend = true;
+    bool band = false;  ///< a band's edge: never smoothed
   };
   void applyPens();
+  /// Draws series `i` over steps [x0, x1] at `columns` pixel columns, telling `addBounds` the
+  /// extremes of what it draws.
+  void drawSeries(int i, double x0, double x1, int columns, const std::function<void(double, double)>& addBounds);
 
   QCustomPlot* m_plot;
   std::vector<std::unique_ptr<Series>> m_series;

@@ -493,9 +493,12 @@ void ProfileEditor::setProfile(const core::Profile& profile) {
     const QString kind = m_kinds.value(path);
     const QJsonDocument doc = QJsonDocument::fromJson(QByteArray::fromStdString("[" + json + "]"));
     const QJsonValue v = doc.array().at(0);
-    if (auto* c = qobject_cast<QComboBox*>(w))
+    if (auto* c = qobject_cast<QComboBox*>(w)) {
+      // A choice the box does not offer (a hidden strategy, Note [Synthetic ranks]) is shown
+      // as the profile has it, not replaced by the first one offered.
+      if (!c->isEditable() && !v.toString().isEmpty() && c->findText(v.toString()) < 0) c->addItem(v.toString());
       c->setCurrentText(v.toString());
-    else if (auto* b = qobject_cast<QCheckBox*>(w))
+    } else if (auto* b = qobject_cast<QCheckBox*>(w))
       b->setChecked(v.toBool());
     else if (w == m_args || w == m_env) {
       QStringList items;

@@ -1,15 +1,22 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // RankTable: the live table of the run's reporting ranks, a row each: its status, latest
 // step, loss and samples/s, the model's size, its memory, its last message, how it exited,
-// and its host for a run across hosts. A rank's status is a RankTable::Status, put into
-// words only in its cell.
+// and its host for a run across hosts, and whether it stands out (a straggler, a rank named on
+// a chart). A rank's status is a RankTable::Status, put into words only in its cell. Rows sort
+// by any column (numbers as numbers), group by host, and filter; at thousands of ranks a
+// redraw sorts once, not once a cell.
 #pragma once
 
 #include <QString>
 #include <QTableWidget>
 
+#include <array>
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <vector>
+
+#include "launch/rate_window.h"
 
 #include "ui/live_panel.h"
 
@@ -45,10 +52,29 @@ class RankTable : public QTableWidget, public LivePanel {
   /// failed with `message`, its row in the failure colour.
   void runEnded(Status end, int failedRank, const QString& message);
 
+  /// The rank shown in `row` (rows sort); -1 for none.
+  int rankAt(int row) const;
+  /// The row that shows `rank`; -1 for none.
+  int rowOf(int rank) const;
+  /// Shows only the ranks whose rank number is `text`, or whose status, host, mark or last
+  /// message holds it (any case); all for an empty text.
+  void setFilter(const QString& text);
+  /// Sorts by host, ranks in order within each; off: by rank.
+  void setGroupedByHost(bool on);
+  /// Marks `rank` a straggler (Note [Stragglers]), `message` in its tooltip.
+  void markStraggler(int rank, const QString& message);
+  /// The ranks a chart names for standing out (Note [Rank spread]), with what: "loss".
+  void setOutliers(const std::map<int, QString>& outliers);
+  /// The rank's mark ("straggler", "outlier: samples/s"), empty for none.
+  QString markOf(int rank) const;
+
   /// Whether every rank has reported a step since the run or its last restart started.
   bool allReported() const;
   /// The lowest of the ranks' latest steps; -1 while a rank has reported none.
   std::int64_t lowestStep() const;
+
+ protected:
+  void resizeEvent(QResizeEvent* event) override;
 
  signals:
   /// `rank` reported its first step since the run or its last restart started.
@@ -58,11 +84,19 @@ class RankTable : public QTableWidget, public LivePanel {
   struct Latest {
     std::int64_t step = -1;  ///< the highest step seen (-1: none yet), and its loss
     double loss = 0;
-    double samplesPerS = 0;     ///< of the last record that came
+    core::RateWindow rate =
+        core::RateWindow(3.0);  ///< samples/s over the last seconds, as the headless progress shows it
     std::int64_t memBytes = 0;  ///< of the highest step
     std::int64_t ownStep = -1;  ///< a script's own counter at it (Note [Stretches of steps])
   };
-  void setCell(int rank, int column, const QString& text);
+  void setCell(int rank, int column, const QString& text, double sortKey = 0);
+  /// Shows `rank`'s marks: its row's background and its mark cell.
+  void showMark(int rank);
+  void applyFilter();
+  /// Writes `rank`'s latest record into its row.
+  void showLatest(int rank);
+  /// The last message takes what the other columns leave, but never less than a readable width.
+  void fitMessageColumn();
   void setStatus(int rank, Status status);
   /// The model's parameter count from a rank's heartbeat, in its row (every row where one
   /// process reports for several series).
@@ -73,6 +107,12 @@ class RankTable : public QTableWidget, public LivePanel {
   bool m_oneProcess = false;  ///< the run's series all come from one process (DataParallel, single)
   std::vector<Latest> m_latest;
   std::vector<Status> m_status;
+  std::vector<std::array<QTableWidgetItem*, 11>> m_items;  ///< each rank's cells, wherever sorted
+  std::vector<QString> m_straggler;                        ///< each rank's straggler message, or empty
+  std::map<int, QString> m_outliers;
+  QString m_filter;
+  bool m_grouped = false;
+  std::chrono::steady_clock::time_point m_wroteAll{};  ///< when refresh last wrote every row
 };
 
 }  // namespace ptw::ui

@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "ui/step_split_chart.h"
 
+#include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include <qcustomplot.h>
 #include <QVBoxLayout>
 
 #include "ui/chart_format.h"
+#include "ui/rank_spread.h"
 
 namespace ptw::ui {
 
@@ -43,10 +46,13 @@ StepSplitChart::StepSplitChart(QWidget* parent) : QWidget(parent), m_plot(new QC
 void StepSplitChart::reset(int ranks) {
   m_average.assign(static_cast<std::size_t>(ranks), {0, 0, 0, 0});
   m_seen.assign(static_cast<std::size_t>(ranks), false);
+  m_shown.resize(static_cast<std::size_t>(ranks));
+  std::iota(m_shown.begin(), m_shown.end(), 0);
+  if (ranks > kAggregateAbove) m_shown.assign(5, 0);
   QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
-  for (int r = 0; r < ranks; ++r) ticker->addTick(r, tr("rank %1").arg(r));
+  for (int r = 0; r < ranks && ranks <= kAggregateAbove; ++r) ticker->addTick(r, tr("rank %1").arg(r));
   m_plot->xAxis->setTicker(ticker);
-  m_plot->xAxis->setRange(-0.6, ranks - 0.4);
+  m_plot->xAxis->setRange(-0.6, static_cast<double>(m_shown.size()) - 0.4);
   for (auto* b : m_bars) b->data()->clear();
   m_dirty = true;
   refresh();
@@ -82,18 +88,43 @@ std::array<double, 4> StepSplitChart::split(int rank) const {
 void StepSplitChart::refresh() {
   if (!m_dirty) return;
   m_dirty = false;
+  if (m_average.size() > static_cast<std::size_t>(kAggregateAbove)) pickRanks();
   double top = 0;
   for (int i = 0; i < 4; ++i) {
     QVector<double> keys, values;
-    for (std::size_t r = 0; r < m_average.size(); ++r) {
-      keys << static_cast<double>(r);
-      values << m_average[r][static_cast<std::size_t>(i)];
+    for (std::size_t k = 0; k < m_shown.size(); ++k) {
+      keys << static_cast<double>(k);
+      values << m_average[static_cast<std::size_t>(m_shown[k])][static_cast<std::size_t>(i)];
     }
     m_bars[i]->setData(keys, values, true);
   }
-  for (const auto& a : m_average) top = std::max(top, a[0] + a[1] + a[2] + a[3]);
+  for (int r : m_shown) {
+    const auto& a = m_average[static_cast<std::size_t>(r)];
+    top = std::max(top, a[0] + a[1] + a[2] + a[3]);
+  }
   m_plot->yAxis->setRange(0, top > 0 ? top * 1.15 : 1);
   m_plot->replot();  // drawn now, so the redraw budget counts the drawing
+}
+
+// The ranks at the fastest, the 10th, 50th and 90th percentile and the slowest of the step
+// time (the ranks that reported; rank 0 until one has), each bar named by what it stands for
+// and its rank.
+void StepSplitChart::pickRanks() {
+  std::vector<std::pair<double, int>> totals;
+  totals.reserve(m_average.size());
+  for (std::size_t r = 0; r < m_average.size(); ++r)
+    if (m_seen[r]) totals.emplace_back(m_average[r][0] + m_average[r][1] + m_average[r][2] + m_average[r][3], int(r));
+  if (totals.empty()) return;
+  std::sort(totals.begin(), totals.end());
+  const double at[] = {0, 0.1, 0.5, 0.9, 1};
+  const QString what[] = {tr("fastest"), tr("p10"), tr("median"), tr("p90"), tr("slowest")};
+  QSharedPointer<QCPAxisTickerText> ticker(new QCPAxisTickerText);
+  for (std::size_t k = 0; k < 5; ++k) {
+    const auto& [ms, rank] = totals[static_cast<std::size_t>(at[k] * static_cast<double>(totals.size() - 1))];
+    m_shown[k] = rank;
+    ticker->addTick(static_cast<double>(k), tr("%1\nrank %2").arg(what[k]).arg(rank));
+  }
+  m_plot->xAxis->setTicker(ticker);
 }
 
 }  // namespace ptw::ui

@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // StepSplitChart: where each rank's step time goes, as one stacked bar per rank (data,
 // compute, communication wait, optimizer; a moving average of the recent steps), so a
-// straggler or a communication-bound run is visible at a glance.
+// straggler or a communication-bound run is visible at a glance. Above kAggregateAbove ranks,
+// whose bars would not fit, five bars stand for them all: the fastest rank, the ranks at the
+// 10th, 50th and 90th percentile of the step time, and the slowest, each named.
 #pragma once
 
 #include <QWidget>
@@ -37,13 +39,18 @@ class StepSplitChart : public QWidget, public LivePanel {
   /// Moving averages (ms) of data, compute, communication and optimizer time of `rank`.
   std::array<double, 4> split(int rank) const;
   QCustomPlot* plot() const { return m_plot; }
+  /// The ranks the bars stand for, left to right (every rank up to kAggregateAbove).
+  const std::vector<int>& shownRanks() const { return m_shown; }
 
  private:
+  void pickRanks();
+
   QCustomPlot* m_plot;
   std::array<QCPBars*, 4> m_bars{};
   std::vector<std::array<double, 4>> m_average;
   std::vector<bool> m_seen;
   bool m_dirty = false;
+  std::vector<int> m_shown;
 };
 
 }  // namespace ptw::ui
