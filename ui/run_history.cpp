@@ -38,6 +38,12 @@ RunHistory::RunHistory(QWidget* parent)
   m_table->horizontalHeader()->setStretchLastSection(true);
   m_table->verticalHeader()->setVisible(false);
   connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, &RunHistory::showSelection);
+  // A running run opens attached: its history, then live, in the Live tab.
+  connect(m_table, &QTableWidget::cellDoubleClicked, this, [this](int row, int) {
+    const qint64 id = m_table->item(row, 0) ? m_table->item(row, 0)->data(Qt::UserRole).toLongLong() : 0;
+    for (const auto& r : m_runs)
+      if (r.id == id && r.status == "running" && !core::supervisorGone(r)) emit attachRequested(r);
+  });
   m_overlay->setObjectName("overlayChart");
   m_diff->setObjectName("profileDiff");
   m_diff->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -113,6 +119,7 @@ void RunHistory::reload() {
       auto* item = new QTableWidgetItem(cells[c]);
       item->setData(Qt::UserRole, static_cast<qlonglong>(r.id));
       if (c == 1 && (r.status == "failed" || r.status == "interrupted")) item->setForeground(failureColor());
+      if (c == 1 && r.status == "running") item->setToolTip(tr("Double-click to follow it in the Live tab"));
       if (!r.message.empty()) item->setToolTip(QString::fromStdString(r.message));
       m_table->setItem(row, c, item);
     }

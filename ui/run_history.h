@@ -40,6 +40,8 @@ class RunHistory : public QWidget {
 
  signals:
   void openProfileRequested(const QString& profileJson);
+  /// A running run was double-clicked: the window follows it (MainWindow::attachRun).
+  void attachRequested(const core::RunRow& run);
 
  private:
   void showSelection();

@@ -148,6 +148,14 @@ RunRow RunCatalog::named(const std::string& spec) {
     PTW_CHECK(!newest.empty(), "run store ", m_db.path(), " holds no runs yet; nothing to name with `latest`");
     return std::move(newest.front());
   }
+  if (spec.find('/') != std::string::npos) {  // a run folder, as `ptw submit` prints it
+    std::string dir = spec;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    for (auto& r : runs())
+      if (r.dir == dir) return r;
+    PTW_CHECK(false, "RUN: no run of ", m_db.path(), " has the folder ", dir,
+              " (a submitted run has one once its job starts; `squeue` shows whether it has)");
+  }
   std::size_t used = 0;
   long long id = -1;
   try {
@@ -155,8 +163,8 @@ RunRow RunCatalog::named(const std::string& spec) {
   } catch (const std::exception&) {
     used = 0;
   }
-  PTW_CHECK(used == spec.size() && used > 0 && id > 0, "RUN: expected a run id (see `ptw runs`) or `latest`, got '",
-            spec, "'");
+  PTW_CHECK(used == spec.size() && used > 0 && id > 0,
+            "RUN: expected a run id (see `ptw runs`), `latest` or a run folder, got '", spec, "'");
   return run(id);
 }
 

@@ -60,7 +60,8 @@ class RunCatalog {
   std::vector<RunRow> runs();
   /// The run `id`; throws ptw::Error naming it when there is none.
   RunRow run(std::int64_t id);
-  /// The run a command line names: its id, or `latest` (the newest run). Throws ptw::Error
+  /// The run a command line names: its id, `latest` (the newest run), or its folder (a path
+  /// with a '/'). Throws ptw::Error
   /// naming `spec` when it is neither or names no run, or when the store holds no runs.
   RunRow named(const std::string& spec);
 
