@@ -256,6 +256,32 @@ int FollowSource::follow(Listener& listener) {
   return -1;
 }
 
+// Passes the whole frames of `buf` on (Note [Reattaching]) and leaves the rest; true at the
+// end frame, with its exit code.
+bool FollowSource::deliver(Listener& listener, std::string& buf, FollowStream::Decoded& decoded,
+                           std::vector<Record>& batch, int& exitCode) {
+  bool malformed = false;
+  decoded.records.clear();
+  decoded.logs.clear();
+  const std::size_t used = FollowStream::decode(buf, decoded, malformed);
+  buf.erase(0, used);
+  PTW_CHECK(!malformed, "follow: the stream of run ", m_runId.load(), " holds a frame this ptw does not know");
+  batch.clear();
+  for (const auto& r : decoded.records)
+    if (keep(r)) batch.push_back(r);
+  if (!batch.empty()) listener.onRecords(batch);
+  for (const auto& [rank, line] : decoded.logs)
+    if (++m_logsThisStream[rank] > m_logsHad[rank]) {
+      m_logsHad[rank] = m_logsThisStream[rank];
+      listener.onLog(rank, line);
+    }
+  if (!decoded.end) return false;
+  exitCode = decoded.end->first;
+  listener.onState(State::Ended, decoded.end->second);
+  decoded.end.reset();
+  return true;
+}
+
 bool FollowSource::waitBeforeRetry(std::chrono::milliseconds delay) {
   pollfd p{m_wake[0], POLLIN, 0};
   const int n = ::poll(&p, 1, static_cast<int>(delay.count()));
@@ -331,26 +357,7 @@ FollowSource::Outcome FollowSource::once(Listener& listener, std::string& why, b
         started = true;
         listener.onState(State::Attached, header);
       }
-      bool malformed = false;
-      decoded.records.clear();
-      decoded.logs.clear();
-      const std::size_t used = FollowStream::decode(buf, decoded, malformed);
-      buf.erase(0, used);
-      PTW_CHECK(!malformed, "follow: the stream of run ", m_runId.load(), " holds a frame this ptw does not know");
-      batch.clear();
-      for (const auto& r : decoded.records)
-        if (keep(r)) batch.push_back(r);
-      if (!batch.empty()) listener.onRecords(batch);
-      for (const auto& [rank, line] : decoded.logs)
-        if (++m_logsThisStream[rank] > m_logsHad[rank]) {
-          m_logsHad[rank] = m_logsThisStream[rank];
-          listener.onLog(rank, line);
-        }
-      if (decoded.end) {
-        gotEnd = true;
-        exitCode = decoded.end->first;
-        listener.onState(State::Ended, decoded.end->second);
-      }
+      if (deliver(listener, buf, decoded, batch, exitCode)) gotEnd = true;
     }
   }
   const int code = s.wait();

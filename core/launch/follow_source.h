@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "common/profile.h"
+#include "launch/follow_stream.h"
 #include "launch/launcher.h"
 #include "launch/run_catalog.h"
 
@@ -122,6 +123,8 @@ class FollowSource {
   Outcome once(Listener& listener, std::string& why, bool& started, int& exitCode);
   std::vector<std::string> commandLine() const;
   bool keep(const Record& r);
+  bool deliver(Listener& listener, std::string& buf, FollowStream::Decoded& decoded, std::vector<Record>& batch,
+               int& exitCode);
   bool waitBeforeRetry(std::chrono::milliseconds delay);
 
   FollowSourceOptions m_options;

@@ -15,6 +15,7 @@
 #include "launch/rank_starter.h"
 #include "launch/run_directory.h"
 #include "launch/run_program.h"
+#include "launch/run_store.h"
 #include "launch/slurm_starter.h"
 #include "launch/ssh_starter.h"
 
@@ -136,6 +137,12 @@ SubmittedJob submitRun(const Profile& profile, const std::string& runsDir, const
   } catch (...) {
     undo();
     throw;
+  }
+  // The store the job's run is recorded in, made now: `ptw follow FOLDER` then says the run is
+  // not recorded yet, rather than that the folder holds no runs.
+  try {
+    RunStore store(runsDir);
+  } catch (const Error&) {  // the job makes it, or says why it cannot
   }
   return job;
 }
