@@ -91,6 +91,7 @@ struct ExportArgs {
 struct FollowArgs {
   std::string run, runsDir, format = "frames", profile;
   std::int64_t fromStep = std::numeric_limits<std::int64_t>::min();
+  int pollMs = 150;
 };
 struct StopArgs {
   std::string run, runsDir, profile;
@@ -371,7 +372,7 @@ int followRun(const FollowArgs& a) {
   std::string host, dir;
   if (ptw::core::splitRemoteRunsDir(a.runsDir, host, dir)) return followRemote(a, out);
   ptw::core::FollowOptions options(existingRuns(a.runsDir), a.run);
-  options.setFromStep(a.fromStep);
+  options.setFromStep(a.fromStep).setPollInterval(std::chrono::milliseconds(a.pollMs));
   ptw::core::RunFollower follower(options);
   const int code = follower.follow(out);
   const auto& run = follower.run();
@@ -535,6 +536,9 @@ CLI::App* addFollowCommand(CLI::App& app, FollowArgs& a) {
                         "For a runs directory HOST:DIR: the profile whose hosts.ssh_user, ssh_port, ssh_identity, "
                         "ssh_config and alive_interval_s reach HOST");
   followCmd->add_option("--from-step", a.fromStep, "Leave out step, validation and scalar records of steps below N");
+  // Hidden: how often the store is looked at; the window's attach asks for less than a person's
+  // terminal needs (Note [Reattaching]).
+  followCmd->add_option("--poll-ms", a.pollMs, "")->group("")->check(CLI::Range(10, 10000));
   followCmd
       ->add_option("--format", a.format,
                    "frames (the default: a header line, then binary frames, docs/protocol.md) or jsonl (a JSON "

@@ -67,8 +67,9 @@ namespace ptw::ui {
 namespace {
 
 constexpr std::size_t kMaxLogLines = 20000;
-constexpr int kFirstPointMs = 50;      ///< how often records are taken until a rank's first point is drawn
-constexpr int kDefaultSmoothing = 60;  ///< the loss chart's EMA weight in percent, TensorBoard's default
+constexpr std::size_t kCatchUpRecords = 20000;  ///< a take of an attached run's history (Note [Redraw budget])
+constexpr int kFirstPointMs = 50;               ///< how often records are taken until a rank's first point is drawn
+constexpr int kDefaultSmoothing = 60;           ///< the loss chart's EMA weight in percent, TensorBoard's default
 
 // What Start will run, in a line: "2 ranks of DDP on the CPU", from the strategy's description.
 QString describeRun(const core::Profile& p) {
@@ -934,6 +935,8 @@ void MainWindow::applyEvent(const RunController::Event& e) {
 // only wait, and each wake-up of the window's thread also takes a core from a rank. Until
 // every rank has drawn its first point (for 10 s at most) they are taken every 50 ms, and a
 // rank's first point is drawn at once. BENCHMARKS.md (monitoring) has what this costs.
+// An attached run's stored history comes all at once: while a take brings many records, the
+// next comes after 50 ms too, and the history is drawn when the last of it is in.
 void MainWindow::redrawIfDue() {
   const auto now = std::chrono::steady_clock::now();
   const double sinceMs = std::chrono::duration<double, std::milli>(now - m_lastRedraw).count();
@@ -949,7 +952,8 @@ void MainWindow::redrawIfDue() {
   }
   // A rank that never reports (it died before its first step) does not keep the fast pace.
   const bool allDrawn = m_rankTable->allReported() || now - m_runStarted > std::chrono::seconds(10);
-  const int interval = allDrawn ? static_cast<int>(period()) : kFirstPointMs;
+  const bool catchingUp = m_controller->isAttached() && m_batch.records > kCatchUpRecords;
+  const int interval = allDrawn && !catchingUp ? static_cast<int>(period()) : kFirstPointMs;
   if (m_drainTimer->interval() != interval) m_drainTimer->setInterval(interval);
 }
 

@@ -65,6 +65,9 @@ struct FollowSourceOptions {
   std::string run;       ///< a run id, `latest`, or a run folder
   HostsSpec hosts = {};  ///< ssh_user, ssh_port, ssh_identity, ssh_config, alive_interval_s for HOST
   std::string ptw = "";  ///< the ptw that follows, here and on HOST; "": thisPtwProgram()
+  /// How often the follower looks at the store: a window shows records within about this
+  /// plus its own redraw period.
+  std::chrono::milliseconds poll = std::chrono::milliseconds(50);
   std::chrono::milliseconds firstRetry = std::chrono::milliseconds(1000);  ///< then doubled each time
   std::chrono::milliseconds maxRetry = std::chrono::milliseconds(30000);
   /// A run not there yet (a submitted job's, named by its folder) is waited for, as a broken

@@ -6,8 +6,9 @@
 //     Attaches to the running run of RUNS_DIR (a folder, or HOST:DIR through ssh) and, every
 //     2 ms, reads the last step of each rank's loss series. A step's latency is when it is
 //     first there minus when its rank wrote it (TIMES_DIR/times.RANK: "step unix_seconds" a
-//     line, written by the script right after the record). Prints one JSON object: p50, p99
-//     and the count of steps, until the run ends.
+//     line, written by the script right after the record); steps written before the first
+//     point showed are history, not counted. Prints one JSON object: p50, p99 and the count of
+//     steps, once the run ends.
 //   bench_attach own PROFILE TIMES_DIR RUNS_DIR
 //     The baseline: the same, for a run the window starts itself (its live view as it was
 //     before attaching existed).
@@ -42,6 +43,7 @@ double nowS() { return std::chrono::duration<double>(std::chrono::system_clock::
 struct Seen {
   std::map<std::pair<int, long>, double> at;
   std::vector<double> last;
+  double firstPoint = 0;  ///< when the first point showed: steps written before are history
   void poll(ui::MetricChart* chart, int ranks) {
     last.resize(static_cast<std::size_t>(ranks), -1);
     const double t = nowS();
@@ -49,8 +51,10 @@ struct Seen {
       const auto* s = chart->summary(r);
       if (!s || s->empty()) continue;
       for (long step = static_cast<long>(last[static_cast<std::size_t>(r)]) + 1; step <= static_cast<long>(s->xLast());
-           ++step)
+           ++step) {
         at.emplace(std::make_pair(r, step), t);
+        if (firstPoint == 0) firstPoint = t;
+      }
       last[static_cast<std::size_t>(r)] = std::max(last[static_cast<std::size_t>(r)], s->xLast());
     }
   }
@@ -65,6 +69,7 @@ int report(const Seen& seen, const QString& timesDir, int ranks, const char* wha
       const auto parts = line.split(' ');
       if (parts.size() != 2) continue;
       const auto it = seen.at.find({r, parts[0].toLong()});
+      if (parts[1].toDouble() <= seen.firstPoint) continue;  // history, drawn at once: not a latency
       if (it != seen.at.end()) ms.push_back(1000 * (it->second - parts[1].toDouble()));
     }
   }

@@ -14,7 +14,8 @@
 #                      step records (8 synthetic ranks x 125,000) has drawn all of them;
 #                      baseline: `ptw follow --format frames` of it to /dev/null
 #   follow_cost        steps/s of a 2-rank DDP run with a `ptw follow` beside it over the same
-#                      run alone (the default profile, 3,000 steps)
+#                      run alone (the default profile, 20,000 steps), and the follower's CPU
+#                      seconds over the run's wall time x the machine's cores
 #
 # Usage: tests/bench/bench_attach.sh [ROUNDS]
 set -euo pipefail
@@ -112,19 +113,39 @@ for r in $(seq 1 "$rounds"); do
   history+=("$("$bench" history "$hist" 1 125000 2> /dev/null | sed "s/}\$/, \"baseline_follow_s\": $follow_s}/")")
 done
 
-# Follow cost: the default DDP profile alone, then with a follower beside it, in pairs.
+# Follow cost: the default DDP profile alone, then with a follower beside it, in pairs. Whole-run
+# throughput on a shared 2-core machine swings more than 1%, so the follower's own CPU seconds
+# (user + system, as its rusage says; polling every 50 ms, as the window's attach asks) over the CPU seconds the run had (its wall time x the cores)
+# are kept too: on a machine the ranks fill, that is the most a follower can take from them.
 cost=()
 for r in $(seq 1 "$rounds"); do
   for with in 0 1; do
     runs=$work/cost$r-$with
-    "$ptw" --headless --runs-dir "$runs" --set hyper.max_steps=3000 --summary "$runs.json" > /dev/null 2>&1 &
+    "$ptw" --headless --runs-dir "$runs" --set hyper.max_steps=20000 --summary "$runs.json" > /dev/null 2>&1 &
     pid=$!
+    share=null
     if [ $with -eq 1 ]; then
-      for _ in $(seq 1 200); do [ -e "$runs/runs.sqlite" ] && break; sleep 0.05; done
-      "$ptw" follow latest --runs-dir "$runs" > /dev/null 2>&1 || true
+      # Bounded: until the run is recorded (follow refuses a store without runs), at most 10 s.
+      share=$(/usr/bin/python3 - "$ptw" "$runs" << 'PY'
+import os, resource, subprocess, sys, time
+ptw, runs = sys.argv[1:3]
+end = time.time() + 10
+while time.time() < end:
+    start = time.time()
+    code = subprocess.run([ptw, "follow", "latest", "--runs-dir", runs, "--poll-ms", "50"], stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL).returncode
+    if code != 2:
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)
+        print(round((used.ru_utime + used.ru_stime) / ((time.time() - start) * os.cpu_count()), 5))
+        break
+    time.sleep(0.05)
+else:
+    print("null")
+PY
+)
     fi
     wait "$pid" || true
-    cost+=("$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["throughput"]["steps_per_s"])' "$runs.json")")
+    cost+=("$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["throughput"]["steps_per_s"])' "$runs.json")" "$share")
   done
 done
 
@@ -139,13 +160,14 @@ def take(rest):
 local, rest = take(rest)
 ssh, rest = take(rest)
 history, rest = take(rest)
-cost = [float(x) for x in rest]
+cost = [json.loads(x) for x in rest]  # steps/s, follower CPU share (null without one), by turns
 def med(rows, key):
     vals = [r[key] for r in rows if key in r]
     return statistics.median(vals) if vals else None
 own = [r for r in local if r.get("what") == "own"]
 att = [r for r in local if r.get("what") == "attached"]
-alone, followed = cost[0::2], cost[1::2]
+alone, followed = cost[0::4], cost[2::4]
+shares = [x for x in cost[3::4] if x is not None]
 commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
 result = {
     "commit": commit,
@@ -156,7 +178,8 @@ result = {
     "history": {"seconds": med(history, "seconds"), "baseline_follow_s": med(history, "baseline_follow_s"),
                 "rounds": history},
     "follow_cost": {"steps_per_s_alone": alone, "steps_per_s_followed": followed,
-                    "ratio": [f / a for a, f in zip(alone, followed)]},
+                    "ratio": [f / a for a, f in zip(alone, followed)],
+                    "follower_cpu_share": shares},
 }
 for part, a, b in (("latency_local", "attached_p50_ms", "own_p50_ms"),):
     if result[part][a] and result[part][b]:
