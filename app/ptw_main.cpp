@@ -353,7 +353,8 @@ class ForwardingListener : public ptw::core::FollowSource::Listener {
 };
 
 int followRemote(const FollowArgs& a, ptw::core::FollowStream& out) {
-  ptw::core::FollowSource source(ptw::core::FollowSourceOptions(a.runsDir, a.run).setHosts(sshOptions(a.profile)));
+  ptw::core::FollowSource source(
+      ptw::core::FollowSourceOptions(a.runsDir, a.run).setHosts(sshOptions(a.profile)).setFromStep(a.fromStep));
   ForwardingListener listener(out, source);
   const int code = source.follow(listener);
   out.end(listener.run(), code);

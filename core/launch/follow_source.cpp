@@ -189,6 +189,9 @@ std::vector<std::string> FollowSource::commandLine() const {
   for (const auto& [rank, step] : m_lastStep) from = std::min(from, step);
   for (const auto& [key, step] : m_lastScalar) from = std::min(from, step);
   if (m_lastValidation != std::numeric_limits<std::int64_t>::min()) from = std::min(from, m_lastValidation);
+  if (from == std::numeric_limits<std::int64_t>::max() &&
+      m_options.fromStep != std::numeric_limits<std::int64_t>::min())
+    from = m_options.fromStep;  // nothing had yet: where the caller asked to start
   if (from != std::numeric_limits<std::int64_t>::max()) args.insert(args.end(), {"--from-step", std::to_string(from)});
   if (m_host.empty()) return args;
   std::vector<std::string> argv = sshCommandLine(m_options.hosts, m_host);

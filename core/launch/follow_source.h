@@ -68,6 +68,8 @@ struct FollowSourceOptions {
   /// How often the follower looks at the store: a window shows records within about this
   /// plus its own redraw period.
   std::chrono::milliseconds poll = std::chrono::milliseconds(50);
+  /// Records of steps below this are left out (`ptw follow --from-step`).
+  std::int64_t fromStep = std::numeric_limits<std::int64_t>::min();
   std::chrono::milliseconds firstRetry = std::chrono::milliseconds(1000);  ///< then doubled each time
   std::chrono::milliseconds maxRetry = std::chrono::milliseconds(30000);
   /// A run not there yet (a submitted job's, named by its folder) is waited for, as a broken
@@ -79,6 +81,10 @@ struct FollowSourceOptions {
   }
   FollowSourceOptions& setHosts(HostsSpec v) {
     hosts = std::move(v);
+    return *this;
+  }
+  FollowSourceOptions& setFromStep(std::int64_t v) {
+    fromStep = v;
     return *this;
   }
   FollowSourceOptions& setPtw(std::string v) {

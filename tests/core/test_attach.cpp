@@ -249,6 +249,14 @@ class TestAttach : public QObject {
     for (const auto& [key, n] : scalars) QCOMPARE(n, 1);
     QCOMPARE(ofKind(out, "end").size(), std::size_t{1});
     QCOMPARE(ofKind(out, "end").front()["status"].toString(), QString("finished"));
+
+    // After the end, over ssh from the store alone: --from-step leaves out the steps below it.
+    QProcess* late = ptwInCtl({"follow", QString::number(id), "--runs-dir", kH1 + ":" + run.runs, "-p", sshProfile(),
+                               "--format", "jsonl", "--from-step", "25"});
+    QCOMPARE(finish(late), 0);
+    const auto lateSteps = printedSteps(late->readAllStandardOutput());
+    QCOMPARE(static_cast<int>(lateSteps.size()), kRanks * (40 - 25));
+    QVERIFY(lateSteps.begin()->first.second == 25);
   }
 
   // `ptw stop --runs-dir HOST:DIR` from another namespace: the host's ptw asks the supervisor,
