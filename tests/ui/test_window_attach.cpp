@@ -21,6 +21,7 @@
 #include "ui/main_window.h"
 #include "ui/metric_chart.h"
 #include "ui/run_controller.h"
+#include "ui/run_history.h"
 
 using namespace ptw;
 using namespace ptw::core;
@@ -146,6 +147,25 @@ class TestWindowAttach : public QObject {
     RunStore store(run.runs.path().toStdString());
     QCOMPARE(store.stepCount(row.id), std::int64_t{kRanks * kSteps});
     for (int r = 0; r < kRanks; ++r) QCOMPARE(w.lossChart()->pointCount(r), std::size_t(kSteps));
+  }
+
+  // The Runs tab shows a running run's live step, read from its step file as it grows: at the
+  // gate, step 9 (the tenth), the same as the window attached to it has drawn.
+  void theRunsTabShowsARunningRunsStep() {
+    HeadlessRun run(1000);
+    QTRY_VERIFY_WITH_TIMEOUT(run.allAtGate(), 30000);  // the gate stays shut: it stays at step 9
+    ui::MainWindow w;
+    showQuietly(w, run.runs.path());
+    w.history()->reload();
+    QTRY_COMPARE_WITH_TIMEOUT(w.history()->table()->item(0, 1)->text().section(',', 0, 0),
+                              QStringLiteral("running: step %1").arg(kGateStep - 1), 10000);
+    // Opened attached: a double-click on the running row draws it in the Live tab.
+    emit w.history()->table()->cellDoubleClicked(0, 1);
+    QVERIFY(w.controller()->isAttached());
+    QTRY_VERIFY_WITH_TIMEOUT(w.lossChart()->pointCount(0) == kGateStep, 20000);
+    w.stopRun();
+    QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("stopped"), 30000);
+    QCOMPARE(run.finish(), 5);
   }
 
   // Stop on an attached run asks its supervisor, through its run folder: the run stops as on
