@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -22,11 +23,13 @@
 #include "common/strategies.h"
 #include "common/version.h"
 #include "launch/control_channel.h"
+#include "launch/follow_source.h"
 #include "launch/follow_stream.h"
 #include "launch/headless.h"
 #include "launch/run_directory.h"
 #include "launch/run_follower.h"
 #include "launch/run_store.h"
+#include "launch/slurm_job.h"
 #include "launch/sweep.h"
 #include "launch/tensorboard_export.h"
 
@@ -86,11 +89,16 @@ struct ExportArgs {
   std::string out, csv, runsDir;  ///< out: the positional FILE or DIR; csv: --csv FILE
 };
 struct FollowArgs {
-  std::string run, runsDir, format = "frames";
+  std::string run, runsDir, format = "frames", profile;
   std::int64_t fromStep = std::numeric_limits<std::int64_t>::min();
+  int pollMs = 150;
 };
 struct StopArgs {
-  std::string run, runsDir;
+  std::string run, runsDir, profile;
+};
+struct SubmitArgs {
+  std::string profile, runsDir;
+  std::vector<std::string> sets;
 };
 struct SweepArgs {
   std::string profile, csv, json, runsDir;
@@ -127,6 +135,8 @@ void addRunOptions(CLI::App& app, ptw::core::HeadlessOptions& opts, bool& headle
   // Hidden (no group, so not in --help): extra worker arguments for tests and benchmarks,
   // e.g. --worker-arg=--fault=kill-at-step:1:12.
   app.add_option("--worker-arg", opts.workerArgs, "Append ARG to every worker's command line (repeatable)")->group("");
+  // The folder `ptw submit` made, which its job's run runs in (Note [Submitted runs]).
+  app.add_option("--run-folder", opts.runFolder, "")->group("");
   // The disk-full tests' cap on the run store, in KiB: not for users, so not in --help.
   app.add_option("--store-limit-kib", opts.storeLimitKib, "")->group("")->check(CLI::NonNegativeNumber);
 }
@@ -231,7 +241,23 @@ std::string existingRuns(const std::string& given) {
   return dir;
 }
 
+// The ssh options for a HOST:DIR runs directory: hosts.ssh_* of the profile given, else ssh's.
+ptw::core::HostsSpec sshOptions(const std::string& profile) {
+  return profile.empty() ? ptw::core::HostsSpec{} : ptw::core::loadProfile(profile).hosts;
+}
+
+// `ptw runs` and `ptw stop` for HOST:DIR: the host's ptw does it, through ssh. Its output is
+// passed on; a refusal there (exit 2) is one here.
+int onHost(const std::string& host, const std::string& profile, const std::vector<std::string>& args) {
+  std::string output;
+  const int code = ptw::core::runRemotePtw(sshOptions(profile), host, args, output);
+  std::fwrite(output.data(), 1, output.size(), code == 0 ? stdout : stderr);
+  return code;
+}
+
 int listRuns(const std::string& runsDir) {
+  std::string host, dir;
+  if (ptw::core::splitRemoteRunsDir(runsDir, host, dir)) return onHost(host, "", {"runs", "--runs-dir", dir});
   ptw::core::RunStore store(existingRuns(runsDir), existingStoreOptions());
   packEnded(store);
   std::printf("%5s  %-11s  %-20s  %-13s  %5s  %12s  %12s  %-7s  %s\n", "id", "status", "started (UTC)", "strategy",
@@ -285,15 +311,70 @@ int exportRun(const ExportArgs& a) {
   return 0;
 }
 
+// `ptw follow --runs-dir HOST:DIR`: the stream the host's ptw follow writes, read through a
+// FollowSource, which attaches again when the connection breaks (Note [Reattaching]), written
+// on as this ptw's own follow writes it.
+class ForwardingListener : public ptw::core::FollowSource::Listener {
+ public:
+  ForwardingListener(ptw::core::FollowStream& out, const ptw::core::FollowSource& source)
+      : m_out(out), m_source(source) {}
+  void onState(ptw::core::FollowSource::State state, const std::string& message) override {
+    using State = ptw::core::FollowSource::State;
+    if (state == State::Attached && !m_begun) {
+      m_run.id = m_source.runId();
+      m_run.dir = m_source.host() + ":" + m_source.dir();
+      m_run.status = "running";
+      m_out.begin(m_run);
+      m_begun = true;
+    } else if (state == State::Detached) {
+      std::fprintf(stderr, "ptw: %s\n", message.c_str());
+    } else if (state == State::Ended) {
+      const auto tab = message.find('\t');
+      m_run.status = message.substr(0, tab);
+      m_run.message = tab == std::string::npos ? "" : message.substr(tab + 1);
+    }
+    m_out.flush();
+  }
+  void onRecords(std::vector<ptw::core::Record>& batch) override {
+    for (const auto& r : batch) m_out.record(r);
+    m_out.flush();
+  }
+  void onLog(int rank, const std::string& line) override {
+    m_out.log(rank, line);
+    m_out.flush();
+  }
+  const ptw::core::RunRow& run() const { return m_run; }
+
+ private:
+  ptw::core::FollowStream& m_out;
+  const ptw::core::FollowSource& m_source;
+  ptw::core::RunRow m_run;
+  bool m_begun = false;
+};
+
+int followRemote(const FollowArgs& a, ptw::core::FollowStream& out) {
+  ptw::core::FollowSource source(
+      ptw::core::FollowSourceOptions(a.runsDir, a.run).setHosts(sshOptions(a.profile)).setFromStep(a.fromStep));
+  ForwardingListener listener(out, source);
+  const int code = source.follow(listener);
+  out.end(listener.run(), code);
+  out.flush();
+  std::fprintf(stderr, "ptw: run %lld %s%s%s\n", static_cast<long long>(source.runId()), listener.run().status.c_str(),
+               listener.run().message.empty() ? "" : ": ", listener.run().message.c_str());
+  return code;
+}
+
 // Note [Following a run]: the run is checked (it exists, this version made it) before anything
 // is written to stdout.
 int followRun(const FollowArgs& a) {
-  ptw::core::FollowOptions options(existingRuns(a.runsDir), a.run);
-  options.setFromStep(a.fromStep);
-  ptw::core::RunFollower follower(options);
   std::ios::sync_with_stdio(false);
   ptw::core::FollowStream out(std::cout, a.format == "jsonl" ? ptw::core::FollowStream::Format::Jsonl
                                                              : ptw::core::FollowStream::Format::Frames);
+  std::string host, dir;
+  if (ptw::core::splitRemoteRunsDir(a.runsDir, host, dir)) return followRemote(a, out);
+  ptw::core::FollowOptions options(existingRuns(a.runsDir), a.run);
+  options.setFromStep(a.fromStep).setPollInterval(std::chrono::milliseconds(a.pollMs));
+  ptw::core::RunFollower follower(options);
   const int code = follower.follow(out);
   const auto& run = follower.run();
   std::fprintf(stderr, "ptw: run %lld %s%s%s\n", static_cast<long long>(run.id), run.status.c_str(),
@@ -317,12 +398,18 @@ constexpr const char* kStacksHelp =
 CLI::App* addRunRequestCommand(CLI::App& app, StopArgs& args, const char* name, const char* description) {
   auto* cmd = app.add_subcommand(name, description);
   cmd->add_option("run", args.run, "Run id (see `ptw runs`), or latest: the newest run")->required();
-  cmd->add_option("--runs-dir", args.runsDir, "Runs directory (default as above)");
+  cmd->add_option("--runs-dir", args.runsDir,
+                  "Runs directory (default as above); HOST:DIR for one on another host, asked through ssh");
+  cmd->add_option("-p,--profile", args.profile,
+                  "For a runs directory HOST:DIR: the profile whose hosts.ssh_* options reach HOST");
   return cmd;
 }
 
 // Note [Taking stacks]: the supervisor takes them and writes the file; this prints it.
 int printStacks(const StopArgs& a) {
+  std::string host, dir;
+  if (ptw::core::splitRemoteRunsDir(a.runsDir, host, dir))
+    return onHost(host, a.profile, {"stacks", a.run, "--runs-dir", dir});
   const std::string path = ptw::core::requestRunStacks(existingRuns(a.runsDir), a.run);
   std::ifstream in(path, std::ios::binary);
   std::cout << in.rdbuf() << std::flush;
@@ -331,6 +418,9 @@ int printStacks(const StopArgs& a) {
 }
 
 int stopRun(const StopArgs& a) {
+  std::string host, dir;
+  if (ptw::core::splitRemoteRunsDir(a.runsDir, host, dir))
+    return onHost(host, a.profile, {"stop", a.run, "--runs-dir", dir});
   const auto run = ptw::core::requestRunStop(existingRuns(a.runsDir), a.run);
   std::printf(
       "ptw: asked run %lld to stop; its ranks stop gracefully and every record is stored "
@@ -407,6 +497,33 @@ int runSweep(const SweepArgs& a) {
   return sweepVerdict(points, a.minEfficiency);
 }
 
+// Note [Submitted runs]: the runs directory is given to the job as an absolute path, as the
+// job may start in another folder.
+int submitJob(const SubmitArgs& a) {
+  ptw::core::Profile p = a.profile.empty() ? ptw::core::defaultProfile() : ptw::core::loadProfile(a.profile);
+  p = ptw::core::applyOverrides(p, a.sets);
+  std::string runsDir = a.runsDir.empty() ? ptw::core::defaultRunsDirectory() : a.runsDir;
+  runsDir = std::filesystem::absolute(runsDir).lexically_normal().string();
+  while (runsDir.size() > 1 && runsDir.back() == '/') runsDir.pop_back();
+  const auto job = ptw::core::submitRun(p, runsDir, ptw::core::thisPtwProgram());
+  std::printf("job %s\nrun folder %s\n", job.id.c_str(), job.runDir.c_str());
+  std::fprintf(stderr, "ptw: submitted; follow the run with: ptw follow %s --runs-dir %s\n", job.runDir.c_str(),
+               runsDir.c_str());
+  return 0;
+}
+
+CLI::App* addSubmitCommand(CLI::App& app, SubmitArgs& a) {
+  auto* cmd = app.add_subcommand(
+      "submit",
+      "Submit a SLURM profile's run (hosts.launcher \"slurm\") as a batch job that runs ptw --headless inside its "
+      "allocation, and print the job's id and the run's folder; the job needs nothing more from here (follow or "
+      "stop it with ptw follow and ptw stop, docs/follow.md)");
+  cmd->add_option("-p,--profile", a.profile, "Profile (default: the built-in seed workload)");
+  cmd->add_option("--set", a.sets, "Override a profile field, as for a run (repeatable)");
+  cmd->add_option("--runs-dir", a.runsDir, "Runs directory (default as above), one the job's nodes see");
+  return cmd;
+}
+
 CLI::App* addFollowCommand(CLI::App& app, FollowArgs& a) {
   auto* followCmd = app.add_subcommand(
       "follow",
@@ -414,8 +531,16 @@ CLI::App* addFollowCommand(CLI::App& app, FollowArgs& a) {
       "stored, until the run ends; exits with the run's code (0 finished, 3 failed or interrupted, 5 stopped). "
       "Reads only: following changes nothing for the run (docs/follow.md)");
   followCmd->add_option("run", a.run, "Run id (see `ptw runs`), or latest: the newest run")->required();
-  followCmd->add_option("--runs-dir", a.runsDir, "Runs directory (default as above)");
+  followCmd->add_option("--runs-dir", a.runsDir,
+                        "Runs directory (default as above); HOST:DIR for one on another host, followed through "
+                        "ssh and attached again when the connection breaks");
+  followCmd->add_option("-p,--profile", a.profile,
+                        "For a runs directory HOST:DIR: the profile whose hosts.ssh_user, ssh_port, ssh_identity, "
+                        "ssh_config and alive_interval_s reach HOST");
   followCmd->add_option("--from-step", a.fromStep, "Leave out step, validation and scalar records of steps below N");
+  // Hidden: how often the store is looked at; the window's attach asks for less than a person's
+  // terminal needs (Note [Reattaching]).
+  followCmd->add_option("--poll-ms", a.pollMs, "")->group("")->check(CLI::Range(10, 10000));
   followCmd
       ->add_option("--format", a.format,
                    "frames (the default: a header line, then binary frames, docs/protocol.md) or jsonl (a JSON "
@@ -450,7 +575,7 @@ int main(int argc, char** argv) {
 
   auto* runsCmd = app.add_subcommand("runs", "List the runs in the runs directory (id, status, strategy, result)");
   std::string listDir;
-  runsCmd->add_option("--runs-dir", listDir, "Runs directory (default as above)");
+  runsCmd->add_option("--runs-dir", listDir, "Runs directory (default as above); HOST:DIR for one on another host");
   auto* exportCmd = app.add_subcommand(
       "export",
       "Export a run's metrics: every step record of every rank as CSV (ptw export RUN FILE), or as TensorBoard "
@@ -469,6 +594,8 @@ int main(int argc, char** argv) {
   auto* sweepCmd = addSweepCommand(app, sweepArgs);
   FollowArgs followArgs;
   auto* followCmd = addFollowCommand(app, followArgs);
+  SubmitArgs submitArgs;
+  auto* submitCmd = addSubmitCommand(app, submitArgs);
   StopArgs stopArgs, stacksArgs;
   auto* stopCmd = addRunRequestCommand(app, stopArgs, "stop", kStopHelp);
   auto* stacksCmd = addRunRequestCommand(app, stacksArgs, "stacks", kStacksHelp);
@@ -485,6 +612,7 @@ int main(int argc, char** argv) {
     if (sweepCmd->parsed()) return runSweep(sweepArgs);
     if (exportCmd->parsed()) return exportRun(exportArgs);
     if (followCmd->parsed()) return followRun(followArgs);
+    if (submitCmd->parsed()) return submitJob(submitArgs);
     if (stopCmd->parsed()) return stopRun(stopArgs);
     if (stacksCmd->parsed()) return printStacks(stacksArgs);
   } catch (const ptw::Error& e) {

@@ -42,11 +42,14 @@
 #include "common/error.h"
 #include "common/strategies.h"
 #include "common/version.h"
+#include "launch/follow_source.h"
 #include "launch/preflight.h"
 #include "launch/run_directory.h"
 #include "launch/run_store.h"
 #include "launch/stacks_file.h"
+#include "launch/slurm_job.h"
 #include "ui/accuracy_panel.h"
+#include "ui/attach_dialog.h"
 #include "ui/chart_format.h"
 #include "ui/device_picker.h"
 #include "ui/loss_panel.h"
@@ -69,8 +72,9 @@ namespace ptw::ui {
 namespace {
 
 constexpr std::size_t kMaxLogLines = 20000;
-constexpr int kFirstPointMs = 50;      ///< how often records are taken until a rank's first point is drawn
-constexpr int kDefaultSmoothing = 60;  ///< the loss chart's EMA weight in percent, TensorBoard's default
+constexpr std::size_t kCatchUpRecords = 20000;  ///< a take of an attached run's history (Note [Redraw budget])
+constexpr int kFirstPointMs = 50;               ///< how often records are taken until a rank's first point is drawn
+constexpr int kDefaultSmoothing = 60;           ///< the loss chart's EMA weight in percent, TensorBoard's default
 // How long Show Stacks waits for a running run's stacks: as long as `ptw stacks` does
 // (core::requestRunStacks), above the supervisor's budget for taking them.
 constexpr int kStacksWaitS = 20;
@@ -128,6 +132,14 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new 
                           .arg(total > 0 ? 100 * done / total : 100));
   });
   connect(m_controller, &RunController::finished, this, &MainWindow::onFinished);
+  connect(m_controller, &RunController::connection, this, &MainWindow::onConnection);
+  connect(m_controller, &RunController::attachFailed, this, [this](const QString& message) {
+    m_drainTimer->stop();
+    m_lastStatus = QStringLiteral("not attached");
+    revalidate();
+    showProblem(message);
+  });
+  connect(m_controller, &RunController::stopFailed, this, &MainWindow::showProblem);
   connect(m_editor, &ProfileEditor::edited, this, [this] {
     revalidate();
     updateTitle();
@@ -475,6 +487,10 @@ void MainWindow::buildHistoryTabs(QTabWidget* tabs) {
   m_history = new RunHistory(tabs);
   m_history->setObjectName("history");
   tabs->addTab(m_history, tr("&Runs"));
+  connect(m_history, &RunHistory::attachRequested, this, [this](const core::RunRow& run) {
+    attachRun(m_runsDir.isEmpty() ? QString::fromStdString(core::defaultRunsDirectory()) : m_runsDir, run);
+    m_tabs->setCurrentIndex(0);  // the Live tab
+  });
   connect(m_history, &RunHistory::openProfileRequested, this, [this](const QString& json) {
     try {
       replaceProfile(core::parseProfile(json.toStdString(), "run profile"), tr("Opened the run's profile"));
@@ -556,9 +572,13 @@ void MainWindow::buildMenus() {
     }
   });
   file->addSeparator();
+  file->addAction(tr("A&ttach to Run…"), this, &MainWindow::showAttachDialog)->setObjectName("attachAction");
+  file->addSeparator();
   file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
   QMenu* run = menuBar()->addMenu(tr("&Run"));
   m_startAction = run->addAction(tr("&Start"), QKeySequence(Qt::Key_F5), this, &MainWindow::startRun);
+  m_submitAction = run->addAction(tr("Su&bmit to SLURM"), this, &MainWindow::submitRun);
+  m_submitAction->setObjectName("submitAction");
   m_stopAction = run->addAction(tr("S&top"), QKeySequence(Qt::SHIFT | Qt::Key_F5), this, &MainWindow::stopRun);
   m_stopAction->setEnabled(false);
   run->addAction(tr("&Check Workload"), QKeySequence(Qt::CTRL | Qt::Key_K), m_editor, &ProfileEditor::runPreflight);
@@ -690,6 +710,7 @@ void MainWindow::revalidate() {
   m_stop->setEnabled(running);
   if (m_startAction) m_startAction->setEnabled(m_start->isEnabled());
   if (m_stopAction) m_stopAction->setEnabled(running);
+  if (m_submitAction) m_submitAction->setEnabled(m_start->isEnabled() && m_editor->profile().hosts.launcher == "slurm");
   if (m_pauseAction) m_pauseAction->setEnabled(running);
   // Too many ranks for the cores is said before Start, where the ranks are set; the run may go on.
   const core::Profile p = profile();
@@ -803,9 +824,11 @@ bool MainWindow::saveProfile(const QString& path, QString* error) {
   }
 }
 
-void MainWindow::resetLive(int ranks) {
+void MainWindow::resetLive(int ranks) { resetLive(profile(), ranks); }
+
+void MainWindow::resetLive(const core::Profile& p, int ranks) {
   m_reportingRanks = ranks;
-  LiveRun run{profile(), ranks, {}};
+  LiveRun run{p, ranks, {}};
   const bool pool = core::hasCoordinator(run.profile);  // its rank 0 speaks for the run
   for (int r = 0; r < ranks; ++r)
     run.names << (pool ? (r == 0 ? tr("coordinator") : tr("worker %1").arg(r)) : tr("rank %1").arg(r));
@@ -831,6 +854,75 @@ void MainWindow::resetLive(int ranks) {
   m_logRank->addItem(tr("ptw"), -1);
   for (int r = 0; r < ranks; ++r) m_logRank->addItem(tr("rank %1").arg(r), r);
   m_logRank->blockSignals(false);
+}
+
+void MainWindow::showAttachDialog() {
+  if (m_controller->isRunning() || m_sweep->isRunning()) return;
+  AttachDialog dialog(m_runsDir.isEmpty() ? QString::fromStdString(core::defaultRunsDirectory()) : m_runsDir,
+                      profile().hosts, this);
+  dialog.list();
+  if (dialog.exec() != QDialog::Accepted || dialog.chosen().id <= 0) return;
+  attachRun(dialog.runsDir(), dialog.chosen());
+}
+
+// Note [Reattaching]: the window draws what the source gives as it draws a run of its own.
+void MainWindow::attachRun(const QString& runsDir, const core::RunRow& run) {
+  if (m_controller->isRunning() || m_sweep->isRunning()) return;
+  core::Profile p = profile();
+  int ranks = run.world;
+  if (!run.profileJson.empty()) {  // a run of this machine: its own profile says what it reports
+    try {
+      p = core::parseProfile(run.profileJson, "run " + std::to_string(run.id));
+      ranks = core::reportingRanks(p);
+    } catch (const Error&) {
+    }
+  }
+  m_lastStatus = QStringLiteral("running");
+  resetLive(p, std::max(1, ranks));
+  appendLog(-1, tr("attaching to run %1 of %2").arg(run.id).arg(runsDir));
+  m_status->setText(tr("Attaching to run %1…").arg(run.id));
+  m_redrawShare = 0.02;
+  m_runStarted = std::chrono::steady_clock::now();
+  // A submitted run has a folder and no id until its job starts: it is waited for.
+  m_controller->attach(core::FollowSourceOptions(runsDir.toStdString(), run.id > 0 ? std::to_string(run.id) : run.dir)
+                           .setHosts(p.hosts)
+                           .setWaitForStart(run.id <= 0));
+  revalidate();
+  m_drainTimer->start(kFirstPointMs);
+}
+
+// Note [Submitted runs]: the job runs the run; the window only follows it, by its folder.
+void MainWindow::submitRun() {
+  if (m_controller->isRunning() || m_sweep->isRunning()) return;
+  core::Profile p = profile();
+  if (!m_path.isEmpty()) core::resolvePaths(p, QFileInfo(m_path).absolutePath().toStdString());
+  const QString runsDir =
+      QFileInfo(m_runsDir.isEmpty() ? QString::fromStdString(core::defaultRunsDirectory()) : m_runsDir)
+          .absoluteFilePath();
+  core::SubmittedJob job;
+  try {
+    job = core::submitRun(p, runsDir.toStdString(), core::thisPtwProgram());
+  } catch (const Error& e) {
+    showProblem(QString::fromStdString(e.what()));
+    return;
+  }
+  core::RunRow run;
+  run.dir = job.runDir;
+  run.world = core::processCount(p);
+  attachRun(runsDir, run);
+  appendLog(-1, tr("submitted SLURM job %1 for the run in %2; waiting for it to start")
+                    .arg(QString::fromStdString(job.id), QString::fromStdString(job.runDir)));
+}
+
+void MainWindow::onConnection(const QString& state, const QString& message) {
+  if (state == QLatin1String("attached")) {
+    m_status->setText(tr("Attached to run %1: its history, then live; closing the window leaves it going")
+                          .arg(m_controller->runId()));
+    appendLog(-1, tr("attached to run %1").arg(m_controller->runId()));
+  } else {
+    m_status->setText(tr("Run %1 detached: %2").arg(m_controller->runId()).arg(message));
+    appendLog(-1, message);
+  }
 }
 
 void MainWindow::startRun() {
@@ -927,6 +1019,8 @@ void MainWindow::applyEvent(const RunController::Event& e) {
 // only wait, and each wake-up of the window's thread also takes a core from a rank. Until
 // every rank has drawn its first point (for 10 s at most) they are taken every 50 ms, and a
 // rank's first point is drawn at once. BENCHMARKS.md (monitoring) has what this costs.
+// An attached run's stored history comes all at once: while a take brings many records, the
+// next comes after 50 ms too, and the history is drawn when the last of it is in.
 void MainWindow::redrawIfDue() {
   const auto now = std::chrono::steady_clock::now();
   const double sinceMs = std::chrono::duration<double, std::milli>(now - m_lastRedraw).count();
@@ -945,7 +1039,8 @@ void MainWindow::redrawIfDue() {
   }
   // A rank that never reports (it died before its first step) does not keep the fast pace.
   const bool allDrawn = m_rankTable->allReported() || now - m_runStarted > std::chrono::seconds(10);
-  const int interval = allDrawn ? static_cast<int>(period()) : kFirstPointMs;
+  const bool catchingUp = m_controller->isAttached() && m_batch.records > kCatchUpRecords;
+  const int interval = allDrawn && !catchingUp ? static_cast<int>(period()) : kFirstPointMs;
   if (m_drainTimer->interval() != interval) m_drainTimer->setInterval(interval);
 }
 
@@ -1104,7 +1199,9 @@ void MainWindow::closeEvent(QCloseEvent* event) {
         }
       }
     }
-    if (m_controller->isRunning() || m_sweep->isRunning()) {
+    // An attached run is not this window's: it goes on, and only the following ends.
+    if (m_controller->isAttached()) m_controller->detach();
+    if ((m_controller->isRunning() && !m_controller->isAttached()) || m_sweep->isRunning()) {
       const bool run = m_controller->isRunning();
       if (m_confirm && ask(QMessageBox::Question, run ? tr("Run in progress") : tr("Sweep in progress"),
                            run ? tr("A run is in progress. Stop it and quit?")
@@ -1119,7 +1216,7 @@ void MainWindow::closeEvent(QCloseEvent* event) {
   // The window stays until the ranks have finished their step and their records are stored
   // (onFinished and the sweep's end close it again): closing at once would leave the
   // window frozen and blank for that time.
-  if (m_controller->isRunning() || m_sweep->isRunning()) {
+  if ((m_controller->isRunning() && !m_controller->isAttached()) || m_sweep->isRunning()) {
     m_controller->stop();
     m_sweep->stop();
     m_status->setText(tr("Stopping before quitting: ranks finish their step and their records are stored…"));

@@ -17,6 +17,7 @@
 
 #include "common/profile.h"
 #include "launch/stacks_file.h"
+#include "launch/run_catalog.h"
 #include "ui/live_panel.h"
 #include "ui/run_controller.h"
 
@@ -124,6 +125,14 @@ class MainWindow : public QMainWindow, private LiveStore {
   double redrawShare() const { return m_redrawShare; }
 
  public slots:
+  /// Follows run `run` of `runsDir` (a folder here, or HOST:DIR through ssh with the profile's
+  /// hosts.ssh_* options) in the Live tab: its history drawn at once, then live. The run goes
+  /// on whatever the window does; Stop asks its supervisor to stop it.
+  void attachRun(const QString& runsDir, const core::RunRow& run);
+  /// File > Attach to Run...: lists the running runs of a runs directory, and attaches to one.
+  void showAttachDialog();
+  /// Run > Submit to SLURM (a profile of hosts.launcher "slurm"): `ptw submit`, then attached.
+  void submitRun();
   void startRun();
   void stopRun();
   void newProfile();
@@ -181,6 +190,8 @@ class MainWindow : public QMainWindow, private LiveStore {
   void applyEvent(const RunController::Event& e);
   void redrawIfDue();
   void resetLive(int ranks);
+  void resetLive(const core::Profile& p, int ranks);
+  void onConnection(const QString& state, const QString& message);
   /// `again`: a line already taken, shown anew after the log's filter changed.
   void appendLog(int rank, const QString& line, bool again = false);
   void refilterLog();
@@ -206,6 +217,7 @@ class MainWindow : public QMainWindow, private LiveStore {
   bool m_closeAfterRun = false;  ///< the user closed the window while a run or sweep went on
   QAction* m_startAction = nullptr;
   QAction* m_stopAction = nullptr;
+  QAction* m_submitAction = nullptr;
   QAction* m_pauseAction = nullptr;
   QAction* m_stacksAction = nullptr;
   bool m_chartsPaused = false;

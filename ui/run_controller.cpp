@@ -8,8 +8,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 
 #include "common/error.h"
+#include "launch/control_channel.h"
+#include "launch/follow_source.h"
+#include "launch/run_program.h"
 #include "launch/run_session.h"
 
 namespace ptw::ui {
@@ -68,11 +72,91 @@ class RunController::Observer : public core::LaunchObserver {
   RunController* m_c;
 };
 
-RunController::RunController(QObject* parent) : QObject(parent), m_observer(std::make_unique<Observer>(this)) {}
+// An attached run's source: its records and logs go where a run's own go (Observer), what
+// it says of the connection to the window.
+class RunController::Follower : public core::FollowSource::Listener {
+ public:
+  explicit Follower(RunController* c) : m_c(c) {}
+  void onRecords(std::vector<core::Record>& batch) override { m_c->m_observer->onRecords(batch); }
+  void onLog(int rank, const std::string& line) override { m_c->m_observer->onLog(rank, line); }
+  void onState(core::FollowSource::State state, const std::string& message) override {
+    using State = core::FollowSource::State;
+    const QString text = QString::fromStdString(message);
+    if (state == State::Ended) {
+      m_status = text.section('\t', 0, 0);
+      m_message = text.section('\t', 1);
+      return;
+    }
+    const QString name = state == State::Attached ? QStringLiteral("attached") : QStringLiteral("detached");
+    const qint64 id = m_c->m_source->runId();
+    QMetaObject::invokeMethod(
+        m_c,
+        [c = m_c, name, text, id] {
+          c->m_runId = id;
+          emit c->connection(name, text);
+        },
+        Qt::QueuedConnection);
+  }
+  QString m_status, m_message;
+
+ private:
+  RunController* m_c;
+};
+
+RunController::RunController(QObject* parent)
+    : QObject(parent), m_observer(std::make_unique<Observer>(this)), m_follower(std::make_unique<Follower>(this)) {}
 
 RunController::~RunController() {
   if (m_session) m_session->requestStop();
+  if (m_source) m_source->stop();  // the run goes on: only the following ends
   if (m_thread.joinable()) m_thread.join();
+  if (m_stopThread.joinable()) m_stopThread.join();
+}
+
+void RunController::attach(const core::FollowSourceOptions& options) {
+  if (m_running) return;
+  if (m_thread.joinable()) m_thread.join();
+  m_session.reset();
+  try {
+    m_source = std::make_unique<core::FollowSource>(options);
+  } catch (const Error& e) {
+    emit attachFailed(QString::fromStdString(e.what()));
+    return;
+  }
+  m_sshHosts = options.hosts;
+  m_runDir = QString::fromStdString(options.runsDir);
+  m_runId = 0;
+  {
+    std::lock_guard<std::mutex> lock(m_mutex);
+    m_pending = Batch{};
+  }
+  m_follower->m_status.clear();
+  m_running = true;
+  m_thread = std::thread([this] {
+    ::pthread_setname_np(::pthread_self(), "ptw-follow");
+    QString failed, status, message;
+    try {
+      const int code = m_source->follow(*m_follower);
+      status = code < 0 ? QStringLiteral("detached") : m_follower->m_status;
+      message = code < 0 ? tr("no longer followed; the run goes on") : m_follower->m_message;
+    } catch (const std::exception& e) {
+      failed = QString::fromStdString(e.what());
+    }
+    QMetaObject::invokeMethod(
+        this,
+        [this, failed, status, message] {
+          m_running = false;
+          if (!failed.isEmpty())
+            emit attachFailed(failed);
+          else
+            emit finished(status, message, -1, {});
+        },
+        Qt::QueuedConnection);
+  });
+}
+
+void RunController::detach() {
+  if (m_source) m_source->stop();
 }
 
 bool RunController::start(const core::Profile& profile, const QString& runsDir, QString* error) {
@@ -81,6 +165,7 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
     return false;
   }
   if (m_thread.joinable()) m_thread.join();
+  m_source.reset();
   auto lastShown = std::chrono::steady_clock::time_point{};
   auto progress = [this, lastShown](std::int64_t done, std::int64_t total) mutable {
     const auto now = std::chrono::steady_clock::now();
@@ -136,7 +221,31 @@ bool RunController::start(const core::Profile& profile, const QString& runsDir, 
 }
 
 void RunController::stop() {
-  if (m_session && m_running) m_session->requestStop();
+  if (!m_running) return;
+  if (m_session) {
+    m_session->requestStop();
+    return;
+  }
+  if (!m_source || m_source->runId() <= 0) return;
+  // As `ptw stop` asks (Note [Control channel]); over ssh that may take seconds, off this thread.
+  const std::string id = std::to_string(m_source->runId()), host = m_source->host(), dir = m_source->dir();
+  const core::HostsSpec hosts = m_sshHosts;
+  if (m_stopThread.joinable()) m_stopThread.join();
+  m_stopThread = std::thread([this, id, host, dir, hosts] {
+    QString error;
+    try {
+      std::string output;
+      if (host.empty())
+        core::requestRunStop(dir, id);
+      else if (core::runRemotePtw(hosts, host, {"stop", id, "--runs-dir", dir}, output) != 0)
+        error = QString::fromStdString(core::lastLine(output));
+    } catch (const std::exception& e) {
+      error = QString::fromStdString(e.what());
+    }
+    if (!error.isEmpty())
+      QMetaObject::invokeMethod(
+          this, [this, error] { emit stopFailed(error); }, Qt::QueuedConnection);
+  });
 }
 
 bool RunController::requestStacks() {

@@ -20,6 +20,8 @@
 #include "launch/launcher.h"
 
 namespace ptw::core {
+class FollowSource;
+struct FollowSourceOptions;
 class RunSession;
 }  // namespace ptw::core
 
@@ -34,11 +36,22 @@ class RunController : public QObject {
   /// Creates the run folder and its row in the store, and starts the ranks. Returns false
   /// with `error` set when nothing could be started; the run is then not running.
   bool start(const core::Profile& profile, const QString& runsDir, QString* error);
+  /// Graceful stop; of an attached run, asked of its supervisor through its run folder (over
+  /// ssh for HOST:DIR), as `ptw stop` asks.
   void stop();
   /// Asks the running run for every rank's stacks (core::RunSession::requestStacks), written
   /// to a stacks file in its folder within its stacks budget. False when no run is going on.
   bool requestStacks();
+  /// Follows a run that goes on without this window (core::FollowSource, Note [Reattaching]):
+  /// what is stored, then live; the records come as a run's of its own do (take()). A stream
+  /// that breaks is said by `connection` and attached again. `attachFailed` says why the first
+  /// one could not start; `finished` comes when the run ends.
+  void attach(const core::FollowSourceOptions& options);
+  /// Stops following; the run goes on.
+  void detach();
+  /// True while a run is followed or runs; isAttached(): followed, not run here.
   bool isRunning() const { return m_running; }
+  bool isAttached() const { return m_running && m_source != nullptr; }
   /// Appended to every worker's command line of the runs started after this (tests: --fault=SPEC).
   void setWorkerArgs(std::vector<std::string> args) { m_workerArgs = std::move(args); }
   /// The run store's size limit for the runs started after this (tests: a full disk); 0: none.
@@ -85,14 +98,24 @@ class RunController : public QObject {
   void storing(qint64 done, qint64 total);
   /// The run ended; `status` is finished, failed or stopped.
   void finished(const QString& status, const QString& message, int failedRank, const QStringList& lastLines);
+  /// An attached run's stream: "attached" (with the run's id known), or "detached" and why.
+  void connection(const QString& state, const QString& message);
+  void attachFailed(const QString& message);
+  /// A stop of an attached run could not be asked: why.
+  void stopFailed(const QString& message);
 
  private:
   class Observer;
+  class Follower;
   std::unique_ptr<core::RunSession> m_session;
+  std::unique_ptr<core::FollowSource> m_source;
   std::vector<std::string> m_workerArgs;
   long long m_storeLimitKib = 0;
   std::unique_ptr<Observer> m_observer;
+  std::unique_ptr<Follower> m_follower;
   std::thread m_thread;
+  std::thread m_stopThread;    ///< an attached run's stop request (ssh may take seconds)
+  core::HostsSpec m_sshHosts;  ///< an attached run's hosts.ssh_* (attach's options)
   std::mutex m_mutex;
   Batch m_pending;
   std::vector<std::vector<core::Record>> m_spare;  ///< emptied chunks, capacity kept

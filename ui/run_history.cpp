@@ -8,6 +8,7 @@
 #include <QSplitter>
 #include <QStackedWidget>
 #include <QTableWidget>
+#include <QTimer>
 #include <QVBoxLayout>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 
 #include "common/error.h"
 #include "common/strategies.h"
+#include "launch/run_progress.h"
 #include "ui/chart_format.h"
 #include "ui/metric_chart.h"
 #include "ui/palette.h"
@@ -38,6 +40,15 @@ RunHistory::RunHistory(QWidget* parent)
   m_table->horizontalHeader()->setStretchLastSection(true);
   m_table->verticalHeader()->setVisible(false);
   connect(m_table->selectionModel(), &QItemSelectionModel::selectionChanged, this, &RunHistory::showSelection);
+  m_liveTimer = new QTimer(this);
+  m_liveTimer->setInterval(2000);
+  connect(m_liveTimer, &QTimer::timeout, this, &RunHistory::showLive);
+  // A running run opens attached: its history, then live, in the Live tab.
+  connect(m_table, &QTableWidget::cellDoubleClicked, this, [this](int row, int) {
+    const qint64 id = m_table->item(row, 0) ? m_table->item(row, 0)->data(Qt::UserRole).toLongLong() : 0;
+    for (const auto& r : m_runs)
+      if (r.id == id && r.status == "running" && !core::supervisorGone(r)) emit attachRequested(r);
+  });
   m_overlay->setObjectName("overlayChart");
   m_diff->setObjectName("profileDiff");
   m_diff->setEditTriggers(QAbstractItemView::NoEditTriggers);
@@ -80,6 +91,20 @@ RunHistory::RunHistory(QWidget* parent)
   layout->addWidget(open);
 }
 
+RunHistory::~RunHistory() = default;
+
+void RunHistory::showLive() {
+  for (int row = 0; row < m_table->rowCount(); ++row) {
+    auto* item = m_table->item(row, 1);
+    if (!item) continue;
+    const auto it = m_live.find(item->data(Qt::UserRole).toLongLong());
+    if (it == m_live.end() || !it->second->poll() || it->second->step() < 0) continue;
+    item->setText(
+        tr("running: step %1, %2 steps/s").arg(it->second->step()).arg(readableNumber(it->second->stepsPerS(), 3)));
+  }
+  if (m_live.empty()) m_liveTimer->stop();
+}
+
 void RunHistory::setRunsDirectory(const QString& dir) {
   m_dir = dir;
   m_store.reset();
@@ -113,12 +138,26 @@ void RunHistory::reload() {
       auto* item = new QTableWidgetItem(cells[c]);
       item->setData(Qt::UserRole, static_cast<qlonglong>(r.id));
       if (c == 1 && (r.status == "failed" || r.status == "interrupted")) item->setForeground(failureColor());
+      if (c == 1 && r.status == "running") item->setToolTip(tr("Double-click to follow it in the Live tab"));
       if (!r.message.empty()) item->setToolTip(QString::fromStdString(r.message));
       m_table->setItem(row, c, item);
     }
   }
   m_table->blockSignals(false);
   selectRuns(keep);
+  // Running runs show where they are, every 2 s while any runs.
+  std::map<qint64, std::unique_ptr<core::RunProgress>> live;
+  for (const auto& r : m_runs) {
+    if (r.status != "running" || core::supervisorGone(r)) continue;
+    auto it = m_live.find(r.id);
+    live[r.id] =
+        it != m_live.end() ? std::move(it->second) : std::make_unique<core::RunProgress>(m_dir.toStdString(), r.id);
+  }
+  m_live = std::move(live);
+  if (!m_live.empty()) {
+    showLive();
+    m_liveTimer->start();
+  }
 }
 
 std::vector<qint64> RunHistory::selectedRuns() const {

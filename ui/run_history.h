@@ -7,14 +7,20 @@
 #include <QString>
 #include <QWidget>
 
+#include <map>
 #include <memory>
 #include <vector>
 
 #include "launch/run_store.h"
 
 class QLabel;
+class QTimer;
 class QStackedWidget;
 class QTableWidget;
+
+namespace ptw::core {
+class RunProgress;
+}  // namespace ptw::core
 
 namespace ptw::ui {
 
@@ -24,6 +30,7 @@ class RunHistory : public QWidget {
   Q_OBJECT
  public:
   explicit RunHistory(QWidget* parent = nullptr);
+  ~RunHistory() override;
   void setRunsDirectory(const QString& dir);
   /// Re-reads the runs (after a run ends).
   void reload();
@@ -40,10 +47,16 @@ class RunHistory : public QWidget {
 
  signals:
   void openProfileRequested(const QString& profileJson);
+  /// A running run was double-clicked: the window follows it (MainWindow::attachRun).
+  void attachRequested(const core::RunRow& run);
 
  private:
   void showSelection();
+  /// The running runs' status cells: their live step and rate (core::RunProgress).
+  void showLive();
   QString m_dir;
+  std::map<qint64, std::unique_ptr<core::RunProgress>> m_live;
+  QTimer* m_liveTimer = nullptr;
   std::unique_ptr<core::RunStore> m_store;
   std::vector<core::RunRow> m_runs;
   QTableWidget* m_table;

@@ -457,6 +457,7 @@ int runHeadless(const HeadlessOptions& options, std::ostream& out, std::ostream&
   RunSession session(RunSessionOptions(profile)
                          .setRunsDir(runsDir)
                          .setWorkerPath(options.workerPath)
+                         .setRunFolder(options.runFolder)
                          .setWorkerArgs(options.workerArgs)
                          .setStoreOptions(RunStoreOptions().setSizeLimitKib(options.storeLimitKib))
                          .setPackProgress(packReporter(out, "step records")));

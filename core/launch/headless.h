@@ -31,6 +31,7 @@ struct HeadlessOptions {
   std::vector<std::string> overrides = {};     ///< key=value, applied after loading
   std::string runsDir = "";                    ///< "" uses defaultRunsDirectory()
   std::string workerPath = "";                 ///< "" uses Launcher::defaultWorkerPath()
+  std::string runFolder = "";                  ///< a submitted run's folder to run in (hidden --run-folder)
   std::vector<std::string> expectations = {};  ///< e.g. "final.loss < 0.05"
   std::string summaryPath = "";                ///< JSON summary written here when set
   std::string junitPath = "";                  ///< JUnit XML written here when set

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "launch/run_catalog.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -40,19 +41,40 @@ void bindOrNull(sqlite3_stmt* s, int at, double v) {
 
 }  // namespace
 
+namespace {
+
+// Note [Control channel]: a supervisor reads its FIFO while its run goes, and a writer's
+// non-blocking open fails (ENXIO) when nobody does. This sees a supervisor whose pid this
+// process cannot, one in a PID namespace of its own (a SLURM job's can be); a FIFO of another
+// user's run cannot be opened (EACCES), and that run is not known to be gone either.
+bool controlChannelAnswers(const std::string& runDir) {
+  const int fd = ::open((runDir + "/supervisor/control").c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd >= 0) {
+    ::close(fd);
+    return true;
+  }
+  return errno == EACCES;
+}
+
+}  // namespace
+
 bool supervisorGone(const RunRow& run) {
-  return run.host == hostName() && ::kill(static_cast<pid_t>(run.pid), 0) != 0 && errno == ESRCH;
+  return run.host == hostName() && ::kill(static_cast<pid_t>(run.pid), 0) != 0 && errno == ESRCH &&
+         !controlChannelAnswers(run.dir);
 }
 
 RunCatalog::RunCatalog(StoreDatabase& db) : m_db(db) {}
 
 void RunCatalog::markInterrupted() {
-  StoreDatabase::Statement stale(m_db, "SELECT id, pid, host FROM runs WHERE status = 'running'");
+  StoreDatabase::Statement stale(m_db, "SELECT id, pid, host, dir FROM runs WHERE status = 'running'");
   std::vector<std::int64_t> gone;
   const std::string host = hostName();
   while (sqlite3_step(stale) == SQLITE_ROW) {
     auto pid = static_cast<pid_t>(sqlite3_column_int64(stale, 1));
-    bool alive = StoreDatabase::text(stale, 2) == host && (::kill(pid, 0) == 0 || errno == EPERM);
+    // A run of another host is not known to be gone (supervisorGone): with the runs directory
+    // on shared storage, its supervisor goes on there (a submitted job's, Note [Submitted runs]).
+    const bool alive = StoreDatabase::text(stale, 2) != host || ::kill(pid, 0) == 0 || errno == EPERM ||
+                       controlChannelAnswers(StoreDatabase::text(stale, 3));
     if (!alive) gone.push_back(sqlite3_column_int64(stale, 0));
   }
   for (auto id : gone)
@@ -148,6 +170,14 @@ RunRow RunCatalog::named(const std::string& spec) {
     PTW_CHECK(!newest.empty(), "run store ", m_db.path(), " holds no runs yet; nothing to name with `latest`");
     return std::move(newest.front());
   }
+  if (spec.find('/') != std::string::npos) {  // a run folder, as `ptw submit` prints it
+    std::string dir = spec;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    for (auto& r : runs())
+      if (r.dir == dir) return r;
+    PTW_CHECK(false, "RUN: no run of ", m_db.path(), " has the folder ", dir,
+              " (a submitted run has one once its job starts; `squeue` shows whether it has)");
+  }
   std::size_t used = 0;
   long long id = -1;
   try {
@@ -155,8 +185,8 @@ RunRow RunCatalog::named(const std::string& spec) {
   } catch (const std::exception&) {
     used = 0;
   }
-  PTW_CHECK(used == spec.size() && used > 0 && id > 0, "RUN: expected a run id (see `ptw runs`) or `latest`, got '",
-            spec, "'");
+  PTW_CHECK(used == spec.size() && used > 0 && id > 0,
+            "RUN: expected a run id (see `ptw runs`), `latest` or a run folder, got '", spec, "'");
   return run(id);
 }
 

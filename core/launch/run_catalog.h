@@ -33,7 +33,8 @@ struct RunRow {
 };
 
 /// Whether the supervisor of `run`, recorded as running, is known to be gone: it ran on this
-/// host and no process has its pid. A run of another host is not known to be gone.
+/// host, no process has its pid, and nobody reads its control channel (one in a PID namespace
+/// of its own still does). A run of another host is not known to be gone.
 bool supervisorGone(const RunRow& run);
 
 /// How a run ended, as RunCatalog::end records it.
@@ -49,7 +50,7 @@ class RunCatalog {
  public:
   explicit RunCatalog(StoreDatabase& db);
 
-  /// Marks `interrupted` the runs left `running` by a supervisor that is gone.
+  /// Marks `interrupted` the runs left `running` by a supervisor that is gone (supervisorGone).
   void markInterrupted();
   /// Records a new run as `running` by this process; returns its id.
   std::int64_t begin(const std::string& dir, const Profile& profile);
@@ -60,7 +61,8 @@ class RunCatalog {
   std::vector<RunRow> runs();
   /// The run `id`; throws ptw::Error naming it when there is none.
   RunRow run(std::int64_t id);
-  /// The run a command line names: its id, or `latest` (the newest run). Throws ptw::Error
+  /// The run a command line names: its id, `latest` (the newest run), or its folder (a path
+  /// with a '/'). Throws ptw::Error
   /// naming `spec` when it is neither or names no run, or when the store holds no runs.
   RunRow named(const std::string& spec);
 

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "launch/run_session.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -84,7 +86,13 @@ void RunSession::begin() {
   int rendezvousPort = 0;  // across hosts: the port rank 0's host was found to open
   const std::string problem = runProblem(profile, m_options.workerPath, &rendezvousPort);
   PTW_CHECK(problem.empty(), problem);
-  m_runDir = createRunDirectory(m_options.runsDir, profile);
+  if (m_options.runFolder.empty()) {
+    m_runDir = createRunDirectory(m_options.runsDir, profile);
+  } else {  // a submitted run's (Note [Submitted runs] in slurm_job.h)
+    PTW_CHECK(::access((m_options.runFolder + "/profile.json").c_str(), R_OK) == 0, "--run-folder ",
+              m_options.runFolder, ": holds no profile.json; give the run folder `ptw submit` printed");
+    m_runDir = m_options.runFolder;
+  }
   m_store = m_options.store;
   if (!m_store) {
     m_ownStore = std::make_unique<RunStore>(m_options.runsDir, m_options.storeOptions);

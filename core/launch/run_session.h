@@ -37,6 +37,9 @@ struct RunSessionOptions {
   Profile profile;              ///< resolved and valid
   std::string runsDir = "";     ///< "" uses defaultRunsDirectory()
   std::string workerPath = "";  ///< "" uses Launcher::defaultWorkerPath()
+  /// An existing run folder to run in, made by `ptw submit` (its profile.json is the run's);
+  /// "": a new one is made under runsDir.
+  std::string runFolder = "";
   /// Appended to every worker's command line: hidden switches for tests and benchmarks
   /// (--fault=SPEC, --metrics-phases=MS:FILE, --gradients=autograd).
   std::vector<std::string> workerArgs = {};
@@ -53,6 +56,10 @@ struct RunSessionOptions {
   }
   RunSessionOptions& setWorkerPath(std::string v) {
     workerPath = std::move(v);
+    return *this;
+  }
+  RunSessionOptions& setRunFolder(std::string v) {
+    runFolder = std::move(v);
     return *this;
   }
   RunSessionOptions& setWorkerArgs(std::vector<std::string> v) {

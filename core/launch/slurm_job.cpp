@@ -6,13 +6,16 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "common/error.h"
 #include "common/launcher_env.h"
 #include "launch/rank_starter.h"
+#include "launch/run_directory.h"
 #include "launch/run_program.h"
+#include "launch/run_store.h"
 #include "launch/slurm_starter.h"
 #include "launch/ssh_starter.h"
 
@@ -22,6 +25,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr const char* kScript = "/job.sbatch";
+constexpr const char* kSubmitScript = "/submit.sbatch";
 constexpr const char* kAlive = "/slurm.alive";
 constexpr const char* kRelease = "/slurm.release";
 
@@ -48,19 +52,14 @@ std::string SlurmJob::jobName(const std::string& runDir) {
   return "ptw-" + dir.substr(dir.rfind('/') + 1);
 }
 
-std::string SlurmJob::script(const Profile& p, const std::string& runDir) {
+// The #SBATCH lines of a job of the run's shape, named after its folder.
+std::string SlurmJob::shapeLines(const Profile& p, const std::string& runDir) {
   PTW_CHECK(!runDir.empty() && runDir.find_first_of(" \t\n\r\"'%\\$`") == std::string::npos, "the run folder ", runDir,
             ": SLURM's #SBATCH lines cannot hold a path with blanks, quotes, %, $ or backslashes; choose a runs "
             "folder without them (--runs-dir, PTW_RUNS_DIR)");
   const int ranks = processCount(p);
   std::ostringstream s;
-  s << "#!/bin/bash\n"
-    << "# The SLURM job of the ptw run in " << runDir << " (hosts.launcher \"slurm\", docs/multihost.md).\n"
-    << "# Submit it with: sbatch " << runDir << kScript << "\n"
-    << "# (sbatch options given before the file, such as --partition, --account or --time, add to these.)\n"
-    << "# Its batch step only holds the allocation: ptw, waiting for the job to start, starts the ranks in\n"
-    << "# it with srun --jobid and ends it when the run ends; it also ends when ptw is gone.\n"
-    << "#SBATCH --job-name=" << jobName(runDir) << "\n";
+  s << "#SBATCH --job-name=" << jobName(runDir) << "\n";
   const auto hosts = parseHosts(p.hosts.hosts);
   if (hosts.empty()) {
     s << "#SBATCH --nodes=1\n#SBATCH --ntasks=" << ranks << "\n";
@@ -75,8 +74,21 @@ std::string SlurmJob::script(const Profile& p, const std::string& runDir) {
     if (even) s << "#SBATCH --ntasks-per-node=" << hosts.front().slotCount << "\n";
     s << "#SBATCH --nodelist=" << list << "\n";
   }
-  s << "#SBATCH --output=" << runDir << "/slurm-%j.out\n"
-    << "run=" << quoteForShell(runDir) << "\n"
+  s << "#SBATCH --output=" << runDir << "/slurm-%j.out\n";
+  return s.str();
+}
+
+std::string SlurmJob::script(const Profile& p, const std::string& runDir) {
+  const std::string shape = shapeLines(p, runDir);
+  std::ostringstream s;
+  s << "#!/bin/bash\n"
+    << "# The SLURM job of the ptw run in " << runDir << " (hosts.launcher \"slurm\", docs/multihost.md).\n"
+    << "# Submit it with: sbatch " << runDir << kScript << "\n"
+    << "# (sbatch options given before the file, such as --partition, --account or --time, add to these.)\n"
+    << "# Its batch step only holds the allocation: ptw, waiting for the job to start, starts the ranks in\n"
+    << "# it with srun --jobid and ends it when the run ends; it also ends when ptw is gone.\n"
+    << shape;
+  s << "run=" << quoteForShell(runDir) << "\n"
     << "echo \"ptw: job $SLURM_JOB_ID holds $SLURM_JOB_NODELIST for the run in $run\"\n"
     << "last=\nsame=0\n"
     << "while [ ! -e \"$run" << kRelease << "\" ]; do\n"
@@ -90,6 +102,49 @@ std::string SlurmJob::script(const Profile& p, const std::string& runDir) {
     << "done\n"
     << "echo \"ptw: the run ended; releasing the allocation\"\n";
   return s.str();
+}
+
+std::string SlurmJob::submitScript(const Profile& p, const std::string& runDir, const std::string& runsDir,
+                                   const std::string& ptw) {
+  const std::string shape = shapeLines(p, runDir);
+  std::ostringstream s;
+  s << "#!/bin/bash\n"
+    << "# The SLURM job that runs the ptw run in " << runDir << " (ptw submit, docs/follow.md).\n"
+    << "# ptw supervises the run inside the allocation, its ranks job steps of it; nothing of the\n"
+    << "# desktop that submitted it is needed. Follow it with: ptw follow " << runDir << "\n"
+    << shape << "exec " << quoteForShell(ptw) << " --headless -p " << quoteForShell(runDir + "/profile.json")
+    << " --runs-dir " << quoteForShell(runsDir) << " --run-folder " << quoteForShell(runDir) << "\n";
+  return s.str();
+}
+
+SubmittedJob submitRun(const Profile& profile, const std::string& runsDir, const std::string& ptw) {
+  PTW_CHECK(profile.hosts.launcher == "slurm", "hosts.launcher: ptw submit runs a SLURM profile as a job; expected ",
+            "\"slurm\", got \"", profile.hosts.launcher, "\" (run it with ptw --headless instead)");
+  const std::string sbatch = slurmProgram("sbatch");
+  SubmittedJob job;
+  job.runDir = createRunDirectory(runsDir, profile);
+  // Nothing is left of a submission that failed: the folder goes with it.
+  const auto undo = [&] { std::filesystem::remove_all(job.runDir); };
+  try {
+    const std::string file = job.runDir + kSubmitScript;
+    std::ofstream(file) << SlurmJob::submitScript(profile, job.runDir, runsDir, ptw);
+    std::string out;
+    const int code = runProgram({sbatch, "--parsable", file}, 60.0, out);
+    const std::string id = lastLine(out).substr(0, lastLine(out).find(';'));  // "ID" or "ID;CLUSTER"
+    PTW_CHECK(code == 0 && !id.empty() && id.find_first_not_of("0123456789") == std::string::npos,
+              "sbatch refused the job of ", file, ": ", lastLine(out).empty() ? "no message" : lastLine(out));
+    job.id = id;
+  } catch (...) {
+    undo();
+    throw;
+  }
+  // The store the job's run is recorded in, made now: `ptw follow FOLDER` then says the run is
+  // not recorded yet, rather than that the folder holds no runs.
+  try {
+    RunStore store(runsDir);
+  } catch (const Error&) {  // the job makes it, or says why it cannot
+  }
+  return job;
 }
 
 std::vector<std::string> SlurmJob::allocationRankHosts(const Profile& p, const Env& env) {

@@ -15,6 +15,15 @@
 // RUN/slurm.release at the run's end (ptw then also cancels the job by name, which takes a job
 // still pending too), when RUN/slurm.alive, which ptw touches every 5 s while it waits and runs,
 // has not changed for a minute (ptw is gone), or at the job's time limit.
+//
+// Note [Submitted runs]
+// `ptw submit` (the window's Submit) makes the run folder here, writes RUN/submit.sbatch, a
+// job of the same shape whose batch step is `ptw --headless -p RUN/profile.json --run-folder
+// RUN`, and gives it to sbatch. The supervisor then runs inside the allocation (the first case
+// above), records the run in the runs directory when the job starts, and needs nothing of the
+// desktop: the window attaches to it (follow_source.h) and may be closed. --run-folder makes
+// the run use the folder submit printed rather than a new one, so that the folder names the
+// run before it has an id.
 #pragma once
 
 #include <atomic>
@@ -29,6 +38,17 @@
 #include "launch/launcher.h"
 
 namespace ptw::core {
+
+/// What `ptw submit` made: the job's id and the run's folder.
+struct SubmittedJob {
+  std::string id;
+  std::string runDir;
+};
+
+/// `ptw submit` (Note [Submitted runs]): makes the run folder under `runsDir`, writes its job
+/// and submits it; `ptw` is the program the job runs. Throws ptw::Error naming what is wrong
+/// (not a SLURM profile, no sbatch, sbatch refused it), and then leaves no folder behind.
+SubmittedJob submitRun(const Profile& profile, const std::string& runsDir, const std::string& ptw);
 
 /// Example: SlurmJob job(profile, runDir, processEnvironment()); if (job.acquire(observer, stop)) ...
 class SlurmJob {
@@ -56,6 +76,9 @@ class SlurmJob {
   /// RUN/job.sbatch's text for `profile`'s ranks; throws ptw::Error when the run folder's path
   /// cannot be written in an #SBATCH line.
   static std::string script(const Profile& profile, const std::string& runDir);
+  /// RUN/submit.sbatch's text (Note [Submitted runs]): `ptw` runs the run inside the job.
+  static std::string submitScript(const Profile& profile, const std::string& runDir, const std::string& runsDir,
+                                  const std::string& ptw);
   /// The node of each rank inside an allocation: hosts.hosts, else SLURM_JOB_NODELIST with
   /// SLURM_TASKS_PER_NODE ranks each. Throws ptw::Error naming the variable that is missing or
   /// malformed, or that does not give the run's ranks.
@@ -65,6 +88,7 @@ class SlurmJob {
   static std::vector<std::string> jobRankHosts(const Profile& profile, const std::string& nodelist);
 
  private:
+  static std::string shapeLines(const Profile& profile, const std::string& runDir);
   bool waitForJob(LaunchObserver& observer, const std::atomic<bool>& stop);
   void keepAlive();
 

@@ -12,6 +12,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QStandardPaths>
 #include <QtTest>
 
 #include <sqlite3.h>
@@ -347,6 +348,9 @@ class TestFollow : public QObject {
   }
 
   // Bad input: one line naming what is wrong, exit 2, and the runs folder as it was.
+  void unreachableHostIsSaid_data();
+  void unreachableHostIsSaid();
+
   void badInputChangesNothing_data() {
     QTest::addColumn<QString>("setup");  // empty | no-runs | ended | other-version
     QTest::addColumn<QStringList>("args");
@@ -355,12 +359,16 @@ class TestFollow : public QObject {
     QTest::newRow("store without runs") << "no-runs" << QStringList{"follow", "latest"} << "holds no runs yet";
     QTest::newRow("unknown run") << "ended" << QStringList{"follow", "99"} << "no run with id 99";
     QTest::newRow("not a run id") << "ended" << QStringList{"follow", "last"}
-                                  << "RUN: expected a run id (see `ptw runs`) or `latest`, got 'last'";
+                                  << "RUN: expected a run id (see `ptw runs`), `latest` or a run folder, got 'last'";
     QTest::newRow("another version") << "other-version" << QStringList{"follow", "1", "--format", "jsonl"}
                                      << "run 1 was made by ptw 0.0.1-other, not by this ptw";
     QTest::newRow("stop: no store") << "empty" << QStringList{"stop", "latest"} << "holds no runs";
     QTest::newRow("stop: unknown run") << "ended" << QStringList{"stop", "7"} << "no run with id 7";
     QTest::newRow("stop: ended run") << "ended" << QStringList{"stop", "latest"} << "run 1 is not running (finished";
+    QTest::newRow("unknown run folder") << "ended" << QStringList{"follow", "/no/such/run"}
+                                        << "has the folder /no/such/run";
+    QTest::newRow("submit: not SLURM") << "empty" << QStringList{"submit"}
+                                       << "hosts.launcher: ptw submit runs a SLURM profile as a job";
   }
   void badInputChangesNothing() {
     QFETCH(QString, setup);
@@ -389,6 +397,25 @@ class TestFollow : public QObject {
     QVERIFY(contents(runs.path()) == before);
   }
 };
+
+// A HOST:DIR whose host ssh cannot reach (a name that resolves nowhere): one line naming
+// the host, exit 2, for follow, stop and runs alike; nothing is retried before a first stream.
+void TestFollow::unreachableHostIsSaid_data() {
+  QTest::addColumn<QStringList>("args");
+  const QString remote = "ptw-no-such-host.invalid:/tmp/runs";
+  QTest::newRow("follow") << QStringList{"follow", "latest", "--runs-dir", remote};
+  QTest::newRow("stop") << QStringList{"stop", "latest", "--runs-dir", remote};
+  QTest::newRow("runs") << QStringList{"runs", "--runs-dir", remote};
+}
+void TestFollow::unreachableHostIsSaid() {
+  QFETCH(QStringList, args);
+  if (QStandardPaths::findExecutable("ssh").isEmpty()) QSKIP("needs OpenSSH's ssh (openssh-client)");
+  const Result r = runPtw(args);
+  QCOMPARE(r.code, 2);
+  QVERIFY2(r.err.startsWith("ptw: ptw-no-such-host.invalid: ssh cannot reach it"), qPrintable(r.err));
+  QCOMPARE(r.err.trimmed().count('\n'), 0);
+  QVERIFY(r.out.isEmpty());
+}
 
 QTEST_GUILESS_MAIN(TestFollow)
 #include "test_follow.moc"

@@ -13,6 +13,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -224,6 +225,56 @@ class TestSlurm : public QObject {
     t.start();
     while (liveJobs().contains("ptw-") && t.elapsed() < 10000) QThread::msleep(200);
     QVERIFY2(!liveJobs().contains("ptw-"), qPrintable(liveJobs()));
+  }
+
+  // ptw submit (Note [Submitted runs]): it prints the job and the run folder and is done; the
+  // job runs the run inside its allocation, and the run, followed by its folder, equals one
+  // process.
+  void submitRunsTheRunInsideTheJob() {
+    const Profile p = slurmProfile(20);
+    const QString profile = m_cluster.dir + "/submit.json";
+    saveProfile(p, profile.toStdString());
+    const QString runs = m_cluster.dir + "/runs-submit";
+    QProcess submit;
+    submit.setProcessEnvironment(environment());
+    submit.start(test::binDir() + "/ptw", {"submit", "-p", profile, "--runs-dir", runs});
+    QVERIFY(submit.waitForFinished(60000));
+    const QString said = QString::fromUtf8(submit.readAllStandardOutput());
+    QVERIFY2(submit.exitCode() == 0, qPrintable(said + submit.readAllStandardError()));
+    const QRegularExpressionMatch m =
+        QRegularExpression(QStringLiteral("^job (\\d+)\nrun folder (\\S+)\n$")).match(said);
+    QVERIFY2(m.hasMatch(), qPrintable(said));
+    const QString folder = m.captured(2);
+    QVERIFY(QFile::exists(folder + "/submit.sbatch"));
+    QVERIFY(QFile::exists(folder + "/profile.json"));
+    // Followed by its folder: refused (exit 2) until the job has started and recorded the run.
+    QByteArray out;
+    int code = -1;
+    QElapsedTimer t;
+    t.start();
+    while (t.elapsed() < 90000) {
+      QProcess follow;
+      follow.setProcessEnvironment(environment());
+      follow.start(test::binDir() + "/ptw", {"follow", folder, "--runs-dir", runs, "--format", "jsonl"});
+      if (!follow.waitForFinished(100000)) break;
+      code = follow.exitCode();
+      out = follow.readAllStandardOutput();
+      if (code != 2) break;
+      QVERIFY2(follow.readAllStandardError().contains("once its job starts"), "follow refused for another reason");
+      QThread::msleep(300);
+    }
+    QVERIFY2(code == 0, out.constData());
+    QVERIFY(out.contains("\"kind\":\"end\",\"run\":1,\"status\":\"finished\""));
+    QCOMPARE(static_cast<int>(out.count("\"kind\":\"step\"")), 2 * static_cast<int>(p.hyper.maxSteps));
+    std::vector<torch::Tensor> params;
+    torch::load(params, (folder + "/rank0.final.pt").toStdString());
+    const double diff = maxAbsDiff(params, referenceParameters(p, 2));
+    QVERIFY2(diff < 1e-5, qPrintable(QStringLiteral("max |submitted run - one process| = %1").arg(diff)));
+    QFile jobOut(folder + "/slurm-" + m.captured(1) + ".out");  // the job's ptw, inside the allocation
+    QVERIFY(jobOut.open(QIODevice::ReadOnly));
+    const QByteArray jobSaid = jobOut.readAll();
+    QVERIFY2(jobSaid.contains("as SLURM job steps through srun") && jobSaid.contains("run folder " + folder.toUtf8()),
+             jobSaid.constData());
   }
 
   // A rank killed by a signal is named with its node; the other is stopped; nothing is left.

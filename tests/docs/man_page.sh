@@ -33,7 +33,7 @@ mapfile -t top < <("$ptw" --help | options)
 [ ${#top[@]} -gt 5 ] || { echo "FAIL: ptw --help lists too few options: ${top[*]}"; exit 1; }
 check "ptw --help" "${top[@]}"
 n=${#top[@]}
-for sub in runs export sweep follow stop stacks; do
+for sub in runs export sweep follow stop stacks submit; do
   grep -qE "^\.B $sub$" "$man" || { echo "FAIL: the subcommand $sub has no entry in packaging/ptw.1"; fail=1; }
   grep -qE "\b$sub\b" "$completion" || { echo "FAIL: the subcommand $sub is not completed"; fail=1; }
   mapfile -t opts < <("$ptw" "$sub" --help | options)

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// Attach benchmark (tests/bench/bench_attach.sh runs it): what the window shows of a run it
+// follows (MainWindow::attachRun), measured in the window itself.
+//
+//   bench_attach latency RUNS_DIR TIMES_DIR [SSH_PROFILE]
+//     Attaches to the running run of RUNS_DIR (a folder, or HOST:DIR through ssh) and, every
+//     2 ms, reads the last step of each rank's loss series. A step's latency is when it is
+//     first there minus when its rank wrote it (TIMES_DIR/times.RANK: "step unix_seconds" a
+//     line, written by the script right after the record); steps written before the first
+//     point showed are history, not counted. Prints one JSON object: p50, p99 and the count of
+//     steps, once the run ends.
+//   bench_attach own PROFILE TIMES_DIR RUNS_DIR
+//     The baseline: the same, for a run the window starts itself (its live view as it was
+//     before attaching existed).
+//   bench_attach history RUNS_DIR RUN_ID POINTS_PER_RANK
+//     Attaches to an ended run and prints the seconds until every rank's series holds
+//     POINTS_PER_RANK points (its whole history drawn).
+#include <QApplication>
+#include <QElapsedTimer>
+#include <QFile>
+#include <QTimer>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <vector>
+
+#include "common/profile.h"
+#include "launch/follow_source.h"
+#include "ui/main_window.h"
+#include "ui/metric_chart.h"
+#include "ui/run_controller.h"
+#include "ui/series_summary.h"
+
+namespace {
+
+using namespace ptw;
+
+double nowS() { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); }
+
+// When each step of each rank became visible: a poll of the loss chart every 2 ms.
+struct Seen {
+  std::map<std::pair<int, long>, double> at;
+  std::vector<double> last;
+  double firstPoint = 0;  ///< when the first point showed: steps written before are history
+  void poll(ui::MetricChart* chart, int ranks) {
+    last.resize(static_cast<std::size_t>(ranks), -1);
+    const double t = nowS();
+    for (int r = 0; r < ranks; ++r) {
+      const auto* s = chart->summary(r);
+      if (!s || s->empty()) continue;
+      for (long step = static_cast<long>(last[static_cast<std::size_t>(r)]) + 1; step <= static_cast<long>(s->xLast());
+           ++step) {
+        at.emplace(std::make_pair(r, step), t);
+        if (firstPoint == 0) firstPoint = t;
+      }
+      last[static_cast<std::size_t>(r)] = std::max(last[static_cast<std::size_t>(r)], s->xLast());
+    }
+  }
+};
+
+int report(const Seen& seen, const QString& timesDir, int ranks, const char* what) {
+  std::vector<double> ms;
+  for (int r = 0; r < ranks; ++r) {
+    QFile f(QStringLiteral("%1/times.%2").arg(timesDir).arg(r));
+    if (!f.open(QIODevice::ReadOnly)) continue;
+    for (const QByteArray& line : f.readAll().split('\n')) {
+      const auto parts = line.split(' ');
+      if (parts.size() != 2) continue;
+      const auto it = seen.at.find({r, parts[0].toLong()});
+      if (parts[1].toDouble() <= seen.firstPoint) continue;  // history, drawn at once: not a latency
+      if (it != seen.at.end()) ms.push_back(1000 * (it->second - parts[1].toDouble()));
+    }
+  }
+  if (ms.empty()) {
+    std::printf("{\"what\": \"%s\", \"steps\": 0}\n", what);
+    return 1;
+  }
+  std::sort(ms.begin(), ms.end());
+  const auto at = [&](double q) { return ms[std::min(ms.size() - 1, static_cast<std::size_t>(q * ms.size()))]; };
+  std::printf("{\"what\": \"%s\", \"steps\": %zu, \"p50_ms\": %.1f, \"p99_ms\": %.1f, \"max_ms\": %.1f}\n", what,
+              ms.size(), at(0.5), at(0.99), ms.back());
+  return 0;
+}
+
+// Polls until the window says the run is over (bounded: 10 minutes).
+void pollUntilEnded(QApplication& app, ui::MainWindow& w, Seen& seen, int ranks) {
+  QTimer poll;
+  QObject::connect(&poll, &QTimer::timeout, [&] { seen.poll(w.lossChart(), ranks); });
+  poll.start(2);
+  QElapsedTimer t;
+  t.start();
+  while (t.elapsed() < 600000) {
+    app.processEvents(QEventLoop::AllEvents, 2);
+    const QString s = w.lastStatus();
+    if (s != "running" && !s.isEmpty() && !w.controller()->isRunning()) break;
+  }
+  seen.poll(w.lossChart(), ranks);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  QApplication app(argc, argv);
+  const QStringList args = app.arguments();
+  const QString mode = args.value(1);
+  ui::MainWindow w;
+  w.setConfirmations(false);
+  w.show();
+  if (mode == "latency" && args.size() >= 4) {
+    core::HostsSpec hosts;
+    if (args.size() >= 5) hosts = core::loadProfile(args[4].toStdString()).hosts;
+    core::Profile p = core::defaultProfile();
+    p.hosts = hosts;
+    w.setProfile(p);
+    const auto rows = core::listRuns(args[2].toStdString(), hosts, true);
+    if (rows.empty()) return std::fprintf(stderr, "bench_attach: no running run in %s\n", qPrintable(args[2])), 2;
+    const int ranks = rows.back().world;
+    w.attachRun(args[2], rows.back());
+    Seen seen;
+    pollUntilEnded(app, w, seen, ranks);
+    return report(seen, args[3], ranks, "attached");
+  }
+  if (mode == "own" && args.size() >= 5) {
+    const core::Profile p = core::loadProfile(args[2].toStdString());
+    w.setProfile(p);
+    w.setRunsDirectory(args[4]);
+    w.startRun();
+    Seen seen;
+    pollUntilEnded(app, w, seen, p.strategy.ranks);
+    return report(seen, args[3], p.strategy.ranks, "own");
+  }
+  if (mode == "history" && args.size() >= 5) {
+    core::RunRow row;
+    for (auto& r : core::listRuns(args[2].toStdString(), {}, false))
+      if (r.id == args[3].toLongLong()) row = r;
+    const std::size_t points = args[4].toULongLong();
+    QElapsedTimer t;
+    t.start();
+    w.attachRun(args[2], row);
+    bool all = false;
+    while (!all && t.elapsed() < 120000) {
+      app.processEvents(QEventLoop::AllEvents, 2);
+      all = row.world > 0;
+      for (int r = 0; r < row.world; ++r) all = all && w.lossChart()->pointCount(r) >= points;
+    }
+    std::printf("{\"what\": \"history\", \"points_per_rank\": %zu, \"ranks\": %d, \"seconds\": %.3f, \"drawn\": %s}\n",
+                points, row.world, t.elapsed() / 1000.0, all ? "true" : "false");
+    return all ? 0 : 1;
+  }
+  std::fprintf(stderr,
+               "usage: bench_attach latency RUNS_DIR TIMES_DIR [SSH_PROFILE] | own PROFILE TIMES_DIR RUNS_DIR | "
+               "history RUNS_DIR RUN_ID POINTS_PER_RANK\n");
+  return 2;
+}
