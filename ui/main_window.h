@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "common/profile.h"
-#include "launch/stacks_file.h"
 #include "launch/run_catalog.h"
+#include "launch/stacks_file.h"
 #include "ui/live_panel.h"
 #include "ui/run_controller.h"
 

@@ -161,18 +161,16 @@ void answer() {
   const pid_t self = threadId();
   const auto threads = threadsBut(self);
   const auto got = collectFrames(threads, std::chrono::seconds(1));
+  // Numbered and ordered as gdb's "thread apply all bt": the main thread is thread 1 and comes
+  // last, so that readers match threads the same way whoever took them (Note [Shared frames]).
+  std::vector<pid_t> order;
+  if (std::find(threads.begin(), threads.end(), g_pid) != threads.end()) order.push_back(g_pid);
+  for (pid_t tid : threads)
+    if (tid != g_pid) order.push_back(tid);
   std::string text;
-  int number = 1;
-  // The main thread first, as gdb's thread 1.
-  const auto main = std::find(threads.begin(), threads.end(), g_pid);
-  if (main != threads.end()) {
-    const auto it = got.find(g_pid);
-    text += threadSection(number++, g_pid, it == got.end() ? nullptr : &it->second);
-  }
-  for (pid_t tid : threads) {
-    if (tid == g_pid) continue;
-    const auto it = got.find(tid);
-    text += threadSection(number++, tid, it == got.end() ? nullptr : &it->second);
+  for (std::size_t i = order.size(); i-- > 0;) {
+    const auto it = got.find(order[i]);
+    text += threadSection(static_cast<int>(i) + 1, order[i], it == got.end() ? nullptr : &it->second);
   }
   const std::string part = g_file + ".part";
   const int fd = ::open(part.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

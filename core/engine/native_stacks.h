@@ -13,7 +13,7 @@
 // allocates) and writes them to a second pipe in one write, whole. The answering thread then
 // names the addresses (dladdr and the C++ demangler; the worker exports its own functions)
 // and writes gdb's layout (Thread N, #k 0x... in function from object, thread 1 the main
-// one) to a new file renamed over nativeStacksFile(), where StackCollector reads it. A
+// one, listed last) to a new file renamed over nativeStacksFile(), where StackCollector reads it. A
 // thread that does not answer within a second (the signal blocked) is named as such. The
 // launcher falls back to gdb when the file does not come in time (the answering thread
 // stuck on a lock another thread holds forever). A rank on another host is asked over its

@@ -325,7 +325,8 @@ wait_for_peer()
              qPrintable(message));
     QVERIFY2(r.err.contains(message), qPrintable(r.err));  // the headless output says the same
     const QString stacks = readFile(s["stacks"].toString());
-    QVERIFY2(section(stacks, 1).contains(": native frames (ptw-worker) ==\nThread 1 (LWP "), qPrintable(stacks));
+    QVERIFY2(section(stacks, 1).contains(": native frames (ptw-worker) ==\nThread "), qPrintable(stacks));
+    QVERIFY2(section(stacks, 1).contains("\nThread 1 (LWP "), qPrintable(stacks));
     QVERIFY2(section(stacks, 1).contains(" in ptw::engine::hangInOwnWork() from "), qPrintable(stacks));
     QVERIFY2(section(stacks, 0).contains(" in ptw::engine::ShmSegment::barrier("), qPrintable(stacks));
     // Read back: rank 1's main thread differs from rank 0's at the hang; the frames below,
@@ -348,6 +349,45 @@ wait_for_peer()
       hangOwn = hangOwn || hung.frames[i].function.rfind("ptw::engine::hangInOwnWork", 0) == 0;
     QVERIFY2(hangOwn, qPrintable(stacks));
     QCOMPARE(stacksFilesIn(runFolder(runs)), QStringList{"stacks-0.txt"});  // the ranks' own answers are gone
+  }
+
+  // A rank that does not answer for itself (its handler left out, PTW_STACKS_HANDLER=off) where
+  // neither gdb nor eu-stack can run: its section says what to install, and the run ends as it
+  // would have, rank 1 named. The debuggers are hidden in a mount namespace of the test's own,
+  // with a file nobody may execute bound over each, which access(X_OK) refuses as if missing.
+  void withoutADebuggerTheSectionSaysSo() {
+    if (::geteuid() != 0) QSKIP("needs root: hides gdb and eu-stack in a mount namespace of its own (unshare -m)");
+    const QString unshare = QStandardPaths::findExecutable("unshare");
+    if (unshare.isEmpty()) QSKIP("needs unshare (util-linux)");
+    QTemporaryDir dir, runs;
+    QFile blank(dir.filePath("blank"));
+    QVERIFY(blank.open(QIODevice::WriteOnly));
+    blank.close();
+    QString hide;
+    for (const QString tool : {"/usr/bin/gdb", "/usr/bin/eu-stack"})
+      if (QFile::exists(tool)) hide += QString("mount --bind '%1' '%2' && ").arg(blank.fileName(), tool);
+    Profile p = test::endlessProfile(2);
+    p.run.timeoutS = 5;
+    const QString summary = runs.filePath("summary.json");
+    QProcess ptw;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("PTW_STACKS_HANDLER", "off");
+    ptw.setProcessEnvironment(env);
+    ptw.start(unshare,
+              {"--mount", "--propagation", "private", "sh", "-c", hide + "exec \"$0\" \"$@\"", test::binDir() + "/ptw",
+               "--headless", "--runs-dir", runs.path(), "--summary", summary, "--worker-arg=--fault=hang-at-step:1:5",
+               "--profile", QString::fromStdString(test::writeProfile(dir, p))});
+    QVERIFY(ptw.waitForFinished(60000));
+    const QString err = QString::fromUtf8(ptw.readAllStandardError());
+    if (err.startsWith("unshare: ")) QSKIP(qPrintable("cannot make a mount namespace here: " + err.trimmed()));
+    QCOMPARE(ptw.exitCode(), 3);
+    const QJsonObject s = readSummary(summary);
+    QCOMPARE(s["failed_rank"].toInt(), 1);
+    QVERIFY2(s["message"].toString().startsWith("rank 1 stopped making progress: stuck in its own work after step 5"),
+             qPrintable(s["message"].toString()));
+    const QString stacks = readFile(s["stacks"].toString());
+    for (int r = 0; r < 2; ++r)
+      QVERIFY2(section(stacks, r).contains("gdb not found; install gdb for native stacks"), qPrintable(stacks));
   }
 
   // `ptw stacks latest` on a running native run of 4 ranks: every rank answers for itself
