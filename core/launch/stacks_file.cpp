@@ -77,9 +77,14 @@ bool endsWith(const std::string& s, const std::string& tail) {
 bool sectionHeader(const std::string& line, StackSection& s) {
   if (line.rfind("== rank ", 0) != 0 || !endsWith(line, " ==")) return false;
   std::string body = line.substr(8, line.size() - 11);
-  if (const auto colon = body.rfind("): "); colon != std::string::npos && endsWith(body, " frames")) {
-    s.kind = body.substr(colon + 3, body.size() - colon - 3 - 7);
-    body.erase(colon + 1);
+  // "...): native frames" or, saying who took them, "...): native frames (ptw-worker)".
+  if (const auto colon = body.find("): "); colon != std::string::npos) {
+    const auto frames = body.find(" frames", colon);
+    const auto after = frames == std::string::npos ? frames : frames + 7;
+    if (after != std::string::npos && (after == body.size() || body.compare(after, 2, " (") == 0)) {
+      s.kind = body.substr(colon + 3, frames - colon - 3);
+      body.erase(colon + 1);
+    }
   }
   char* end = nullptr;
   s.rank = static_cast<int>(std::strtol(body.c_str(), &end, 10));
