@@ -266,15 +266,17 @@ class TestMultihost : public QObject {
   // with another build, or none at the path, is named and the run does not start (exit 2).
   void aHostWithoutThisWorkerIsNamedBeforeStart_data() {
     QTest::addColumn<QString>("worker");
+    QTest::addColumn<bool>("isScript");  // a command profile, else ddp
     QTest::addColumn<QString>("expected");
-    QTest::newRow("another build") << "old-worker"
-                                   << "hosts.hosts: host " + kH1 + " runs ptw-worker 0.0.1, this machine ptw-worker " +
-                                          QString(kVersion) + "; every host needs the same ptw build";
-    QTest::newRow("no worker there") << "missing-worker"
-                                     << "hosts.hosts: host " + kH1 + " cannot run ";
+    const QString anotherBuild = "hosts.hosts: host " + kH1 + " runs ptw-worker 0.0.1, this machine ptw-worker " +
+                                 QString(kVersion) + "; every host needs the same ptw build";
+    QTest::newRow("another build") << "old-worker" << false << anotherBuild;
+    QTest::newRow("no worker there") << "missing-worker" << false << "hosts.hosts: host " + kH1 + " cannot run ";
+    QTest::newRow("a script, another build") << "old-worker" << true << anotherBuild;
   }
   void aHostWithoutThisWorkerIsNamedBeforeStart() {
     QFETCH(QString, worker);
+    QFETCH(bool, isScript);
     QFETCH(QString, expected);
     const QString old = m_hosts.dir + "/old-worker";
     QFile script(old);
@@ -282,13 +284,13 @@ class TestMultihost : public QObject {
     script.write("#!/bin/sh\necho ptw-worker 0.0.1\n");
     script.close();
     script.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
-    Profile p = hostsProfile(20);
+    Profile p = isScript ? scriptProfile(20) : hostsProfile(20);
     p.hosts.worker = (m_hosts.dir + "/" + worker).toStdString();
     Run run = runPtw(p, QStringLiteral("preflight"));
     QCOMPARE(run.exitCode, 2);
     QVERIFY2(run.output.contains(expected), qPrintable(run.output));
     QString left;
-    QVERIFY2(noWorkersLeft(1, left), qPrintable("ptw-worker left running:" + left));
+    QVERIFY2(noProcessLeft(1, left), qPrintable("left running:" + left));
   }
 
   // Rank 0's host must be able to open the rendezvous port: one another program listens on
