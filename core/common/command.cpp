@@ -331,22 +331,40 @@ void removePythonStacksFiles(const std::string& prefix) {
   ::closedir(d);
 }
 
+HostPlace placeRank(const std::vector<std::string>& rankHosts, int rank) {
+  PTW_CHECK(rank >= 0 && static_cast<std::size_t>(rank) < rankHosts.size(), "rank ", rank, " has no host (",
+            rankHosts.size(), " slots in hosts.hosts)");
+  const std::string& host = rankHosts[static_cast<std::size_t>(rank)];
+  std::vector<std::string> groups;  // the hosts, in the order of their first rank
+  HostPlace p{0, 0, 0, 0};
+  for (std::size_t r = 0; r < rankHosts.size(); ++r) {
+    if (std::find(groups.begin(), groups.end(), rankHosts[r]) == groups.end()) groups.push_back(rankHosts[r]);
+    if (rankHosts[r] != host) continue;
+    ++p.localWorld;
+    if (static_cast<int>(r) < rank) ++p.localRank;
+  }
+  p.groupRank = static_cast<int>(std::find(groups.begin(), groups.end(), host) - groups.begin());
+  p.groupWorld = static_cast<int>(groups.size());
+  return p;
+}
+
 std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptContext& ctx,
                                            const std::vector<std::string>& base) {
   std::vector<std::string> env = base;
   const std::string rank = std::to_string(ctx.rank), world = std::to_string(ctx.world);
-  // torchrun's names, on one host: every rank is local, one group, one role.
+  // torchrun's names; on one host every rank is local, in one group. One role either way.
+  const HostPlace place = ctx.place.value_or(HostPlace{ctx.rank, ctx.world, 0, 1});
   const std::vector<std::pair<std::string, std::string>> vars{
       {"RANK", rank},
-      {"LOCAL_RANK", rank},
+      {"LOCAL_RANK", std::to_string(place.localRank)},
       {"WORLD_SIZE", world},
-      {"LOCAL_WORLD_SIZE", world},
-      {"GROUP_RANK", "0"},
-      {"GROUP_WORLD_SIZE", "1"},
+      {"LOCAL_WORLD_SIZE", std::to_string(place.localWorld)},
+      {"GROUP_RANK", std::to_string(place.groupRank)},
+      {"GROUP_WORLD_SIZE", std::to_string(place.groupWorld)},
       {"ROLE_NAME", "default"},
       {"ROLE_RANK", rank},
       {"ROLE_WORLD_SIZE", world},
-      {"MASTER_ADDR", "127.0.0.1"},
+      {"MASTER_ADDR", ctx.masterAddr},
       {"MASTER_PORT", std::to_string(ctx.port)},
       {"TORCHELASTIC_RUN_ID", ctx.runId},
       {"TORCHELASTIC_RESTART_COUNT", std::to_string(ctx.attempt)},
@@ -358,9 +376,12 @@ std::vector<std::string> scriptEnvironment(const Profile& profile, const ScriptC
       {"PTW_METRICS", ctx.metricsPath},
       {"PTW_RUN_TOKEN", ctx.token}};
   for (const auto& [k, v] : vars) setVar(env, k, v);
+  // Not torchrun's, but what Lightning and others read for the host's index; one host's
+  // programs keep torchrun's exact set.
+  if (ctx.place) setVar(env, "NODE_RANK", std::to_string(place.groupRank));
   // torchrun's rule: processes that share a host share its cores, so each gets one OpenMP
   // thread unless ptw's own environment (or the profile, below) says otherwise.
-  if (ctx.world > 1 && getVar(env, "OMP_NUM_THREADS").empty()) setVar(env, "OMP_NUM_THREADS", "1");
+  if (place.localWorld > 1 && getVar(env, "OMP_NUM_THREADS").empty()) setVar(env, "OMP_NUM_THREADS", "1");
   // torchrun's too: NCCL watches its collectives and fails a stuck one, unless told otherwise.
   if (!hasVar(env, "NCCL_ASYNC_ERROR_HANDLING")) setVar(env, "NCCL_ASYNC_ERROR_HANDLING", "1");
   // A crash (SIGSEGV, SIGABRT) prints the Python frames it happened in to the rank log.

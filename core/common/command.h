@@ -56,6 +56,25 @@ double declaredBatch(const Profile& profile);
 /// The token that marks every process of one run, in PTW_RUN_TOKEN (Note [Script ranks]).
 std::string runToken(long launcherPid, int port);
 
+/// Where a rank sits in a run over several hosts, numbered as torchrun numbers a multi-node
+/// run: the hosts (groups) in the order hosts.hosts lists them, the ranks of each host in
+/// rank order.
+/// Example: placeRank({"a", "a", "b", "b"}, 3) == HostPlace{1, 2, 1, 2}
+struct HostPlace {
+  int localRank = 0;   ///< LOCAL_RANK: the rank among its host's
+  int localWorld = 1;  ///< LOCAL_WORLD_SIZE: the ranks on its host
+  int groupRank = 0;   ///< GROUP_RANK (and NODE_RANK across hosts): its host's index
+  int groupWorld = 1;  ///< GROUP_WORLD_SIZE: the hosts
+  bool operator==(const HostPlace& o) const {
+    return localRank == o.localRank && localWorld == o.localWorld && groupRank == o.groupRank &&
+           groupWorld == o.groupWorld;
+  }
+};
+
+/// The place of rank `rank` given each rank's host (rankHosts(profile) in profile.h). Throws
+/// ptw::Error when `rank` has no host.
+HostPlace placeRank(const std::vector<std::string>& rankHosts, int rank);
+
 /// What a rank's program is given, on top of ptw-worker's own environment.
 struct ScriptContext {
   int rank = 0;
@@ -68,6 +87,10 @@ struct ScriptContext {
   int attempt = 0;          ///< TORCHELASTIC_RESTART_COUNT: 0, then 1, 2 ... on restarts
   std::string errorFile;    ///< TORCHELASTIC_ERROR_FILE: where torch's @record writes (errorFileCause)
   std::string stacksFile;   ///< PTW_STACKS_FILE: where a Python program's stacks go (Note [Python stacks])
+  /// Across hosts: the rank's place and MASTER_ADDR. None: every rank on this host, which is
+  /// the master.
+  std::optional<HostPlace> place = std::nullopt;
+  std::string masterAddr = "127.0.0.1";  ///< MASTER_ADDR
 };
 
 // Note [Python stacks]
@@ -98,8 +121,9 @@ std::string nativeStacksFile(const std::string& runDir, int rank, long workerPid
 void removePythonStacksFiles(const std::string& prefix);
 
 /// The program's environment: `base` (KEY=VALUE entries, e.g. from environ) with the
-/// variables torchrun gives a process on one host (RANK, LOCAL_RANK, WORLD_SIZE,
-/// LOCAL_WORLD_SIZE, GROUP_RANK, GROUP_WORLD_SIZE, ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE,
+/// variables torchrun gives a process (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+/// GROUP_RANK, GROUP_WORLD_SIZE, ROLE_NAME, ROLE_RANK, ROLE_WORLD_SIZE; on one host unless
+/// ctx.place says where the rank sits across hosts, and then NODE_RANK too),
 /// MASTER_ADDR, MASTER_PORT, the TORCHELASTIC_* six, NCCL_ASYNC_ERROR_HANDLING,
 /// OMP_NUM_THREADS and PYTHONFAULTHANDLER, the last three unless `base` has them),
 /// PYTHONUNBUFFERED, PYTHONPATH, PTW_METRICS, PTW_RUN_TOKEN, PTW_STACKS_FILE and

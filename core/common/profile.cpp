@@ -461,6 +461,10 @@ void validateHosts(const Profile& p, Need& need, OneOf& oneOf) {
   need(acrossHosts, "strategy.kind",
        "\"" + s.kind + "\" runs on one host only; across hosts (hosts.launcher \"" + h.launcher + "\") use " +
            acrossHostsStrategies() + " over gloo or nccl");
+  // A command rank's program gets torchrun's multi-node variables from the worker that the ssh
+  // launcher starts for it; under SLURM nothing places it so.
+  need(!strategy || !strategy->runsCommand || h.launcher == "ssh", "hosts.launcher",
+       "\"" + h.launcher + "\" cannot start \"command\" ranks; across hosts use \"ssh\"");
   if (acrossHosts) {
     need(s.backend != "shm", "strategy.backend",
          "\"shm\" needs every rank on one host; across hosts use \"gloo\" (cpu) or \"nccl\" (cuda)");

@@ -59,6 +59,7 @@ const std::vector<StrategyInfo>& strategies() {
     t[4].description = "{processes} of your command";
     t[4].processPerRank = true;
     t[4].runsCommand = true;
+    t[4].acrossHosts = true;  // through the ssh launcher alone (validate in profile.cpp)
 
     // Note [Synthetic ranks] in engine/synthetic_ranks.h: 512 ranks a process keep a
     // thousand ranks to a few processes on a machine of two cores.

@@ -160,8 +160,8 @@ class ScriptRunner {
       // Note [Python stacks]: what an earlier attempt's programs left is not theirs.
       m_stacksPrefix = core::pythonStacksPrefix(m_r.outDir, m_r.rank, static_cast<long>(::getpid()));
       core::removePythonStacksFiles(m_stacksPrefix);
-      const core::ScriptContext ctx{m_r.rank, m_r.world, m_r.port,    m_fifoPath,  pythonDir(),
-                                    token,    runId,     m_r.attempt, m_errorFile, m_stacksPrefix};
+      const core::ScriptContext ctx{m_r.rank, m_r.world,   m_r.port,    m_fifoPath,     pythonDir(), token,
+                                    runId,    m_r.attempt, m_errorFile, m_stacksPrefix, m_r.place,   m_r.masterAddr};
       env = core::scriptEnvironment(m_r.profile, ctx, base);
       const char* path = std::getenv("PATH");
       program = core::resolveProgram(argv[0], cmd.cwd, path ? path : "/usr/local/bin:/usr/bin:/bin");

@@ -6,8 +6,10 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
+#include "common/command.h"
 #include "common/profile.h"
 #include "common/record.h"
 #include "common/worker_invocation.h"
@@ -29,6 +31,10 @@ struct ScriptRank {
   /// Set once the program has reported a record: heartbeats then say "train", not "quiet".
   std::atomic<bool>& reported;
   int attempt = 0;  ///< the restart count (TORCHELASTIC_RESTART_COUNT)
+  /// Across hosts: the rank's place (LOCAL_RANK, GROUP_RANK ...) and MASTER_ADDR; none: every
+  /// rank on this host.
+  std::optional<core::HostPlace> place = std::nullopt;
+  std::string masterAddr = "127.0.0.1";
 };
 
 /// Runs the program until it ends; returns the worker's exit code (protocol.md): Finished when

@@ -427,6 +427,8 @@ void fitToLauncher(const Args& a, core::Profile& p) {
   PTW_CHECK(strategy && strategy->acrossHosts, "strategy.kind: ", p.strategy.kind,
             " runs on one host only, and these ranks are not all on one (", a.launchedBy, "); use ",
             core::acrossHostsStrategies(), ", or start every rank on one host");
+  PTW_CHECK(!strategy->runsCommand, "strategy.kind: command ranks started by ", a.launchedBy,
+            " must all be on one host, and these are not; across hosts use hosts.launcher \"ssh\"");
   PTW_CHECK(p.strategy.backend != "shm", "strategy.backend: \"shm\" needs every rank on one host, and these are not (",
             a.launchedBy, "); use \"gloo\" (CPU) or \"nccl\" (CUDA)");
   if (p.strategy.backend == "auto" && p.strategy.device == "cpu") {
@@ -758,6 +760,12 @@ core::WorkerExit commandRank(const Args& args, const core::Profile& profile, Rec
                     reported,
                     args.attempt};
   try {
+    // Across hosts, torchrun's multi-node numbering; the ranks meet on the address the
+    // launcher gave (--master).
+    if (const auto hosts = core::rankHosts(profile); !hosts.empty()) {
+      script.place = core::placeRank(hosts, args.rank);
+      script.masterAddr = args.master;
+    }
     return runScriptRank(script);
   } catch (const MetricsNotStored& e) {
     std::fprintf(stderr, "error: [rank %d] %s\n", args.rank, e.what());

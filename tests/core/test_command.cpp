@@ -267,6 +267,7 @@ class TestCommand : public QObject {
     QCOMPARE(vars["WORLD_SIZE"], std::string("3"));
     QCOMPARE(vars["LOCAL_WORLD_SIZE"], std::string("3"));
     QCOMPARE(vars["GROUP_RANK"], std::string("0"));
+    QVERIFY(!vars.count("NODE_RANK"));  // across hosts only, as torchrun on one host
     QCOMPARE(vars["MASTER_ADDR"], std::string("127.0.0.1"));
     QCOMPARE(vars["MASTER_PORT"], std::string("29500"));
     QCOMPARE(vars["PYTHONUNBUFFERED"], std::string("1"));
@@ -292,6 +293,68 @@ class TestCommand : public QObject {
     // As torchrun, a value ptw's own environment gives is kept.
     QCOMPARE(scriptEnvironment(p, ctx, {"NCCL_ASYNC_ERROR_HANDLING=0"}).front(),
              std::string("NCCL_ASYNC_ERROR_HANDLING=0"));
+  }
+
+  // torchrun's multi-node numbering: hosts in hosts.hosts order, ranks of a host in rank order.
+  void ranksArePlacedOnTheirHosts_data() {
+    QTest::addColumn<QStringList>("hosts");  // each rank's host
+    QTest::addColumn<int>("rank");
+    QTest::addColumn<QList<int>>("place");  // local rank, local world, group rank, group world
+    const QStringList twoByTwo{"a", "a", "b", "b"};
+    QTest::newRow("first of the first host") << twoByTwo << 0 << QList<int>{0, 2, 0, 2};
+    QTest::newRow("second of the first host") << twoByTwo << 1 << QList<int>{1, 2, 0, 2};
+    QTest::newRow("first of the second host") << twoByTwo << 2 << QList<int>{0, 2, 1, 2};
+    QTest::newRow("second of the second host") << twoByTwo << 3 << QList<int>{1, 2, 1, 2};
+    QTest::newRow("uneven slots") << QStringList{"a", "b", "b", "b", "c"} << 3 << QList<int>{2, 3, 1, 3};
+    QTest::newRow("one host") << QStringList{"a", "a", "a"} << 2 << QList<int>{2, 3, 0, 1};
+  }
+  void ranksArePlacedOnTheirHosts() {
+    QFETCH(QStringList, hosts);
+    QFETCH(int, rank);
+    QFETCH(QList<int>, place);
+    std::vector<std::string> h;
+    for (const auto& s : hosts) h.push_back(s.toStdString());
+    QCOMPARE(placeRank(h, rank), (HostPlace{place[0], place[1], place[2], place[3]}));
+  }
+
+  void aRankWithNoHostIsNamed() {
+    try {
+      placeRank({"a", "b"}, 2);
+      QFAIL("rank 2 of 2 slots was placed");
+    } catch (const Error& e) {
+      QCOMPARE(std::string(e.what()), std::string("rank 2 has no host (2 slots in hosts.hosts)"));
+    }
+  }
+
+  // Across hosts the program sees what torchrun gives a multi-node run: its host's local rank
+  // and size, the host's index as GROUP_RANK and NODE_RANK, and the master's address.
+  void acrossHostsTheProgramGetsTorchrunsMultiNodeVariables() {
+    Profile p = defaultProfile();
+    p.strategy.kind = "command";
+    p.command.program = "python3";
+    ScriptContext ctx{3, 4, 29501, "/run/rank3.metrics", "", "42-29501", "run", 0, "", ""};
+    ctx.place = placeRank({"a", "a", "b", "b"}, 3);
+    ctx.masterAddr = "10.0.0.1";
+    std::map<std::string, std::string> vars;
+    for (const auto& e : scriptEnvironment(p, ctx, {"PATH=/usr/bin"}))
+      vars[e.substr(0, e.find('='))] = e.substr(e.find('=') + 1);
+    const std::map<std::string, std::string> expected{{"RANK", "3"},
+                                                      {"LOCAL_RANK", "1"},
+                                                      {"WORLD_SIZE", "4"},
+                                                      {"LOCAL_WORLD_SIZE", "2"},
+                                                      {"GROUP_RANK", "1"},
+                                                      {"NODE_RANK", "1"},
+                                                      {"GROUP_WORLD_SIZE", "2"},
+                                                      {"ROLE_RANK", "3"},
+                                                      {"ROLE_WORLD_SIZE", "4"},
+                                                      {"MASTER_ADDR", "10.0.0.1"},
+                                                      {"MASTER_PORT", "29501"},
+                                                      {"OMP_NUM_THREADS", "1"}};
+    for (const auto& [k, v] : expected)
+      QCOMPARE(QString::fromStdString(k + "=" + vars[k]), QString::fromStdString(k + "=" + v));
+    // One rank on each host shares no cores: no OpenMP limit, as torchrun with one process a node.
+    ctx.place = placeRank({"a", "b"}, 1);
+    for (const auto& e : scriptEnvironment(p, ctx, {})) QVERIFY2(e.rfind("OMP_NUM_THREADS=", 0) != 0, e.c_str());
   }
 
   // As torchrun: one OpenMP thread a process when several share the host, unless ptw's own

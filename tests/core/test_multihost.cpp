@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <limits>
+#include <map>
 #include <thread>
 
 #include <torch/torch.h>
@@ -27,6 +28,8 @@
 #include "engine/strategy.h"
 #include "engine/trainer.h"
 #include "engine_support.h"
+#include "launch/run_catalog.h"
+#include "launch/run_store.h"
 #include "test_support.h"
 
 using namespace ptw;
@@ -40,17 +43,39 @@ const QString kH1 = QStringLiteral("10.77.1.2"), kH2 = QStringLiteral("10.77.2.2
 
 QString script() { return test::sourcePath(QStringLiteral("tests/multihost/netns_hosts.sh")); }
 
-// The pids of ptw-worker processes in network namespace `ns`.
-QStringList workersIn(const QString& ns) {
+// The pids of processes named `name` (ptw-worker, python3: a run's ranks and their programs)
+// in network namespace `ns`.
+QStringList processesIn(const QString& ns, const QByteArray& name) {
   QProcess ip;
   ip.start(QStringLiteral("ip"), {QStringLiteral("netns"), QStringLiteral("pids"), ns});
   ip.waitForFinished(10000);
   QStringList found;
   for (const auto& pid : QString::fromLatin1(ip.readAllStandardOutput()).split('\n', Qt::SkipEmptyParts)) {
     QFile comm(QStringLiteral("/proc/%1/comm").arg(pid.trimmed()));
-    if (comm.open(QIODevice::ReadOnly) && comm.readAll().trimmed() == "ptw-worker") found << pid.trimmed();
+    if (comm.open(QIODevice::ReadOnly) && comm.readAll().trimmed() == name) found << pid.trimmed();
   }
   return found;
+}
+QStringList workersIn(const QString& ns) { return processesIn(ns, "ptw-worker"); }
+
+// The pid of the process in `pids` whose environment has RANK=`rank`; "" when none has.
+QString pidOfRank(const QStringList& pids, int rank) {
+  for (const auto& pid : pids) {
+    QFile env(QStringLiteral("/proc/%1/environ").arg(pid));
+    if (env.open(QIODevice::ReadOnly) && env.readAll().split('\0').contains("RANK=" + QByteArray::number(rank)))
+      return pid;
+  }
+  return {};
+}
+
+// rank -> step -> loss, as the run in `runsDir` whose folder is `runDir` stored them.
+std::map<int, std::map<std::int64_t, double>> storedLosses(const QString& runsDir, const QString& runDir) {
+  RunStore store(runsDir.toStdString());
+  std::map<int, std::map<std::int64_t, double>> out;
+  for (const auto& run : store.runs())
+    if (QFileInfo(QString::fromStdString(run.dir)).canonicalFilePath() == QFileInfo(runDir).canonicalFilePath())
+      for (const auto& s : store.steps(run.id)) out[s.rank][s.step] = s.loss;
+  return out;
 }
 
 }  // namespace
@@ -91,6 +116,41 @@ class TestMultihost : public QObject {
     p.hosts.sshConfig = (m_hosts.dir + "/ssh_config").toStdString();
     p.hosts.aliveIntervalS = 1;
     return p;
+  }
+
+  // resources/examples/ddp_train.py (DDP over Gloo, reporting through ptw_metrics) as a
+  // command of 4 ranks, on the 2 hosts × 2 ranks of hostsProfile.
+  Profile scriptProfile(std::int64_t steps) const {
+    Profile p = defaultProfile();
+    p.name = "script-hosts";
+    p.strategy.kind = "command";
+    p.strategy.ranks = 4;
+    p.hyper.maxSteps = steps;
+    p.hyper.batchSize = 16;
+    p.run.timeoutS = 30;
+    p.command.program = "/usr/bin/python3";
+    p.command.args = {"ddp_train.py",      "--lr",         "{hyper.lr}",         "--steps",
+                      "{hyper.max_steps}", "--batch-size", "{hyper.batch_size}", "--seed",
+                      "{hyper.seed}",      "--ptw-metrics"};
+    p.command.cwd = test::sourcePath(QStringLiteral("resources/examples")).toStdString();
+    p.hosts = hostsProfile(steps).hosts;
+    return p;
+  }
+
+  // No ptw-worker and no python3 of a run in any of the namespaces, within `seconds`.
+  bool noProcessLeft(int seconds, QString& left) {
+    QElapsedTimer t;
+    t.start();
+    for (;;) {
+      left.clear();
+      for (const char* n : {"ctl", "h1", "h2"})
+        for (const QByteArray name : {"ptw-worker", "python3"})
+          for (const auto& pid : processesIn(ns(n), name))
+            left += QStringLiteral(" %1:%2(%3)").arg(n, pid, QString::fromLatin1(name));
+      if (left.isEmpty()) return true;
+      if (t.elapsed() > seconds * 1000) return false;
+      QThread::msleep(200);
+    }
   }
 
   using Run = test::HeadlessRun;
@@ -206,15 +266,17 @@ class TestMultihost : public QObject {
   // with another build, or none at the path, is named and the run does not start (exit 2).
   void aHostWithoutThisWorkerIsNamedBeforeStart_data() {
     QTest::addColumn<QString>("worker");
+    QTest::addColumn<bool>("isScript");  // a command profile, else ddp
     QTest::addColumn<QString>("expected");
-    QTest::newRow("another build") << "old-worker"
-                                   << "hosts.hosts: host " + kH1 + " runs ptw-worker 0.0.1, this machine ptw-worker " +
-                                          QString(kVersion) + "; every host needs the same ptw build";
-    QTest::newRow("no worker there") << "missing-worker"
-                                     << "hosts.hosts: host " + kH1 + " cannot run ";
+    const QString anotherBuild = "hosts.hosts: host " + kH1 + " runs ptw-worker 0.0.1, this machine ptw-worker " +
+                                 QString(kVersion) + "; every host needs the same ptw build";
+    QTest::newRow("another build") << "old-worker" << false << anotherBuild;
+    QTest::newRow("no worker there") << "missing-worker" << false << "hosts.hosts: host " + kH1 + " cannot run ";
+    QTest::newRow("a script, another build") << "old-worker" << true << anotherBuild;
   }
   void aHostWithoutThisWorkerIsNamedBeforeStart() {
     QFETCH(QString, worker);
+    QFETCH(bool, isScript);
     QFETCH(QString, expected);
     const QString old = m_hosts.dir + "/old-worker";
     QFile script(old);
@@ -222,13 +284,13 @@ class TestMultihost : public QObject {
     script.write("#!/bin/sh\necho ptw-worker 0.0.1\n");
     script.close();
     script.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
-    Profile p = hostsProfile(20);
+    Profile p = isScript ? scriptProfile(20) : hostsProfile(20);
     p.hosts.worker = (m_hosts.dir + "/" + worker).toStdString();
     Run run = runPtw(p, QStringLiteral("preflight"));
     QCOMPARE(run.exitCode, 2);
     QVERIFY2(run.output.contains(expected), qPrintable(run.output));
     QString left;
-    QVERIFY2(noWorkersLeft(1, left), qPrintable("ptw-worker left running:" + left));
+    QVERIFY2(noProcessLeft(1, left), qPrintable("left running:" + left));
   }
 
   // Rank 0's host must be able to open the rendezvous port: one another program listens on
@@ -322,6 +384,57 @@ class TestMultihost : public QObject {
     QVERIFY2(section.contains(" in ptw::engine::hangInOwnWork() from "), qPrintable(text));
     QString left;
     QVERIFY2(noWorkersLeft(10, left), qPrintable("ptw-worker left running:" + left));
+  }
+
+  // A PyTorch DDP script on 2 hosts × 2 ranks gets torchrun's multi-node variables and
+  // stores, rank by rank and step by step, the losses the same profile stores on one host.
+  void aScriptOnTwoHostsStoresWhatItDoesOnOne() {
+    const Profile across = scriptProfile(10);
+    Run run = runPtw(across, QStringLiteral("script"));
+    QVERIFY2(run.exitCode == 0, qPrintable(run.output));
+    QCOMPARE(run.summary.value("status").toString(), QStringLiteral("finished"));
+    Profile local = across;
+    local.hosts = HostsSpec{};
+    Run one = runPtw(local, QStringLiteral("script-one"));
+    QVERIFY2(one.exitCode == 0, qPrintable(one.output));
+    const QString runs = m_hosts.dir + "/runs";
+    const auto twoHosts = storedLosses(runs, run.summary.value("run_dir").toString());
+    const auto oneHost = storedLosses(runs, one.summary.value("run_dir").toString());
+    QCOMPARE(twoHosts.size(), std::size_t{4});
+    for (int r = 0; r < 4; ++r) {
+      QCOMPARE(twoHosts.at(r).size(), std::size_t{10});
+      QCOMPARE(twoHosts.at(r), oneHost.at(r));
+    }
+    // Rank 3's log says where it ran: the second host, second of its ranks.
+    QFile log(run.summary.value("run_dir").toString() + "/rank3.log");
+    QVERIFY(log.open(QIODevice::ReadOnly));
+    QVERIFY2(log.readAll().contains("[rank 3]"), "rank 3's log came back");
+    QString left;
+    QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
+  }
+
+  // A script's rank killed on the second host is named with its rank and host; the others
+  // are stopped, and nothing of the run is left on any host.
+  void aScriptRankKilledOnTheSecondHostIsNamed() {
+    QString killed;
+    Run run = runPtw(scriptProfile(1000000), QStringLiteral("script-killed"), {}, [&] {
+      // Bounded: the program of rank 3 is up within 30 s, or nothing is killed and the case fails.
+      QElapsedTimer t;
+      t.start();
+      while (killed.isEmpty() && t.elapsed() < 30000) {
+        killed = pidOfRank(processesIn(ns("h2"), "python3"), 3);
+        if (killed.isEmpty()) QThread::msleep(200);
+      }
+      if (!killed.isEmpty()) QProcess::execute(QStringLiteral("kill"), {QStringLiteral("-9"), killed});
+    });
+    QVERIFY2(!killed.isEmpty(), "rank 3's program never started on the second host");
+    QVERIFY2(run.exitCode != 0, qPrintable(run.output));
+    const QString message = run.summary.value("message").toString();
+    QVERIFY2(message.startsWith("rank 3 on host " + kH2 + " failed"), qPrintable(message));
+    QVERIFY2(run.output.contains("/usr/bin/python3 ddp_train.py") && run.output.contains("was killed by signal 9"),
+             qPrintable(run.output));  // the rank's last lines say what became of its program
+    QString left;
+    QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
   }
 
   // A rank that never joins the rendezvous is named with its host when run.timeout_s runs

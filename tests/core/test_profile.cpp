@@ -414,6 +414,14 @@ class TestProfile : public QObject {
     QTest::newRow("slurm nodes that do not fit")
         << R"({"strategy": {"ranks": 4}, "hosts": {"launcher": "slurm", "hosts": ["n1:2", "n2:1"]}})"
         << "hosts.hosts: the hosts' slots add up to 3, but the run has 4 ranks (strategy.ranks); make them equal";
+    QTest::newRow("command under slurm")
+        << R"({"strategy": {"kind": "command", "ranks": 2}, "command": {"program": "python3"},
+               "hosts": {"launcher": "slurm"}})"
+        << "hosts.launcher: \"slurm\" cannot start \"command\" ranks; across hosts use \"ssh\"";
+    QTest::newRow("command slots and ranks differ")
+        << R"({"strategy": {"kind": "command", "ranks": 4}, "command": {"program": "python3"},
+               "hosts": {"launcher": "ssh", "hosts": ["a:2", "b:1"]}})"
+        << "hosts.hosts: the hosts' slots add up to 3, but the run has 4 ranks (strategy.ranks); make them equal";
     QTest::newRow("unknown launcher") << R"({"hosts": {"launcher": "pdsh"}})"
                                       << "hosts.launcher: expected one of local, ssh, slurm, got \"pdsh\"";
     QTest::newRow("interface with a space")
@@ -580,7 +588,7 @@ class TestProfile : public QObject {
     bool refused = false;
     for (const auto& e : validate(p)) refused = refused || e.path == "strategy.kind";
     QCOMPARE(refused, !info->acrossHosts);
-    QCOMPARE(acrossHostsStrategies(), std::string("\"ddp\""));
+    QCOMPARE(acrossHostsStrategies(), std::string("\"ddp\" or \"command\""));
   }
 
   void invalidProfilesAreRejected() {

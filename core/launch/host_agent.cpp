@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+#include "launch/host_agent.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <utility>
+
+#include "common/child_setup.h"
+#include "common/error.h"
+
+namespace ptw::core {
+
+namespace {
+
+constexpr char kMagic[4] = {'P', 'T', 'W', 'A'};
+constexpr std::size_t kHeader = 4 + 1 + 4 + 4;
+
+void putU32(std::string& out, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) out += static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+std::uint32_t getU32(const char* p) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(static_cast<unsigned char>(p[i])) << (8 * i);
+  return v;
+}
+
+// One rank as the agent keeps it.
+struct Child {
+  int rank = 0;
+  pid_t pid = -1;
+  int out = -1, err = -1;  // its stdout (records) and stderr (log); -1 once at end of file
+  std::string partial;     // a log line not yet ended
+  int status = 0;
+  bool reaped = false, reported = false;
+};
+
+// The agent's side of one run: its ranks and its output.
+class Agent {
+ public:
+  Agent(int inFd, int outFd) : m_in(inFd), m_outFd(outFd) {}
+
+  ~Agent() {
+    for (auto& c : m_children) {
+      if (!c.reaped && c.pid > 0) {
+        ::kill(-c.pid, SIGKILL);
+        ::waitpid(c.pid, nullptr, 0);
+      }
+      for (int fd : {c.out, c.err})
+        if (fd >= 0) ::close(fd);
+    }
+  }
+
+  void start(const AgentRank& r) {
+    PTW_CHECK(!r.argv.empty(), "rank ", r.rank, ": no program to start");
+    int out[2], err[2];
+    PTW_CHECK(::pipe2(out, O_CLOEXEC) == 0, "rank ", r.rank, ": no pipe: ", std::strerror(errno));
+    if (::pipe2(err, O_CLOEXEC) != 0) {
+      ::close(out[0]), ::close(out[1]);
+      PTW_FAIL("rank ", r.rank, ": no pipe: ", std::strerror(errno));
+    }
+    std::vector<char*> argv;
+    for (const auto& a : r.argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    const auto setup = ChildSetup(::getpid()).setProcessGroup(0).setStdout(out[1]).setStderr(err[1]);
+    // A signal sent to the rank's group before its program runs must not run this process's
+    // handlers in the child: every signal is held across fork, and the child drops the
+    // handlers before setUpChild lets signals in.
+    sigset_t all, old;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_SETMASK, &all, &old);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      for (int sig = 1; sig < NSIG; ++sig)
+        if (sig != SIGKILL && sig != SIGSTOP) ::sigaction(sig, &dfl, nullptr);
+      setUpChild(setup);
+      ::execv(argv[0], argv.data());
+      childExecFailed("error: the host agent cannot start a rank's program\n");
+    }
+    ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    ::close(out[1]), ::close(err[1]);
+    if (pid < 0) {
+      ::close(out[0]), ::close(err[0]);
+      PTW_FAIL("rank ", r.rank, ": fork failed: ", std::strerror(errno));
+    }
+    ::setpgid(pid, pid);  // as the child does: a signal to the group reaches it whichever runs first
+    Child c;
+    c.rank = r.rank, c.pid = pid, c.out = out[0], c.err = err[0];
+    m_children.push_back(c);
+  }
+
+  // Until every rank is reported.
+  int run() {
+    while (!allReported()) {
+      std::vector<pollfd> fds;
+      if (m_in >= 0) fds.push_back({m_in, POLLIN, 0});
+      for (const auto& c : m_children)
+        for (int fd : {c.out, c.err})
+          if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+      const int n = ::poll(fds.data(), fds.size(), 100);  // also wakes to reap ranks that closed early
+      if (n < 0 && errno != EINTR) signalAll(SIGKILL);
+      for (const auto& p : fds)
+        if (p.revents & (POLLIN | POLLHUP | POLLERR)) readable(p.fd);
+      reap();
+    }
+    bool allZero = true;
+    for (const auto& c : m_children) allZero = allZero && WIFEXITED(c.status) && WEXITSTATUS(c.status) == 0;
+    return allZero ? 0 : 1;
+  }
+
+ private:
+  bool allReported() const {
+    for (const auto& c : m_children)
+      if (!c.reported) return false;
+    return true;
+  }
+
+  void signalAll(int sig) {
+    for (const auto& c : m_children)
+      if (!c.reaped) ::kill(-c.pid, sig);
+  }
+
+  void send(AgentFrame::Kind kind, int rank, std::string payload) {
+    if (m_outBroken) return;
+    const std::string bytes = encodeAgentFrame(AgentFrame{kind, rank, std::move(payload)});
+    std::size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t w = ::write(m_outFd, bytes.data() + done, bytes.size() - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) {  // no one reads the ranks any more: they must not go on unrecorded
+        m_outBroken = true;
+        signalAll(SIGKILL);
+        return;
+      }
+      done += static_cast<std::size_t>(w);
+    }
+  }
+
+  void control() {
+    char buf[256];
+    const ssize_t n = ::read(m_in, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) return;
+    if (n <= 0) {  // the connection or ptw is gone (Note [Host agent])
+      m_in = -1;
+      signalAll(SIGKILL);
+      return;
+    }
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buf[i] != '\n') {
+        if (m_line.size() < 64) m_line += buf[i];
+        continue;
+      }
+      int sig = 0;
+      if (std::sscanf(m_line.c_str(), "signal %d", &sig) == 1 && sig > 0 && sig < NSIG) signalAll(sig);
+      m_line.clear();
+    }
+  }
+
+  void readable(int fd) {
+    if (fd == m_in) return control();
+    for (auto& c : m_children) {
+      if (fd != c.out && fd != c.err) continue;
+      char buf[65536];
+      const ssize_t n = ::read(fd, buf, sizeof buf);
+      if (n < 0 && errno == EINTR) return;
+      if (n <= 0) {
+        ::close(fd);
+        if (fd == c.err && !c.partial.empty()) send(AgentFrame::Log, c.rank, std::exchange(c.partial, ""));
+        (fd == c.out ? c.out : c.err) = -1;
+        return;
+      }
+      if (fd == c.out) return send(AgentFrame::Records, c.rank, std::string(buf, static_cast<std::size_t>(n)));
+      c.partial.append(buf, static_cast<std::size_t>(n));
+      for (std::size_t nl; (nl = c.partial.find('\n')) != std::string::npos;) {
+        send(AgentFrame::Log, c.rank, c.partial.substr(0, nl));
+        c.partial.erase(0, nl + 1);
+      }
+      return;
+    }
+  }
+
+  // A rank is reported once it has exited and its output is read to the end.
+  void reap() {
+    for (auto& c : m_children) {
+      if (!c.reaped && ::waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
+        c.reaped = true;
+        ::kill(-c.pid, SIGKILL);  // what it left in its group (holding its pipes open) goes with it
+      }
+      if (!c.reaped || c.reported || c.out >= 0 || c.err >= 0) continue;
+      send(AgentFrame::Exit, c.rank,
+           WIFSIGNALED(c.status) ? "signal " + std::to_string(WTERMSIG(c.status))
+                                 : "code " + std::to_string(WEXITSTATUS(c.status)));
+      c.reported = true;
+    }
+  }
+
+  int m_in, m_outFd;
+  bool m_outBroken = false;
+  std::string m_line;
+  std::vector<Child> m_children;
+};
+
+}  // namespace
+
+std::string encodeAgentFrame(const AgentFrame& f) {
+  std::string out(kMagic, 4);
+  out += static_cast<char>(f.kind);
+  putU32(out, static_cast<std::uint32_t>(f.rank));
+  putU32(out, static_cast<std::uint32_t>(f.payload.size()));
+  return out + f.payload;
+}
+
+void AgentStreamDecoder::feed(const char* data, std::size_t n, const std::function<void(const AgentFrame&)>& frame) {
+  if (!m_error.empty()) return;
+  m_buffer.append(data, n);
+  std::size_t at = 0;
+  while (m_buffer.size() - at >= kHeader) {
+    const char* h = m_buffer.data() + at;
+    const char kind = h[4];
+    const std::uint32_t length = getU32(h + 9);
+    if (std::memcmp(h, kMagic, 4) != 0 ||
+        (kind != AgentFrame::Records && kind != AgentFrame::Log && kind != AgentFrame::Exit)) {
+      m_error = "the host agent's stream is broken: no agent frame at byte " + std::to_string(at);
+      break;
+    }
+    if (length > kMaxPayload) {
+      m_error = "the host agent's stream is broken: a frame of " + std::to_string(length) + " bytes";
+      break;
+    }
+    if (m_buffer.size() - at < kHeader + length) break;
+    frame(AgentFrame{static_cast<AgentFrame::Kind>(kind), static_cast<int>(getU32(h + 5)),
+                     m_buffer.substr(at + kHeader, length)});
+    at += kHeader + length;
+  }
+  m_buffer.erase(0, at);
+}
+
+int runHostAgent(const std::vector<AgentRank>& ranks, int inFd, int outFd) {
+  Agent agent(inFd, outFd);
+  for (const auto& r : ranks) agent.start(r);
+  return agent.run();
+}
+
+}  // namespace ptw::core

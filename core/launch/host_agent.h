@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The host agent: one process on a host that starts that host's ranks and speaks for all of
+// them over one stream, so that a run across hosts needs one connection per host.
+//
+// Note [Host agent]
+// The agent starts each rank as a child in a process group of its own, which dies with the
+// agent (PR_SET_PDEATHSIG, setUpChild). A rank writes its record frames to its stdout and its
+// log to its stderr, as a remote rank does (Note [Remote ranks] in ssh_starter.h). The agent
+// writes to its one output, in agent frames tagged by rank: the rank's record bytes as they
+// came (the record frame format is the reader's to parse, per rank), each log line, and at
+// the end the rank's exit code or signal. Its input is the control line: "signal N" sends
+// signal N to every rank still running (the launcher decides the order: SIGINT, SIGTERM,
+// SIGKILL); its end of file, the connection or ptw gone, kills every rank, which are then
+// reported as any exit. The agent returns once every rank is reported, so nothing it started
+// is left behind.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace ptw::core {
+
+/// One rank the agent starts. Example: AgentRank{2, {"/usr/lib/ptw/ptw-worker", "--rank", "2"}}
+struct AgentRank {
+  int rank = 0;
+  std::vector<std::string> argv = {};  ///< argv[0] is the program, run without a shell
+};
+
+/// One agent frame: "PTWA", its kind, the rank (uint32, little-endian), the payload's length
+/// (uint32, little-endian), the payload.
+/// Example: AgentFrame{AgentFrame::Log, 3, "[rank 3] step 10"}
+struct AgentFrame {
+  enum Kind : char {
+    Records = 'R',  ///< bytes of the rank's record stream, in order
+    Log = 'L',      ///< one line of the rank's stderr, without its newline
+    Exit = 'X',     ///< how the rank ended: "code N" or "signal N"; its last frame
+  };
+  Kind kind = Log;
+  int rank = 0;
+  std::string payload = "";
+  bool operator==(const AgentFrame& o) const { return kind == o.kind && rank == o.rank && payload == o.payload; }
+};
+
+/// The bytes of `f` on the agent's stream.
+std::string encodeAgentFrame(const AgentFrame& f);
+
+/// Reads agent frames from a stream given in pieces of any size.
+class AgentStreamDecoder {
+ public:
+  /// Calls `frame` for each whole frame in what has come so far. Once the stream is found
+  /// broken (no "PTWA", an unknown kind, a payload over kMaxPayload) it reads no more.
+  void feed(const char* data, std::size_t n, const std::function<void(const AgentFrame&)>& frame);
+  /// "" while the stream is sound, else what is wrong with it.
+  const std::string& error() const { return m_error; }
+
+  static constexpr std::uint32_t kMaxPayload = 16u << 20;
+
+ private:
+  std::string m_buffer;
+  std::string m_error;
+};
+
+/// Runs `ranks` on this host until every one has ended and been reported (Note [Host
+/// agent]), reading control lines from `inFd` and writing agent frames to `outFd`. Returns
+/// 0 when every rank exited 0, 1 otherwise. Throws ptw::Error when a rank cannot be started
+/// (no pipe or fork); what was started is killed and reaped first. The caller ignores
+/// SIGPIPE, so that a reader gone is a write error, which kills the ranks.
+int runHostAgent(const std::vector<AgentRank>& ranks, int inFd, int outFd);
+
+}  // namespace ptw::core

@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// The host agent (Note [Host agent] in launch/host_agent.h): what its ranks write comes back
+// tagged by rank, a control line's signal reaches every rank, the end of its input ends
+// them, and every rank's end is reported. The ranks are small shell programs.
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "launch/host_agent.h"
+
+using namespace ptw::core;
+
+namespace {
+
+struct AgentRun {
+  int code = -1;
+  std::vector<AgentFrame> frames;
+  std::string error;
+};
+
+// Runs the agent on `ranks` with `control` as its whole input (then end of file unless
+// `keepOpen`: the write end stays open until the agent returns) and decodes its output,
+// read in small pieces by another thread so that no frame arrives whole by chance.
+AgentRun runAgent(const std::vector<AgentRank>& ranks, const std::string& control, bool keepOpen) {
+  int in[2], out[2];
+  if (::pipe(in) != 0 || ::pipe(out) != 0) return {};
+  if (!control.empty() && ::write(in[1], control.data(), control.size()) != static_cast<ssize_t>(control.size()))
+    return {};
+  if (!keepOpen) ::close(in[1]);
+  AgentRun run;
+  AgentStreamDecoder decoder;
+  std::thread reader([&] {
+    char buf[7];
+    for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;)
+      decoder.feed(buf, static_cast<std::size_t>(n), [&](const AgentFrame& f) { run.frames.push_back(f); });
+  });
+  run.code = runHostAgent(ranks, in[0], out[1]);
+  ::close(out[1]);
+  reader.join();
+  ::close(out[0]);
+  ::close(in[0]);
+  if (keepOpen) ::close(in[1]);
+  run.error = decoder.error();
+  return run;
+}
+
+AgentRank shell(int rank, const std::string& script) { return AgentRank{rank, {"/bin/sh", "-c", script}}; }
+
+// rank -> what the agent said of it, by kind: the records joined, the log lines, the exit.
+std::map<int, std::map<char, std::vector<std::string>>> byRank(const std::vector<AgentFrame>& frames) {
+  std::map<int, std::map<char, std::vector<std::string>>> out;
+  for (const auto& f : frames) {
+    auto& slot = out[f.rank][f.kind];
+    if (f.kind == AgentFrame::Records && !slot.empty())
+      slot.back() += f.payload;
+    else
+      slot.push_back(f.payload);
+  }
+  return out;
+}
+
+}  // namespace
+
+class TestHostAgent : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void framesRoundTripInPiecesOfAnySize() {
+    const std::vector<AgentFrame> sent{{AgentFrame::Records, 0, std::string("\0\1\2PTWA", 7)},
+                                       {AgentFrame::Log, 300, "[rank 300] step 1"},
+                                       {AgentFrame::Exit, 7, "signal 9"},
+                                       {AgentFrame::Log, 1, ""}};
+    std::string stream;
+    for (const auto& f : sent) stream += encodeAgentFrame(f);
+    for (std::size_t piece : {std::size_t{1}, std::size_t{5}, stream.size()}) {
+      AgentStreamDecoder d;
+      std::vector<AgentFrame> got;
+      for (std::size_t at = 0; at < stream.size(); at += piece)
+        d.feed(stream.data() + at, std::min(piece, stream.size() - at), [&](const AgentFrame& f) { got.push_back(f); });
+      QCOMPARE(got.size(), sent.size());
+      QVERIFY(got == sent);
+      QCOMPARE(QString::fromStdString(d.error()), QString());
+    }
+  }
+
+  void aBrokenStreamIsSaidAndReadNoFurther() {
+    AgentStreamDecoder d;
+    int frames = 0;
+    const std::string good = encodeAgentFrame({AgentFrame::Log, 0, "ok"});
+    const std::string bad = good + "garbage that is no frame" + good;
+    d.feed(bad.data(), bad.size(), [&](const AgentFrame&) { ++frames; });
+    QCOMPARE(frames, 1);
+    QCOMPARE(QString::fromStdString(d.error()),
+             QString("the host agent's stream is broken: no agent frame at byte %1").arg(good.size()));
+    d.feed(good.data(), good.size(), [&](const AgentFrame&) { ++frames; });
+    QCOMPARE(frames, 1);
+  }
+
+  // Each rank's records come back byte for byte and its log line by line, tagged with its
+  // rank, and its exit last; the agent's own code says whether all exited 0.
+  void ranksAreForwardedTaggedAndReported() {
+    const std::string records(100000, 'r');  // more than one pipe read
+    const AgentRun run = runAgent({shell(0, "head -c 100000 /dev/zero | tr '\\0' r; echo one >&2; printf two >&2"),
+                                   shell(5, "echo five >&2; exit 3")},
+                                  "", true);
+    QCOMPARE(QString::fromStdString(run.error), QString());
+    QCOMPARE(run.code, 1);
+    auto ranks = byRank(run.frames);
+    QCOMPARE(ranks.size(), std::size_t{2});
+    QCOMPARE(ranks[0][AgentFrame::Records], std::vector<std::string>{records});
+    QCOMPARE(ranks[0][AgentFrame::Log], (std::vector<std::string>{"one", "two"}));
+    QCOMPARE(ranks[0][AgentFrame::Exit], std::vector<std::string>{"code 0"});
+    QCOMPARE(ranks[5][AgentFrame::Log], std::vector<std::string>{"five"});
+    QCOMPARE(ranks[5][AgentFrame::Exit], std::vector<std::string>{"code 3"});
+    for (int rank : {0, 5}) {  // the exit is each rank's last frame
+      int last = -1;
+      for (std::size_t i = 0; i < run.frames.size(); ++i)
+        if (run.frames[i].rank == rank) last = static_cast<int>(i);
+      QCOMPARE(run.frames[static_cast<std::size_t>(last)].kind, AgentFrame::Exit);
+    }
+  }
+
+  // "signal N" on the control line reaches every rank, however far it has come in starting.
+  void aSignalReachesEveryRank() {
+    const AgentRun run = runAgent({shell(0, "sleep 30 & wait"), shell(1, "exec sleep 30")}, "signal 15\n", true);
+    auto ranks = byRank(run.frames);
+    QCOMPARE(ranks[0][AgentFrame::Exit], std::vector<std::string>{"signal 15"});
+    QCOMPARE(ranks[1][AgentFrame::Exit], std::vector<std::string>{"signal 15"});
+    QCOMPARE(run.code, 1);
+  }
+
+  // The end of the agent's input (the connection or ptw gone) kills every rank, and the
+  // agent returns only when each is gone and reported: nothing is left running.
+  void theEndOfItsInputEndsEveryRank() {
+    QTemporaryDir dir;
+    const std::string pidFile = dir.filePath("pid").toStdString();
+    const AgentRun run =
+        runAgent({shell(0, "trap '' TERM INT; echo $$ > " + pidFile + "; sleep 30 & wait"), shell(1, "exec sleep 30")},
+                 "", false);
+    auto ranks = byRank(run.frames);
+    QCOMPARE(ranks[0][AgentFrame::Exit], std::vector<std::string>{"signal 9"});
+    QCOMPARE(ranks[1][AgentFrame::Exit], std::vector<std::string>{"signal 9"});
+    QFile f(QString::fromStdString(pidFile));
+    if (f.open(QIODevice::ReadOnly)) {  // it may have been killed before it wrote its pid
+      const pid_t pid = f.readAll().trimmed().toInt();
+      QVERIFY(pid > 0);
+      QVERIFY2(::kill(pid, 0) != 0, "rank 0 is still running");
+    }
+  }
+
+  // A program that cannot be run is reported as a shell reports it, named on its log.
+  void aProgramThatCannotRunIsReported() {
+    const AgentRun run = runAgent({AgentRank{2, {"/nonexistent/ptw-worker"}}}, "", true);
+    auto ranks = byRank(run.frames);
+    QCOMPARE(ranks[2][AgentFrame::Exit], std::vector<std::string>{"code 127"});
+    QCOMPARE(ranks[2][AgentFrame::Log],
+             std::vector<std::string>{"error: the host agent cannot start a rank's program"});
+  }
+};
+
+QTEST_GUILESS_MAIN(TestHostAgent)
+#include "test_host_agent.moc"
