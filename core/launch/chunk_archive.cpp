@@ -173,14 +173,20 @@ void ChunkArchive::pack(std::int64_t runId, const Progress& progress) {
   if (progress && total > 0) progress(0, total);
   // A stretch's headers at a time, not the file's: what packing holds does not grow with
   // the run. Progress is told between transactions, once a block: what it does may read the store.
+  // A stretch that would leave less than half a stretch takes the rest too: each rank's
+  // records of the last one would make chunks of a few records each, each paying a chunk's
+  // header, frame and row.
   std::vector<BlockHeader> blocks;
+  std::int64_t taken = 0;
   for (long long at = from; file.isOpen() && from >= 0; at = blocks.back().end()) {
     blocks.clear();
     std::int64_t stretch = 0;
     file.forEachBlock(at, [&](const BlockHeader& b) {
       blocks.push_back(b);
-      return (stretch += b.count) < m_packRecords;
+      stretch += b.count;
+      return stretch < m_packRecords || total - taken - stretch < m_packRecords / 2;
     });
+    taken += stretch;
     if (blocks.empty() || !packWindow(runId, file, blocks)) break;
     for (const BlockHeader& b : blocks)
       if (progress) progress(done += b.count, total);
