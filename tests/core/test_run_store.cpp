@@ -1197,10 +1197,11 @@ class TestRunStore : public QObject {
     Sql sql(store.path());
     QCOMPARE(ChunkArchive::kPackChunkRecords, std::int64_t(256));
     QCOMPARE(sql.count(kChunked), std::int64_t(ranks) * steps);
-    // Each rank: steps 1-256 and 257-280 of the first attempt, 281-300 of the second.
+    // Each rank: steps 1-140 and 141-280 of the first attempt (as few chunks of one size as
+    // hold its 280 records), 281-300 of the second.
     QCOMPARE(sql.count("SELECT count(*) FROM step_chunks"), std::int64_t(3 * ranks));
-    for (const char* chunk : {"attempt = 0 AND first_step = 1 AND last_step = 256 AND count = 256",
-                              "attempt = 0 AND first_step = 257 AND last_step = 280 AND count = 24",
+    for (const char* chunk : {"attempt = 0 AND first_step = 1 AND last_step = 140 AND count = 140",
+                              "attempt = 0 AND first_step = 141 AND last_step = 280 AND count = 140",
                               "attempt = 1 AND first_step = 281 AND last_step = 300 AND count = 20"})
       QCOMPARE(sql.count(std::string("SELECT count(DISTINCT rank) FROM step_chunks WHERE ") + chunk +
                          " AND codec = " + std::to_string(kChunkCodec)),
