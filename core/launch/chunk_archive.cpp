@@ -122,16 +122,27 @@ void ChunkArchive::insertStretch(std::int64_t runId, const StepFileReader& file,
   Statement insert(m_db, "INSERT INTO step_chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
   std::vector<StepRecord> records;
   std::vector<unsigned char> bytes;
+  auto sameGroup = [&](std::size_t i, std::size_t j) {
+    return blocks[order[i]].attempt == blocks[order[j]].attempt && blocks[order[i]].rank == blocks[order[j]].rank;
+  };
+  // Each attempt and rank's records of the stretch in chunks of one size, as few as hold
+  // them: chunks of 256, 256 and 88 records leave more room at the pages' ends that no
+  // chunk fits than three of 200.
+  std::size_t most = 1;
   for (std::size_t k = 0; k < order.size(); ++k) {
     const BlockHeader& b = blocks[order[k]];
+    if (k == 0 || !sameGroup(k, k - 1)) {
+      std::int64_t n = 0;
+      for (std::size_t j = k; j < order.size() && sameGroup(j, k); ++j) n += blocks[order[j]].count;
+      const std::int64_t chunks = std::max<std::int64_t>(1, (n + kPackChunkRecords - 1) / kPackChunkRecords);
+      most = static_cast<std::size_t>(std::max<std::int64_t>(1, (n + chunks - 1) / chunks));
+    }
     // A block whose records are not what was written (the pages a crash left) is passed over, as readers do.
     if (file.read(b, bytes))
       StepFileReader::forEachRecord(bytes.data(), bytes.size(), b.count, b.rank, b.fields,
                                     [&](const StepRecord& r) { records.push_back(r); });
-    const bool last =
-        k + 1 == order.size() || blocks[order[k + 1]].attempt != b.attempt || blocks[order[k + 1]].rank != b.rank;
+    const bool last = k + 1 == order.size() || !sameGroup(k + 1, k);
     std::size_t at = 0;
-    const auto most = static_cast<std::size_t>(kPackChunkRecords);
     while (records.size() - at >= most || (last && at < records.size())) {
       const std::size_t n = std::min(most, records.size() - at);
       const std::vector<StepRecord> chunk(records.begin() + static_cast<std::ptrdiff_t>(at),
@@ -173,14 +184,20 @@ void ChunkArchive::pack(std::int64_t runId, const Progress& progress) {
   if (progress && total > 0) progress(0, total);
   // A stretch's headers at a time, not the file's: what packing holds does not grow with
   // the run. Progress is told between transactions, once a block: what it does may read the store.
+  // A stretch that would leave less than half a stretch takes the rest too: each rank's
+  // records of the last one would make chunks of a few records each, each paying a chunk's
+  // header, frame and row.
   std::vector<BlockHeader> blocks;
+  std::int64_t taken = 0;
   for (long long at = from; file.isOpen() && from >= 0; at = blocks.back().end()) {
     blocks.clear();
     std::int64_t stretch = 0;
     file.forEachBlock(at, [&](const BlockHeader& b) {
       blocks.push_back(b);
-      return (stretch += b.count) < m_packRecords;
+      stretch += b.count;
+      return stretch < m_packRecords || total - taken - stretch < m_packRecords / 2;
     });
+    taken += stretch;
     if (blocks.empty() || !packWindow(runId, file, blocks)) break;
     for (const BlockHeader& b : blocks)
       if (progress) progress(done += b.count, total);

@@ -25,8 +25,8 @@ class StoreDatabase;
 
 class ChunkArchive {
  public:
-  /// The step records of `db`, the step files of its runs in `blocksDir`; pack() holds at
-  /// most `packRecords` records a transaction (kPackRecords).
+  /// The step records of `db`, the step files of its runs in `blocksDir`; pack() holds
+  /// `packRecords` records a transaction (kPackRecords), the last one up to half as many more.
   ChunkArchive(StoreDatabase& db, std::string blocksDir, std::int64_t packRecords = kPackRecords);
 
   /// Called as step records become chunks: `done` of `total`.

@@ -18,22 +18,6 @@ namespace {
 
 using Statement = StoreDatabase::Statement;
 
-// The `steps` table as earlier builds made it. Its columns follow Note [Step fields]; a
-// field added since a store was made is read from its table as 0 (stepsColumns()).
-std::string stepsTableSql() {
-  std::string sql =
-      "CREATE TABLE IF NOT EXISTS steps (\n  run_id INTEGER NOT NULL REFERENCES runs(id),\n  attempt INTEGER NOT "
-      "NULL,\n  rank INTEGER NOT NULL";
-  StepRecord::forEachField([&](const char* name, auto m) {
-    bool key = false;  // the step and the epoch are never NULL
-    if constexpr (std::is_same_v<StepFieldType<decltype(m)>, std::int64_t>)
-      key = m == &StepRecord::step || m == &StepRecord::epoch;
-    const bool integer = std::is_same_v<StepFieldType<decltype(m)>, std::int64_t>;
-    sql += std::string(",\n  ") + name + (integer ? " INTEGER" : " REAL") + (key ? " NOT NULL" : "");
-  });
-  return sql + "\n);\nCREATE INDEX IF NOT EXISTS steps_by_run ON steps (run_id, rank, step);\n";
-}
-
 // What is read from `steps` after the rowid: attempt, rank and its columns in the order of
 // Note [Step fields], 0 for one that a store of an earlier build has not.
 std::string stepsColumns(sqlite3* db) {
@@ -65,8 +49,6 @@ StepRecord stepOfRow(sqlite3_stmt* s, int rank, int at) {
 
 LegacyStepConverter::LegacyStepConverter(StoreDatabase& db, ChunkArchive& archive) : m_db(db), m_archive(archive) {}
 
-void LegacyStepConverter::createTables() { m_db.exec(stepsTableSql().c_str()); }
-
 void LegacyStepConverter::fail(std::int64_t runId) {
   const std::string why = m_db.error();
   m_db.rollback();
@@ -86,10 +68,13 @@ void LegacyStepConverter::commit(std::int64_t runId) {
 
 void LegacyStepConverter::convertAll(const Progress& progress) {
   std::map<std::int64_t, std::int64_t> runs;  // run id: its records in earlier forms
-  {
-    Statement q(m_db,
-                "SELECT run_id, count(*) FROM steps GROUP BY run_id UNION ALL "
-                "SELECT run_id, sum(count) FROM step_blocks GROUP BY run_id");
+  // A store made since has neither table (store_database.cpp's schema).
+  const bool rows = m_db.hasColumn("steps", "run_id"), blockRows = m_db.hasColumn("step_blocks", "run_id");
+  if (rows || blockRows) {
+    std::string sql = rows ? "SELECT run_id, count(*) FROM steps GROUP BY run_id" : "";
+    if (blockRows)
+      sql += (rows ? " UNION ALL " : "") + std::string("SELECT run_id, sum(count) FROM step_blocks GROUP BY run_id");
+    Statement q(m_db, sql.c_str());
     int rc;
     while ((rc = sqlite3_step(q)) == SQLITE_ROW) runs[sqlite3_column_int64(q, 0)] += sqlite3_column_int64(q, 1);
     PTW_CHECK(rc == SQLITE_DONE, "run store ", m_db.path(), ": cannot list the step records of earlier builds (",
@@ -100,8 +85,8 @@ void LegacyStepConverter::convertAll(const Progress& progress) {
   for (const auto& [runId, total] : runs) {
     std::int64_t done = 0;
     if (progress) progress(runId, 0, total);
-    convertRows(runId, columns, done, total, progress);
-    convertBlockRows(runId, done, total, progress);
+    if (rows) convertRows(runId, columns, done, total, progress);
+    if (blockRows) convertBlockRows(runId, done, total, progress);
   }
 }
 

@@ -21,9 +21,6 @@ class LegacyStepConverter {
   using Progress = std::function<void(std::int64_t runId, std::int64_t done, std::int64_t total)>;
 
   LegacyStepConverter(StoreDatabase& db, ChunkArchive& archive);
-  /// Makes the tables of the earlier forms where a store has not got them (so that earlier
-  /// builds and scripts that read them find them, empty).
-  void createTables();
   /// Converts every record in an earlier form into chunks. Throws ptw::Error when it cannot
   /// (what is not converted yet is kept, and converted when the store is opened again).
   void convertAll(const Progress& progress = {});

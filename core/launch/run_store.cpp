@@ -33,7 +33,6 @@ RunStore::RunStore(const std::string& runsDir, const RunStoreOptions& options) :
   m_archive = std::make_unique<ChunkArchive>(
       *m_db, blocksDir, options.packRecords > 0 ? options.packRecords : ChunkArchive::kPackRecords);
   LegacyStepConverter legacy(*m_db, *m_archive);
-  legacy.createTables();
   m_catalog->markInterrupted();
   legacy.convertAll(options.conversionProgress);
 }

@@ -81,7 +81,8 @@ struct RunStoreOptions {
   /// Told how converting the step records of a store of an earlier build goes when it is
   /// opened (Note [Step blocks]), run by run: `done` of `total`, from 0, once a transaction.
   std::function<void(std::int64_t runId, std::int64_t done, std::int64_t total)> conversionProgress = {};
-  /// The step records a transaction packs into chunks at most (Note [Step blocks]); 0:
+  /// The step records a transaction packs into chunks, the last up to half as many more
+  /// (Note [Step blocks]); 0:
   /// ChunkArchive::kPackRecords. The tests of a packing cut short between transactions make
   /// it small.
   std::int64_t packRecords = 0;

@@ -11,9 +11,10 @@
 namespace ptw::core {
 namespace {
 
-// The tables of this build. `steps` and `step_blocks` are the forms of earlier builds, kept
-// empty once converted (Note [Step blocks]): a script or an earlier build that reads them
-// finds them.
+// The tables of this build. `steps` and `step_blocks`, the forms of earlier builds, are not
+// made: each table and index takes a page even when empty, and a store of thousands of ranks'
+// short run pays bytes a record for them. A store that has them keeps them, empty once
+// converted (Note [Step blocks]).
 constexpr const char* kSchema = R"sql(
 CREATE TABLE IF NOT EXISTS runs (
   id INTEGER PRIMARY KEY,
@@ -33,16 +34,6 @@ CREATE TABLE IF NOT EXISTS runs (
   profile TEXT NOT NULL,
   ptw_version TEXT
 );
-CREATE TABLE IF NOT EXISTS step_blocks (
-  run_id INTEGER NOT NULL REFERENCES runs(id),
-  attempt INTEGER NOT NULL,
-  rank INTEGER NOT NULL,
-  first_step INTEGER NOT NULL,
-  last_step INTEGER NOT NULL,
-  count INTEGER NOT NULL,
-  records BLOB NOT NULL
-);
-CREATE INDEX IF NOT EXISTS step_blocks_by_run ON step_blocks (run_id, rank, first_step);
 CREATE TABLE IF NOT EXISTS step_chunks (
   run_id INTEGER NOT NULL REFERENCES runs(id),
   attempt INTEGER NOT NULL,

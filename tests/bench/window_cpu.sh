@@ -35,8 +35,11 @@ runs = sys.argv[1]
 n = 0
 try:
     db = sqlite3.connect(f"file:{runs}/runs.sqlite?mode=ro", uri=True)
-    n += db.execute("SELECT count(*) FROM steps").fetchone()[0]
-    n += db.execute("SELECT ifnull(sum(count), 0) FROM step_blocks").fetchone()[0]
+    tables = {t for (t,) in db.execute("SELECT name FROM sqlite_schema WHERE type = 'table'")}
+    if "steps" in tables:  # the forms of earlier builds: only in their stores
+        n += db.execute("SELECT count(*) FROM steps").fetchone()[0]
+    if "step_blocks" in tables:
+        n += db.execute("SELECT ifnull(sum(count), 0) FROM step_blocks").fetchone()[0]
     n += db.execute("SELECT ifnull(sum(count), 0) FROM step_chunks").fetchone()[0]
 except sqlite3.Error:
     pass
