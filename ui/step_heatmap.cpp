@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "ui/chart_format.h"
 #include "ui/spread_series.h"
@@ -110,25 +111,40 @@ void StepHeatmap::setMeasure(Measure measure) {
   refresh();
 }
 
+// The map's grid is sized once for every column a run can have, and a redraw writes only the
+// columns that took steps since the last one: the columns that hold nothing lie past the
+// x axis's range. Each column keeps its least and most value, so the colour range is found
+// from the columns, not from every cell.
 void StepHeatmap::refresh() {
   if (!m_dirty || m_cells.empty() || !isVisible()) return;
   m_dirty = false;
   const int columns = std::max(1, m_used);
   auto* data = m_map->data();
-  // Only the columns that took steps since the last redraw, unless the grid changed.
-  if (data->keySize() != columns || data->valueSize() != m_ranks) {
-    data->setSize(columns, m_ranks);
+  if (data->keySize() != kColumns || data->valueSize() != m_ranks) {
+    data->setSize(kColumns, m_ranks);
     m_dirtyFrom = 0;
   }
   // Cell centres: a column's middle step, each rank's row.
   const double w = static_cast<double>(m_width);
-  data->setRange(QCPRange(0.5 + 0.5 * w, 0.5 + (columns - 0.5) * w), QCPRange(0, std::max(1, m_ranks - 1)));
+  data->setRange(QCPRange(0.5 + 0.5 * w, 0.5 + (kColumns - 0.5) * w), QCPRange(0, std::max(1, m_ranks - 1)));
+  const int from = std::max(0, m_dirtyFrom);
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  std::fill(m_columnRange.begin() + from, m_columnRange.end(), std::pair{inf, -inf});
   for (int r = 0; r < m_ranks; ++r) {
     const Cell* row = &m_cells[static_cast<std::size_t>(r) * kColumns];
-    for (int c = std::max(0, m_dirtyFrom); c < columns; ++c) data->setCell(c, r, value(row[c]));
+    for (int c = from; c < columns; ++c) {
+      const double v = value(row[c]);
+      data->setCell(c, r, v);
+      auto& [low, high] = m_columnRange[static_cast<std::size_t>(c)];
+      if (std::isfinite(v)) low = std::min(low, v), high = std::max(high, v);
+    }
   }
   m_dirtyFrom = kColumns;
-  m_map->rescaleDataRange(true);
+  double low = inf, high = -inf;
+  for (int c = 0; c < columns; ++c)
+    low = std::min(low, m_columnRange[std::size_t(c)].first),
+    high = std::max(high, m_columnRange[std::size_t(c)].second);
+  if (low <= high) m_map->setDataRange(QCPRange(low, high));
   m_plot->xAxis->setRange(0.5, 0.5 + columns * w);
   m_plot->yAxis->setRange(-0.5, m_ranks - 0.5);
   m_scale->axis()->setLabel(m_measure == Measure::StepTime ? tr("ms a step") : tr("% in communication"));
