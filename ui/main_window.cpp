@@ -860,6 +860,12 @@ void MainWindow::resetLive(const core::Profile& p, int ranks) {
   m_logRank->addItem(tr("ptw"), -1);
   for (int r = 0; r < ranks; ++r) m_logRank->addItem(tr("rank %1").arg(r), r);
   m_logRank->blockSignals(false);
+  // Note [Redraw budget]: the new run's empty charts are laid out and drawn now, while its
+  // ranks start and before they train, not by the first redraws of their steps.
+  const auto start = std::chrono::steady_clock::now();
+  m_chartGrid->activate();
+  for (LivePanel* panel : m_panels) panel->refresh();
+  m_resetMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 void MainWindow::showAttachDialog() {

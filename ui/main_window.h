@@ -126,6 +126,8 @@ class MainWindow : public QMainWindow, private LiveStore {
   /// and the longest single redraw: where a redraw's time goes.
   std::map<QString, double> redrawMsByPart() const;
   double redrawMsMax() const { return m_redrawMsMax; }
+  /// The milliseconds the last run's empty charts took to lay out and draw when it started.
+  double resetMs() const { return m_resetMs; }
   /// The share of the time since its start a run's redraws may take (Note [Redraw budget]).
   double redrawShare() const { return m_redrawShare; }
 
@@ -284,6 +286,7 @@ class MainWindow : public QMainWindow, private LiveStore {
   std::int64_t m_redraws = 0;
   double m_redrawMsTotal = 0;
   double m_redrawMsMax = 0;
+  double m_resetMs = 0;
   std::vector<double> m_panelMs;  ///< each of m_panels' redraw milliseconds, then markOutliers'
 };
 

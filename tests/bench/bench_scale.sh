@@ -19,7 +19,9 @@
 #                               redraw_budget_use (the redraws' time over what Note [Redraw
 #                               budget] allows them: at most 1), redraw_ms_max (the longest
 #                               redraw) and redraw_ms_by_part (each part of the live view's
-#                               milliseconds over the run: where the redraws' time went)
+#                               milliseconds over the run: where the redraws' time went),
+#                               reset_ms (the new run's empty charts laid out and drawn as it
+#                               starts, outside the redraws)
 #   rss_mib                     ptw's peak resident set (VmHWM)
 #   store_bytes_per_record      the runs directory's database (and any step file left) over
 #                               records_stored

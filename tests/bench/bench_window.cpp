@@ -94,9 +94,9 @@ int main(int argc, char** argv) {
   std::printf(
       "{\"window_fps\": %.1f, \"idle_fps\": %.1f, \"fps_ratio\": %.3f, \"redraws_per_s\": %.2f, "
       "\"redraw_ms_mean\": %.2f, \"redraw_ms_max\": %.2f, \"redraw_ms_by_part\": {%s}, \"redraw_budget_use\": %.3f, "
-      "\"window_wall_s\": %.1f, \"status\": \"%s\"}\n",
+      "\"reset_ms\": %.1f, \"window_wall_s\": %.1f, \"status\": \"%s\"}\n",
       liveFps, idleFps, idleFps > 0 ? liveFps / idleFps : 0.0, redraws / wallS, redraws > 0 ? redrawMs / redraws : 0.0,
-      w.redrawMsMax(), qPrintable(parts), redrawMs / (wallS * 1000.0 * w.redrawShare()), wallS,
+      w.redrawMsMax(), qPrintable(parts), redrawMs / (wallS * 1000.0 * w.redrawShare()), w.resetMs(), wallS,
       qPrintable(w.lastStatus()));
   return w.lastStatus() == "finished" ? 0 : 1;
 }
