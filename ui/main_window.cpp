@@ -1030,7 +1030,10 @@ void MainWindow::applyEvent(const RunController::Event& e) {
 // every core. Records are taken as often as the charts are redrawn: in between they would
 // only wait, and each wake-up of the window's thread also takes a core from a rank. Until
 // every rank has drawn its first point (for 10 s at most) they are taken every 50 ms, and a
-// rank's first point is drawn at once. BENCHMARKS.md (monitoring) has what this costs.
+// rank's first point is drawn at once; above kAggregateAbove ranks only the run's first step
+// is, since no line is a rank's. A new run's empty charts are laid out and drawn when it
+// starts (resetLive), before its ranks train: a chart's first layout costs many redraws.
+// BENCHMARKS.md (monitoring, many ranks) has what this costs.
 // An attached run's stored history comes all at once: while a take brings many records, the
 // next comes after 50 ms too, and the history is drawn when the last of it is in.
 void MainWindow::redrawIfDue() {

@@ -158,7 +158,7 @@ class TestScaleView : public QObject {
       }
     }
     auto* data = map.map()->data();  // its cell() is not const
-    const std::int64_t width = 4;  // 300 steps in 120 columns: twice merged
+    const std::int64_t width = 4;    // 300 steps in 120 columns: twice merged
     const int used = static_cast<int>((kSteps + width - 1) / width);
     double low = 1e300, high = -1e300;
     for (int r = 0; r < kRanks; ++r)
