@@ -11,11 +11,57 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "ui/chart_format.h"
 #include "ui/spread_series.h"
 
 namespace ptw::ui {
+namespace {
+
+// QCustomPlot colours a map's whole image whenever its data changed; the heatmap's columns
+// fill one after another, so this map colours only the columns from `changedFrom` on while
+// the image, the colour range and the gradient stay as they were, and leaves anything else
+// (a new range, a grid too small to be drawn one pixel a cell) to QCustomPlot.
+class ColumnMap : public QCPColorMap {
+ public:
+  using QCPColorMap::QCPColorMap;
+  int changedFrom = 0;
+
+ protected:
+  void updateMapImage() override {
+    QCPColorMapData* d = data();
+    const int keys = d->keySize(), values = d->valueSize();
+    // QCustomPlot draws grids under 100 cells a side oversampled, on an image of its own.
+    const bool same = keys >= 100 && values >= 100 && mMapImage.width() == keys && mMapImage.height() == values &&
+                      mDataRange == m_coloured.first && mGradient == m_coloured.second &&
+                      dataScaleType() == QCPAxis::stLinear && keyAxis() && keyAxis()->orientation() == Qt::Horizontal;
+    if (!same) {
+      QCPColorMap::updateMapImage();
+      m_coloured = {mDataRange, mGradient};
+      changedFrom = keys;
+      return;
+    }
+    const int n = keys - changedFrom;
+    if (n <= 0) return;
+    m_line.resize(static_cast<std::size_t>(n));
+    for (int v = 0; v < values; ++v) {
+      for (int k = 0; k < n; ++k) m_line[static_cast<std::size_t>(k)] = d->cell(changedFrom + k, v);
+      // The image's first line is the top one, the data's first value the bottom one.
+      auto* pixels = reinterpret_cast<QRgb*>(mMapImage.scanLine(values - 1 - v)) + changedFrom;
+      mGradient.colorize(m_line.data(), mDataRange, pixels, n);
+    }
+    changedFrom = keys;
+    mMapImageInvalidated = false;
+  }
+
+ private:
+  std::pair<QCPRange, QCPColorGradient> m_coloured;
+  std::vector<double> m_line;
+};
+
+}  // namespace
 
 StepHeatmap::StepHeatmap(QWidget* parent) : QWidget(parent), m_plot(new QCustomPlot(this)) {
   auto* layout = new QVBoxLayout(this);
@@ -32,7 +78,7 @@ StepHeatmap::StepHeatmap(QWidget* parent) : QWidget(parent), m_plot(new QCustomP
   layout->addWidget(m_plot, 1);
   connect(m_measureBox, qOverload<int>(&QComboBox::currentIndexChanged), this,
           [this](int i) { setMeasure(i == 0 ? Measure::StepTime : Measure::CommShare); });
-  m_map = new QCPColorMap(m_plot->xAxis, m_plot->yAxis);
+  m_map = new ColumnMap(m_plot->xAxis, m_plot->yAxis);
   m_map->setGradient(QCPColorGradient::gpThermal);
   m_map->setInterpolate(false);
   m_scale = new QCPColorScale(m_plot);
@@ -139,6 +185,8 @@ void StepHeatmap::refresh() {
       if (std::isfinite(v)) low = std::min(low, v), high = std::max(high, v);
     }
   }
+  auto* map = static_cast<ColumnMap*>(m_map);
+  map->changedFrom = std::min(map->changedFrom, from);
   m_dirtyFrom = kColumns;
   double low = inf, high = -inf;
   for (int c = 0; c < columns; ++c)

@@ -140,7 +140,7 @@ class TestScaleView : public QObject {
   // with a redraw after each, past two merges of its columns, it holds each column's mean
   // step time, computed here from the steps, and a colour range from the least to the most.
   void theHeatmapWritesColumnsAsTheyFill() {
-    constexpr int kRanks = 16;
+    constexpr int kRanks = 128;           // a row a rank and a pixel a cell: the map colours new columns only
     constexpr std::int64_t kSteps = 300;  // past 120 and 240 columns of a step: two merges
     auto stepMs = [](int r, std::int64_t s) { return 10.0 + r + static_cast<double>(s % 7); };
     ui::StepHeatmap map;
@@ -175,6 +175,18 @@ class TestScaleView : public QObject {
     QVERIFY(std::abs(map.map()->dataRange().upper - high) < 1e-3);
     // The x axis shows the columns that hold steps, no more.
     QCOMPARE(map.plot()->xAxis->range().upper, 0.5 + used * width);
+    // Drawn, it is the map of a heatmap that took every step at once and coloured every cell.
+    ui::StepHeatmap whole;
+    whole.resize(map.size());
+    whole.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&whole));
+    whole.reset(liveRun(kRanks));
+    for (std::int64_t s = 1; s <= kSteps; ++s)
+      for (int r = 0; r < kRanks; ++r) batch.push_back(step(r, s, 1.0, 100.0, stepMs(r, s)));
+    whole.add(ui::RecordSpan(batch.data(), batch.data() + batch.size()));
+    whole.refresh();
+    QCOMPARE(whole.plot()->size(), map.plot()->size());
+    QVERIFY(whole.plot()->toPixmap().toImage() == map.plot()->toPixmap().toImage());
   }
 
   // Up to 8 ranks the loss and throughput charts keep a line per rank, named in the legend;
