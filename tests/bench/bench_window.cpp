@@ -5,7 +5,9 @@
 // for one every 16 ms, a 60 Hz screen's), the same with no run first in the same process
 // (the baseline) and their ratio; the live view's redraws a second, their mean cost, and
 // the share of the redraw budget they used (Note [Redraw budget]: the redraws' time over
-// the time the budget allows them). tests/bench/bench_scale.sh runs it as its window mode.
+// the time the budget allows them), the longest redraw, each part of the live view's
+// milliseconds, and the new run's charts' first layout (reset_ms, outside the redraws).
+// tests/bench/bench_scale.sh runs it as its window mode.
 //
 //   QT_QPA_PLATFORM=offscreen build/bin/bench_window RANKS RATE SECONDS RUNS_DIR
 #include <qcustomplot.h>
