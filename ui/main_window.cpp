@@ -369,7 +369,12 @@ QWidget* MainWindow::buildRankPane(QWidget* parent) {
   layout->addWidget(m_rankTable, 1);
   connect(filter, &QLineEdit::textChanged, m_rankTable, &RankTable::setFilter);
   connect(grouped, &QCheckBox::toggled, m_rankTable, &RankTable::setGroupedByHost);
-  connect(m_rankTable, &RankTable::firstStep, this, [this] { m_forceRedraw = true; });  // drawn at once
+  // A rank's first point is drawn at once (Note [Redraw budget]); above kAggregateAbove ranks
+  // no line is a rank's, so only the run's first step is.
+  connect(m_rankTable, &RankTable::firstStep, this, [this] {
+    if (m_reportingRanks <= kAggregateAbove || !m_firstStepDrawn) m_forceRedraw = true;
+    m_firstStepDrawn = true;
+  });
   connect(m_rankTable, &QTableWidget::itemSelectionChanged, this, [this] {
     auto rows = m_rankTable->selectionModel()->selectedRows();
     const int rank = rows.isEmpty() ? -1 : m_rankTable->rankAt(rows.front().row());
@@ -828,6 +833,7 @@ void MainWindow::resetLive(int ranks) { resetLive(profile(), ranks); }
 
 void MainWindow::resetLive(const core::Profile& p, int ranks) {
   m_reportingRanks = ranks;
+  m_firstStepDrawn = false;
   LiveRun run{p, ranks, {}};
   const bool pool = core::hasCoordinator(run.profile);  // its rank 0 speaks for the run
   for (int r = 0; r < ranks; ++r)
@@ -854,6 +860,12 @@ void MainWindow::resetLive(const core::Profile& p, int ranks) {
   m_logRank->addItem(tr("ptw"), -1);
   for (int r = 0; r < ranks; ++r) m_logRank->addItem(tr("rank %1").arg(r), r);
   m_logRank->blockSignals(false);
+  // Note [Redraw budget]: the new run's empty charts are laid out and drawn now, while its
+  // ranks start and before they train, not by the first redraws of their steps.
+  const auto start = std::chrono::steady_clock::now();
+  m_chartGrid->activate();
+  for (LivePanel* panel : m_panels) panel->refresh();
+  m_resetMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
 void MainWindow::showAttachDialog() {
@@ -1018,7 +1030,10 @@ void MainWindow::applyEvent(const RunController::Event& e) {
 // every core. Records are taken as often as the charts are redrawn: in between they would
 // only wait, and each wake-up of the window's thread also takes a core from a rank. Until
 // every rank has drawn its first point (for 10 s at most) they are taken every 50 ms, and a
-// rank's first point is drawn at once. BENCHMARKS.md (monitoring) has what this costs.
+// rank's first point is drawn at once; above kAggregateAbove ranks only the run's first step
+// is, since no line is a rank's. A new run's empty charts are laid out and drawn when it
+// starts (resetLive), before its ranks train: a chart's first layout costs many redraws.
+// BENCHMARKS.md (monitoring, many ranks) has what this costs.
 // An attached run's stored history comes all at once: while a take brings many records, the
 // next comes after 50 ms too, and the history is drawn when the last of it is in.
 void MainWindow::redrawIfDue() {
@@ -1031,17 +1046,35 @@ void MainWindow::redrawIfDue() {
   if (sinceMs >= 0.9 * period() || m_forceRedraw) {
     m_forceRedraw = false;
     m_lastRedraw = now;
-    for (LivePanel* panel : m_panels) panel->refresh();
+    m_panelMs.resize(m_panels.size() + 1);
+    auto part = now;
+    auto lap = [&part](double& total) {
+      const auto t = std::chrono::steady_clock::now();
+      total += std::chrono::duration<double, std::milli>(t - part).count();
+      part = t;
+    };
+    for (std::size_t i = 0; i < m_panels.size(); ++i) m_panels[i]->refresh(), lap(m_panelMs[i]);
     markOutliers();
-    m_redrawMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - now).count();
+    lap(m_panelMs.back());
+    m_redrawMs = std::chrono::duration<double, std::milli>(part - now).count();
     ++m_redraws;
     m_redrawMsTotal += m_redrawMs;
+    m_redrawMsMax = std::max(m_redrawMsMax, m_redrawMs);
   }
   // A rank that never reports (it died before its first step) does not keep the fast pace.
   const bool allDrawn = m_rankTable->allReported() || now - m_runStarted > std::chrono::seconds(10);
   const bool catchingUp = m_controller->isAttached() && m_batch.records > kCatchUpRecords;
   const int interval = allDrawn && !catchingUp ? static_cast<int>(period()) : kFirstPointMs;
   if (m_drainTimer->interval() != interval) m_drainTimer->setInterval(interval);
+}
+
+std::map<QString, double> MainWindow::redrawMsByPart() const {
+  std::map<QString, double> out;
+  for (std::size_t i = 0; i < m_panels.size() && i < m_panelMs.size(); ++i)
+    if (const auto* o = dynamic_cast<const QObject*>(m_panels[i]))
+      out[QString::fromLatin1(o->metaObject()->className())] += m_panelMs[i];
+  if (m_panelMs.size() > m_panels.size()) out[QStringLiteral("outliers")] = m_panelMs.back();
+  return out;
 }
 
 void MainWindow::appendLog(int rank, const QString& line, bool again) {

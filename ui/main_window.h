@@ -11,6 +11,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <vector>
@@ -121,6 +122,12 @@ class MainWindow : public QMainWindow, private LiveStore {
   /// (Note [Redraw budget]; the window benchmark reads them).
   std::int64_t redrawCount() const { return m_redraws; }
   double redrawMsTotal() const { return m_redrawMsTotal; }
+  /// The same milliseconds by part of the live view (each panel's class, and "outliers"),
+  /// and the longest single redraw: where a redraw's time goes.
+  std::map<QString, double> redrawMsByPart() const;
+  double redrawMsMax() const { return m_redrawMsMax; }
+  /// The milliseconds the last run's empty charts took to lay out and draw when it started.
+  double resetMs() const { return m_resetMs; }
   /// The share of the time since its start a run's redraws may take (Note [Redraw budget]).
   double redrawShare() const { return m_redrawShare; }
 
@@ -275,8 +282,12 @@ class MainWindow : public QMainWindow, private LiveStore {
   double m_redrawMs = 0;        ///< cost of the last redraw (Note [Redraw budget])
   double m_redrawShare = 0.02;  ///< of the time drawing may take (Note [Redraw budget])
   bool m_forceRedraw = false;
+  bool m_firstStepDrawn = false;  ///< a step of the current run has been drawn
   std::int64_t m_redraws = 0;
   double m_redrawMsTotal = 0;
+  double m_redrawMsMax = 0;
+  double m_resetMs = 0;
+  std::vector<double> m_panelMs;  ///< each of m_panels' redraw milliseconds, then markOutliers'
 };
 
 }  // namespace ptw::ui

@@ -10,11 +10,58 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
 
 #include "ui/chart_format.h"
 #include "ui/spread_series.h"
 
 namespace ptw::ui {
+namespace {
+
+// QCustomPlot colours a map's whole image whenever its data changed; the heatmap's columns
+// fill one after another, so this map colours only the columns from `changedFrom` on while
+// the image, the colour range and the gradient stay as they were, and leaves anything else
+// (a new range, a grid too small to be drawn one pixel a cell) to QCustomPlot.
+class ColumnMap : public QCPColorMap {
+ public:
+  using QCPColorMap::QCPColorMap;
+  int changedFrom = 0;
+
+ protected:
+  void updateMapImage() override {
+    QCPColorMapData* d = data();
+    const int keys = d->keySize(), values = d->valueSize();
+    // QCustomPlot draws grids under 100 cells a side oversampled, on an image of its own.
+    const bool same = keys >= 100 && values >= 100 && mMapImage.width() == keys && mMapImage.height() == values &&
+                      mDataRange == m_coloured.first && mGradient == m_coloured.second &&
+                      dataScaleType() == QCPAxis::stLinear && keyAxis() && keyAxis()->orientation() == Qt::Horizontal;
+    if (!same) {
+      QCPColorMap::updateMapImage();
+      m_coloured = {mDataRange, mGradient};
+      changedFrom = keys;
+      return;
+    }
+    const int n = keys - changedFrom;
+    if (n <= 0) return;
+    m_line.resize(static_cast<std::size_t>(n));
+    for (int v = 0; v < values; ++v) {
+      for (int k = 0; k < n; ++k) m_line[static_cast<std::size_t>(k)] = d->cell(changedFrom + k, v);
+      // The image's first line is the top one, the data's first value the bottom one.
+      auto* pixels = reinterpret_cast<QRgb*>(mMapImage.scanLine(values - 1 - v)) + changedFrom;
+      mGradient.colorize(m_line.data(), mDataRange, pixels, n);
+    }
+    changedFrom = keys;
+    mMapImageInvalidated = false;
+  }
+
+ private:
+  std::pair<QCPRange, QCPColorGradient> m_coloured;
+  std::vector<double> m_line;
+};
+
+}  // namespace
 
 StepHeatmap::StepHeatmap(QWidget* parent) : QWidget(parent), m_plot(new QCustomPlot(this)) {
   auto* layout = new QVBoxLayout(this);
@@ -31,7 +78,7 @@ StepHeatmap::StepHeatmap(QWidget* parent) : QWidget(parent), m_plot(new QCustomP
   layout->addWidget(m_plot, 1);
   connect(m_measureBox, qOverload<int>(&QComboBox::currentIndexChanged), this,
           [this](int i) { setMeasure(i == 0 ? Measure::StepTime : Measure::CommShare); });
-  m_map = new QCPColorMap(m_plot->xAxis, m_plot->yAxis);
+  m_map = new ColumnMap(m_plot->xAxis, m_plot->yAxis);
   m_map->setGradient(QCPColorGradient::gpThermal);
   m_map->setInterpolate(false);
   m_scale = new QCPColorScale(m_plot);
@@ -110,25 +157,42 @@ void StepHeatmap::setMeasure(Measure measure) {
   refresh();
 }
 
+// The map's grid is sized once for every column a run can have, and a redraw writes only the
+// columns that took steps since the last one: the columns that hold nothing lie past the
+// x axis's range. Each column keeps its least and most value, so the colour range is found
+// from the columns, not from every cell.
 void StepHeatmap::refresh() {
   if (!m_dirty || m_cells.empty() || !isVisible()) return;
   m_dirty = false;
   const int columns = std::max(1, m_used);
   auto* data = m_map->data();
-  // Only the columns that took steps since the last redraw, unless the grid changed.
-  if (data->keySize() != columns || data->valueSize() != m_ranks) {
-    data->setSize(columns, m_ranks);
+  if (data->keySize() != kColumns || data->valueSize() != m_ranks) {
+    data->setSize(kColumns, m_ranks);
     m_dirtyFrom = 0;
   }
   // Cell centres: a column's middle step, each rank's row.
   const double w = static_cast<double>(m_width);
-  data->setRange(QCPRange(0.5 + 0.5 * w, 0.5 + (columns - 0.5) * w), QCPRange(0, std::max(1, m_ranks - 1)));
+  data->setRange(QCPRange(0.5 + 0.5 * w, 0.5 + (kColumns - 0.5) * w), QCPRange(0, std::max(1, m_ranks - 1)));
+  const int from = std::max(0, m_dirtyFrom);
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  std::fill(m_columnRange.begin() + from, m_columnRange.end(), std::pair{inf, -inf});
   for (int r = 0; r < m_ranks; ++r) {
     const Cell* row = &m_cells[static_cast<std::size_t>(r) * kColumns];
-    for (int c = std::max(0, m_dirtyFrom); c < columns; ++c) data->setCell(c, r, value(row[c]));
+    for (int c = from; c < columns; ++c) {
+      const double v = value(row[c]);
+      data->setCell(c, r, v);
+      auto& [low, high] = m_columnRange[static_cast<std::size_t>(c)];
+      if (std::isfinite(v)) low = std::min(low, v), high = std::max(high, v);
+    }
   }
+  auto* map = static_cast<ColumnMap*>(m_map);
+  map->changedFrom = std::min(map->changedFrom, from);
   m_dirtyFrom = kColumns;
-  m_map->rescaleDataRange(true);
+  double low = inf, high = -inf;
+  for (int c = 0; c < columns; ++c)
+    low = std::min(low, m_columnRange[std::size_t(c)].first),
+    high = std::max(high, m_columnRange[std::size_t(c)].second);
+  if (low <= high) m_map->setDataRange(QCPRange(low, high));
   m_plot->xAxis->setRange(0.5, 0.5 + columns * w);
   m_plot->yAxis->setRange(-0.5, m_ranks - 0.5);
   m_scale->axis()->setLabel(m_measure == Measure::StepTime ? tr("ms a step") : tr("% in communication"));

@@ -9,8 +9,10 @@
 
 #include <QWidget>
 
+#include <array>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ui/live_panel.h"
@@ -67,6 +69,7 @@ class StepHeatmap : public QWidget, public LivePanel {
   QStringList m_labels;       ///< each rank's name and host
   bool m_dirty = false;
   int m_dirtyFrom = 0;  ///< the first column that changed since the last redraw
+  std::array<std::pair<double, double>, kColumns> m_columnRange{};  ///< each column's least and most value
 };
 
 }  // namespace ptw::ui

@@ -17,7 +17,11 @@
 #   window                      in the window only: idle_fps (the same before the run, the
 #                               baseline), fps_ratio, redraws_per_s, redraw_ms_mean and
 #                               redraw_budget_use (the redraws' time over what Note [Redraw
-#                               budget] allows them: at most 1)
+#                               budget] allows them: at most 1), redraw_ms_max (the longest
+#                               redraw) and redraw_ms_by_part (each part of the live view's
+#                               milliseconds over the run: where the redraws' time went),
+#                               reset_ms (the new run's empty charts laid out and drawn as it
+#                               starts, outside the redraws)
 #   rss_mib                     ptw's peak resident set (VmHWM)
 #   store_bytes_per_record      the runs directory's database (and any step file left) over
 #                               records_stored

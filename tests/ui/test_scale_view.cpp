@@ -136,6 +136,59 @@ class TestScaleView : public QObject {
     QCOMPARE(done.back().mean, 1.0);
   }
 
+  // The heatmap writes only the columns that took steps since its last redraw: fed in batches
+  // with a redraw after each, past two merges of its columns, it holds each column's mean
+  // step time, computed here from the steps, and a colour range from the least to the most.
+  void theHeatmapWritesColumnsAsTheyFill() {
+    constexpr int kRanks = 128;           // a row a rank and a pixel a cell: the map colours new columns only
+    constexpr std::int64_t kSteps = 300;  // past 120 and 240 columns of a step: two merges
+    auto stepMs = [](int r, std::int64_t s) { return 10.0 + r + static_cast<double>(s % 7); };
+    ui::StepHeatmap map;
+    map.resize(800, 400);
+    map.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&map));
+    map.reset(liveRun(kRanks));
+    std::vector<core::Record> batch;
+    for (std::int64_t s = 1; s <= kSteps; ++s) {
+      for (int r = 0; r < kRanks; ++r) batch.push_back(step(r, s, 1.0, 100.0, stepMs(r, s)));
+      if (s % 13 == 0 || s == kSteps) {  // uneven batches, so a column fills over several
+        map.add(ui::RecordSpan(batch.data(), batch.data() + batch.size()));
+        batch.clear();
+        map.refresh();
+      }
+    }
+    auto* data = map.map()->data();  // its cell() is not const
+    const std::int64_t width = 4;    // 300 steps in 120 columns: twice merged
+    const int used = static_cast<int>((kSteps + width - 1) / width);
+    double low = 1e300, high = -1e300;
+    for (int r = 0; r < kRanks; ++r)
+      for (int c = 0; c < used; ++c) {
+        double sum = 0;
+        int n = 0;
+        for (std::int64_t s = c * width + 1; s <= std::min(kSteps, (c + 1) * width); ++s) sum += stepMs(r, s), ++n;
+        const double want = sum / n;
+        low = std::min(low, want), high = std::max(high, want);
+        QVERIFY2(std::abs(data->cell(c, r) - want) < 1e-3,
+                 qPrintable(QString("rank %1 column %2: %3, not %4").arg(r).arg(c).arg(data->cell(c, r)).arg(want)));
+      }
+    QVERIFY(std::abs(map.map()->dataRange().lower - low) < 1e-3);
+    QVERIFY(std::abs(map.map()->dataRange().upper - high) < 1e-3);
+    // The x axis shows the columns that hold steps, no more.
+    QCOMPARE(map.plot()->xAxis->range().upper, 0.5 + used * width);
+    // Drawn, it is the map of a heatmap that took every step at once and coloured every cell.
+    ui::StepHeatmap whole;
+    whole.resize(map.size());
+    whole.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&whole));
+    whole.reset(liveRun(kRanks));
+    for (std::int64_t s = 1; s <= kSteps; ++s)
+      for (int r = 0; r < kRanks; ++r) batch.push_back(step(r, s, 1.0, 100.0, stepMs(r, s)));
+    whole.add(ui::RecordSpan(batch.data(), batch.data() + batch.size()));
+    whole.refresh();
+    QCOMPARE(whole.plot()->size(), map.plot()->size());
+    QVERIFY(whole.plot()->toPixmap().toImage() == map.plot()->toPixmap().toImage());
+  }
+
   // Up to 8 ranks the loss and throughput charts keep a line per rank, named in the legend;
   // above, the band, the range and the mean, and no rank's line until one stands out. The
   // legend of 16 ranks holds a few entries, none cut short.
