@@ -9,6 +9,7 @@
 #include <QJsonObject>
 #include <QProcess>
 #include <QRegularExpression>
+#include <QThread>
 #include <QtTest>
 
 #include <cmath>
@@ -230,8 +231,23 @@ class TestStragglers : public QObject {
                               QString("--fault=slow-at-step:2:%1:4").arg(from)},
                              runs);
     QVERIFY2(o.code == 0, qPrintable(o.out + o.err));
-    QCOMPARE(stragglerRanks(o.summary), std::vector<int>{2});
-    const QJsonObject s = o.summary["stragglers"].toArray().at(0).toObject();
+    // Only rank 2 where every rank has a core of its own. With fewer cores than ranks (CI's
+    // 2), the ranks that wait for rank 2 share the cores it leaves, and one the scheduler keeps
+    // starving is slower in its own compute: a straggler too, by less, and in compute. A rank
+    // named for its waiting (comm) never is.
+    QJsonObject s;
+    for (const auto& v : o.summary["stragglers"].toArray()) {
+      const QJsonObject one = v.toObject();
+      if (one["rank"].toInt() == 2) {
+        s = one;
+        continue;
+      }
+      QVERIFY2(QThread::idealThreadCount() < 4 && one["phase"].toString() == "compute",
+               qPrintable(QJsonDocument(o.summary).toJson()));
+    }
+    QVERIFY2(!s.isEmpty(), qPrintable(QJsonDocument(o.summary).toJson()));
+    for (const auto& v : o.summary["stragglers"].toArray())
+      QVERIFY(v.toObject()["rank"].toInt() == 2 || v.toObject()["factor"].toDouble() < s["factor"].toDouble());
     QCOMPARE(s["phase"].toString(), QString("data"));
     QVERIFY2(s["factor"].toDouble() > StragglerOptions().factor, qPrintable(QString::number(s["factor"].toDouble())));
     QVERIFY2(s["step"].toInt() >= from, qPrintable(QString::number(s["step"].toInt())));
