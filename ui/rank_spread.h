@@ -71,7 +71,7 @@ class RankSpread {
     std::vector<std::pair<float, float>> ring;  ///< recent (step, value), a ring of m_recentCap
     std::size_t head = 0;                       ///< the oldest in `ring` once full
     double distance = 0;                        ///< the average distance of Note [Rank spread]
-    int windows = 0;                            ///< windows it was measured in
+    int windows = 0;                            ///< how many windows `distance` averages
   };
   Done summarise(std::int64_t from, Window& w);
   void judge(int rank, double value, double median, double width);

@@ -31,7 +31,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // At most this many tools run at once, and no more than there are cores: each takes seconds
-// of a core to read a worker's symbols (gdb on a LibTorch program: 2 to 4 s).
+// of a core to read a worker's symbols (LibTorch's are large).
 std::size_t toolsAtOnce() { return std::clamp<std::size_t>(std::thread::hardware_concurrency(), 1, 8); }
 // A Python process's dump is whole once its file has not grown for this long.
 constexpr auto kSettled = std::chrono::milliseconds(150);
