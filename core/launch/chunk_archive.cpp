@@ -30,22 +30,64 @@ long long ChunkArchive::packedBytes(std::int64_t runId) {
   return rc == SQLITE_ROW ? sqlite3_column_int64(s, 0) : -1;
 }
 
-// One chunk of `records` (of one attempt and rank), inserted with `insert`.
-bool ChunkArchive::insertChunk(sqlite3_stmt* insert, std::int64_t runId, int attempt, int rank,
-                               const std::vector<StepRecord>& records) {
-  std::int64_t first = records.front().step, last = first;
-  for (const auto& r : records) first = std::min(first, r.step), last = std::max(last, r.step);
-  const std::string blob = packChunk(records);
+namespace {
+
+// A row of `step_chunks`, inserted with `insert`: false when the insert fails.
+bool insertRow(sqlite3_stmt* insert, std::int64_t runId, int attempt, int rank, std::int64_t first, std::int64_t last,
+               std::int64_t count, int codec, const std::string& blob) {
   sqlite3_reset(insert);
   sqlite3_bind_int64(insert, 1, runId);
   sqlite3_bind_int(insert, 2, attempt);
   sqlite3_bind_int(insert, 3, rank);
   sqlite3_bind_int64(insert, 4, first);
   sqlite3_bind_int64(insert, 5, last);
-  sqlite3_bind_int64(insert, 6, static_cast<std::int64_t>(records.size()));
-  sqlite3_bind_int(insert, 7, kChunkCodec);
+  sqlite3_bind_int64(insert, 6, count);
+  sqlite3_bind_int(insert, 7, codec);
   sqlite3_bind_blob(insert, 8, blob.data(), static_cast<int>(blob.size()), SQLITE_STATIC);
   return sqlite3_step(insert) == SQLITE_DONE;
+}
+
+// The first and last step of records [from, to).
+std::pair<std::int64_t, std::int64_t> stepsOf(std::vector<StepRecord>::const_iterator from,
+                                              std::vector<StepRecord>::const_iterator to) {
+  std::int64_t first = from->step, last = first;
+  for (auto r = from; r != to; ++r) first = std::min(first, r->step), last = std::max(last, r->step);
+  return {first, last};
+}
+
+}  // namespace
+
+// One chunk of `records` (of one attempt and rank), inserted with `insert`.
+bool ChunkArchive::insertChunk(sqlite3_stmt* insert, std::int64_t runId, int attempt, int rank,
+                               const std::vector<StepRecord>& records) {
+  const auto [first, last] = stepsOf(records.begin(), records.end());
+  return insertRow(insert, runId, attempt, rank, first, last, static_cast<std::int64_t>(records.size()), kChunkCodec,
+                   packChunk(records));
+}
+
+// A pack of `records` (of one attempt, each rank's together): the row of its first rank holds
+// it, each other rank's row a reference to it (Note [Packs of ranks]). One rank alone is a
+// chunk of its own.
+bool ChunkArchive::insertPack(sqlite3_stmt* insert, std::int64_t runId, int attempt,
+                              const std::vector<StepRecord>& records, std::uint64_t serial) {
+  if (records.empty()) return true;
+  if (records.front().rank == records.back().rank)
+    return insertChunk(insert, runId, attempt, records.front().rank, records);
+  PackReference ref{serial, records.front().rank, 0, 0};
+  const std::string pack = packRanks(records, serial);
+  for (auto from = records.begin(); from != records.end();) {
+    auto to = from;
+    while (to != records.end() && to->rank == from->rank) ++to;
+    const auto [first, last] = stepsOf(from, to);
+    const bool own = from == records.begin();
+    if (own) ref.firstStep = first;
+    ref.offset = from - records.begin();
+    if (!insertRow(insert, runId, attempt, from->rank, first, last, to - from, kPackCodec,
+                   own ? pack : packReference(ref)))
+      return false;
+    from = to;
+  }
+  return true;
 }
 
 bool ChunkArchive::insert(std::int64_t runId, const std::vector<Pending>& blocks, long long after) {
@@ -101,7 +143,7 @@ bool ChunkArchive::packWindow(std::int64_t runId, const StepFileReader& file, co
     return std::tie(blocks[a].attempt, blocks[a].rank) < std::tie(blocks[b].attempt, blocks[b].rank);
   });
   try {
-    insertStretch(runId, file, blocks, order);
+    insertStretch(runId, file, blocks, order, static_cast<std::uint64_t>(now));
   } catch (...) {
     m_db.rollback();  // a step file that cannot be read: nothing of the stretch is chunks
     throw;
@@ -116,39 +158,70 @@ bool ChunkArchive::packWindow(std::int64_t runId, const StepFileReader& file, co
   return true;
 }
 
-// The chunks of blocks `order` (each attempt and rank's together, in file order), inserted.
+// The chunks of blocks `order` (each attempt and rank's together, in file order), inserted:
+// a rank of many records in chunks of its own, the others in packs of several ranks (Note
+// [Packs of ranks]) of the stretch's `serial`.
 void ChunkArchive::insertStretch(std::int64_t runId, const StepFileReader& file, const std::vector<BlockHeader>& blocks,
-                                 const std::vector<std::size_t>& order) {
+                                 const std::vector<std::size_t>& order, std::uint64_t serial) {
   Statement insert(m_db, "INSERT INTO step_chunks VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
-  std::vector<StepRecord> records;
+  std::vector<StepRecord> shared;
   std::vector<unsigned char> bytes;
+  int sharedAttempt = 0;
   auto sameGroup = [&](std::size_t i, std::size_t j) {
     return blocks[order[i]].attempt == blocks[order[j]].attempt && blocks[order[i]].rank == blocks[order[j]].rank;
   };
-  // Each attempt and rank's records of the stretch in chunks of one size, as few as hold
-  // them: chunks of 256, 256 and 88 records leave more room at the pages' ends that no
-  // chunk fits than three of 200.
-  std::size_t most = 1;
-  for (std::size_t k = 0; k < order.size(); ++k) {
-    const BlockHeader& b = blocks[order[k]];
-    if (k == 0 || !sameGroup(k, k - 1)) {
-      std::int64_t n = 0;
-      for (std::size_t j = k; j < order.size() && sameGroup(j, k); ++j) n += blocks[order[j]].count;
-      const std::int64_t chunks = std::max<std::int64_t>(1, (n + kPackChunkRecords - 1) / kPackChunkRecords);
-      most = static_cast<std::size_t>(std::max<std::int64_t>(1, (n + chunks - 1) / chunks));
+  auto flushShared = [&] {
+    if (!insertPack(insert, runId, sharedAttempt, shared, serial)) failPacking(runId);
+    shared.clear();
+  };
+  for (std::size_t k = 0; k < order.size();) {
+    std::size_t end = k;
+    std::int64_t n = 0;
+    for (; end < order.size() && sameGroup(end, k); ++end) n += blocks[order[end]].count;
+    const int attempt = blocks[order[k]].attempt, rank = blocks[order[k]].rank;
+    if (n >= kShareRecords) {
+      insertRanksChunks(insert, runId, file, blocks, order, k, end, n);
+    } else {
+      if (!shared.empty() && (attempt != sharedAttempt || static_cast<std::int64_t>(shared.size()) + n > kChunkRecords))
+        flushShared();
+      sharedAttempt = attempt;
+      for (std::size_t j = k; j < end; ++j) {
+        const BlockHeader& b = blocks[order[j]];
+        // A block whose records are not what was written (the pages a crash left) is passed over, as readers do.
+        if (file.read(b, bytes))
+          StepFileReader::forEachRecord(bytes.data(), bytes.size(), b.count, rank, b.fields,
+                                        [&](const StepRecord& r) { shared.push_back(r); });
+      }
     }
-    // A block whose records are not what was written (the pages a crash left) is passed over, as readers do.
+    k = end;
+  }
+  flushShared();
+}
+
+// The records of blocks order[k, end) (of one attempt and rank, `n` by their headers) in
+// chunks of one size, as few as hold them: chunks of 256, 256 and 88 records leave more
+// room at the pages' ends that no chunk fits than three of 200. Holds one chunk's records at
+// a time.
+void ChunkArchive::insertRanksChunks(sqlite3_stmt* insert, std::int64_t runId, const StepFileReader& file,
+                                     const std::vector<BlockHeader>& blocks, const std::vector<std::size_t>& order,
+                                     std::size_t k, std::size_t end, std::int64_t n) {
+  const std::int64_t chunks = std::max<std::int64_t>(1, (n + kPackChunkRecords - 1) / kPackChunkRecords);
+  const auto most = static_cast<std::size_t>(std::max<std::int64_t>(1, (n + chunks - 1) / chunks));
+  std::vector<StepRecord> records;
+  std::vector<unsigned char> bytes;
+  for (std::size_t j = k; j < end; ++j) {
+    const BlockHeader& b = blocks[order[j]];
     if (file.read(b, bytes))
       StepFileReader::forEachRecord(bytes.data(), bytes.size(), b.count, b.rank, b.fields,
                                     [&](const StepRecord& r) { records.push_back(r); });
-    const bool last = k + 1 == order.size() || !sameGroup(k + 1, k);
+    const bool last = j + 1 == end;
     std::size_t at = 0;
     while (records.size() - at >= most || (last && at < records.size())) {
-      const std::size_t n = std::min(most, records.size() - at);
+      const std::size_t count = std::min(most, records.size() - at);
       const std::vector<StepRecord> chunk(records.begin() + static_cast<std::ptrdiff_t>(at),
-                                          records.begin() + static_cast<std::ptrdiff_t>(at + n));
+                                          records.begin() + static_cast<std::ptrdiff_t>(at + count));
       if (!insertChunk(insert, runId, b.attempt, b.rank, chunk)) failPacking(runId);
-      at += n;
+      at += count;
     }
     records.erase(records.begin(), records.begin() + static_cast<std::ptrdiff_t>(at));
   }
@@ -220,7 +293,7 @@ void ChunkArchive::readChunks(std::int64_t runId, int rank, std::int64_t x0, std
   // No rank filter in the text for every rank, so that one rank's range uses the
   // (run_id, rank, first_step) index rather than an `?2 < 0 OR` that defeats it.
   const std::string sql =
-      std::string("SELECT attempt, rank, count, codec, records FROM step_chunks WHERE run_id = ?1") +
+      std::string("SELECT attempt, rank, first_step, count, codec, records FROM step_chunks WHERE run_id = ?1") +
       (rank < 0 ? "" : " AND rank = ?2") + " AND last_step >= ?3 AND first_step <= ?4";
   Statement s(m_db, sql.c_str());
   sqlite3_bind_int64(s, 1, runId);
@@ -230,14 +303,18 @@ void ChunkArchive::readChunks(std::int64_t runId, int rank, std::int64_t x0, std
   std::vector<StepRecord> chunk;
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    const int attempt = sqlite3_column_int(s, 0), codec = sqlite3_column_int(s, 3);
-    PTW_CHECK(readsChunkCodec(codec), "run store ", m_db.path(), ": run ", runId, " has step chunks of codec ", codec,
-              ", this build reads ", kOldestChunkCodec, " to ", kChunkCodec, " (written by a newer ptw?)");
+    ChunkDecoder::Row row;
+    row.runId = runId;
+    row.attempt = sqlite3_column_int(s, 0);
+    row.rank = sqlite3_column_int(s, 1);
+    row.firstStep = sqlite3_column_int64(s, 2);
+    row.count = sqlite3_column_int64(s, 3);
+    row.codec = sqlite3_column_int(s, 4);
+    row.blob = static_cast<const unsigned char*>(sqlite3_column_blob(s, 5));
+    row.size = static_cast<std::size_t>(sqlite3_column_bytes(s, 5));
     chunk.clear();
-    unpackChunk(static_cast<const unsigned char*>(sqlite3_column_blob(s, 4)),
-                static_cast<std::size_t>(sqlite3_column_bytes(s, 4)), sqlite3_column_int64(s, 2),
-                sqlite3_column_int(s, 1), chunk);
-    for (const auto& r : chunk) f(attempt, r);
+    m_decoder.decode(row, chunk);
+    for (const auto& r : chunk) f(row.attempt, r);
   }
   PTW_CHECK(rc == SQLITE_DONE, "run store ", m_db.path(), ": cannot read run ", runId, "'s steps (", m_db.error(), ")");
 }

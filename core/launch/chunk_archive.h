@@ -15,6 +15,7 @@
 
 #include "common/record.h"
 #include "common/step_block.h"
+#include "launch/chunk_decoder.h"
 
 struct sqlite3_stmt;
 
@@ -23,6 +24,20 @@ namespace ptw::core {
 class StepFileReader;
 class StoreDatabase;
 
+// Note [Packs of ranks]
+// A chunk costs its header, its zstd frame, its row and index entry, and the room it leaves at
+// the end of a database page that no chunk fits: a few hundred bytes, nothing for a rank of
+// thousands of records a stretch, bytes a record for thousands of ranks of a hundred records
+// each. A rank with fewer than kShareRecords records in a stretch therefore shares a pack
+// (codec 3, launch/step_chunk.h) with the next ranks of its attempt, up to kChunkRecords
+// records over them: the pack is the row of its first rank, and each other rank's row holds a
+// reference to it (the pack's serial, which is the stretch's start in the step file, its row's
+// rank and first step, and where the rank's records start in it). So every rank keeps a row
+// of its own with its steps and count, which a reader of one rank, of the extents or of the
+// count reads as before; reading one rank's records decodes the whole pack, which the
+// decoder keeps for the next rank's row (launch/chunk_decoder.h). A pack is larger than a
+// page: SQLite fills the overflow pages of a large row whole, and the ranks' small rows fill
+// the room left beside the part that stays in the leaf page.
 class ChunkArchive {
  public:
   /// The step records of `db`, the step files of its runs in `blocksDir`; pack() holds
@@ -44,6 +59,9 @@ class ChunkArchive {
   /// pages, which hold whole chunks, are left with little room at their end that no chunk
   /// fits (larger chunks save few bytes a record more).
   static constexpr std::int64_t kPackChunkRecords = 256;
+  /// A rank with fewer records than this in a stretch shares a pack with other ranks (Note
+  /// [Packs of ranks]).
+  static constexpr std::int64_t kShareRecords = 4 * kPackChunkRecords;
   /// At most this many records a transaction of pack(), over the ranks: fewer and larger
   /// chunks cost fewer bytes a record, and the write lock is held a fraction of a second.
   static constexpr std::int64_t kPackRecords = 64 * kBlockRecords;
@@ -74,15 +92,21 @@ class ChunkArchive {
                   const std::function<void(int attempt, const StepRecord&)>& f);
   bool packWindow(std::int64_t runId, const StepFileReader& file, const std::vector<BlockHeader>& blocks);
   void insertStretch(std::int64_t runId, const StepFileReader& file, const std::vector<BlockHeader>& blocks,
-                     const std::vector<std::size_t>& order);
+                     const std::vector<std::size_t>& order, std::uint64_t serial);
+  void insertRanksChunks(sqlite3_stmt* insert, std::int64_t runId, const StepFileReader& file,
+                         const std::vector<BlockHeader>& blocks, const std::vector<std::size_t>& order, std::size_t k,
+                         std::size_t end, std::int64_t n);
   bool insertChunk(sqlite3_stmt* insert, std::int64_t runId, int attempt, int rank,
                    const std::vector<StepRecord>& records);
+  bool insertPack(sqlite3_stmt* insert, std::int64_t runId, int attempt, const std::vector<StepRecord>& records,
+                  std::uint64_t serial);
   void forgetStepFile(std::int64_t runId);
   [[noreturn]] void failPacking(std::int64_t runId);
 
   StoreDatabase& m_db;
   std::string m_blocksDir;
   std::int64_t m_packRecords;
+  ChunkDecoder m_decoder{m_db};
 };
 
 }  // namespace ptw::core

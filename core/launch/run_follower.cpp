@@ -13,9 +13,9 @@
 
 #include "common/error.h"
 #include "common/version.h"
+#include "launch/chunk_decoder.h"
 #include "launch/follow_stream.h"
 #include "launch/headless.h"
-#include "launch/step_chunk.h"
 #include "launch/step_file_reader.h"
 #include "launch/store_database.h"
 
@@ -157,23 +157,30 @@ bool RunFollower::poll(FollowStream& out) {
 
 void RunFollower::readChunks(FollowStream& out) {
   Statement s(*m_db,
-              "SELECT rowid, rank, count, codec, records FROM step_chunks WHERE run_id = ?1 AND rowid > ?2 "
-              "ORDER BY rowid");
+              "SELECT rowid, attempt, rank, first_step, count, codec, records FROM step_chunks WHERE run_id = ?1 AND "
+              "rowid > ?2 ORDER BY rowid");
   sqlite3_bind_int64(s, 1, m_run.id);
   sqlite3_bind_int64(s, 2, m_chunkRow);
+  // A pack's rows are committed together, its own first (Note [Packs of ranks]): one decoder
+  // for the poll decodes each pack once.
+  ChunkDecoder decoder(*m_db);
   std::vector<StepRecord> chunk;
   Record r;
   r.kind = Record::Kind::Step;
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     m_chunkRow = sqlite3_column_int64(s, 0);
-    const int codec = sqlite3_column_int(s, 3);
-    PTW_CHECK(readsChunkCodec(codec), "run store ", m_db->path(), ": run ", m_run.id, " has step chunks of codec ",
-              codec, ", this build reads ", kOldestChunkCodec, " to ", kChunkCodec);
+    ChunkDecoder::Row row;
+    row.runId = m_run.id;
+    row.attempt = sqlite3_column_int(s, 1);
+    row.rank = sqlite3_column_int(s, 2);
+    row.firstStep = sqlite3_column_int64(s, 3);
+    row.count = sqlite3_column_int64(s, 4);
+    row.codec = sqlite3_column_int(s, 5);
+    row.blob = static_cast<const unsigned char*>(sqlite3_column_blob(s, 6));
+    row.size = static_cast<std::size_t>(sqlite3_column_bytes(s, 6));
     chunk.clear();
-    unpackChunk(static_cast<const unsigned char*>(sqlite3_column_blob(s, 4)),
-                static_cast<std::size_t>(sqlite3_column_bytes(s, 4)), sqlite3_column_int64(s, 2),
-                sqlite3_column_int(s, 1), chunk);
+    decoder.decode(row, chunk);
     for (const auto& step : chunk) {
       if (step.step < m_options.fromStep) continue;
       r.step = step;

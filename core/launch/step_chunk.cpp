@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <optional>
 #include <type_traits>
 
@@ -18,7 +19,8 @@ constexpr std::uint32_t kChunkMagic = 0x43575450;  // "PTWC"
 constexpr std::size_t kChunkHeaderBytes = 16, kColumnHeaderBytes = 9;
 constexpr std::int64_t kMostRecords = std::int64_t(1) << 26;  // far more than the store writes in a chunk
 constexpr std::uint32_t kMostFields = 256;
-constexpr std::uint32_t kLayoutColumnFrames = 0, kLayoutOneFrame = 2;
+constexpr std::uint32_t kLayoutColumnFrames = 0, kLayoutOneFrame = 2, kLayoutRanks = 3;
+constexpr char kReferenceTag = 'R';
 // Past the default level the ratio gains little on these columns and packing slows down;
 // chunks are packed once, when a run ends. A column's transforms are weighed at the fastest
 // level: a cheap guess at the order the final one puts them in.
@@ -251,13 +253,19 @@ std::pair<std::uint8_t, std::string> bestColumn(const std::vector<StepRecord>& r
 
 }  // namespace
 
-std::string packChunk(const std::vector<StepRecord>& records) {
+namespace {
+
+std::string chunkHeader(std::size_t count, std::uint32_t layout) {
   std::string out(kChunkHeaderBytes, '\0');
   putLe(out.data(), kChunkMagic);
-  putLe(out.data() + 4, static_cast<std::uint32_t>(records.size()));
+  putLe(out.data() + 4, static_cast<std::uint32_t>(count));
   putLe(out.data() + 8, static_cast<std::uint32_t>(StepRecord::fieldCount()));
-  putLe(out.data() + 12, kLayoutOneFrame);
-  std::string raws;
+  putLe(out.data() + 12, layout);
+  return out;
+}
+
+// Each field's transform and raw size appended to `out`, its raw bytes to `raws`.
+void appendFields(const std::vector<StepRecord>& records, std::string& out, std::string& raws) {
   std::vector<std::uint64_t> bits(records.size());
   StepRecord::forEachField([&](const char*, auto m) {
     for (std::size_t i = 0; i < records.size(); ++i) bits[i] = bitsOf(records[i].*m);
@@ -270,8 +278,53 @@ std::string packChunk(const std::vector<StepRecord>& records) {
     putVarint(out, column.second.size());
     raws += column.second;
   });
+}
+
+}  // namespace
+
+std::string packChunk(const std::vector<StepRecord>& records) {
+  std::string out = chunkHeader(records.size(), kLayoutOneFrame), raws;
+  appendFields(records, out, raws);
   out += compressed(raws, kZstdLevel);
   return out;
+}
+
+std::string packRanks(const std::vector<StepRecord>& records, std::uint64_t serial) {
+  std::string out = chunkHeader(records.size(), kLayoutRanks);
+  putVarint(out, serial);
+  std::vector<std::uint64_t> ranks(records.size());
+  for (std::size_t i = 0; i < records.size(); ++i) ranks[i] = static_cast<std::uint64_t>(std::int64_t(records[i].rank));
+  std::string raws = deltaColumn(ranks);
+  out += static_cast<char>(kDelta);
+  putVarint(out, raws.size());
+  appendFields(records, out, raws);
+  out += compressed(raws, kZstdLevel);
+  return out;
+}
+
+std::string packReference(const PackReference& ref) {
+  std::string out(1, kReferenceTag);
+  putVarint(out, ref.serial);
+  putVarint(out, zigzag(static_cast<std::uint64_t>(std::int64_t(ref.rank))));
+  putVarint(out, zigzag(static_cast<std::uint64_t>(ref.firstStep)));
+  putVarint(out, static_cast<std::uint64_t>(ref.offset));
+  return out;
+}
+
+std::optional<PackReference> readReference(const unsigned char* blob, std::size_t size) {
+  if (size == 0 || blob[0] != static_cast<unsigned char>(kReferenceTag)) return std::nullopt;
+  Reader in{blob + 1, blob + size};
+  PackReference ref;
+  ref.serial = in.varint();
+  const auto rank = static_cast<std::int64_t>(unzigzag(in.varint()));
+  ref.firstStep = static_cast<std::int64_t>(unzigzag(in.varint()));
+  const std::uint64_t offset = in.varint();
+  PTW_CHECK(
+      in.p == in.end && rank >= 0 && rank <= std::numeric_limits<int>::max() && offset < std::uint64_t(kMostRecords),
+      "run store: a step chunk's reference to a pack is malformed");
+  ref.rank = static_cast<int>(rank);
+  ref.offset = static_cast<std::int64_t>(offset);
+  return ref;
 }
 
 namespace {
@@ -396,10 +449,9 @@ std::size_t readColumnFrames(const unsigned char* blob, std::size_t size, std::u
   return at;
 }
 
-// The columns of a chunk of layout 2: their transforms and sizes, then one zstd frame.
-std::size_t readOneFrame(const unsigned char* blob, std::size_t size, std::uint32_t n,
-                         std::vector<StoredColumn>& columns) {
-  Reader in{blob + kChunkHeaderBytes, blob + size};
+// The columns of a chunk of layout 2 or 3, from `in` on: their transforms and sizes, then
+// one zstd frame.
+void readOneFrame(Reader in, std::uint32_t n, std::vector<StoredColumn>& columns) {
   std::uint64_t total = 0;
   std::vector<std::uint64_t> sizes;
   for (auto& c : columns) {
@@ -420,40 +472,95 @@ std::size_t readOneFrame(const unsigned char* blob, std::size_t size, std::uint3
     columns[i].raw.assign(raws, from, sizes[i]);
     from += sizes[i];
   }
-  return size;
 }
 
 // Which pass decodes a column: a kParts column reads the times before it, a kPerMs one step_ms.
 int passOf(std::uint8_t transform) { return transform == kParts ? 1 : transform == kPerMs ? 2 : 0; }
 
+// The fields of `n` records from `columns` (in the order of the list that wrote them) into r.
+void decodeFields(const std::vector<StoredColumn>& columns, StepRecord* r, std::size_t n) {
+  for (const int pass : {0, 1, 2}) {
+    std::size_t i = 0;
+    StepRecord::forEachField([&](const char*, auto m) {
+      if (i < columns.size() && passOf(columns[i].transform) == pass) decodeColumn(columns[i], r, n, m);
+      ++i;
+    });
+  }
+}
+
+// The header of a chunk: its records, fields and layout.
+struct ChunkHeader {
+  std::uint32_t n, fields, layout;
+};
+ChunkHeader readHeader(const unsigned char* blob, std::size_t size) {
+  PTW_CHECK(size >= kChunkHeaderBytes && getLe<std::uint32_t>(blob) == kChunkMagic,
+            "run store: a step chunk does not start with \"PTWC\"");
+  const ChunkHeader h{getLe<std::uint32_t>(blob + 4), getLe<std::uint32_t>(blob + 8), getLe<std::uint32_t>(blob + 12)};
+  PTW_CHECK(h.n <= kMostRecords && h.fields <= kMostFields, "run store: a step chunk holds ", h.n, " records of ",
+            h.fields, " fields");
+  return h;
+}
+
 }  // namespace
 
 void unpackChunk(const unsigned char* blob, std::size_t size, std::int64_t count, int rank,
                  std::vector<StepRecord>& out) {
-  PTW_CHECK(size >= kChunkHeaderBytes && getLe<std::uint32_t>(blob) == kChunkMagic,
-            "run store: a step chunk does not start with \"PTWC\"");
-  const std::uint32_t n = getLe<std::uint32_t>(blob + 4), fields = getLe<std::uint32_t>(blob + 8),
-                      layout = getLe<std::uint32_t>(blob + 12);
-  PTW_CHECK(n == count && count <= kMostRecords && fields <= kMostFields, "run store: a step chunk holds ", n,
-            " records of ", fields, " fields, expected ", count, " records");
-  PTW_CHECK(layout == kLayoutColumnFrames || layout == kLayoutOneFrame, "run store: a step chunk has layout ", layout,
-            ", expected ", kLayoutColumnFrames, " or ", kLayoutOneFrame);
-  std::vector<StoredColumn> columns(fields);
-  const std::size_t at =
-      layout == kLayoutOneFrame ? readOneFrame(blob, size, n, columns) : readColumnFrames(blob, size, n, columns);
-  PTW_CHECK(at == size, "run store: a step chunk holds bytes past its columns");
+  const ChunkHeader h = readHeader(blob, size);
+  PTW_CHECK(h.n == count, "run store: a step chunk holds ", h.n, " records, expected ", count);
+  PTW_CHECK(h.layout == kLayoutColumnFrames || h.layout == kLayoutOneFrame, "run store: a step chunk has layout ",
+            h.layout, ", expected ", kLayoutColumnFrames, " or ", kLayoutOneFrame);
+  std::vector<StoredColumn> columns(h.fields);
+  if (h.layout == kLayoutOneFrame)
+    readOneFrame(Reader{blob + kChunkHeaderBytes, blob + size}, h.n, columns);
+  else
+    PTW_CHECK(readColumnFrames(blob, size, h.n, columns) == size,
+              "run store: a step chunk holds bytes past its columns");
   const std::size_t first = out.size();
-  out.resize(first + n);
+  out.resize(first + h.n);
   StepRecord* r = out.data() + first;
-  for (std::size_t i = 0; i < n; ++i) r[i].rank = rank;
+  for (std::size_t i = 0; i < h.n; ++i) r[i].rank = rank;
   try {
-    for (const int pass : {0, 1, 2}) {
-      std::size_t i = 0;
-      StepRecord::forEachField([&](const char*, auto m) {
-        if (i < columns.size() && passOf(columns[i].transform) == pass) decodeColumn(columns[i], r, n, m);
-        ++i;
-      });
+    decodeFields(columns, r, h.n);
+  } catch (...) {
+    out.resize(first);
+    throw;
+  }
+}
+
+std::optional<std::uint64_t> packSerial(const unsigned char* blob, std::size_t size) {
+  if (size < kChunkHeaderBytes || getLe<std::uint32_t>(blob) != kChunkMagic ||
+      getLe<std::uint32_t>(blob + 12) != kLayoutRanks)
+    return std::nullopt;
+  Reader in{blob + kChunkHeaderBytes, blob + size};
+  return in.varint();
+}
+
+void unpackRanks(const unsigned char* blob, std::size_t size, std::vector<StepRecord>& out) {
+  const ChunkHeader h = readHeader(blob, size);
+  PTW_CHECK(h.layout == kLayoutRanks, "run store: a step chunk has layout ", h.layout, ", expected ", kLayoutRanks);
+  Reader in{blob + kChunkHeaderBytes, blob + size};
+  in.varint();                                      // the serial
+  std::vector<StoredColumn> columns(h.fields + 1);  // the ranks, then the fields
+  readOneFrame(in, h.n, columns);
+  PTW_CHECK(columns[0].transform == kDelta, "run store: a step chunk's rank column has transform ",
+            int(columns[0].transform), ", expected ", int(kDelta));
+  const std::size_t first = out.size();
+  out.resize(first + h.n);
+  StepRecord* r = out.data() + first;
+  try {
+    const std::string& raw = columns[0].raw;
+    Reader ranks{reinterpret_cast<const unsigned char*>(raw.data()),
+                 reinterpret_cast<const unsigned char*>(raw.data()) + raw.size()};
+    std::uint64_t rank = 0;
+    for (std::size_t i = 0; i < h.n; ++i) {
+      rank += unzigzag(ranks.varint());
+      PTW_CHECK(rank <= std::uint64_t(std::numeric_limits<int>::max()),
+                "run store: a step chunk holds a record of rank ", static_cast<std::int64_t>(rank));
+      r[i].rank = static_cast<int>(rank);
     }
+    PTW_CHECK(ranks.p == ranks.end, "run store: a step chunk's rank column holds bytes past its ", h.n, " values");
+    columns.erase(columns.begin());
+    decodeFields(columns, r, h.n);
   } catch (...) {
     out.resize(first);
     throw;

@@ -1176,10 +1176,10 @@ class TestRunStore : public QObject {
     for (std::size_t i = 0; i < out.size(); ++i) QVERIFY2(sameBits(out[i], records[i]), qPrintable(QString::number(i)));
   }
 
-  // A run of many ranks, each writing a block a commit, is packed into chunks of a rank and
-  // attempt of kPackChunkRecords records (not one a rank for each few blocks, nor one of all
-  // of a rank's): what keeps a record at a few bytes.
-  void manyRanksArePackedIntoChunksOfARank() {
+  // A run of many ranks of few records each, each writing a block a commit, is packed into
+  // packs of several ranks (Note [Packs of ranks]), as many ranks a pack as fit kChunkRecords,
+  // with a row a rank and attempt of its steps and count: what keeps a record at a few bytes.
+  void manyRanksShareFewPacks() {
     QTemporaryDir dir;
     RunStore store(dir.path().toStdString());
     const auto id = store.beginRun(dir.path().toStdString(), defaultProfile());
@@ -1195,23 +1195,149 @@ class TestRunStore : public QObject {
     }
     store.endRun(id, "finished", "", 0.5, 1.0, 2);
     Sql sql(store.path());
-    QCOMPARE(ChunkArchive::kPackChunkRecords, std::int64_t(256));
+    QCOMPARE(ChunkArchive::kChunkRecords, std::int64_t(16384));
     QCOMPARE(sql.count(kChunked), std::int64_t(ranks) * steps);
-    // Each rank: steps 1-140 and 141-280 of the first attempt (as few chunks of one size as
-    // hold its 280 records), 281-300 of the second.
-    QCOMPARE(sql.count("SELECT count(*) FROM step_chunks"), std::int64_t(3 * ranks));
-    for (const char* chunk : {"attempt = 0 AND first_step = 1 AND last_step = 140 AND count = 140",
-                              "attempt = 0 AND first_step = 141 AND last_step = 280 AND count = 140",
+    // Each rank: a row of steps 1-280 of the first attempt, one of 281-300 of the second.
+    QCOMPARE(sql.count("SELECT count(*) FROM step_chunks"), std::int64_t(2 * ranks));
+    for (const char* chunk : {"attempt = 0 AND first_step = 1 AND last_step = 280 AND count = 280",
                               "attempt = 1 AND first_step = 281 AND last_step = 300 AND count = 20"})
       QCOMPARE(sql.count(std::string("SELECT count(DISTINCT rank) FROM step_chunks WHERE ") + chunk +
-                         " AND codec = " + std::to_string(kChunkCodec)),
+                         " AND codec = " + std::to_string(kPackCodec)),
                std::int64_t(ranks));
+    // 58 ranks of 280 records a pack (16,240 of 16,384): 6 packs; 300 ranks of 20: one.
+    const std::int64_t packs = (ranks + 16384 / 280 - 1) / (16384 / 280) + 1;
+    QCOMPARE(sql.count("SELECT count(*) FROM step_chunks WHERE hex(substr(records, 1, 1)) <> '52'"), packs);
     const auto all = store.steps(id);
     QCOMPARE(all.size(), std::size_t(ranks) * steps);
     for (std::size_t i = 0; i < all.size(); ++i) {
       const int rank = static_cast<int>(i / steps);
       const std::int64_t step = static_cast<std::int64_t>(i % steps) + 1;
       QVERIFY(sameBits(all[i], stepRecord(rank, step, attemptOf(step)).step));
+    }
+  }
+
+  // Ranks of uneven records in one stretch: some in chunks of their own, the others in packs,
+  // ranks missing between them; every record comes back to the bit (NaN payloads, -1
+  // integers), a rank's range reads only its records, and a chunk of the codec before, as
+  // the build before wrote it, is still read among them.
+  void ranksOfUnevenRecordsReadBackExactly() {
+    QTemporaryDir dir;
+    RunStore store(dir.path().toStdString());
+    const auto id = store.beginRun(dir.path().toStdString(), defaultProfile());
+    auto recordsOf = [](int rank) -> std::int64_t { return rank % 5 == 4 ? 0 : rank == 7 ? 1500 : 1 + 37 * rank; };
+    auto odd = [](int rank, std::int64_t step) {
+      Record r = stepRecord(rank, step);
+      if (step % 11 == 0) {
+        const std::uint64_t payload =
+            0x7ff8000000000000ULL | (0x1234ULL * std::uint64_t(rank + 1) + std::uint64_t(step));
+        std::memcpy(&r.step.loss, &payload, 8);
+        r.step.commMs = -std::numeric_limits<double>::infinity();
+        r.step.epoch = -1, r.step.memBytes = -1;
+      }
+      return r;
+    };
+    const int ranks = 40;
+    for (std::int64_t step = 1; step <= 1500; step += 50) {
+      std::vector<Record> batch;
+      for (int rank = 0; rank < ranks; ++rank)
+        for (std::int64_t s = step; s < step + 50 && s <= recordsOf(rank); ++s) batch.push_back(odd(rank, s));
+      store.append(id, 0, batch);
+      store.flush();
+    }
+    store.endRun(id, "finished", "", 0.5, 1.0, 1);
+    Sql sql(store.path());
+    QCOMPARE(sql.count("SELECT count(*) FROM step_chunks WHERE rank = 7 AND codec = " + std::to_string(kChunkCodec)),
+             std::int64_t(6));  // 1,500 records: chunks of 250 of its own
+    QVERIFY(sql.count("SELECT count(*) FROM step_chunks WHERE hex(substr(records, 1, 1)) = '52'") > 0);
+    // A chunk of codec 2 for a rank the run did not have.
+    std::vector<StepRecord> before;
+    for (std::int64_t s = 1; s <= 30; ++s) before.push_back(odd(ranks, s).step);
+    const std::string blob = packChunk(before);
+    std::string hex;
+    for (const unsigned char c : blob) hex += QString::asprintf("%02x", c).toStdString();
+    sql.exec("INSERT INTO step_chunks VALUES (" + std::to_string(id) + ", 0, " + std::to_string(ranks) +
+             ", 1, 30, 30, " + std::to_string(kChunkCodec) + ", X'" + hex + "')");
+    std::vector<StepRecord> expected;
+    for (int rank = 0; rank <= ranks; ++rank)
+      for (std::int64_t s = 1; s <= (rank == ranks ? 30 : recordsOf(rank)); ++s) expected.push_back(odd(rank, s).step);
+    RunStore again(dir.path().toStdString());
+    const auto all = again.steps(id);
+    QCOMPARE(all.size(), expected.size());
+    for (std::size_t i = 0; i < all.size(); ++i)
+      QVERIFY2(sameBits(all[i], expected[i]), qPrintable(QString::number(i)));
+    QCOMPARE(again.stepCount(id), static_cast<std::int64_t>(expected.size()));
+    std::size_t seen = 0;
+    again.forEachStep(id,
+                      [&](const StepRecord& r) { QVERIFY(seen < expected.size() && sameBits(r, expected[seen++])); });
+    QCOMPARE(seen, expected.size());
+    for (const int rank : {0, 1, 7, 8, 13, 39, 40})
+      for (const auto& [x0, x1] :
+           std::vector<std::pair<double, double>>{{1, 1e9}, {100, 200}, {11, 11}, {5000, 6000}}) {
+        const auto got = again.series(id, rank, "loss", x0, x1);
+        std::vector<double> want;
+        for (const auto& r : expected)
+          if (r.rank == rank && r.step >= x0 && r.step <= x1) want.push_back(r.loss);
+        QCOMPARE(got.size(), want.size());
+        for (std::size_t i = 0; i < got.size(); ++i) QVERIFY(std::memcmp(&got[i].second, &want[i], 8) == 0);
+      }
+  }
+
+  // A pack round trip at the codec: several ranks of uneven records (one of a single record),
+  // their ranks kept; references read back as written; a pack cut short or a reference
+  // malformed is an error that says so.
+  void aPackKeepsEveryRankAndBit() {
+    std::vector<StepRecord> records;
+    for (const auto& [rank, n] : std::vector<std::pair<int, int>>{{0, 1}, {3, 100}, {4, 2}, {9, 37}, {70000, 5}})
+      for (std::int64_t s = 1; s <= n; ++s) {
+        StepRecord r = stepRecord(rank, 1000 + s).step;
+        if (s % 3 == 0) r.loss = notReported(), r.epoch = -1, r.memBytes = -1, r.stepOffset = -1;
+        records.push_back(r);
+      }
+    const std::string pack = packRanks(records, 123456789);
+    const auto* bytes = reinterpret_cast<const unsigned char*>(pack.data());
+    QCOMPARE(packSerial(bytes, pack.size()), std::optional<std::uint64_t>(123456789));
+    QVERIFY(!readReference(bytes, pack.size()));
+    std::vector<StepRecord> out;
+    unpackRanks(bytes, pack.size(), out);
+    QCOMPARE(out.size(), records.size());
+    for (std::size_t i = 0; i < out.size(); ++i) QVERIFY2(sameBits(out[i], records[i]), qPrintable(QString::number(i)));
+    for (std::size_t cut = 0; cut < pack.size(); cut += 5) {
+      std::vector<StepRecord> got;
+      QVERIFY_THROWS_EXCEPTION(ptw::Error, unpackRanks(bytes, cut, got));
+      QVERIFY(got.empty());
+    }
+    const PackReference ref{987654321012ULL, 70000, -5, 16383};
+    const std::string written = packReference(ref);
+    const auto read = readReference(reinterpret_cast<const unsigned char*>(written.data()), written.size());
+    QVERIFY(read && read->serial == ref.serial && read->rank == ref.rank && read->firstStep == ref.firstStep &&
+            read->offset == ref.offset);
+    QVERIFY(!packSerial(reinterpret_cast<const unsigned char*>(written.data()), written.size()));
+    QVERIFY_THROWS_EXCEPTION(ptw::Error,
+                             readReference(reinterpret_cast<const unsigned char*>(written.data()), written.size() - 1));
+  }
+
+  // A rank's row that refers to a pack no longer there is an error naming the rank and the
+  // pack's row, not records of another rank.
+  void aReferenceToAMissingPackIsAnError() {
+    QTemporaryDir dir;
+    RunStore store(dir.path().toStdString());
+    const auto id = store.beginRun(dir.path().toStdString(), defaultProfile());
+    std::vector<Record> batch;
+    for (int rank = 0; rank < 4; ++rank)
+      for (std::int64_t s = 1; s <= 10; ++s) batch.push_back(stepRecord(rank, s));
+    store.append(id, 0, batch);
+    store.endRun(id, "finished", "", 0.5, 1.0, 1);
+    Sql sql(store.path());
+    QCOMPARE(sql.count("SELECT count(*) FROM step_chunks WHERE codec = " + std::to_string(kPackCodec)),
+             std::int64_t(4));
+    sql.exec("DELETE FROM step_chunks WHERE rank = 0");
+    RunStore again(dir.path().toStdString());
+    try {
+      again.series(id, 2, "loss", 1, 10);
+      QFAIL("read a rank whose pack is gone");
+    } catch (const ptw::Error& e) {
+      QVERIFY2(QString(e.what()).contains("step chunk of rank 2 refers to a pack in the row of rank 0 at step 1"),
+               e.what());
     }
   }
 
