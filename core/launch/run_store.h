@@ -25,8 +25,9 @@
 // back into the database), besides SQLite's own work.
 // When the run ends (endRun) its blocks are packed into `step_chunks`, a stretch of the file
 // of 524,288 records or fewer a transaction, as rows of a rank and attempt in that stretch
-// (of about 256 records each), the records compressed field by field (launch/step_chunk.h), a
-// few bytes each; an interrupted run's when the next run ends, or at `ptw runs` or `ptw
+// (of about 256 records each, or, for a rank of few records there, a place in a pack of several
+// ranks: Note [Packs of ranks] in launch/chunk_archive.h), the records compressed field by field
+// (launch/step_chunk.h), a few bytes each; an interrupted run's when the next run ends, or at `ptw runs` or `ptw
 // export`. Chunks are committed with the length of the file packed so
 // far (`step_files`), so a reader reads the file only past what is chunks, and a packing cut
 // short resumes where it stopped; the file is removed once all of it is chunks. A run's
