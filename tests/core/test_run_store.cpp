@@ -18,6 +18,7 @@
 #include <fstream>
 #include <iterator>
 #include <limits>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -27,6 +28,8 @@
 #include "common/step_block.h"
 #include "common/version.h"
 #include "launch/chunk_archive.h"
+#include "launch/follow_stream.h"
+#include "launch/run_follower.h"
 #include "launch/run_store.h"
 #include "launch/step_chunk.h"
 #include "sql_support.h"
@@ -1280,6 +1283,55 @@ class TestRunStore : public QObject {
         QCOMPARE(got.size(), want.size());
         for (std::size_t i = 0; i < got.size(); ++i) QVERIFY(std::memcmp(&got[i].second, &want[i], 8) == 0);
       }
+  }
+
+  // A follower of an ended run reads the packs' rows in the order they were written, each
+  // pack decoded for its ranks, and prints every record to the bit (frames carry a double's
+  // bits), each once.
+  void aFollowerReadsPacksToTheBit() {
+    QTemporaryDir dir;
+    std::vector<StepRecord> expected;
+    {  // the store closed before the follower opens it, as after a run
+      RunStore store(dir.path().toStdString());
+      const auto id = store.beginRun(dir.path().toStdString(), defaultProfile());
+      std::vector<Record> batch;
+      for (int rank = 0; rank < 60; ++rank)
+        for (std::int64_t s = 1; s <= 3 + rank % 7 * 40; ++s) {
+          Record r = stepRecord(rank, s);
+          if (s % 5 == 0) {
+            const std::uint64_t payload = 0xfff0000000000001ULL + std::uint64_t(rank * 1000 + s);
+            std::memcpy(&r.step.stepMs, &payload, 8);
+            r.step.memBytes = -1;
+          }
+          batch.push_back(r);
+          expected.push_back(r.step);
+        }
+      store.append(id, 0, batch);
+      store.endRun(id, "finished", "", 0.5, 1.0, 1);
+      Sql sql(store.path());
+      QVERIFY(sql.count("SELECT count(*) FROM step_chunks WHERE hex(substr(records, 1, 1)) = '52'") > 50);
+    }
+    RunFollower follower(FollowOptions(dir.path().toStdString(), "latest"));
+    std::ostringstream text;
+    FollowStream stream(text, FollowStream::Format::Frames);
+    follower.follow(stream);
+    const std::string out = text.str();
+    const std::size_t newline = out.find('\n');
+    QVERIFY(newline != std::string::npos);
+    FollowStream::Decoded decoded;
+    bool malformed = false;
+    const std::string_view body(out.data() + newline + 1, out.size() - newline - 1);
+    FollowStream::decode(body, decoded, malformed);
+    QVERIFY(!malformed);
+    std::vector<StepRecord> got;
+    for (const auto& r : decoded.records)
+      if (r.kind == Record::Kind::Step) got.push_back(r.step);
+    std::stable_sort(got.begin(), got.end(), [](const StepRecord& a, const StepRecord& b) {
+      return std::tie(a.rank, a.step) < std::tie(b.rank, b.step);
+    });
+    QCOMPARE(got.size(), expected.size());
+    for (std::size_t i = 0; i < got.size(); ++i)
+      QVERIFY2(sameBits(got[i], expected[i]), qPrintable(QString::number(i)));
   }
 
   // A pack round trip at the codec: several ranks of uneven records (one of a single record),
