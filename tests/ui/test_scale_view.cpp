@@ -189,6 +189,56 @@ class TestScaleView : public QObject {
     QVERIFY(whole.plot()->toPixmap().toImage() == map.plot()->toPixmap().toImage());
   }
 
+  // 4,096 ranks are more than the map's pixel rows: the grid has a row a pixel, each the
+  // hottest of its ranks (Note [Heatmap rows]), so one slow rank among them is drawn in the
+  // hottest colour wherever it is, and hovering there names it.
+  void aSlowRankAmongThousandsIsNeverLost_data() {
+    QTest::addColumn<int>("slow");
+    for (int r : {0, 1001, 2050, 3333, 4095}) QTest::newRow(qPrintable(QString("rank %1").arg(r))) << r;
+  }
+  void aSlowRankAmongThousandsIsNeverLost() {
+    QFETCH(int, slow);
+    constexpr int kRanks = 4096;
+    constexpr std::int64_t kSteps = 10;
+    auto stepMs = [slow](int r) { return r == slow ? 50.0 : 10.0 + r % 7; };
+    ui::StepHeatmap map;
+    map.resize(600, 300);
+    map.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&map));
+    map.reset(liveRun(kRanks));
+    map.refresh();  // laid out: the grid's rows follow the axis rect's pixels
+    std::vector<core::Record> batch;
+    for (std::int64_t s = 1; s <= kSteps; ++s)
+      for (int r = 0; r < kRanks; ++r) batch.push_back(step(r, s, 1.0, 100.0, stepMs(r)));
+    map.add(ui::RecordSpan(batch.data(), batch.data() + batch.size()));
+    map.refresh();
+    auto* data = map.map()->data();
+    const int rows = data->valueSize();
+    QCOMPARE(rows, map.plot()->axisRect()->height() - 1);  // the last under the x axis's line
+    QVERIFY2(rows < kRanks / 8, qPrintable(QString::number(rows)));
+    // Each row holds the most of the ranks whose centres lie in its span of the rank axis.
+    for (int row = 0; row < rows; ++row) {
+      double want = -1;
+      for (int r = 0; r < kRanks; ++r)
+        if (static_cast<int>(std::floor((r + 0.5) * rows / kRanks)) == row) want = std::max(want, stepMs(r));
+      for (int c = 0; c < kSteps; ++c)
+        QVERIFY2(data->cell(c, row) == want,
+                 qPrintable(QString("row %1 column %2: %3, not %4").arg(row).arg(c).arg(data->cell(c, row)).arg(want)));
+    }
+    // Drawn: the slow rank's pixel row is the gradient's hottest colour (looked for along its
+    // steps, as the axis's ticks cover a few pixels at the edges).
+    const QImage image = map.plot()->toPixmap().toImage();
+    const QRgb hot = map.map()->gradient().color(50.0, map.map()->dataRange());
+    const QRect rect = map.plot()->axisRect()->rect();
+    const int y = std::clamp(static_cast<int>(map.plot()->yAxis->coordToPixel(slow)), rect.top(), rect.bottom());
+    int found = 0;
+    for (int x = static_cast<int>(map.plot()->xAxis->coordToPixel(1)); x < map.plot()->xAxis->coordToPixel(10); ++x)
+      for (int dy = -1; dy <= 1; ++dy) found += image.pixel(x, std::clamp(y + dy, rect.top(), rect.bottom())) == hot;
+    QVERIFY2(found > 0, qPrintable(QString("no pixel of rank %1 near y = %2").arg(slow).arg(y)));
+    const QString hover = map.hoverText(QPointF(map.plot()->xAxis->coordToPixel(5), y));
+    QVERIFY2(hover.startsWith(QString("rank %1,").arg(slow)), qPrintable(hover));
+  }
+
   // Up to 8 ranks the loss and throughput charts keep a line per rank, named in the legend;
   // above, the band, the range and the mean, and no rank's line until one stands out. The
   // legend of 16 ranks holds a few entries, none cut short.
