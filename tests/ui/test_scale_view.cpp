@@ -10,6 +10,7 @@
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSettings>
+#include <QSignalSpy>
 #include <QStandardPaths>
 #include <QTableWidget>
 #include <QtTest>
@@ -237,6 +238,36 @@ class TestScaleView : public QObject {
     QVERIFY2(found > 0, qPrintable(QString("no pixel of rank %1 near y = %2").arg(slow).arg(y)));
     const QString hover = map.hoverText(QPointF(map.plot()->xAxis->coordToPixel(5), y));
     QVERIFY2(hover.startsWith(QString("rank %1,").arg(slow)), qPrintable(hover));
+  }
+
+  // A chart redraws only what changed (Note [Redraw budget]): a refresh with no new point
+  // draws nothing, though its last redraw laid the chart out; a new point draws once, and a
+  // new width draws again.
+  void aChartWithNothingNewIsNotRedrawn() {
+    ui::MetricChart chart(QStringLiteral("loss"));
+    chart.resize(600, 300);
+    chart.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&chart));
+    const int series = chart.addSeries(QStringLiteral("mean"), Qt::black);
+    for (int s = 1; s <= 50; ++s) chart.append(series, s, 1.0 / s);
+    chart.refresh();
+    QCoreApplication::processEvents();  // the show's own refresh, queued
+    chart.refresh();                    // the first layout (the legend, the axes' labels) narrowed the axis rect
+    QSignalSpy replots(chart.plot(), &QCustomPlot::afterReplot);
+    for (int i = 0; i < 3; ++i) chart.refresh();
+    QCOMPARE(replots.count(), 0);
+    chart.append(series, 51, 0.01);
+    chart.refresh();
+    chart.refresh();
+    QCOMPARE(replots.count(), 1);
+    QCOMPARE(chart.drawnPoints(series), 51);
+    chart.resize(400, 300);
+    QCoreApplication::processEvents();  // the resize's refresh, queued, and its new layout's
+    const int resized = replots.count();
+    QVERIFY2(resized > 1, qPrintable(QString::number(resized)));
+    QCOMPARE(chart.plot()->graph(0)->dataCount(), 51);
+    chart.refresh();
+    QCOMPARE(replots.count(), resized);
   }
 
   // Up to 8 ranks the loss and throughput charts keep a line per rank, named in the legend;
