@@ -175,7 +175,7 @@ void StepHeatmap::add(RecordSpan records) {
 }
 
 double StepHeatmap::value(const Cell& c) const {
-  if (c.steps == 0) return std::nan("");
+  if (c.steps == 0) return std::numeric_limits<double>::quiet_NaN();
   return m_measure == Measure::StepTime ? c.stepMs / static_cast<double>(c.steps)
                                         : (c.stepMs > 0 ? 100.0 * c.commMs / c.stepMs : 0.0);
 }
@@ -239,10 +239,11 @@ void StepHeatmap::writeRows(int from, int columns, int rows) {
   std::fill(m_columnRange.begin() + from, m_columnRange.end(), std::pair{inf, -inf});
   if (columns <= from) return;
   auto* data = m_map->data();
-  m_hottest.assign(static_cast<std::size_t>(columns - from), std::nan(""));
+  constexpr double nan = std::numeric_limits<double>::quiet_NaN();
+  m_hottest.assign(static_cast<std::size_t>(columns - from), nan);
   auto flush = [&](int row) {
     for (int c = from; c < columns; ++c) data->setCell(c, row, m_hottest[static_cast<std::size_t>(c - from)]);
-    std::fill(m_hottest.begin(), m_hottest.end(), std::nan(""));
+    std::fill(m_hottest.begin(), m_hottest.end(), nan);
   };
   int row = 0;
   for (int r = 0; r < m_ranks; ++r) {

@@ -482,6 +482,18 @@ class TestScaleView : public QObject {
                             .arg(table->columnViewportPosition(7))
                             .arg(table->columnWidth(7))
                             .arg(table->viewport()->width())));
+    // The redraws' time by part adds up to their time, of the clock and of the CPU; the
+    // thread's CPU time in them is at most their time.
+    QVERIFY(w.redrawCount() > 0);
+    for (bool cpu : {false, true}) {
+      double sum = 0;
+      for (const auto& [part, ms] : w.redrawMsByPart(cpu)) sum += ms;
+      const double total = cpu ? w.redrawCpuMsTotal() : w.redrawMsTotal();
+      QVERIFY2(std::abs(sum - total) <= 1e-6 * total, qPrintable(QString("%1 by part, %2 in all").arg(sum).arg(total)));
+    }
+    QVERIFY(w.redrawCpuMsTotal() > 0);
+    QVERIFY2(w.redrawCpuMsTotal() <= w.redrawMsTotal() + 0.01 * static_cast<double>(w.redrawCount()),
+             qPrintable(QString("%1 > %2").arg(w.redrawCpuMsTotal()).arg(w.redrawMsTotal())));
     // The step split's five bars stand for the ranks; the slowest is rank 13.
     QCOMPARE(w.splitChart()->shownRanks().size(), std::size_t(5));
     QCOMPARE(w.splitChart()->shownRanks().back(), 13);
