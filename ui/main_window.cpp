@@ -1041,6 +1041,8 @@ void MainWindow::applyEvent(const RunController::Event& e) {
 // rank's first point is drawn at once; above kAggregateAbove ranks only the run's first step
 // is, since no line is a rank's. A new run's empty charts are laid out and drawn when it
 // starts (resetLive), before its ranks train: a chart's first layout costs many redraws.
+// A panel with nothing new draws nothing (a chart's own layout is not news), so such a redraw
+// costs little and the next one comes soon.
 // BENCHMARKS.md (monitoring, many ranks) has what this costs.
 // An attached run's stored history comes all at once: while a take brings many records, the
 // next comes after 50 ms too, and the history is drawn when the last of it is in.
