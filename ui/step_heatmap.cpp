@@ -5,6 +5,7 @@
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QTimer>
 #include <QToolTip>
 #include <QVBoxLayout>
 
@@ -310,6 +311,12 @@ bool StepHeatmap::eventFilter(QObject* watched, QEvent* event) {
       QToolTip::hideText();
     else
       QToolTip::showText(move->globalPosition().toPoint(), text, m_plot);
+  }
+  // A new height is a new number of pixel rows (Note [Heatmap rows]): the grid is written
+  // again once the plot has laid itself out at it, or an image scaled down could lose a rank.
+  if (watched == m_plot && event->type() == QEvent::Resize && !m_cells.empty()) {
+    m_dirty = true;
+    QTimer::singleShot(0, this, [this] { refresh(); });
   }
   return QWidget::eventFilter(watched, event);
 }

@@ -238,6 +238,18 @@ class TestScaleView : public QObject {
     QVERIFY2(found > 0, qPrintable(QString("no pixel of rank %1 near y = %2").arg(slow).arg(y)));
     const QString hover = map.hoverText(QPointF(map.plot()->xAxis->coordToPixel(5), y));
     QVERIFY2(hover.startsWith(QString("rank %1,").arg(slow)), qPrintable(hover));
+    // Made shorter, the map has fewer rows, and the slow rank is still drawn hot.
+    map.resize(600, 200);
+    QCoreApplication::processEvents();  // the resize's refresh, queued
+    QCOMPARE(data->valueSize(), map.plot()->axisRect()->height() - 1);
+    QVERIFY2(data->valueSize() < rows, qPrintable(QString::number(data->valueSize())));
+    const QImage shorter = map.plot()->toPixmap().toImage();
+    const QRect area = map.plot()->axisRect()->rect();
+    const int at = std::clamp(static_cast<int>(map.plot()->yAxis->coordToPixel(slow)), area.top(), area.bottom());
+    found = 0;
+    for (int x = static_cast<int>(map.plot()->xAxis->coordToPixel(1)); x < map.plot()->xAxis->coordToPixel(10); ++x)
+      for (int dy = -1; dy <= 1; ++dy) found += shorter.pixel(x, std::clamp(at + dy, area.top(), area.bottom())) == hot;
+    QVERIFY2(found > 0, qPrintable(QString("no pixel of rank %1 near y = %2 at 200 pixels").arg(slow).arg(at)));
   }
 
   // A chart redraws only what changed (Note [Redraw budget]): a refresh with no new point
