@@ -83,8 +83,8 @@ class ColumnMap : public QCPColorMap {
 
 // Note [Heatmap rows]
 // A run of thousands of ranks has more ranks than the map has pixel rows. Drawn a row a rank,
-// the image would be scaled down at every redraw, nearest-neighbour, which costs more than the
-// rest of the map and shows one rank of every few: a single slow rank could vanish. So the
+// the image would be scaled down at every redraw, nearest-neighbour, which shows one rank of
+// every few, so that a single slow rank could vanish, and costs the scaling each time. So the
 // grid has a row a pixel (at most), and each row holds the hottest of the ranks it covers, the
 // maximum over them, so that a straggler is never lost; hovering names that rank. Rank r is in
 // row floor((r + ½) × rows ÷ ranks): rows cover equal spans of the rank axis, as drawn.
