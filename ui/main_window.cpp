@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <ctime>
 #include <thread>
 
 #include "common/command.h"
@@ -104,6 +105,13 @@ bool namesARank(const QString& path) {
   } catch (const Error&) {
     return false;
   }
+}
+
+// The calling thread's CPU time in milliseconds.
+double threadCpuMs() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) / 1e6;
 }
 
 }  // namespace
@@ -1033,6 +1041,8 @@ void MainWindow::applyEvent(const RunController::Event& e) {
 // rank's first point is drawn at once; above kAggregateAbove ranks only the run's first step
 // is, since no line is a rank's. A new run's empty charts are laid out and drawn when it
 // starts (resetLive), before its ranks train: a chart's first layout costs many redraws.
+// A panel with nothing new draws nothing (a chart's own layout is not news), so such a redraw
+// costs little and the next one comes soon.
 // BENCHMARKS.md (monitoring, many ranks) has what this costs.
 // An attached run's stored history comes all at once: while a take brings many records, the
 // next comes after 50 ms too, and the history is drawn when the last of it is in.
@@ -1047,19 +1057,25 @@ void MainWindow::redrawIfDue() {
     m_forceRedraw = false;
     m_lastRedraw = now;
     m_panelMs.resize(m_panels.size() + 1);
+    m_panelCpuMs.resize(m_panelMs.size());
+    const double cpu0 = threadCpuMs();
     auto part = now;
-    auto lap = [&part](double& total) {
+    double partCpu = cpu0;
+    auto lap = [&](std::size_t i) {
       const auto t = std::chrono::steady_clock::now();
-      total += std::chrono::duration<double, std::milli>(t - part).count();
-      part = t;
+      const double cpu = threadCpuMs();
+      m_panelMs[i] += std::chrono::duration<double, std::milli>(t - part).count();
+      m_panelCpuMs[i] += cpu - partCpu;
+      part = t, partCpu = cpu;
     };
-    for (std::size_t i = 0; i < m_panels.size(); ++i) m_panels[i]->refresh(), lap(m_panelMs[i]);
+    for (std::size_t i = 0; i < m_panels.size(); ++i) m_panels[i]->refresh(), lap(i);
     markOutliers();
-    lap(m_panelMs.back());
+    lap(m_panels.size());
     m_redrawMs = std::chrono::duration<double, std::milli>(part - now).count();
     ++m_redraws;
     m_redrawMsTotal += m_redrawMs;
     m_redrawMsMax = std::max(m_redrawMsMax, m_redrawMs);
+    m_redrawCpuMsTotal += partCpu - cpu0;
   }
   // A rank that never reports (it died before its first step) does not keep the fast pace.
   const bool allDrawn = m_rankTable->allReported() || now - m_runStarted > std::chrono::seconds(10);
@@ -1068,12 +1084,13 @@ void MainWindow::redrawIfDue() {
   if (m_drainTimer->interval() != interval) m_drainTimer->setInterval(interval);
 }
 
-std::map<QString, double> MainWindow::redrawMsByPart() const {
+std::map<QString, double> MainWindow::redrawMsByPart(bool cpu) const {
+  const std::vector<double>& ms = cpu ? m_panelCpuMs : m_panelMs;
   std::map<QString, double> out;
-  for (std::size_t i = 0; i < m_panels.size() && i < m_panelMs.size(); ++i)
+  for (std::size_t i = 0; i < m_panels.size() && i < ms.size(); ++i)
     if (const auto* o = dynamic_cast<const QObject*>(m_panels[i]))
-      out[QString::fromLatin1(o->metaObject()->className())] += m_panelMs[i];
-  if (m_panelMs.size() > m_panels.size()) out[QStringLiteral("outliers")] = m_panelMs.back();
+      out[QString::fromLatin1(o->metaObject()->className())] += ms[i];
+  if (ms.size() > m_panels.size()) out[QStringLiteral("outliers")] = ms.back();
   return out;
 }
 

@@ -123,9 +123,13 @@ class MainWindow : public QMainWindow, private LiveStore {
   std::int64_t redrawCount() const { return m_redraws; }
   double redrawMsTotal() const { return m_redrawMsTotal; }
   /// The same milliseconds by part of the live view (each panel's class, and "outliers"),
-  /// and the longest single redraw: where a redraw's time goes.
-  std::map<QString, double> redrawMsByPart() const;
+  /// or with `cpu` the window thread's CPU milliseconds in each, and the longest single
+  /// redraw: where a redraw's time goes.
+  std::map<QString, double> redrawMsByPart(bool cpu = false) const;
   double redrawMsMax() const { return m_redrawMsMax; }
+  /// The window thread's CPU milliseconds in those redraws: their time less the time the
+  /// thread waited for a core, which the ranks had meanwhile.
+  double redrawCpuMsTotal() const { return m_redrawCpuMsTotal; }
   /// The milliseconds the last run's empty charts took to lay out and draw when it started.
   double resetMs() const { return m_resetMs; }
   /// The share of the time since its start a run's redraws may take (Note [Redraw budget]).
@@ -286,8 +290,10 @@ class MainWindow : public QMainWindow, private LiveStore {
   std::int64_t m_redraws = 0;
   double m_redrawMsTotal = 0;
   double m_redrawMsMax = 0;
+  double m_redrawCpuMsTotal = 0;
   double m_resetMs = 0;
-  std::vector<double> m_panelMs;  ///< each of m_panels' redraw milliseconds, then markOutliers'
+  std::vector<double> m_panelMs;     ///< each of m_panels' redraw milliseconds, then markOutliers'
+  std::vector<double> m_panelCpuMs;  ///< the same, of the thread's CPU time
 };
 
 }  // namespace ptw::ui

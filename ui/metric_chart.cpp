@@ -35,7 +35,12 @@ MetricChart::MetricChart(const QString& yLabel, QWidget* parent) : QWidget(paren
   m_plot->setMouseTracking(true);  // hovering names the line (hoverText)
   connect(m_plot->xAxis, qOverload<const QCPRange&>(&QCPAxis::rangeChanged), this, [this] { m_dirty = true; });
   connect(m_plot, &QCustomPlot::mouseDoubleClick, this, [this] { fit(); });
-  connect(m_plot, &QCustomPlot::afterLayout, this, [this] { m_dirty = true; });
+  // A new layout is drawn again only when it changed the columns the series were drawn at:
+  // a redraw's own layout would otherwise mark the chart changed, and every redraw would be
+  // followed by another of the same data (Note [Redraw budget]).
+  connect(m_plot, &QCustomPlot::afterLayout, this, [this] {
+    if (std::max(16, m_plot->axisRect()->width()) != m_columns) m_dirty = true;
+  });
 }
 
 bool MetricChart::eventFilter(QObject* watched, QEvent* event) {
@@ -277,6 +282,7 @@ void MetricChart::refresh() {
     xFirst = std::min(xFirst, s->data.xFirst());
     xLast = std::max(xLast, s->data.xLast());
   }
+  m_columns = std::max(16, m_plot->axisRect()->width());
   if (xFirst > xLast) {
     m_plot->replot();  // drawn now, so the redraw budget counts the drawing
     return;
@@ -291,7 +297,7 @@ void MetricChart::refresh() {
     m_plot->xAxis->blockSignals(false);
   }
   const QCPRange range = m_plot->xAxis->range();
-  const int columns = std::max(16, m_plot->axisRect()->width());
+  const int columns = m_columns;
   const bool logY = m_plot->yAxis->scaleType() == QCPAxis::stLogarithmic;
   // Only a fitted axis uses them, and only on raw series: a smoothed curve has no outliers,
   // and cutting its top 5% would cut the descent of a loss that converged early.

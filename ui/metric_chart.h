@@ -125,6 +125,7 @@ class MetricChart : public QWidget {
   int m_highlighted = -1;
   int m_emphasized = -1;
   bool m_dirty = false;
+  int m_columns = 0;  ///< the pixel columns the last redraw drew the series at
   bool m_follow = true;
   bool m_ignoreOutliers = false;
   double m_spanLo = 0, m_spanHi = 0;  ///< setYSpan; lo == hi: none

@@ -4,7 +4,8 @@
 // there, a slow step of every rank a vertical one. Shows each rank's step time, or the share
 // of it spent waiting in communication. A fixed number of columns covers the whole run:
 // when the steps outgrow them, neighbouring columns merge and each covers twice the steps,
-// so memory is ranks × columns whatever the run's length. Hovering names the rank.
+// so memory is ranks × columns whatever the run's length. Hovering names the rank. Above one
+// rank a pixel row, a row shows the hottest of its ranks (Note [Heatmap rows]).
 #pragma once
 
 #include <QWidget>
@@ -56,6 +57,11 @@ class StepHeatmap : public QWidget, public LivePanel {
   /// The column of `step`, merging columns until it fits.
   int columnOf(std::int64_t step);
   double value(const Cell& c) const;
+  /// The grid's rows: one a rank, or one a pixel row when the ranks are more (Note [Heatmap rows]).
+  int pixelRows() const;
+  void writeRows(int from, int columns, int rows);
+  /// The hottest rank in `column` of the grid's row at rank coordinate `y`; -1 for none.
+  int hottestAt(double y, int column) const;
 
   QCustomPlot* m_plot;
   QCPColorMap* m_map;
@@ -70,6 +76,7 @@ class StepHeatmap : public QWidget, public LivePanel {
   bool m_dirty = false;
   int m_dirtyFrom = 0;  ///< the first column that changed since the last redraw
   std::array<std::pair<double, double>, kColumns> m_columnRange{};  ///< each column's least and most value
+  std::vector<double> m_hottest;  ///< scratch: a row's hottest value in each column written
 };
 
 }  // namespace ptw::ui

@@ -17,8 +17,12 @@
 #   window                      in the window only: idle_fps (the same before the run, the
 #                               baseline), fps_ratio, redraws_per_s, redraw_ms_mean and
 #                               redraw_budget_use (the redraws' time over what Note [Redraw
-#                               budget] allows them: at most 1), redraw_ms_max (the longest
-#                               redraw) and redraw_ms_by_part (each part of the live view's
+#                               budget] allows them: at most 1), redraw_cpu_ms_mean and
+#                               redraw_budget_use_cpu (the same of the window thread's CPU time
+#                               in the redraws: the time it waited for a core left out;
+#                               redraw_cpu_ms_by_part, by part),
+#                               redraw_ms_max (the longest redraw) and
+#                               redraw_ms_by_part (each part of the live view's
 #                               milliseconds over the run: where the redraws' time went),
 #                               reset_ms (the new run's empty charts laid out and drawn as it
 #                               starts, outside the redraws)

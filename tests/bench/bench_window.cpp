@@ -5,8 +5,10 @@
 // for one every 16 ms, a 60 Hz screen's), the same with no run first in the same process
 // (the baseline) and their ratio; the live view's redraws a second, their mean cost, and
 // the share of the redraw budget they used (Note [Redraw budget]: the redraws' time over
-// the time the budget allows them), the longest redraw, each part of the live view's
-// milliseconds, and the new run's charts' first layout (reset_ms, outside the redraws).
+// the time the budget allows them), the same of the window thread's CPU time in them (what
+// the redraws took from the ranks, less the time the thread waited for a core), the longest
+// redraw, each part of the live view's milliseconds, and the new run's charts' first layout
+// (reset_ms, outside the redraws).
 // tests/bench/bench_scale.sh runs it as its window mode.
 //
 //   QT_QPA_PLATFORM=offscreen build/bin/bench_window RANKS RATE SECONDS RUNS_DIR
@@ -82,6 +84,7 @@ int main(int argc, char** argv) {
   }
   const std::int64_t redraws0 = w.redrawCount();
   const double redrawMs0 = w.redrawMsTotal();
+  const double redrawCpuMs0 = w.redrawCpuMsTotal();
   QElapsedTimer clock;
   clock.start();
   const double liveFps =
@@ -89,16 +92,23 @@ int main(int argc, char** argv) {
   const double wallS = static_cast<double>(clock.elapsed()) / 1000.0;
   const double redraws = static_cast<double>(w.redrawCount() - redraws0);
   const double redrawMs = w.redrawMsTotal() - redrawMs0;
+  const double redrawCpuMs = w.redrawCpuMsTotal() - redrawCpuMs0;
   // Where the redraws' time went: each part's milliseconds over the whole run.
-  QString parts;
-  for (const auto& [name, ms] : w.redrawMsByPart())
-    parts += QStringLiteral("%1\"%2\": %3").arg(parts.isEmpty() ? "" : ", ", name).arg(ms, 0, 'f', 1);
+  auto byPart = [&w](bool cpu) {
+    QString parts;
+    for (const auto& [name, ms] : w.redrawMsByPart(cpu))
+      parts += QStringLiteral("%1\"%2\": %3").arg(parts.isEmpty() ? "" : ", ", name).arg(ms, 0, 'f', 1);
+    return parts;
+  };
   std::printf(
       "{\"window_fps\": %.1f, \"idle_fps\": %.1f, \"fps_ratio\": %.3f, \"redraws_per_s\": %.2f, "
       "\"redraw_ms_mean\": %.2f, \"redraw_ms_max\": %.2f, \"redraw_ms_by_part\": {%s}, \"redraw_budget_use\": %.3f, "
-      "\"reset_ms\": %.1f, \"window_wall_s\": %.1f, \"status\": \"%s\"}\n",
+      "\"redraw_cpu_ms_mean\": %.2f, \"redraw_budget_use_cpu\": %.3f, "
+      "\"redraw_cpu_ms_by_part\": {%s}, \"reset_ms\": %.1f, \"window_wall_s\": %.1f, "
+      "\"status\": \"%s\"}\n",
       liveFps, idleFps, idleFps > 0 ? liveFps / idleFps : 0.0, redraws / wallS, redraws > 0 ? redrawMs / redraws : 0.0,
-      w.redrawMsMax(), qPrintable(parts), redrawMs / (wallS * 1000.0 * w.redrawShare()), w.resetMs(), wallS,
-      qPrintable(w.lastStatus()));
+      w.redrawMsMax(), qPrintable(byPart(false)), redrawMs / (wallS * 1000.0 * w.redrawShare()),
+      redraws > 0 ? redrawCpuMs / redraws : 0.0, redrawCpuMs / (wallS * 1000.0 * w.redrawShare()),
+      qPrintable(byPart(true)), w.resetMs(), wallS, qPrintable(w.lastStatus()));
   return w.lastStatus() == "finished" ? 0 : 1;
 }

@@ -10,6 +10,7 @@
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSettings>
+#include <QSignalSpy>
 #include <QStandardPaths>
 #include <QTableWidget>
 #include <QtTest>
@@ -187,6 +188,98 @@ class TestScaleView : public QObject {
     whole.refresh();
     QCOMPARE(whole.plot()->size(), map.plot()->size());
     QVERIFY(whole.plot()->toPixmap().toImage() == map.plot()->toPixmap().toImage());
+  }
+
+  // 4,096 ranks are more than the map's pixel rows: the grid has a row a pixel, each the
+  // hottest of its ranks (Note [Heatmap rows]), so one slow rank among them is drawn in the
+  // hottest colour wherever it is, and hovering there names it.
+  void aSlowRankAmongThousandsIsNeverLost_data() {
+    QTest::addColumn<int>("slow");
+    for (int r : {0, 1001, 2050, 3333, 4095}) QTest::newRow(qPrintable(QString("rank %1").arg(r))) << r;
+  }
+  void aSlowRankAmongThousandsIsNeverLost() {
+    QFETCH(int, slow);
+    constexpr int kRanks = 4096;
+    constexpr std::int64_t kSteps = 10;
+    auto stepMs = [slow](int r) { return r == slow ? 50.0 : 10.0 + r % 7; };
+    ui::StepHeatmap map;
+    map.resize(600, 300);
+    map.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&map));
+    map.reset(liveRun(kRanks));
+    map.refresh();  // laid out: the grid's rows follow the axis rect's pixels
+    std::vector<core::Record> batch;
+    for (std::int64_t s = 1; s <= kSteps; ++s)
+      for (int r = 0; r < kRanks; ++r) batch.push_back(step(r, s, 1.0, 100.0, stepMs(r)));
+    map.add(ui::RecordSpan(batch.data(), batch.data() + batch.size()));
+    map.refresh();
+    auto* data = map.map()->data();
+    const int rows = data->valueSize();
+    QCOMPARE(rows, map.plot()->axisRect()->height() - 1);  // the last under the x axis's line
+    QVERIFY2(rows < kRanks / 8, qPrintable(QString::number(rows)));
+    // Each row holds the most of the ranks whose centres lie in its span of the rank axis.
+    for (int row = 0; row < rows; ++row) {
+      double want = -1;
+      for (int r = 0; r < kRanks; ++r)
+        if (static_cast<int>(std::floor((r + 0.5) * rows / kRanks)) == row) want = std::max(want, stepMs(r));
+      for (int c = 0; c < kSteps; ++c)
+        QVERIFY2(data->cell(c, row) == want,
+                 qPrintable(QString("row %1 column %2: %3, not %4").arg(row).arg(c).arg(data->cell(c, row)).arg(want)));
+    }
+    // Drawn: the slow rank's pixel row is the gradient's hottest colour (looked for along its
+    // steps, as the axis's ticks cover a few pixels at the edges).
+    const QImage image = map.plot()->toPixmap().toImage();
+    const QRgb hot = map.map()->gradient().color(50.0, map.map()->dataRange());
+    const QRect rect = map.plot()->axisRect()->rect();
+    const int y = std::clamp(static_cast<int>(map.plot()->yAxis->coordToPixel(slow)), rect.top(), rect.bottom());
+    int found = 0;
+    for (int x = static_cast<int>(map.plot()->xAxis->coordToPixel(1)); x < map.plot()->xAxis->coordToPixel(10); ++x)
+      for (int dy = -1; dy <= 1; ++dy) found += image.pixel(x, std::clamp(y + dy, rect.top(), rect.bottom())) == hot;
+    QVERIFY2(found > 0, qPrintable(QString("no pixel of rank %1 near y = %2").arg(slow).arg(y)));
+    const QString hover = map.hoverText(QPointF(map.plot()->xAxis->coordToPixel(5), y));
+    QVERIFY2(hover.startsWith(QString("rank %1,").arg(slow)), qPrintable(hover));
+    // Made shorter, the map has fewer rows, and the slow rank is still drawn hot.
+    map.resize(600, 200);
+    QCoreApplication::processEvents();  // the resize's refresh, queued
+    QCOMPARE(data->valueSize(), map.plot()->axisRect()->height() - 1);
+    QVERIFY2(data->valueSize() < rows, qPrintable(QString::number(data->valueSize())));
+    const QImage shorter = map.plot()->toPixmap().toImage();
+    const QRect area = map.plot()->axisRect()->rect();
+    const int at = std::clamp(static_cast<int>(map.plot()->yAxis->coordToPixel(slow)), area.top(), area.bottom());
+    found = 0;
+    for (int x = static_cast<int>(map.plot()->xAxis->coordToPixel(1)); x < map.plot()->xAxis->coordToPixel(10); ++x)
+      for (int dy = -1; dy <= 1; ++dy) found += shorter.pixel(x, std::clamp(at + dy, area.top(), area.bottom())) == hot;
+    QVERIFY2(found > 0, qPrintable(QString("no pixel of rank %1 near y = %2 at 200 pixels").arg(slow).arg(at)));
+  }
+
+  // A chart redraws only what changed (Note [Redraw budget]): a refresh with no new point
+  // draws nothing, though its last redraw laid the chart out; a new point draws once, and a
+  // new width draws again.
+  void aChartWithNothingNewIsNotRedrawn() {
+    ui::MetricChart chart(QStringLiteral("loss"));
+    chart.resize(600, 300);
+    chart.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&chart));
+    const int series = chart.addSeries(QStringLiteral("mean"), Qt::black);
+    for (int s = 1; s <= 50; ++s) chart.append(series, s, 1.0 / s);
+    chart.refresh();
+    QCoreApplication::processEvents();  // the show's own refresh, queued
+    chart.refresh();                    // the first layout (the legend, the axes' labels) narrowed the axis rect
+    QSignalSpy replots(chart.plot(), &QCustomPlot::afterReplot);
+    for (int i = 0; i < 3; ++i) chart.refresh();
+    QCOMPARE(replots.count(), 0);
+    chart.append(series, 51, 0.01);
+    chart.refresh();
+    chart.refresh();
+    QCOMPARE(replots.count(), 1);
+    QCOMPARE(chart.drawnPoints(series), 51);
+    chart.resize(400, 300);
+    QCoreApplication::processEvents();  // the resize's refresh, queued, and its new layout's
+    const int resized = replots.count();
+    QVERIFY2(resized > 1, qPrintable(QString::number(resized)));
+    QCOMPARE(chart.plot()->graph(0)->dataCount(), 51);
+    chart.refresh();
+    QCOMPARE(replots.count(), resized);
   }
 
   // Up to 8 ranks the loss and throughput charts keep a line per rank, named in the legend;
@@ -401,6 +494,18 @@ class TestScaleView : public QObject {
                             .arg(table->columnViewportPosition(7))
                             .arg(table->columnWidth(7))
                             .arg(table->viewport()->width())));
+    // The redraws' time by part adds up to their time, of the clock and of the CPU; the
+    // thread's CPU time in them is at most their time.
+    QVERIFY(w.redrawCount() > 0);
+    for (bool cpu : {false, true}) {
+      double sum = 0;
+      for (const auto& [part, ms] : w.redrawMsByPart(cpu)) sum += ms;
+      const double total = cpu ? w.redrawCpuMsTotal() : w.redrawMsTotal();
+      QVERIFY2(std::abs(sum - total) <= 1e-6 * total, qPrintable(QString("%1 by part, %2 in all").arg(sum).arg(total)));
+    }
+    QVERIFY(w.redrawCpuMsTotal() > 0);
+    QVERIFY2(w.redrawCpuMsTotal() <= w.redrawMsTotal() + 0.01 * static_cast<double>(w.redrawCount()),
+             qPrintable(QString("%1 > %2").arg(w.redrawCpuMsTotal()).arg(w.redrawMsTotal())));
     // The step split's five bars stand for the ranks; the slowest is rank 13.
     QCOMPARE(w.splitChart()->shownRanks().size(), std::size_t(5));
     QCOMPARE(w.splitChart()->shownRanks().back(), 13);
