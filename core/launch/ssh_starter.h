@@ -57,7 +57,12 @@ class SshStarter final : public RankStarter {
   SshStarter(HostsSpec hosts, std::vector<std::string> rankHosts, std::string localWorker);
 
   RankCommand command(int rank, const WorkerInvocation& worker) const override;
+  RankCommand agentCommand(const std::string& host) const override;
   int rendezvousPort() const override { return m_port; }
+  /// The host of rank (or slot) `rank`.
+  const std::string& hostOf(int rank) const;
+  /// The ssh command line that runs `remoteLine` (for the remote shell) on `host`.
+  std::vector<std::string> sshArgv(const std::string& host, const std::string& remoteLine) const;
   /// Where the ranks meet: hosts.address, else the first host.
   const std::string& address() const { return m_address; }
 
