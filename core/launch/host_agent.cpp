@@ -340,6 +340,7 @@ AgentRequest readAgentRequest(int fd) {
 
 int hostAgentMain(int inFd, int outFd, int errFd) {
   ::signal(SIGPIPE, SIG_IGN);  // a reader gone is a write error (runHostAgent)
+  ::signal(SIGHUP, SIG_IGN);   // a session that ends is the end of the input, which ends the ranks
   const std::string who = "error: ptw-worker --agent on " + hostName() + ": ";
   AgentRequest request;
   std::string folder;

@@ -488,6 +488,16 @@ RunReport Launcher::Impl::run() {
     if (!m_tearingDown && o.stallTimeoutS > 0) detectStalls(now);
     enforceKillDeadline();
   }
+  // An agent exits by itself once it has reported every rank and removed its copy of the
+  // profile: given up to 2 s for that before the destructor kills its ssh.
+  const auto agentsBy = Clock::now() + std::chrono::seconds(2);
+  for (auto& a : m_agents)
+    while (!a->exited && Clock::now() < agentsBy) {
+      if (::waitpid(a->pid, nullptr, WNOHANG) == a->pid)
+        a->exited = true;
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   if (o.commandRanks) sweepStragglers();
   // Note [Python stacks]: the files of programs killed before their rank could remove them.
   if (o.commandRanks)
@@ -579,10 +589,9 @@ WorkerInvocation Launcher::Impl::workerInvocation(int rank) const {
   return w;
 }
 
-// A remote rank is asked to stop on its control line, not by a signal, which would end its
-// ssh process and with it the connection (Note [Remote ranks]); SIGKILL ends the ssh process.
-// A host agent is told the signal for its ranks (Note [Host agent]); its ssh is killed only
-// when SIGKILL was told and the agent has not ended 3 s later.
+// A rank that is its own srun step is asked to stop on its control line, not by a signal,
+// which would end srun (Note [SLURM ranks]); SIGKILL ends srun. A host agent is told the signal for its ranks (Note
+// [Host agent]); its ssh is killed only when SIGKILL was told and the agent has not ended 3 s later.
 void Launcher::Impl::killAll(int sig) {
   const bool ask = sig != SIGKILL;
   if (m_pgid > 0 && m_agents.empty() && !(ask && anyRemote())) ::kill(-m_pgid, sig);

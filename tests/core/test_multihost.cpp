@@ -137,7 +137,7 @@ class TestMultihost : public QObject {
     return p;
   }
 
-  // No ptw-worker and no python3 of a run in any of the namespaces, within `seconds`.
+  // No ptw-worker (rank or agent), python3 or ssh of a run in any of the namespaces, within `seconds`.
   bool noProcessLeft(int seconds, QString& left) {
     QElapsedTimer t;
     t.start();
@@ -180,20 +180,10 @@ class TestMultihost : public QObject {
     return test::finishHeadless(ptw, summary, 180000);
   }
 
-  // No ptw-worker in any of the namespaces, within `seconds` (a host cut off ends its ranks
-  // when its sshd gives the session up: ClientAliveInterval 1 × 3).
-  bool noWorkersLeft(int seconds, QString& left) {
-    QElapsedTimer t;
-    t.start();
-    for (;;) {
-      left.clear();
-      for (const char* n : {"ctl", "h1", "h2"})
-        for (const auto& pid : workersIn(ns(n))) left += QStringLiteral(" %1:%2").arg(n, pid);
-      if (left.isEmpty()) return true;
-      if (t.elapsed() > seconds * 1000) return false;
-      QThread::msleep(200);
-    }
-  }
+  // No process of a run in any of the namespaces, within `seconds`: noProcessLeft, the
+  // agents and ssh included (a host cut off ends its ranks when its sshd gives the session up:
+  // ClientAliveInterval 1 × 3).
+  bool noWorkersLeft(int seconds, QString& left) { return noProcessLeft(seconds, left); }
 
  private slots:
   void initTestCase() {
