@@ -19,7 +19,8 @@
 // its input: the build of the ptw that sent it, the run's profile and the host's ranks. A
 // request from another build is refused, named, with exit code 2, before any rank starts.
 // The profile goes to a private folder on the host that the agent removes when it ends, and
-// each rank reads it there: the hosts share no file for ptw's own use.
+// each rank reads it there: the hosts need not share the run's profile, nor its step file
+// (the records come back over the connection).
 #pragma once
 
 #include <cstddef>

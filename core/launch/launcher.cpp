@@ -819,8 +819,21 @@ void Launcher::Impl::tellAgent(HostAgent& a, const std::string& text) {
 void Launcher::Impl::pumpAgent(HostAgent& a, bool final, Clock::time_point now) {
   if (!a.input.empty()) tellAgent(a, "");
   if (a.outFd >= 0) {
+    // A few MiB a pass, as a rank's record pipe (RecordBuffer): a host that sends faster than
+    // this reads does not hold up the other hosts. At its end, to the end.
     std::string bytes;
-    const bool open = drain(a.outFd, bytes) && !final;
+    bool open = true;
+    char chunk[65536];
+    while (final || bytes.size() < (4u << 20)) {
+      const ssize_t n = ::read(a.outFd, chunk, sizeof chunk);
+      if (n > 0) {
+        bytes.append(chunk, static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      open = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !final;
+      break;
+    }
     a.decoder.feed(bytes.data(), bytes.size(), [&](const AgentFrame& f) { onAgentFrame(a, f, now); });
     if (!a.decoder.error().empty() && !a.broken) {
       a.broken = true;
