@@ -295,7 +295,7 @@ std::string WorkerInvocation::usage() {
          "                  [--steps FILE [--steps-limit BYTES]]   append step records to the run's step\n"
          "                                   file, send groups of them (past BYTES: a full disk)\n"
          "                  [--master ADDR] [--interface IF]   the TCPStore's host; the network interface\n"
-         "                  [--remote HOST]  started over ssh on HOST: records on stdout, \"stop\" on stdin\n"
+         "                  [--remote HOST]  started on another host HOST: records on stdout, \"stop\" on stdin\n"
          "                                   stops, its end of file ends the rank (docs/protocol.md)\n"
          "         one rank as ptw's launcher starts it (these flags win over a launcher's variables)\n"
          "       ptw-worker --preflight --profile FILE [--samples PNG]\n"
@@ -306,7 +306,9 @@ std::string WorkerInvocation::usage() {
          "       ptw-worker --version                    print its version\n"
          "       ptw-worker --check-port PORT            open PORT on every interface as rank 0's TCPStore\n"
          "         would, and close it: print the port (0: the free one it got) and exit 0, or exit 1\n"
-         "         saying why not (docs/multihost.md)\n";
+         "         saying why not (docs/multihost.md)\n"
+         "       ptw-worker --agent [--version]          the host agent of ptw's ssh launcher: ptw's request\n"
+         "         and control lines on stdin, the frames of its host's ranks on stdout (docs/protocol.md)\n";
 }
 
 std::string deviceLine(const DeviceInfo& d) {

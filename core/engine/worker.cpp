@@ -535,7 +535,7 @@ void becomeRemote(Args& a) {
   a.records = records;
   PTW_CHECK(::access(a.profile.c_str(), R_OK) == 0, "the run's profile ", a.profile, " is not readable on host ",
             a.remote,
-            ": ptw's ssh and slurm launchers need the run folder on a filesystem the hosts share, at the same path "
+            ": ptw's slurm launcher needs the run folder on a filesystem the hosts share, at the same path "
             "(docs/multihost.md)");
   std::thread([host = a.remote] {
     std::string line;

@@ -46,7 +46,8 @@ class ProgressPrinter : public LaunchObserver {
     m_out << "started " << pids.size() << " process(es)";
     switch (launcherOf(m_profile).kind) {
       case LauncherKind::Ssh:  // Note [Remote ranks]
-        m_out << " through ssh on " << m_profile.hosts.hosts.size() << " host(s), rendezvous on port " << port;
+        m_out << " on " << m_profile.hosts.hosts.size()
+              << " host(s), one ssh connection and agent each, rendezvous on port " << port;
         break;
       case LauncherKind::Slurm:  // Note [SLURM ranks]
         m_out << " as SLURM job steps through srun, rendezvous on port " << port;

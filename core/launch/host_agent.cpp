@@ -10,11 +10,15 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <utility>
 
 #include "common/child_setup.h"
 #include "common/error.h"
+#include "common/version.h"
+#include "common/worker_invocation.h"
 
 namespace ptw::core {
 
@@ -38,6 +42,7 @@ struct Child {
   int rank = 0;
   pid_t pid = -1;
   int out = -1, err = -1;  // its stdout (records) and stderr (log); -1 once at end of file
+  int in = -1;             // its stdin, its control line (Note [Remote ranks]); open while it runs
   std::string partial;     // a log line not yet ended
   int status = 0;
   bool reaped = false, reported = false;
@@ -54,23 +59,27 @@ class Agent {
         ::kill(-c.pid, SIGKILL);
         ::waitpid(c.pid, nullptr, 0);
       }
-      for (int fd : {c.out, c.err})
+      for (int fd : {c.out, c.err, c.in})
         if (fd >= 0) ::close(fd);
     }
   }
 
   void start(const AgentRank& r) {
     PTW_CHECK(!r.argv.empty(), "rank ", r.rank, ": no program to start");
-    int out[2], err[2];
+    int out[2], err[2], in[2];
     PTW_CHECK(::pipe2(out, O_CLOEXEC) == 0, "rank ", r.rank, ": no pipe: ", std::strerror(errno));
     if (::pipe2(err, O_CLOEXEC) != 0) {
       ::close(out[0]), ::close(out[1]);
       PTW_FAIL("rank ", r.rank, ": no pipe: ", std::strerror(errno));
     }
+    if (::pipe2(in, O_CLOEXEC) != 0) {
+      ::close(out[0]), ::close(out[1]), ::close(err[0]), ::close(err[1]);
+      PTW_FAIL("rank ", r.rank, ": no pipe: ", std::strerror(errno));
+    }
     std::vector<char*> argv;
     for (const auto& a : r.argv) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
-    const auto setup = ChildSetup(::getpid()).setProcessGroup(0).setStdout(out[1]).setStderr(err[1]);
+    const auto setup = ChildSetup(::getpid()).setProcessGroup(0).setStdin(in[0]).setStdout(out[1]).setStderr(err[1]);
     // A signal sent to the rank's group before its program runs must not run this process's
     // handlers in the child: every signal is held across fork, and the child drops the
     // handlers before setUpChild lets signals in.
@@ -88,14 +97,14 @@ class Agent {
       childExecFailed("error: the host agent cannot start a rank's program\n");
     }
     ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
-    ::close(out[1]), ::close(err[1]);
+    ::close(out[1]), ::close(err[1]), ::close(in[0]);
     if (pid < 0) {
-      ::close(out[0]), ::close(err[0]);
+      ::close(out[0]), ::close(err[0]), ::close(in[1]);
       PTW_FAIL("rank ", r.rank, ": fork failed: ", std::strerror(errno));
     }
     ::setpgid(pid, pid);  // as the child does: a signal to the group reaches it whichever runs first
     Child c;
-    c.rank = r.rank, c.pid = pid, c.out = out[0], c.err = err[0];
+    c.rank = r.rank, c.pid = pid, c.out = out[0], c.err = err[0], c.in = in[1];
     m_children.push_back(c);
   }
 
@@ -160,10 +169,20 @@ class Agent {
         if (m_line.size() < 64) m_line += buf[i];
         continue;
       }
-      int sig = 0;
+      int sig = 0, rank = -1;
       if (std::sscanf(m_line.c_str(), "signal %d", &sig) == 1 && sig > 0 && sig < NSIG) signalAll(sig);
+      if (std::sscanf(m_line.c_str(), "stacks %d", &rank) == 1) tell(rank, "stacks\n");
       m_line.clear();
     }
+  }
+
+  // A line on rank `rank`'s own control line; a rank gone (its pipe closed) is not asked.
+  void tell(int rank, const char* line) {
+    for (auto& c : m_children)
+      if (c.rank == rank && c.in >= 0 && ::write(c.in, line, std::strlen(line)) < 0) {
+        ::close(c.in);
+        c.in = -1;
+      }
   }
 
   void readable(int fd) {
@@ -194,6 +213,7 @@ class Agent {
     for (auto& c : m_children) {
       if (!c.reaped && ::waitpid(c.pid, &c.status, WNOHANG) == c.pid) {
         c.reaped = true;
+        if (c.in >= 0) ::close(c.in), c.in = -1;
         ::kill(-c.pid, SIGKILL);  // what it left in its group (holding its pipes open) goes with it
       }
       if (!c.reaped || c.reported || c.out >= 0 || c.err >= 0) continue;
@@ -249,6 +269,114 @@ int runHostAgent(const std::vector<AgentRank>& ranks, int inFd, int outFd) {
   Agent agent(inFd, outFd);
   for (const auto& r : ranks) agent.start(r);
   return agent.run();
+}
+
+namespace {
+constexpr char kRequestLine[] = "ptw-agent-request ";
+constexpr std::size_t kMaxRequest = 64u << 20;
+
+// Reads exactly `n` bytes; false at an early end of file or an error.
+bool readExactly(int fd, char* to, std::size_t n) {
+  while (n > 0) {
+    const ssize_t got = ::read(fd, to, n);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    to += got, n -= static_cast<std::size_t>(got);
+  }
+  return true;
+}
+
+std::string hostName() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  return host;
+}
+
+void writeAll(int fd, const std::string& text) {
+  for (std::size_t done = 0; done < text.size();) {
+    const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return;
+    done += static_cast<std::size_t>(w);
+  }
+}
+}  // namespace
+
+std::string encodeAgentRequest(const AgentRequest& r) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& rank : r.ranks) ranks.push_back({{"rank", rank.rank}, {"argv", rank.argv}});
+  const std::string body = nlohmann::json{{"version", r.version}, {"profile", r.profile}, {"ranks", ranks}}.dump();
+  return kRequestLine + std::to_string(body.size()) + "\n" + body;
+}
+
+AgentRequest readAgentRequest(int fd) {
+  // Byte by byte up to the newline: what follows the request is the control lines'.
+  std::string line;
+  for (char c; line.size() < 64;) {
+    PTW_CHECK(readExactly(fd, &c, 1), "no request from ptw on the agent's input (it ended after \"", line, "\")");
+    if (c == '\n') break;
+    line += c;
+  }
+  char* end = nullptr;
+  const unsigned long long length =
+      line.rfind(kRequestLine, 0) == 0 ? std::strtoull(line.c_str() + sizeof kRequestLine - 1, &end, 10) : 0;
+  PTW_CHECK(end && *end == '\0' && length > 0 && length <= kMaxRequest, "expected \"", kRequestLine,
+            "LENGTH\" on the agent's input, got \"", line.substr(0, 40), "\"");
+  std::string body(length, '\0');
+  PTW_CHECK(readExactly(fd, body.data(), body.size()), "the request on the agent's input ended before its ", length,
+            " bytes");
+  AgentRequest r;
+  try {
+    const auto j = nlohmann::json::parse(body);
+    r.version = j.at("version").get<std::string>();
+    r.profile = j.at("profile").get<std::string>();
+    for (const auto& rank : j.at("ranks"))
+      r.ranks.push_back(AgentRank{rank.at("rank").get<int>(), rank.at("argv").get<std::vector<std::string>>()});
+  } catch (const nlohmann::json::exception& e) {
+    PTW_FAIL("the request on the agent's input is not what ptw sends: ", e.what());
+  }
+  return r;
+}
+
+int hostAgentMain(int inFd, int outFd, int errFd) {
+  ::signal(SIGPIPE, SIG_IGN);  // a reader gone is a write error (runHostAgent)
+  ::signal(SIGHUP, SIG_IGN);   // a session that ends is the end of the input, which ends the ranks
+  const std::string who = "error: ptw-worker --agent on " + hostName() + ": ";
+  AgentRequest request;
+  std::string folder;
+  try {
+    request = readAgentRequest(inFd);
+    PTW_CHECK(request.version == kVersion, "this host runs ptw-worker ", kVersion, ", and ptw ", request.version,
+              " sent the run; every host needs the same ptw build");
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/ptw-agent-XXXXXX";
+    PTW_CHECK(::mkdtemp(pattern.data()), "cannot make a folder for the run's profile (", pattern,
+              "): ", std::strerror(errno));
+    folder = pattern;
+    const std::string profile = folder + "/profile.json";
+    const int fd = ::open(profile.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    PTW_CHECK(fd >= 0, "cannot write the run's profile to ", profile, ": ", std::strerror(errno));
+    writeAll(fd, request.profile);
+    ::close(fd);
+    for (auto& rank : request.ranks) {  // the profile is read here, not where ptw keeps it
+      WorkerInvocation w = WorkerInvocation::parse(rank.argv);
+      w.profile = profile;
+      rank.argv = w.toArgs();
+    }
+  } catch (const Error& e) {
+    writeAll(errFd, who + e.what() + "\n");
+    if (!folder.empty()) ::unlink((folder + "/profile.json").c_str()), ::rmdir(folder.c_str());
+    return exitCode(WorkerExit::BadInput);
+  }
+  int code = exitCode(WorkerExit::BadInput);
+  try {
+    code = runHostAgent(request.ranks, inFd, outFd);
+  } catch (const Error& e) {
+    writeAll(errFd, who + e.what() + "\n");
+  }
+  ::unlink((folder + "/profile.json").c_str());
+  ::rmdir(folder.c_str());
+  return code;
 }
 
 }  // namespace ptw::core

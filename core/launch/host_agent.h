@@ -10,9 +10,17 @@
 // came (the record frame format is the reader's to parse, per rank), each log line, and at
 // the end the rank's exit code or signal. Its input is the control line: "signal N" sends
 // signal N to every rank still running (the launcher decides the order: SIGINT, SIGTERM,
-// SIGKILL); its end of file, the connection or ptw gone, kills every rank, which are then
-// reported as any exit. The agent returns once every rank is reported, so nothing it started
-// is left behind.
+// SIGKILL), and "stacks R" passes "stacks" on to rank R's own control line (its stdin, a pipe
+// the agent holds: Note [Native stacks]); its end of file, the connection or ptw gone, kills
+// every rank, which are then reported as any exit. The agent returns once every rank is
+// reported, so nothing it started is left behind.
+//
+// Started by ptw (`ptw-worker --agent`, hostAgentMain), the agent first reads one request on
+// its input: the build of the ptw that sent it, the run's profile and the host's ranks. A
+// request from another build is refused, named, with exit code 2, before any rank starts.
+// The profile goes to a private folder on the host that the agent removes when it ends, and
+// each rank reads it there: the hosts need not share the run's profile, nor its step file
+// (the records come back over the connection).
 #pragma once
 
 #include <cstddef>
@@ -69,5 +77,24 @@ class AgentStreamDecoder {
 /// (no pipe or fork); what was started is killed and reaped first. The caller ignores
 /// SIGPIPE, so that a reader gone is a write error, which kills the ranks.
 int runHostAgent(const std::vector<AgentRank>& ranks, int inFd, int outFd);
+
+/// What ptw sends an agent before its control lines (Note [Host agent]).
+/// Example: AgentRequest{"1.4.0", profileJson, {AgentRank{2, workerArgv}}}
+struct AgentRequest {
+  std::string version = "";           ///< the build of the ptw that sent it (kVersion)
+  std::string profile = "";           ///< the run's resolved profile, as JSON text
+  std::vector<AgentRank> ranks = {};  ///< each a ptw-worker command line; its --profile is replaced
+};
+
+/// The bytes of `r` on the agent's input: a line "ptw-agent-request LENGTH", then LENGTH bytes of JSON.
+std::string encodeAgentRequest(const AgentRequest& r);
+
+/// Reads one request from `fd`, not a byte past it. Throws ptw::Error saying what was wrong.
+AgentRequest readAgentRequest(int fd);
+
+/// `ptw-worker --agent`: reads the request from `inFd`, refuses one of another build, writes
+/// the profile to a private folder, runs the ranks (runHostAgent) and removes the folder.
+/// Returns runHostAgent's code, or 2 (said on `errFd`) for a request it cannot serve.
+int hostAgentMain(int inFd, int outFd, int errFd);
 
 }  // namespace ptw::core

@@ -18,10 +18,12 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <set>
@@ -31,7 +33,9 @@
 #include "common/command.h"
 #include "common/error.h"
 #include "common/shm_names.h"
+#include "common/version.h"
 #include "launch/collective_blame.h"
+#include "launch/host_agent.h"
 #include "launch/stack_collector.h"
 
 namespace ptw::core {
@@ -69,6 +73,12 @@ class RecordBuffer {
       return errno == EAGAIN || errno == EWOULDBLOCK;
     }
   }
+  // Appends bytes that came another way (a host agent's frames).
+  void append(const char* data, std::size_t n) {
+    while (m_capacity - m_size < n) grow();
+    std::memcpy(m_data.get() + m_size, data, n);
+    m_size += n;
+  }
   std::string_view view() const { return {m_data.get(), m_size}; }
   std::size_t size() const { return m_size; }
   void consume(std::size_t n) {
@@ -100,6 +110,10 @@ struct Rank {
   int ctlFd = -1;  // a remote rank's control line, its stdin (Note [Remote ranks])
   bool remote = false;
   int connectionLostCode = 0;  // RankCommand's: the exit code that is the connection's
+  int agent = -1;              // its host agent's index (Note [Host agent]); -1: a process of its own
+  bool agentReported = false;  // its end has come from its agent (or the agent's own end)
+  bool agentFramed = false;    // ...in the agent's Exit frame: the rank's own status, not the connection's
+  int agentStatus = 0;         // that end, as a wait status
   bool toldStop = false;
   std::string host;  // "" = this machine
   std::string outBuf, errBuf;
@@ -124,6 +138,32 @@ struct Rank {
   }
   // "rank 2", or "rank 2 on host node1" for a rank on another host.
   std::string who() const { return "rank " + std::to_string(rank) + (host.empty() ? "" : " on host " + host); }
+};
+
+// The process that stands for every rank of one host (Note [Host agent]): ssh running the
+// agent there. Its stdin takes ptw's request, then control lines; its stdout is agent frames;
+// its stderr what ssh and the agent themselves say.
+struct HostAgent {
+  int index = 0;
+  std::string host;
+  pid_t pid = -1;
+  int outFd = -1, errFd = -1, ctlFd = -1;
+  std::vector<int> ranks;
+  AgentStreamDecoder decoder;
+  std::string errBuf;
+  std::string input;  // bytes for its stdin not yet taken, in order
+  bool exited = false;
+  bool broken = false;  // its stream could not be read: it is killed
+  int lastSignal = 0;   // the last signal it was told to send (killAll)
+  Clock::time_point killAt = Clock::time_point::max();
+
+  HostAgent() = default;
+  HostAgent(const HostAgent&) = delete;
+  HostAgent& operator=(const HostAgent&) = delete;
+  ~HostAgent() {
+    for (int fd : {outFd, errFd, ctlFd})
+      if (fd >= 0) ::close(fd);
+  }
 };
 
 }  // namespace
@@ -252,6 +292,22 @@ void writeWithoutSigpipe(int fd, const std::string& text) {
   ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
 }
 
+// As writeWithoutSigpipe, on a non-blocking descriptor: the bytes taken, -1 when no one reads.
+ssize_t writeSomeWithoutSigpipe(int fd, const std::string& text) {
+  sigset_t pipe, old;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  ::pthread_sigmask(SIG_BLOCK, &pipe, &old);
+  ssize_t n = ::write(fd, text.data(), text.size());
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) n = 0;
+  if (n < 0 && errno == EPIPE) {
+    const timespec zero{0, 0};
+    ::sigtimedwait(&pipe, nullptr, &zero);
+  }
+  ::pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  return n;
+}
+
 // Reads what is available; returns false at end of file.
 bool drain(int fd, std::string& buf) {
   char chunk[65536];
@@ -321,13 +377,21 @@ class Launcher::Impl {
   WorkerInvocation workerInvocation(int rank) const;
   void spawnAll();
   void spawnRank(Rank& rk, const RankCommand& command);
+  void spawnAgents(const std::vector<RankCommand>& commands);
+  void spawnAgent(HostAgent& a, const RankCommand& command);
   void killAll(int sig);
+  void signalAgent(HostAgent& a, int sig);
   bool anyRemote() const;
 
   // The supervision loop.
   void waitForActivity();
   void handleStopRequest();
   void pump(Rank& rk, bool final, Clock::time_point now);
+  void tellAgent(HostAgent& a, const std::string& text);
+  void pumpAgent(HostAgent& a, bool final, Clock::time_point now);
+  void onAgentFrame(HostAgent& a, const AgentFrame& f, Clock::time_point now);
+  void agentLine(HostAgent& a, std::string_view line);
+  void reapAgents();
   void takeRecords(Rank& rk);
   void watchSteps(Rank& rk, const Record& rec);
   void stopAtStepIfReached();
@@ -360,6 +424,7 @@ class Launcher::Impl {
   int m_devNull = -1;
   pid_t m_pgid = 0;
   std::vector<Rank> m_ranks;
+  std::vector<std::unique_ptr<HostAgent>> m_agents;  // Note [Host agent]: one a host, when the starter uses them
   std::size_t m_alive = 0;
   RunReport m_report;
   Clock::time_point m_started = Clock::now();
@@ -382,6 +447,13 @@ class Launcher::Impl {
 
 Launcher::Impl::~Impl() {
   if (m_devNull >= 0) ::close(m_devNull);
+  // An agent's ssh killed ends its connection, and the agent then ends its ranks there.
+  for (auto& a : m_agents)
+    if (a->pid > 0 && !a->exited) ::kill(a->pid, SIGKILL);
+  const auto agentsGone = Clock::now() + std::chrono::seconds(5);
+  for (auto& a : m_agents)
+    while (a->pid > 0 && !a->exited && ::waitpid(a->pid, nullptr, WNOHANG) == 0 && Clock::now() < agentsGone)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
   // Only while a rank is left: the group's id could name another process group once all are reaped.
   if (std::any_of(m_ranks.begin(), m_ranks.end(), [](const Rank& rk) { return rk.pid > 0 && !rk.exited; }))
     killAll(SIGKILL);
@@ -409,12 +481,23 @@ RunReport Launcher::Impl::run() {
     if (m_stacksRequested.exchange(false)) takeStacks("on request", nullptr);
     const auto now = Clock::now();
     for (auto& rk : m_ranks) pump(rk, false, now);
+    for (auto& a : m_agents) pumpAgent(*a, false, now);
     flushBatch();
     stopAtStepIfReached();
     reap();
     if (!m_tearingDown && o.stallTimeoutS > 0) detectStalls(now);
     enforceKillDeadline();
   }
+  // An agent exits by itself once it has reported every rank and removed its copy of the
+  // profile: given up to 2 s for that before the destructor kills its ssh.
+  const auto agentsBy = Clock::now() + std::chrono::seconds(2);
+  for (auto& a : m_agents)
+    while (!a->exited && Clock::now() < agentsBy) {
+      if (::waitpid(a->pid, nullptr, WNOHANG) == a->pid)
+        a->exited = true;
+      else
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
   if (o.commandRanks) sweepStragglers();
   // Note [Python stacks]: the files of programs killed before their rank could remove them.
   if (o.commandRanks)
@@ -506,13 +589,15 @@ WorkerInvocation Launcher::Impl::workerInvocation(int rank) const {
   return w;
 }
 
-// A remote rank is asked to stop on its control line, not by a signal, which would end its
-// ssh process and with it the connection (Note [Remote ranks]); SIGKILL ends the ssh process.
+// A rank that is its own srun step is asked to stop on its control line, not by a signal,
+// which would end srun (Note [SLURM ranks]); SIGKILL ends srun. A host agent is told the signal for its ranks (Note
+// [Host agent]); its ssh is killed only when SIGKILL was told and the agent has not ended 3 s later.
 void Launcher::Impl::killAll(int sig) {
   const bool ask = sig != SIGKILL;
-  if (m_pgid > 0 && !(ask && anyRemote())) ::kill(-m_pgid, sig);
+  if (m_pgid > 0 && m_agents.empty() && !(ask && anyRemote())) ::kill(-m_pgid, sig);
+  for (auto& a : m_agents) signalAgent(*a, sig);
   for (auto& rk : m_ranks) {
-    if (rk.pid <= 0 || rk.exited) continue;
+    if (rk.pid <= 0 || rk.exited || rk.agent >= 0) continue;
     if (!rk.remote || !ask) {
       ::kill(rk.pid, sig);
       continue;
@@ -523,6 +608,18 @@ void Launcher::Impl::killAll(int sig) {
   }
 }
 
+void Launcher::Impl::signalAgent(HostAgent& a, int sig) {
+  if (a.exited || a.pid <= 0) return;
+  if (sig == SIGKILL && a.lastSignal == SIGKILL) {
+    if (Clock::now() >= a.killAt) ::kill(a.pid, SIGKILL);
+    return;
+  }
+  if (sig == a.lastSignal) return;
+  a.lastSignal = sig;
+  if (sig == SIGKILL) a.killAt = Clock::now() + std::chrono::seconds(3);
+  tellAgent(a, "signal " + std::to_string(sig) + "\n");
+}
+
 bool Launcher::Impl::anyRemote() const {
   return std::any_of(m_ranks.begin(), m_ranks.end(), [](const Rank& rk) { return rk.remote; });
 }
@@ -531,12 +628,16 @@ void Launcher::Impl::spawnAll() {
   m_devNull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   PTW_CHECK(m_devNull >= 0, "cannot open /dev/null: ", std::strerror(errno));
   std::vector<int> pids;
+  std::vector<RankCommand> commands(static_cast<std::size_t>(o.worldSize));
   for (int r = 0; r < o.worldSize; ++r) {
     Rank& rk = m_ranks[static_cast<std::size_t>(r)];
     rk.rank = r;
-    spawnRank(rk, m_starter->command(r, workerInvocation(r)));
-    pids.push_back(rk.pid);
+    RankCommand& command = commands[static_cast<std::size_t>(r)];
+    command = m_starter->command(r, workerInvocation(r));
+    if (!command.viaAgent) spawnRank(rk, command);
   }
+  spawnAgents(commands);
+  for (const auto& rk : m_ranks) pids.push_back(rk.pid);
   ::close(m_devNull);
   m_devNull = -1;
   m_observer.onStarted(m_port, pids);
@@ -632,11 +733,195 @@ void Launcher::Impl::spawnRank(Rank& rk, const RankCommand& command) {
     rk.logFile = std::make_unique<std::ofstream>(o.outDir + "/rank" + std::to_string(rk.rank) + ".log", std::ios::app);
 }
 
+// Note [Host agent]: the ranks started through an agent, one agent a host in the order the
+// hosts first come, each sent the run's profile and its ranks' command lines.
+void Launcher::Impl::spawnAgents(const std::vector<RankCommand>& commands) {
+  std::vector<AgentRequest> requests;
+  for (int r = 0; r < o.worldSize; ++r) {
+    const RankCommand& c = commands[static_cast<std::size_t>(r)];
+    if (!c.viaAgent) continue;
+    Rank& rk = m_ranks[static_cast<std::size_t>(r)];
+    rk.remote = true;
+    rk.connectionLostCode = c.connectionLostCode;
+    rk.host = rk.exit.host = c.host;
+    auto found = std::find_if(m_agents.begin(), m_agents.end(), [&](const auto& a) { return a->host == c.host; });
+    if (found == m_agents.end()) {
+      m_agents.push_back(std::make_unique<HostAgent>());
+      m_agents.back()->index = static_cast<int>(m_agents.size()) - 1;
+      m_agents.back()->host = c.host;
+      requests.emplace_back();
+      found = m_agents.end() - 1;
+    }
+    rk.agent = (*found)->index;
+    (*found)->ranks.push_back(r);
+    requests[static_cast<std::size_t>(rk.agent)].ranks.push_back(AgentRank{r, c.argv});
+    if (!o.outDir.empty())
+      rk.logFile = std::make_unique<std::ofstream>(o.outDir + "/rank" + std::to_string(r) + ".log", std::ios::app);
+  }
+  if (m_agents.empty()) return;
+  std::ifstream in(o.profilePath, std::ios::binary);
+  const std::string profile((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  PTW_CHECK(in.good() || in.eof(), "profile ", o.profilePath, " cannot be read");
+  for (auto& a : m_agents) {
+    AgentRequest& request = requests[static_cast<std::size_t>(a->index)];
+    request.version = kVersion;
+    request.profile = profile;
+    spawnAgent(*a, m_starter->agentCommand(a->host));
+    tellAgent(*a, encodeAgentRequest(request));
+    for (int r : a->ranks) m_ranks[static_cast<std::size_t>(r)].pid = a->pid;
+  }
+}
+
+void Launcher::Impl::spawnAgent(HostAgent& a, const RankCommand& command) {
+  int ctl[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1};
+  const bool piped = ::pipe2(ctl, O_CLOEXEC) == 0 && ::pipe2(out, O_CLOEXEC) == 0 && ::pipe2(err, O_CLOEXEC) == 0;
+  const int pipeErr = errno;
+  if (!piped) {
+    for (int fd : {ctl[0], ctl[1], out[0], out[1], err[0], err[1]})
+      if (fd >= 0) ::close(fd);
+    killAll(SIGKILL);
+    PTW_FAIL("cannot create pipes for the agent of host ", a.host, ": ", std::strerror(pipeErr));
+  }
+  std::vector<std::string> args = command.argv;
+  std::vector<char*> argv;
+  for (auto& arg : args) argv.push_back(arg.data());
+  argv.push_back(nullptr);
+  ChildSetup setup(::getpid());
+  setup.setProcessGroup(m_pgid).setStdin(ctl[0]).setStdout(out[1]).setStderr(err[1]);
+  const pid_t pid = ::fork();
+  if (pid == 0) execWorker(argv.data(), setup, -1);
+  const int forkErr = errno;
+  for (int fd : {ctl[0], out[1], err[1]}) ::close(fd);
+  a.ctlFd = ctl[1], a.outFd = out[0], a.errFd = err[0];
+  if (pid < 0) {
+    killAll(SIGKILL);
+    PTW_FAIL("cannot start the agent of host ", a.host, ": fork failed: ", std::strerror(forkErr));
+  }
+  if (m_pgid == 0) m_pgid = pid;
+  ::setpgid(pid, m_pgid);
+  a.pid = pid;
+  for (int fd : {a.ctlFd, a.outFd, a.errFd}) setNonBlocking(fd);
+  ::fcntl(a.outFd, F_SETPIPE_SZ, 1 << 20);  // as a rank's record pipe; best effort
+}
+
+// In order: the request first, then control lines; what the pipe does not take now waits.
+void Launcher::Impl::tellAgent(HostAgent& a, const std::string& text) {
+  a.input += text;
+  if (a.ctlFd < 0 || a.input.empty()) return;
+  const ssize_t n = writeSomeWithoutSigpipe(a.ctlFd, a.input);
+  if (n < 0)
+    a.input.clear();  // ssh is gone: its end is reaped and reported
+  else
+    a.input.erase(0, static_cast<std::size_t>(n));
+}
+
+// Reads what an agent has sent; at end of file (or when `final`) closes its pipes.
+void Launcher::Impl::pumpAgent(HostAgent& a, bool final, Clock::time_point now) {
+  if (!a.input.empty()) tellAgent(a, "");
+  if (a.outFd >= 0) {
+    // A few MiB a pass, as a rank's record pipe (RecordBuffer): a host that sends faster than
+    // this reads does not hold up the other hosts. At its end, to the end.
+    std::string bytes;
+    bool open = true;
+    char chunk[65536];
+    while (final || bytes.size() < (4u << 20)) {
+      const ssize_t n = ::read(a.outFd, chunk, sizeof chunk);
+      if (n > 0) {
+        bytes.append(chunk, static_cast<std::size_t>(n));
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      open = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !final;
+      break;
+    }
+    a.decoder.feed(bytes.data(), bytes.size(), [&](const AgentFrame& f) { onAgentFrame(a, f, now); });
+    if (!a.decoder.error().empty() && !a.broken) {
+      a.broken = true;
+      agentLine(a, "ptw: " + a.decoder.error());
+      ::kill(a.pid, SIGKILL);
+    }
+    if (!open) ::close(a.outFd), a.outFd = -1;
+  }
+  if (a.errFd >= 0) {
+    const bool open = drain(a.errFd, a.errBuf) && !final;
+    forEachLine(a.errBuf, !open, [&](std::string_view l) { agentLine(a, l); });
+    if (!open) ::close(a.errFd), a.errFd = -1;
+  }
+}
+
+void Launcher::Impl::onAgentFrame(HostAgent& a, const AgentFrame& f, Clock::time_point now) {
+  if (f.rank < 0 || f.rank >= o.worldSize) return;
+  Rank& rk = m_ranks[static_cast<std::size_t>(f.rank)];
+  if (rk.agent != a.index || rk.agentReported) return;
+  switch (f.kind) {
+    case AgentFrame::Records:
+      rk.recBuf.append(f.payload.data(), f.payload.size());
+      rk.lastSeen = now;
+      if (rk.startedS < 0) rk.startedS = std::chrono::duration<double>(now - m_started).count();
+      takeRecords(rk);
+      break;
+    case AgentFrame::Log:
+      rk.lastSeen = now;
+      keepLog(rk, f.payload);
+      break;
+    case AgentFrame::Exit: {
+      int n = 0;
+      rk.agentReported = rk.agentFramed = true;
+      if (std::sscanf(f.payload.c_str(), "signal %d", &n) == 1)
+        rk.agentStatus = n & 0x7f;  // as waitpid gives a death by signal n
+      else if (std::sscanf(f.payload.c_str(), "code %d", &n) == 1)
+        rk.agentStatus = (n & 0xff) << 8;
+      else
+        rk.agentStatus = exitCode(WorkerExit::Failed) << 8;
+      break;
+    }
+  }
+}
+
+// What ssh or the agent itself says concerns every rank of its host: in each one's log and
+// last lines (where a failure's cause is looked for), shown once.
+void Launcher::Impl::agentLine(HostAgent& a, std::string_view line) {
+  bool shown = false;
+  for (int r : a.ranks) {
+    Rank& rk = m_ranks[static_cast<std::size_t>(r)];
+    if (rk.exited) continue;
+    if (!shown) {
+      keepLog(rk, line);
+      shown = true;
+      continue;
+    }
+    if (rk.logFile) *rk.logFile << line << '\n';
+    rk.tail.emplace_back(line);
+    while (rk.tail.size() > o.logTail) rk.tail.pop_front();
+  }
+}
+
+// An agent that ended reports, for each of its ranks it had not reported, its own end: ssh's
+// 255 is the connection lost (Note [Remote ranks]).
+void Launcher::Impl::reapAgents() {
+  for (auto& ap : m_agents) {
+    HostAgent& a = *ap;
+    int status = 0;
+    if (a.exited || ::waitpid(a.pid, &status, WNOHANG) != a.pid) continue;
+    a.exited = true;
+    pumpAgent(a, true, Clock::now());
+    for (int r : a.ranks) {
+      Rank& rk = m_ranks[static_cast<std::size_t>(r)];
+      if (rk.agentReported) continue;
+      rk.agentReported = true;
+      rk.agentStatus = status;
+    }
+  }
+}
+
 void Launcher::Impl::waitForActivity() {
   std::vector<pollfd> fds;
   fds.push_back({m_wakeFd, POLLIN, 0});
   for (auto& rk : m_ranks)
     for (int fd : {rk.outFd, rk.errFd, rk.recFd})
+      if (fd >= 0) fds.push_back({fd, POLLIN, 0});
+  for (auto& a : m_agents)
+    for (int fd : {a->outFd, a->errFd})
       if (fd >= 0) fds.push_back({fd, POLLIN, 0});
   ::poll(fds.data(), fds.size(), 100);
   char sink[64];
@@ -782,8 +1067,13 @@ void Launcher::Impl::flushBatch() {
 // (it may have fewer batches); the others end their run on their own.
 void Launcher::Impl::reap() {
   Rank* firstFailed = nullptr;
+  reapAgents();
   for (auto& rk : m_ranks) {
     if (rk.exited) continue;
+    if (rk.agent >= 0) {
+      if (rk.agentReported) onExited(rk, rk.agentStatus, firstFailed);
+      continue;
+    }
     int status = 0;
     if (::waitpid(rk.pid, &status, WNOHANG) != rk.pid) continue;
     onExited(rk, status, firstFailed);
@@ -831,7 +1121,7 @@ void Launcher::Impl::onExited(Rank& rk, int status, Rank*& firstFailed) {
   // Note [Remote ranks]: ssh's 255 is its own (the connection); the remote shell gives a
   // worker's death by signal N as 128+N, as srun does (Note [SLURM ranks]). ssh or srun
   // itself killed here is the launcher's doing.
-  if (rk.remote && rk.exit.signal == 0) {
+  if (rk.remote && !rk.agentFramed && rk.exit.signal == 0) {
     if (rk.connectionLostCode != 0 && rk.exit.exitCode == rk.connectionLostCode) {
       rk.exit.connectionLost = true;
     } else if (rk.exit.exitCode > 128 && rk.exit.exitCode < 128 + 65) {
@@ -957,6 +1247,10 @@ std::string Launcher::Impl::takeStacks(const std::string& why, const Rank* behin
     else if (!rk.remote || !o.outDir.empty())  // Note [Native stacks]: a remote rank writes to the shared folder
       t.nativeFile = nativeStacksFile(o.outDir, rk.rank, rk.pid);
     t.controlFd = rk.ctlFd;
+    if (rk.agent >= 0) {  // Note [Host agent]: asked through its host's agent
+      t.controlFd = m_agents[static_cast<std::size_t>(rk.agent)]->ctlFd;
+      t.ask = "stacks " + std::to_string(rk.rank) + "\n";
+    }
     // The rank that is behind first: where cores are few, its stack is the one to have.
     targets.insert(behind && rk.rank == behind->rank ? targets.begin() : targets.end(), std::move(t));
   }

@@ -55,14 +55,15 @@ struct HostAnswer {
   int code = -1;
   std::string said;
 };
-HostAnswer askHost(const SshStarter& starter, int slot, const WorkerInvocation& check) {
-  RankCommand c = starter.command(slot, WorkerInvocation());
+// `asAgent`: the check asks the host agent (`ptw-worker --agent --version`), not a rank's worker.
+HostAnswer askHost(const SshStarter& starter, int slot, const WorkerInvocation& check, bool asAgent = false) {
+  std::vector<std::string> args = check.toArgs();
+  if (asAgent) args.insert(args.begin() + 1, "--agent");
   std::string line;  // the check alone, not a rank
-  for (const auto& a : check.toArgs()) line += (line.empty() ? "" : " ") + quoteForShell(a);
-  c.argv.back() = line;
+  for (const auto& a : args) line += (line.empty() ? "" : " ") + quoteForShell(a);
   std::string out;
   HostAnswer a;
-  a.code = runProgram(c.argv, 20.0, out);
+  a.code = runProgram(starter.sshArgv(starter.hostOf(slot), line), 20.0, out);
   a.said = lastLine(out);
   return a;
 }
@@ -130,8 +131,12 @@ std::string hostsProblem(const Profile& profile, const std::string& workerPath, 
   WorkerInvocation version(worker);
   version.version = true;
   for (std::size_t i = 0; i < hosts.size(); ++i) {
-    const HostAnswer a = askHost(starter, static_cast<int>(i), version);
+    const HostAnswer a = askHost(starter, static_cast<int>(i), version, true);
     if (a.code == 255 || a.code < 0) return unreachable(hosts[i], a.said);
+    // A build before the host agent refuses the flag (Note [Host agent]).
+    if (a.code != 0 && a.said.find("--agent") != std::string::npos)
+      return "hosts.hosts: host " + hosts[i] + " runs a ptw-worker without the host agent (" + worker +
+             " --agent: " + a.said + "), this machine " + expected + "; every host needs the same ptw build";
     if (a.code != 0)
       return "hosts.hosts: host " + hosts[i] + " cannot run " + worker + (a.said.empty() ? "" : ": " + a.said) +
              "; install ptw there at that path, or set hosts.worker";

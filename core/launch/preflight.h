@@ -21,8 +21,8 @@ std::string deviceProblem(const Profile& profile, const std::string& workerPath)
 /// For hosts.launcher slurm: srun (and outside an allocation squeue and scancel) on PATH, and
 /// inside one that its nodes hold the run's ranks (Note [SLURM job] in slurm_job.h).
 /// For ranks on other hosts (hosts.launcher ssh): that each host answers ssh in batch mode and
-/// runs ptw-worker of this build (`ptw-worker --version` there, the hosts one at a time, each
-/// bounded by ssh's connect timeout and 20 s), then rendezvousPortProblem. "" when all pass,
+/// runs the host agent of this build (`ptw-worker --agent --version` there, the hosts one at a
+/// time, each bounded by ssh's connect timeout and 20 s), then rendezvousPortProblem. "" when all pass,
 /// `rendezvousPort` (when given) then set to the port checked; "" for the local launcher.
 std::string hostsProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort = nullptr);
 

@@ -5,6 +5,8 @@
 
 #include <cstdlib>
 
+#include "common/error.h"
+
 namespace ptw::core {
 
 std::string findProgram(const std::string& program) {
@@ -28,6 +30,10 @@ std::vector<std::string> remoteWorkerArgs(WorkerInvocation worker, const std::st
   worker.master = address;
   worker.interface = interface;
   return worker.toArgs();
+}
+
+RankCommand RankStarter::agentCommand(const std::string& host) const {
+  PTW_FAIL("host ", host, ": this launcher starts no host agent");
 }
 
 RankCommand LocalStarter::command(int /*rank*/, const WorkerInvocation& worker) const {

@@ -26,6 +26,9 @@ struct RankCommand {
   /// The exit code that is the connection's, not the rank's: the connection to the host failed
   /// or was lost (ssh's 255); 0: there is none.
   int connectionLostCode = 0;
+  /// Started by the host agent of `host` (Note [Host agent] in host_agent.h): argv is the
+  /// rank's worker command line there, run by the process RankStarter::agentCommand(host) gives.
+  bool viaAgent = false;
 };
 
 class RankStarter {
@@ -37,6 +40,9 @@ class RankStarter {
   /// The TCPStore port the ranks meet on, or 0 for the launcher's local rendezvous (Note
   /// [Local rendezvous] in launcher.cpp).
   virtual int rendezvousPort() const { return 0; }
+  /// The process that stands for every rank command() starts viaAgent on `host`: the agent
+  /// there, reached through this starter's connection (Note [Host agent]).
+  virtual RankCommand agentCommand(const std::string& host) const;
 };
 
 /// The full path of `program` found on PATH, as a path the launcher can exec without a shell;

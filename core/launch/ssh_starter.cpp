@@ -32,32 +32,50 @@ SshStarter::SshStarter(HostsSpec hosts, std::vector<std::string> rankHosts, std:
   m_port = m_hosts.port != 0 ? m_hosts.port : Launcher::pickFreePort();
 }
 
-RankCommand SshStarter::command(int rank, const WorkerInvocation& worker) const {
+const std::string& SshStarter::hostOf(int rank) const {
   PTW_CHECK(rank >= 0 && static_cast<std::size_t>(rank) < m_rankHosts.size(), "rank ", rank, " has no host (",
             m_rankHosts.size(), " slots in hosts.hosts)");
-  const std::string& host = m_rankHosts[static_cast<std::size_t>(rank)];
-  std::string line;
-  for (const auto& a : remoteWorkerArgs(worker, m_worker, host, m_address, m_hosts.interface))
-    line += (line.empty() ? "" : " ") + quoteForShell(a);
-  line += "; exit $?";  // the shell waits: a signal comes back as 128+N (Note [Remote ranks])
+  return m_rankHosts[static_cast<std::size_t>(rank)];
+}
 
+// Note [Remote ranks]: the rank's worker command line, which the agent of its host runs.
+RankCommand SshStarter::command(int rank, const WorkerInvocation& worker) const {
   RankCommand c;
+  c.host = hostOf(rank);
   c.remote = true;
-  c.host = host;
+  c.viaAgent = true;
   c.connectionLostCode = 255;  // ssh's own (Note [Remote ranks])
-  const int alive = m_hosts.aliveIntervalS;
-  c.argv = {m_ssh, "-T",
-            "-o",  "BatchMode=yes",
-            "-o",  "ServerAliveInterval=" + std::to_string(alive),
-            "-o",  "ServerAliveCountMax=3",
-            "-o",  "ConnectTimeout=" + std::to_string(std::max(5, 3 * alive)),
-            "-o",  "LogLevel=ERROR"};
-  if (!m_hosts.sshConfig.empty()) c.argv.insert(c.argv.end(), {"-F", m_hosts.sshConfig});
-  if (!m_hosts.sshIdentity.empty()) c.argv.insert(c.argv.end(), {"-i", m_hosts.sshIdentity});
-  if (m_hosts.sshPort != 0) c.argv.insert(c.argv.end(), {"-p", std::to_string(m_hosts.sshPort)});
-  if (!m_hosts.sshUser.empty()) c.argv.insert(c.argv.end(), {"-l", m_hosts.sshUser});
-  c.argv.insert(c.argv.end(), {"--", host, line});
+  WorkerInvocation w(worker);
+  w.steps.clear();  // its records come back over the connection, steps included
+  w.stepsLimit = 0;
+  c.argv = remoteWorkerArgs(w, m_worker, c.host, m_address, m_hosts.interface);
   return c;
+}
+
+RankCommand SshStarter::agentCommand(const std::string& host) const {
+  RankCommand c;
+  c.host = host;
+  c.remote = true;
+  c.connectionLostCode = 255;
+  // exec: the agent reports each rank's end itself; its own is the session's.
+  c.argv = sshArgv(host, "exec " + quoteForShell(m_worker) + " --agent");
+  return c;
+}
+
+std::vector<std::string> SshStarter::sshArgv(const std::string& host, const std::string& remoteLine) const {
+  const int alive = m_hosts.aliveIntervalS;
+  std::vector<std::string> argv = {m_ssh, "-T",
+                                   "-o",  "BatchMode=yes",
+                                   "-o",  "ServerAliveInterval=" + std::to_string(alive),
+                                   "-o",  "ServerAliveCountMax=3",
+                                   "-o",  "ConnectTimeout=" + std::to_string(std::max(5, 3 * alive)),
+                                   "-o",  "LogLevel=ERROR"};
+  if (!m_hosts.sshConfig.empty()) argv.insert(argv.end(), {"-F", m_hosts.sshConfig});
+  if (!m_hosts.sshIdentity.empty()) argv.insert(argv.end(), {"-i", m_hosts.sshIdentity});
+  if (m_hosts.sshPort != 0) argv.insert(argv.end(), {"-p", std::to_string(m_hosts.sshPort)});
+  if (!m_hosts.sshUser.empty()) argv.insert(argv.end(), {"-l", m_hosts.sshUser});
+  argv.insert(argv.end(), {"--", host, remoteLine});
+  return argv;
 }
 
 }  // namespace ptw::core

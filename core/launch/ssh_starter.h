@@ -3,28 +3,33 @@
 // launcher "ssh"; docs/multihost.md).
 //
 // Note [Remote ranks]
-// A rank on another host is `ssh -T -o BatchMode=yes ... -- HOST 'ptw-worker' ARGS...; exit $?`,
-// a child of the launcher like a local rank, in the run's process group. Every argument of the
-// remote command is single-quoted for the remote POSIX shell (quoteForShell), so no profile value
-// is ever interpreted by it; the host itself is checked to be a plain host name or IPv4 address
-// (plausibleHostName) and follows `--`, so ssh cannot take it for an option.
+// The ranks on another host are started by that host's agent (Note [Host agent] in
+// host_agent.h), one a host: `ssh -T -o BatchMode=yes ... -- HOST exec 'ptw-worker' --agent`, a
+// child of the launcher like a local rank, in the run's process group. The agent's path is
+// single-quoted for the remote POSIX shell (quoteForShell); the ranks' command lines travel in
+// the agent's request, as data, so no profile value is ever interpreted by a shell. The host
+// itself is checked to be a plain host name or IPv4 address (plausibleHostName) and follows
+// `--`, so ssh cannot take it for an option.
 //
-// - Records: there is no descriptor 3 across a connection. The worker is started with
-//   `--remote`: it writes its binary record frames to its stdout, which becomes the ssh
-//   process's stdout, the rank's record pipe here; anything else that would write to its stdout
-//   (a library's print) goes to stderr, which carries the log lines, ssh's own included.
-// - Steps: the ranks append their step blocks to the run's step file at the same path as here
-//   (Note [Ranks write their steps]); the hosts need the run folder on a shared filesystem. A
-//   rank that cannot see the run's profile says so, naming its host, and exits 2.
-// - Stop: stdin is the control line. The launcher writes "stop\n" where a local rank gets SIGTERM
-//   (the rank finishes its step with the others and checkpoints); SIGKILL ends the ssh process.
-// - Lifetime: a remote worker exits at once when its stdin reaches end of file, that is when its
+// - Records: there is no descriptor 3 across a connection. Each worker is started with
+//   `--remote`: it writes its binary record frames to its stdout, which the agent reads and
+//   sends on tagged with the rank; anything else that would write to its stdout (a library's
+//   print) goes to its stderr, the rank's log, which the agent sends on line by line.
+// - Files: the profile travels in the agent's request and the records, steps included, come
+//   back over the connection; the hosts share only what the ranks read and write themselves
+//   (data, model files, checkpoints, stacks answers: docs/multihost.md).
+// - Stop: the agent is told the signal a local rank would get ("signal N"), and sends it to
+//   each rank's process group; SIGKILL is told too, and ssh itself is killed if the agent has
+//   not ended 3 s later.
+// - Lifetime: the agent kills its ranks when its stdin reaches end of file, that is when its
 //   connection is gone: the launcher killed ssh, ptw died (ssh dies with it: Note [Worker
 //   lifetime]), or the sshd on its host dropped the session (ClientAliveInterval on the hosts
-//   bounds how long a silent connection lasts).
-// - Exits: the remote shell waits for the worker (the `; exit $?`, so no exec), so a worker killed
-//   by signal N comes back as status 128+N, and 255 is ssh's alone: the connection failed or was
-//   lost (ServerAliveInterval × 3 without an answer). Each is named with the rank's host.
+//   bounds how long a silent connection lasts). A worker also exits when its own control line,
+//   a pipe from the agent, ends.
+// - Exits: each rank's exit code or signal comes in the agent's Exit frame. A rank the agent did
+//   not report (the agent or its connection gone) ends as ssh did: 255 is ssh's alone, the
+//   connection failed or was lost (ServerAliveInterval × 3 without an answer). Each is named with
+//   the rank's host.
 //
 // Note [Rendezvous port]
 // Rank 0's TCPStore listens on the rendezvous port on every interface of rank 0's host. Before
@@ -57,7 +62,12 @@ class SshStarter final : public RankStarter {
   SshStarter(HostsSpec hosts, std::vector<std::string> rankHosts, std::string localWorker);
 
   RankCommand command(int rank, const WorkerInvocation& worker) const override;
+  RankCommand agentCommand(const std::string& host) const override;
   int rendezvousPort() const override { return m_port; }
+  /// The host of rank (or slot) `rank`.
+  const std::string& hostOf(int rank) const;
+  /// The ssh command line that runs `remoteLine` (for the remote shell) on `host`.
+  std::vector<std::string> sshArgv(const std::string& host, const std::string& remoteLine) const;
   /// Where the ranks meet: hosts.address, else the first host.
   const std::string& address() const { return m_address; }
 

@@ -307,8 +307,7 @@ void askRemote(Job& job, const StackTarget& t) {
     return;
   }
   ::unlink(t.nativeFile.c_str());
-  static const char kAsk[] = "stacks\n";
-  if (::write(t.controlFd, kAsk, sizeof kAsk - 1) != static_cast<ssize_t>(sizeof kAsk - 1)) {
+  if (::write(t.controlFd, t.ask.data(), t.ask.size()) != static_cast<ssize_t>(t.ask.size())) {
     job.out.note = "host " + t.host + " cannot be asked: " + std::strerror(errno);
     return;
   }

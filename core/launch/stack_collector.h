@@ -32,6 +32,7 @@ struct StackTarget {
   std::string pythonPrefix = "";  ///< a command rank's PTW_STACKS_FILE; "" for ptw's own ranks
   std::string nativeFile = "";    ///< where ptw's own rank writes its frames (nativeStacksFile); "" for command ranks
   int controlFd = -1;             ///< a remote rank's control line, to ask it there; -1: none (srun, local)
+  std::string ask = "stacks\n";   ///< what asks it there: "stacks R" to a host agent (Note [Host agent])
 };
 
 /// What was taken of one rank.

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/version.h"
 #include "launch/host_agent.h"
 
 using namespace ptw::core;
@@ -162,6 +163,108 @@ class TestHostAgent : public QObject {
     QCOMPARE(ranks[2][AgentFrame::Exit], std::vector<std::string>{"code 127"});
     QCOMPARE(ranks[2][AgentFrame::Log],
              std::vector<std::string>{"error: the host agent cannot start a rank's program"});
+  }
+
+  // "stacks R" reaches rank R's own control line, and no other rank's.
+  void aStacksLineReachesOnlyItsRank() {
+    const std::string readLine = "line=$(timeout 2 head -n 1); echo \"got:$line\" >&2";
+    const AgentRun run = runAgent({shell(0, readLine), shell(1, readLine)}, "stacks 1\n", true);
+    auto ranks = byRank(run.frames);
+    QCOMPARE(ranks[1][AgentFrame::Log], std::vector<std::string>{"got:stacks"});
+    QCOMPARE(ranks[0][AgentFrame::Log], std::vector<std::string>{"got:"});
+  }
+
+  // ptw's request comes back as it was sent, and the control line after it is left unread.
+  void aRequestRoundTripsAndLeavesTheControlLines() {
+    const AgentRequest sent{
+        "9.9.9", "{\"name\": \"it's\"}\n", {AgentRank{3, {"/w", "--rank", "3"}}, AgentRank{4, {"/w"}}}};
+    int in[2];
+    QVERIFY(::pipe(in) == 0);
+    const std::string bytes = encodeAgentRequest(sent) + "signal 2\n";
+    QCOMPARE(::write(in[1], bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+    ::close(in[1]);
+    const AgentRequest got = readAgentRequest(in[0]);
+    QCOMPARE(got.version, sent.version);
+    QCOMPARE(got.profile, sent.profile);
+    QCOMPARE(got.ranks.size(), std::size_t{2});
+    QCOMPARE(got.ranks[0].rank, 3);
+    QCOMPARE(got.ranks[0].argv, sent.ranks[0].argv);
+    QCOMPARE(got.ranks[1].argv, sent.ranks[1].argv);
+    char rest[32] = {0};
+    QCOMPARE(::read(in[0], rest, sizeof rest), ssize_t{9});
+    QCOMPARE(QString(rest), QString("signal 2\n"));
+    ::close(in[0]);
+  }
+
+  // A request that is no request, or from another build, is refused before any rank starts:
+  // exit code 2 and one line saying why.
+  void aRequestItCannotServeIsRefused_data() {
+    QTest::addColumn<QByteArray>("input");
+    QTest::addColumn<QString>("said");
+    QTest::newRow("another build") << QByteArray::fromStdString(
+                                          encodeAgentRequest({"0.0.1", "{}", {AgentRank{0, {"/bin/true"}}}}))
+                                   << QString(", and ptw 0.0.1 sent the run; every host needs the same ptw build");
+    QTest::newRow("no request") << QByteArray("hello\n")
+                                << QString("expected \"ptw-agent-request LENGTH\" on the agent's input, got \"hello\"");
+    QTest::newRow("nothing") << QByteArray() << QString("no request from ptw on the agent's input");
+  }
+  void aRequestItCannotServeIsRefused() {
+    QFETCH(QByteArray, input);
+    QFETCH(QString, said);
+    int in[2], out[2], err[2];
+    QVERIFY(::pipe(in) == 0 && ::pipe(out) == 0 && ::pipe(err) == 0);
+    QCOMPARE(::write(in[1], input.data(), input.size()), static_cast<ssize_t>(input.size()));
+    ::close(in[1]);
+    QCOMPARE(hostAgentMain(in[0], out[1], err[1]), 2);
+    ::close(out[1]), ::close(err[1]), ::close(in[0]);
+    char buf[4096] = {0};
+    QCOMPARE(::read(out[0], buf, sizeof buf), ssize_t{0});  // no frame: no rank started
+    const ssize_t n = ::read(err[0], buf, sizeof buf - 1);
+    ::close(out[0]), ::close(err[0]);
+    const QString line = QString::fromUtf8(buf, static_cast<int>(std::max<ssize_t>(n, 0)));
+    QVERIFY2(line.startsWith("error: ptw-worker --agent on ") && line.contains(said) && line.count('\n') == 1,
+             qPrintable(line));
+  }
+
+  // The ranks read the profile ptw sent from a folder of the agent's own, which is gone when
+  // the agent returns.
+  void theRanksReadTheProfileSentAndItGoesAfterwards() {
+    QTemporaryDir dir;
+    const QString program = dir.filePath("rank.sh");
+    QFile f(program);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write(
+        "#!/bin/sh\nwhile [ $# -gt 0 ]; do\n  if [ \"$1\" = --profile ]; then echo \"at:$2\" >&2; cat \"$2\" >&2; fi\n"
+        "  shift\ndone\n");
+    f.close();
+    f.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+    const std::string worker = program.toStdString();
+    const AgentRequest request{ptw::kVersion,
+                               "{\"name\": \"sent\"}\n",
+                               {AgentRank{1, {worker, "--profile", "/nowhere/profile.json", "--rank", "1"}}}};
+    int in[2], out[2];
+    QVERIFY(::pipe(in) == 0 && ::pipe(out) == 0);
+    const std::string bytes = encodeAgentRequest(request);
+    QCOMPARE(::write(in[1], bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+    AgentStreamDecoder decoder;
+    std::vector<AgentFrame> frames;
+    std::thread reader([&] {
+      char buf[512];
+      for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;)
+        decoder.feed(buf, static_cast<std::size_t>(n), [&](const AgentFrame& fr) { frames.push_back(fr); });
+    });
+    const int code = hostAgentMain(in[0], out[1], 2);
+    ::close(out[1]);
+    reader.join();
+    ::close(out[0]), ::close(in[0]), ::close(in[1]);
+    QCOMPARE(code, 0);
+    auto ranks = byRank(frames);
+    const auto& log = ranks[1][AgentFrame::Log];
+    QCOMPARE(log.size(), std::size_t{2});
+    QVERIFY2(log[0].rfind("at:", 0) == 0 && log[0].find("/nowhere/") == std::string::npos, log[0].c_str());
+    QCOMPARE(log[1], std::string("{\"name\": \"sent\"}"));
+    QVERIFY2(!QFile::exists(QString::fromStdString(log[0].substr(3))), "the profile is left on the host");
+    QCOMPARE(ranks[1][AgentFrame::Exit], std::vector<std::string>{"code 0"});
   }
 };
 

@@ -137,14 +137,14 @@ class TestMultihost : public QObject {
     return p;
   }
 
-  // No ptw-worker and no python3 of a run in any of the namespaces, within `seconds`.
+  // No ptw-worker (rank or agent), python3 or ssh of a run in any of the namespaces, within `seconds`.
   bool noProcessLeft(int seconds, QString& left) {
     QElapsedTimer t;
     t.start();
     for (;;) {
       left.clear();
       for (const char* n : {"ctl", "h1", "h2"})
-        for (const QByteArray name : {"ptw-worker", "python3"})
+        for (const QByteArray name : {"ptw-worker", "python3", "ssh"})
           for (const auto& pid : processesIn(ns(n), name))
             left += QStringLiteral(" %1:%2(%3)").arg(n, pid, QString::fromLatin1(name));
       if (left.isEmpty()) return true;
@@ -180,20 +180,10 @@ class TestMultihost : public QObject {
     return test::finishHeadless(ptw, summary, 180000);
   }
 
-  // No ptw-worker in any of the namespaces, within `seconds` (a host cut off ends its ranks
-  // when its sshd gives the session up: ClientAliveInterval 1 × 3).
-  bool noWorkersLeft(int seconds, QString& left) {
-    QElapsedTimer t;
-    t.start();
-    for (;;) {
-      left.clear();
-      for (const char* n : {"ctl", "h1", "h2"})
-        for (const auto& pid : workersIn(ns(n))) left += QStringLiteral(" %1:%2").arg(n, pid);
-      if (left.isEmpty()) return true;
-      if (t.elapsed() > seconds * 1000) return false;
-      QThread::msleep(200);
-    }
-  }
+  // No process of a run in any of the namespaces, within `seconds`: noProcessLeft, the
+  // agents and ssh included (a host cut off ends its ranks when its sshd gives the session up:
+  // ClientAliveInterval 1 × 3).
+  bool noWorkersLeft(int seconds, QString& left) { return noProcessLeft(seconds, left); }
 
  private slots:
   void initTestCase() {
@@ -273,6 +263,8 @@ class TestMultihost : public QObject {
     QTest::newRow("another build") << "old-worker" << false << anotherBuild;
     QTest::newRow("no worker there") << "missing-worker" << false << "hosts.hosts: host " + kH1 + " cannot run ";
     QTest::newRow("a script, another build") << "old-worker" << true << anotherBuild;
+    QTest::newRow("no host agent") << "agentless-worker" << false
+                                   << "hosts.hosts: host " + kH1 + " runs a ptw-worker without the host agent (";
   }
   void aHostWithoutThisWorkerIsNamedBeforeStart() {
     QFETCH(QString, worker);
@@ -284,6 +276,12 @@ class TestMultihost : public QObject {
     script.write("#!/bin/sh\necho ptw-worker 0.0.1\n");
     script.close();
     script.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+    QFile agentless(m_hosts.dir + "/agentless-worker");  // this build's version, and no --agent: a build before it
+    QVERIFY(agentless.open(QIODevice::WriteOnly));
+    agentless.write("#!/bin/sh\n[ \"$1\" = --version ] && { echo ptw-worker " + QByteArray(kVersion) +
+                    "; exit 0; }\necho \"error: unknown flag $1\" >&2\nexit 2\n");
+    agentless.close();
+    agentless.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
     Profile p = isScript ? scriptProfile(20) : hostsProfile(20);
     p.hosts.worker = (m_hosts.dir + "/" + worker).toStdString();
     Run run = runPtw(p, QStringLiteral("preflight"));
@@ -324,6 +322,56 @@ class TestMultihost : public QObject {
     QCOMPARE(runFolders(), before);
     QString left;
     QVERIFY2(noWorkersLeft(1, left), qPrintable("ptw-worker left running:" + left));
+  }
+
+  // Note [Host agent]: 2 hosts × 2 ranks take one ssh connection a host, not one a rank, for
+  // ptw's own ranks and a script's alike; a stop (SIGINT to ptw) reaches every rank through
+  // its host's agent, the run ends stopped, and nothing of it is left: no process in any
+  // namespace, no folder of an agent.
+  void oneConnectionPerHostAndAStopReachesEveryRank_data() {
+    QTest::addColumn<bool>("isScript");
+    QTest::newRow("ddp") << false;
+    QTest::newRow("script") << true;
+  }
+  void oneConnectionPerHostAndAStopReachesEveryRank() {
+    QFETCH(bool, isScript);
+    const auto agentFolders = [] {
+      return QDir(QDir::tempPath()).entryList({QStringLiteral("ptw-agent-*")}, QDir::Dirs).size();
+    };
+    const auto foldersBefore = agentFolders();
+    QStringList ssh, agents;
+    int ranksSeen = 0;
+    Run run = runPtw(isScript ? scriptProfile(1000000) : hostsProfile(1000000),
+                     isScript ? QStringLiteral("one-conn-script") : QStringLiteral("one-conn"), {}, [&] {
+                       // Bounded: every rank's process is up within 30 s, or the counts below fail.
+                       const QByteArray rankName = isScript ? "python3" : "ptw-worker";
+                       const int perHost = isScript ? 2 : 3;  // ptw's own ranks: the agent is a ptw-worker too
+                       QElapsedTimer t;
+                       t.start();
+                       while (t.elapsed() < 30000 && (processesIn(ns("h1"), rankName).size() < perHost ||
+                                                      processesIn(ns("h2"), rankName).size() < perHost))
+                         QThread::msleep(200);
+                       QThread::msleep(1000);
+                       ssh = processesIn(ns("ctl"), "ssh");
+                       for (const char* h : {"h1", "h2"}) {
+                         for (const auto& pid : processesIn(ns(h), "ptw-worker")) {
+                           QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));
+                           if (cmdline.open(QIODevice::ReadOnly) && cmdline.readAll().split('\0').contains("--agent"))
+                             agents << QStringLiteral("%1:%2").arg(h, pid);
+                         }
+                         ranksSeen += processesIn(ns(h), rankName).size() - (isScript ? 0 : 1);
+                       }
+                       for (const auto& pid : processesIn(ns("ctl"), "ptw"))
+                         QProcess::execute(QStringLiteral("kill"), {QStringLiteral("-INT"), pid});
+                     });
+    QCOMPARE(ssh.size(), 2);     // one connection a host
+    QCOMPARE(agents.size(), 2);  // one agent a host
+    QCOMPARE(ranksSeen, 4);
+    QCOMPARE(run.summary.value("status").toString(), QStringLiteral("stopped"));
+    QCOMPARE(run.exitCode, 5);
+    QString left;
+    QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
+    QCOMPARE(agentFolders(), foldersBefore);
   }
 
   // A remote rank killed by a signal is named with its host; the others are stopped, on

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// The ssh launcher's command line (Note [Remote ranks] in core/launch/ssh_starter.h): every
-// argument quoted for the remote shell, batch mode, the host after `--`.
+// The ssh launcher's command lines (Note [Remote ranks] in core/launch/ssh_starter.h): the agent's
+// path quoted for the remote shell, batch mode, the host after `--`; each rank's worker command.
 #include <QProcess>
 #include <QtTest>
 
@@ -38,7 +38,9 @@ class TestSshStarter : public QObject {
     QCOMPARE(QString::fromUtf8(sh.readAllStandardOutput()), value);
   }
 
-  // The ssh command: batch mode, keep-alives, the host after `--`, one remote command line.
+  // The ssh command, one a host (Note [Host agent]): batch mode, keep-alives, the host after
+  // `--`, one remote command line that runs the agent; a rank's command line is the worker's
+  // there, sent to the agent, its records and steps coming back over the connection.
   void sshCommandIsBatchModeWithTheHostAfterDashes() {
     HostsSpec h;
     h.launcher = "ssh";
@@ -46,22 +48,30 @@ class TestSshStarter : public QObject {
     h.interface = "ib0";
     h.port = 29555;
     h.sshUser = "alice";
-    SshStarter starter(h, {"node1", "node2"}, "/opt/ptw/ptw-worker");
+    SshStarter starter(h, {"node1", "node2"}, "/opt/ptw/ptw worker");
     QCOMPARE(starter.rendezvousPort(), 29555);
     QCOMPARE(starter.address(), std::string("node1"));
-    const RankCommand c =
-        starter.command(1, WorkerInvocation("/opt/ptw/ptw-worker").setProfile("/runs/a b/profile.json"));
-    QVERIFY(c.remote);
-    QCOMPARE(c.host, std::string("node2"));
-    const auto& a = c.argv;
+    const RankCommand agent = starter.agentCommand("node2");
+    QVERIFY(agent.remote);
+    QCOMPARE(agent.host, std::string("node2"));
+    QCOMPARE(agent.connectionLostCode, 255);
+    const auto& a = agent.argv;
     QVERIFY(std::find(a.begin(), a.end(), "BatchMode=yes") != a.end());
     QVERIFY(std::find(a.begin(), a.end(), "-T") != a.end());
     QVERIFY(std::find(a.begin(), a.end(), "ServerAliveInterval=5") != a.end());
     const auto dashes = std::find(a.begin(), a.end(), "--");
     QVERIFY(dashes != a.end() && dashes + 3 == a.end());
     QCOMPARE(*(dashes + 1), std::string("node2"));
-    QCOMPARE(*(dashes + 2), std::string("'/opt/ptw/ptw-worker' '--profile' '/runs/a b/profile.json' '--remote' 'node2' "
-                                        "'--master' 'node1' '--interface' 'ib0'; exit $?"));
+    QCOMPARE(*(dashes + 2), std::string("exec '/opt/ptw/ptw worker' --agent"));
+
+    WorkerInvocation worker("/opt/ptw/ptw-worker");
+    worker.setProfile("/runs/a b/profile.json").setRank(1);
+    worker.steps = "/runs/runs.blocks/7";
+    const RankCommand c = starter.command(1, worker);
+    QVERIFY(c.remote && c.viaAgent);
+    QCOMPARE(c.host, std::string("node2"));
+    QCOMPARE(c.argv, (std::vector<std::string>{"/opt/ptw/ptw worker", "--profile", "/runs/a b/profile.json", "--rank",
+                                               "1", "--remote", "node2", "--master", "node1", "--interface", "ib0"}));
   }
 
   // Each launcher's ranks start through its own starter: here, or through ssh on the port given.
