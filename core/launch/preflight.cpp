@@ -67,6 +67,17 @@ HostAnswer askHost(const SshStarter& starter, int slot, const WorkerInvocation& 
   return a;
 }
 
+// Runs the shell line `line` on slot's host through the run's own ssh command, as askHost.
+HostAnswer askHostLine(const SshStarter& starter, int slot, const std::string& line) {
+  RankCommand c = starter.command(slot, WorkerInvocation());
+  c.argv.back() = line;
+  std::string out;
+  HostAnswer a;
+  a.code = runProgram(c.argv, 20.0, out);
+  a.said = lastLine(out);
+  return a;
+}
+
 std::string unreachable(const std::string& host, const std::string& said) {
   return "hosts.hosts: cannot reach host " + host + " with ssh in batch mode" +
          (said.empty() ? std::string(" (no answer within 20 s)") : ": " + said) +
@@ -90,7 +101,64 @@ std::string remoteWorker(const Profile& profile, const std::string& workerPath) 
   return profile.hosts.worker.empty() ? workerPath : profile.hosts.worker;
 }
 
+// The nearest folder of `path` (itself included) that exists here: a runs directory a first
+// run will make is checked through the folder it will be made in.
+std::string existingFolder(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  while (!p.empty() && !std::filesystem::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
+  return p.string();
+}
+
 }  // namespace
+
+std::vector<SharedPath> sharedPaths(const Profile& profile, const std::string& runsDir) {
+  // The ranks on other hosts read and write these at the paths this machine gives them, and
+  // nothing copies them there (docs/multihost.md, "Paths every host must see").
+  std::vector<SharedPath> paths;
+  if (!runsDir.empty()) paths.push_back({"runs directory", existingFolder(runsDir)});
+  const auto add = [&paths](const char* field, const std::string& path) {
+    if (!path.empty()) paths.push_back({field, path});
+  };
+  if (strategyOf(profile).runsCommand) {
+    add("command.cwd", profile.command.cwd);
+    // A bare name is looked up on each host's PATH; a path is the file itself.
+    const std::string& program = profile.command.program;
+    if (program.find('/') != std::string::npos)
+      add("command.program", program.front() == '/' || profile.command.cwd.empty()
+                                 ? program
+                                 : (std::filesystem::path(profile.command.cwd) / program).lexically_normal().string());
+  } else {
+    add("data.path", profile.data.path);
+    add("data.labels_path", profile.data.labelsPath);
+    add("model.path", profile.model.path);
+  }
+  add("run.resume_from", profile.run.resumeFrom);
+  return paths;
+}
+
+std::string sharedPathsProblem(const Profile& profile, const std::string& runsDir, const std::string& workerPath) {
+  const std::vector<SharedPath> paths = sharedPaths(profile, runsDir);
+  const std::vector<std::string> hosts = hostNames(profile);
+  if (paths.empty() || hosts.empty()) return "";
+  // One ssh command a host: the first path it cannot see, printed, and exit 3.
+  std::string line = "for p in";
+  for (const auto& p : paths) line += " " + quoteForShell(p.path);
+  line += "; do [ -e \"$p\" ] || { printf '%s\\n' \"$p\"; exit 3; }; done";
+  const SshStarter starter = checkStarter(profile, hosts, workerPath);
+  for (std::size_t i = 0; i < hosts.size(); ++i) {
+    const HostAnswer a = askHostLine(starter, static_cast<int>(i), line);
+    if (a.code == 255 || a.code < 0) return unreachable(hosts[i], a.said);
+    if (a.code == 0) continue;
+    for (const auto& p : paths)
+      if (p.path == a.said)
+        return p.field + ": host " + hosts[i] + " cannot see " + p.path +
+               "; every host needs it at the same path, on a filesystem they share (docs/multihost.md)";
+    return "hosts.hosts: host " + hosts[i] + " could not check the paths the ranks need" +
+           (a.said.empty() ? std::string() : ": " + a.said) + " (docs/multihost.md)";
+  }
+  return "";
+}
 
 std::string rendezvousPortProblem(const Profile& profile, const std::string& workerPath, int& port) {
   const std::vector<std::string> hosts = hostNames(profile);
@@ -118,7 +186,8 @@ std::string rendezvousPortProblem(const Profile& profile, const std::string& wor
   return "";
 }
 
-std::string hostsProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort) {
+std::string hostsProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort,
+                         const std::string& runsDir) {
   const LauncherInfo* launcher = findLauncher(profile.hosts.launcher);
   if (!launcher || launcher->kind == LauncherKind::Local) return "";
   if (launcher->kind == LauncherKind::Slurm) return slurmProblem(profile);
@@ -140,6 +209,7 @@ std::string hostsProblem(const Profile& profile, const std::string& workerPath, 
              (a.said.empty() ? std::string("an unknown ptw-worker") : a.said) + ", this machine " + expected +
              "; every host needs the same ptw build";
   }
+  if (std::string problem = sharedPathsProblem(profile, runsDir, workerPath); !problem.empty()) return problem;
   int port = 0;
   if (std::string problem = rendezvousPortProblem(profile, workerPath, port); !problem.empty()) return problem;
   if (rendezvousPort) *rendezvousPort = port;
@@ -206,11 +276,12 @@ std::string pythonProblem(const Profile& profile, double limitS) {
                                     "command.program to a Python that has torch"));
 }
 
-std::string runProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort) {
+std::string runProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort,
+                       const std::string& runsDir) {
   if (std::string problem = dataFileProblem(profile.data); !problem.empty()) return problem;
   if (std::string problem = deviceProblem(profile, workerPath); !problem.empty()) return problem;
   if (std::string problem = pythonProblem(profile); !problem.empty()) return problem;
-  return hostsProblem(profile, workerPath, rendezvousPort);
+  return hostsProblem(profile, workerPath, rendezvousPort, runsDir);
 }
 
 }  // namespace ptw::core
