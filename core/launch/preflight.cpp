@@ -67,17 +67,6 @@ HostAnswer askHost(const SshStarter& starter, int slot, const WorkerInvocation& 
   return a;
 }
 
-// Runs the shell line `line` on slot's host through the run's own ssh command, as askHost.
-HostAnswer askHostLine(const SshStarter& starter, int slot, const std::string& line) {
-  RankCommand c = starter.command(slot, WorkerInvocation());
-  c.argv.back() = line;
-  std::string out;
-  HostAnswer a;
-  a.code = runProgram(c.argv, 20.0, out);
-  a.said = lastLine(out);
-  return a;
-}
-
 std::string unreachable(const std::string& host, const std::string& said) {
   return "hosts.hosts: cannot reach host " + host + " with ssh in batch mode" +
          (said.empty() ? std::string(" (no answer within 20 s)") : ": " + said) +
@@ -137,29 +126,6 @@ std::vector<SharedPath> sharedPaths(const Profile& profile, const std::string& r
   return paths;
 }
 
-std::string sharedPathsProblem(const Profile& profile, const std::string& runsDir, const std::string& workerPath) {
-  const std::vector<SharedPath> paths = sharedPaths(profile, runsDir);
-  const std::vector<std::string> hosts = hostNames(profile);
-  if (paths.empty() || hosts.empty()) return "";
-  // One ssh command a host: the first path it cannot see, printed, and exit 3.
-  std::string line = "for p in";
-  for (const auto& p : paths) line += " " + quoteForShell(p.path);
-  line += "; do [ -e \"$p\" ] || { printf '%s\\n' \"$p\"; exit 3; }; done";
-  const SshStarter starter = checkStarter(profile, hosts, workerPath);
-  for (std::size_t i = 0; i < hosts.size(); ++i) {
-    const HostAnswer a = askHostLine(starter, static_cast<int>(i), line);
-    if (a.code == 255 || a.code < 0) return unreachable(hosts[i], a.said);
-    if (a.code == 0) continue;
-    for (const auto& p : paths)
-      if (p.path == a.said)
-        return p.field + ": host " + hosts[i] + " cannot see " + p.path +
-               "; every host needs it at the same path, on a filesystem they share (docs/multihost.md)";
-    return "hosts.hosts: host " + hosts[i] + " could not check the paths the ranks need" +
-           (a.said.empty() ? std::string() : ": " + a.said) + " (docs/multihost.md)";
-  }
-  return "";
-}
-
 std::string rendezvousPortProblem(const Profile& profile, const std::string& workerPath, int& port) {
   const std::vector<std::string> hosts = hostNames(profile);
   PTW_CHECK(!hosts.empty(), "hosts.hosts: the ssh launcher needs at least one host");
@@ -186,6 +152,43 @@ std::string rendezvousPortProblem(const Profile& profile, const std::string& wor
   return "";
 }
 
+namespace {
+
+// What checkHost prints before a path its host cannot see.
+constexpr const char* kUnseen = "ptw-check: cannot see ";
+
+// What a host answers to `worker --version` and, when that ran, `[ -e PATH ]` for each of
+// `paths`, in one ssh command: a connection costs far more than either check.
+struct HostCheck : HostAnswer {
+  std::string unseen;  ///< the first of `paths` the host cannot see; "" when it sees them all
+};
+HostCheck checkHost(const SshStarter& starter, int slot, const std::string& worker,
+                    const std::vector<SharedPath>& paths) {
+  WorkerInvocation version(worker);
+  version.version = true;
+  std::string line;
+  for (const auto& a : version.toArgs()) line += (line.empty() ? "" : " ") + quoteForShell(a);
+  if (!paths.empty()) {
+    line += " || exit $?; for p in";
+    for (const auto& p : paths) line += " " + quoteForShell(p.path);
+    line += std::string("; do [ -e \"$p\" ] || { printf '") + kUnseen + "%s\\n' \"$p\"; exit 0; }; done";
+  }
+  RankCommand c = starter.command(slot, WorkerInvocation());
+  c.argv.back() = line;
+  std::string out;
+  HostCheck h;
+  h.code = runProgram(c.argv, 20.0, out);
+  h.said = lastLine(out);
+  if (h.code == 0 && h.said.rfind(kUnseen, 0) == 0) {  // the version is the line before
+    h.unseen = h.said.substr(std::string(kUnseen).size());
+    out.resize(out.rfind(kUnseen));
+    h.said = lastLine(out);
+  }
+  return h;
+}
+
+}  // namespace
+
 std::string hostsProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort,
                          const std::string& runsDir) {
   const LauncherInfo* launcher = findLauncher(profile.hosts.launcher);
@@ -196,10 +199,9 @@ std::string hostsProblem(const Profile& profile, const std::string& workerPath, 
   const SshStarter starter = checkStarter(profile, hosts, workerPath);
   const std::string worker = remoteWorker(profile, workerPath);
   const std::string expected = std::string("ptw-worker ") + kVersion;
-  WorkerInvocation version(worker);
-  version.version = true;
+  const std::vector<SharedPath> paths = sharedPaths(profile, runsDir);
   for (std::size_t i = 0; i < hosts.size(); ++i) {
-    const HostAnswer a = askHost(starter, static_cast<int>(i), version);
+    const HostCheck a = checkHost(starter, static_cast<int>(i), worker, paths);
     if (a.code == 255 || a.code < 0) return unreachable(hosts[i], a.said);
     if (a.code != 0)
       return "hosts.hosts: host " + hosts[i] + " cannot run " + worker + (a.said.empty() ? "" : ": " + a.said) +
@@ -208,8 +210,11 @@ std::string hostsProblem(const Profile& profile, const std::string& workerPath, 
       return "hosts.hosts: host " + hosts[i] + " runs " +
              (a.said.empty() ? std::string("an unknown ptw-worker") : a.said) + ", this machine " + expected +
              "; every host needs the same ptw build";
+    for (const auto& p : paths)
+      if (!a.unseen.empty() && p.path == a.unseen)
+        return p.field + ": host " + hosts[i] + " cannot see " + p.path +
+               "; every host needs it at the same path, on a filesystem they share (docs/multihost.md)";
   }
-  if (std::string problem = sharedPathsProblem(profile, runsDir, workerPath); !problem.empty()) return problem;
   int port = 0;
   if (std::string problem = rendezvousPortProblem(profile, workerPath, port); !problem.empty()) return problem;
   if (rendezvousPort) *rendezvousPort = port;

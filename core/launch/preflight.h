@@ -31,16 +31,12 @@ struct SharedPath {
 /// data.labels_path and model.path when set; run.resume_from when set.
 std::vector<SharedPath> sharedPaths(const Profile& profile, const std::string& runsDir);
 
-/// Whether each host of hosts.hosts sees every one of sharedPaths() (`[ -e PATH ]` there, one
-/// ssh command a host): "" when all do, else the line naming the field, host and path.
-std::string sharedPathsProblem(const Profile& profile, const std::string& runsDir, const std::string& workerPath);
-
 /// For hosts.launcher slurm: srun (and outside an allocation squeue and scancel) on PATH, and
 /// inside one that its nodes hold the run's ranks (Note [SLURM job] in slurm_job.h).
 /// For ranks on other hosts (hosts.launcher ssh): that each host answers ssh in batch mode and
 /// runs ptw-worker of this build (`ptw-worker --version` there, the hosts one at a time, each
-/// bounded by ssh's connect timeout and 20 s), then sharedPathsProblem (with `runsDir`), then
-/// rendezvousPortProblem. "" when all pass,
+/// bounded by ssh's connect timeout and 20 s) and sees every one of sharedPaths(profile,
+/// runsDir) (`[ -e PATH ]`, in the same ssh command), then rendezvousPortProblem. "" when all pass,
 /// `rendezvousPort` (when given) then set to the port checked; "" for the local launcher.
 std::string hostsProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort = nullptr,
                          const std::string& runsDir = "");
