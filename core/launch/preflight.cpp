@@ -55,12 +55,9 @@ struct HostAnswer {
   int code = -1;
   std::string said;
 };
-// `asAgent`: the check asks the host agent (`ptw-worker --agent --version`), not a rank's worker.
-HostAnswer askHost(const SshStarter& starter, int slot, const WorkerInvocation& check, bool asAgent = false) {
-  std::vector<std::string> args = check.toArgs();
-  if (asAgent) args.insert(args.begin() + 1, "--agent");
+HostAnswer askHost(const SshStarter& starter, int slot, const WorkerInvocation& check) {
   std::string line;  // the check alone, not a rank
-  for (const auto& a : args) line += (line.empty() ? "" : " ") + quoteForShell(a);
+  for (const auto& a : check.toArgs()) line += (line.empty() ? "" : " ") + quoteForShell(a);
   std::string out;
   HostAnswer a;
   a.code = runProgram(starter.sshArgv(starter.hostOf(slot), line), 20.0, out);
@@ -91,7 +88,41 @@ std::string remoteWorker(const Profile& profile, const std::string& workerPath) 
   return profile.hosts.worker.empty() ? workerPath : profile.hosts.worker;
 }
 
+// The nearest folder of `path` (itself included) that exists here: a runs directory a first
+// run will make is checked through the folder it will be made in.
+std::string existingFolder(const std::string& path) {
+  std::error_code ec;
+  std::filesystem::path p = std::filesystem::absolute(path, ec);
+  while (!p.empty() && !std::filesystem::exists(p, ec) && p != p.parent_path()) p = p.parent_path();
+  return p.string();
+}
+
 }  // namespace
+
+std::vector<SharedPath> sharedPaths(const Profile& profile, const std::string& runsDir) {
+  // The ranks on other hosts read and write these at the paths this machine gives them, and
+  // nothing copies them there (docs/multihost.md, "Paths every host must see").
+  std::vector<SharedPath> paths;
+  if (!runsDir.empty()) paths.push_back({"runs directory", existingFolder(runsDir)});
+  const auto add = [&paths](const char* field, const std::string& path) {
+    if (!path.empty()) paths.push_back({field, path});
+  };
+  if (strategyOf(profile).runsCommand) {
+    add("command.cwd", profile.command.cwd);
+    // A bare name is looked up on each host's PATH; a path is the file itself.
+    const std::string& program = profile.command.program;
+    if (program.find('/') != std::string::npos)
+      add("command.program", program.front() == '/' || profile.command.cwd.empty()
+                                 ? program
+                                 : (std::filesystem::path(profile.command.cwd) / program).lexically_normal().string());
+  } else {
+    add("data.path", profile.data.path);
+    add("data.labels_path", profile.data.labelsPath);
+    add("model.path", profile.model.path);
+  }
+  add("run.resume_from", profile.run.resumeFrom);
+  return paths;
+}
 
 std::string rendezvousPortProblem(const Profile& profile, const std::string& workerPath, int& port) {
   const std::vector<std::string> hosts = hostNames(profile);
@@ -119,7 +150,45 @@ std::string rendezvousPortProblem(const Profile& profile, const std::string& wor
   return "";
 }
 
-std::string hostsProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort) {
+namespace {
+
+// What checkHost prints before a path its host cannot see.
+constexpr const char* kUnseen = "ptw-check: cannot see ";
+
+// What a host answers to `worker --version` and, when that ran, `[ -e PATH ]` for each of
+// `paths`, in one ssh command: a connection costs far more than either check.
+struct HostCheck : HostAnswer {
+  std::string unseen;  ///< the first of `paths` the host cannot see; "" when it sees them all
+};
+HostCheck checkHost(const SshStarter& starter, int slot, const std::string& worker,
+                    const std::vector<SharedPath>& paths) {
+  WorkerInvocation version(worker);
+  version.version = true;
+  std::vector<std::string> args = version.toArgs();
+  args.insert(args.begin() + 1, "--agent");  // the agent answers: ranks are started through it
+  std::string line;
+  for (const auto& a : args) line += (line.empty() ? "" : " ") + quoteForShell(a);
+  if (!paths.empty()) {
+    line += " || exit $?; for p in";
+    for (const auto& p : paths) line += " " + quoteForShell(p.path);
+    line += std::string("; do [ -e \"$p\" ] || { printf '") + kUnseen + "%s\\n' \"$p\"; exit 0; }; done";
+  }
+  std::string out;
+  HostCheck h;
+  h.code = runProgram(starter.sshArgv(starter.hostOf(slot), line), 20.0, out);
+  h.said = lastLine(out);
+  if (h.code == 0 && h.said.rfind(kUnseen, 0) == 0) {  // the version is the line before
+    h.unseen = h.said.substr(std::string(kUnseen).size());
+    out.resize(out.rfind(kUnseen));
+    h.said = lastLine(out);
+  }
+  return h;
+}
+
+}  // namespace
+
+std::string hostsProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort,
+                         const std::string& runsDir) {
   const LauncherInfo* launcher = findLauncher(profile.hosts.launcher);
   if (!launcher || launcher->kind == LauncherKind::Local) return "";
   if (launcher->kind == LauncherKind::Slurm) return slurmProblem(profile);
@@ -128,10 +197,9 @@ std::string hostsProblem(const Profile& profile, const std::string& workerPath, 
   const SshStarter starter = checkStarter(profile, hosts, workerPath);
   const std::string worker = remoteWorker(profile, workerPath);
   const std::string expected = std::string("ptw-worker ") + kVersion;
-  WorkerInvocation version(worker);
-  version.version = true;
+  const std::vector<SharedPath> paths = sharedPaths(profile, runsDir);
   for (std::size_t i = 0; i < hosts.size(); ++i) {
-    const HostAnswer a = askHost(starter, static_cast<int>(i), version, true);
+    const HostCheck a = checkHost(starter, static_cast<int>(i), worker, paths);
     if (a.code == 255 || a.code < 0) return unreachable(hosts[i], a.said);
     // A build before the host agent refuses the flag (Note [Host agent]).
     if (a.code != 0 && a.said.find("--agent") != std::string::npos)
@@ -144,6 +212,10 @@ std::string hostsProblem(const Profile& profile, const std::string& workerPath, 
       return "hosts.hosts: host " + hosts[i] + " runs " +
              (a.said.empty() ? std::string("an unknown ptw-worker") : a.said) + ", this machine " + expected +
              "; every host needs the same ptw build";
+    for (const auto& p : paths)
+      if (!a.unseen.empty() && p.path == a.unseen)
+        return p.field + ": host " + hosts[i] + " cannot see " + p.path +
+               "; every host needs it at the same path, on a filesystem they share (docs/multihost.md)";
   }
   int port = 0;
   if (std::string problem = rendezvousPortProblem(profile, workerPath, port); !problem.empty()) return problem;
@@ -211,11 +283,12 @@ std::string pythonProblem(const Profile& profile, double limitS) {
                                     "command.program to a Python that has torch"));
 }
 
-std::string runProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort) {
+std::string runProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort,
+                       const std::string& runsDir) {
   if (std::string problem = dataFileProblem(profile.data); !problem.empty()) return problem;
   if (std::string problem = deviceProblem(profile, workerPath); !problem.empty()) return problem;
   if (std::string problem = pythonProblem(profile); !problem.empty()) return problem;
-  return hostsProblem(profile, workerPath, rendezvousPort);
+  return hostsProblem(profile, workerPath, rendezvousPort, runsDir);
 }
 
 }  // namespace ptw::core

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace ptw::core {
 
@@ -18,13 +19,27 @@ std::string coresWarning(const Profile& profile, int cores = -1);
 /// for cpu, and when the worker cannot answer (its ranks then say what is wrong).
 std::string deviceProblem(const Profile& profile, const std::string& workerPath);
 
+/// A path the ranks on other hosts need, and the field (or "runs directory") that names it.
+struct SharedPath {
+  std::string field;
+  std::string path;
+};
+
+/// The paths every host of an ssh run must see, as docs/multihost.md lists them: the runs
+/// directory (the nearest folder of it that exists here, which the run folder is made in);
+/// for a command, command.cwd and command.program when it is a path; else data.path,
+/// data.labels_path and model.path when set; run.resume_from when set.
+std::vector<SharedPath> sharedPaths(const Profile& profile, const std::string& runsDir);
+
 /// For hosts.launcher slurm: srun (and outside an allocation squeue and scancel) on PATH, and
 /// inside one that its nodes hold the run's ranks (Note [SLURM job] in slurm_job.h).
 /// For ranks on other hosts (hosts.launcher ssh): that each host answers ssh in batch mode and
 /// runs the host agent of this build (`ptw-worker --agent --version` there, the hosts one at a
-/// time, each bounded by ssh's connect timeout and 20 s), then rendezvousPortProblem. "" when all pass,
+/// time, each bounded by ssh's connect timeout and 20 s) and sees every one of sharedPaths(profile,
+/// runsDir) (`[ -e PATH ]`, in the same ssh command), then rendezvousPortProblem. "" when all pass,
 /// `rendezvousPort` (when given) then set to the port checked; "" for the local launcher.
-std::string hostsProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort = nullptr);
+std::string hostsProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort = nullptr,
+                         const std::string& runsDir = "");
 
 /// Whether rank 0's host (the first of hosts.hosts) can open the rendezvous port on every
 /// interface, as its TCPStore will (`ptw-worker --check-port` there through the run's ssh;
@@ -42,6 +57,7 @@ std::string pythonProblem(const Profile& profile, double limitS = 60.0);
 /// The profile's data files (dataFileProblem), its device (deviceProblem), its Python
 /// (pythonProblem), then its hosts (hostsProblem, which sets `rendezvousPort`): the first
 /// problem that stops a run, found before any folder is made or rank started.
-std::string runProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort = nullptr);
+std::string runProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort = nullptr,
+                       const std::string& runsDir = "");
 
 }  // namespace ptw::core

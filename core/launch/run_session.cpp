@@ -84,7 +84,9 @@ void RunSession::begin() {
   Launcher::checkWorker(m_options.workerPath);
   if (profile.run.port != 0) Launcher::checkPortFree(profile.run.port);  // before anything is created
   int rendezvousPort = 0;  // across hosts: the port rank 0's host was found to open
-  const std::string problem = runProblem(profile, m_options.workerPath, &rendezvousPort);
+  // A submitted run's folder is there already: the hosts must see it, not the runs directory.
+  const std::string shared = m_options.runFolder.empty() ? m_options.runsDir : m_options.runFolder;
+  const std::string problem = runProblem(profile, m_options.workerPath, &rendezvousPort, shared);
   PTW_CHECK(problem.empty(), problem);
   if (m_options.runFolder.empty()) {
     m_runDir = createRunDirectory(m_options.runsDir, profile);

@@ -12,6 +12,7 @@
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
+#include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -19,6 +20,7 @@
 
 #include <limits>
 #include <map>
+#include <memory>
 #include <thread>
 
 #include <torch/torch.h>
@@ -153,7 +155,84 @@ class TestMultihost : public QObject {
     }
   }
 
+  // torchrun on h1 and h2 (--nnodes 2, --node_rank by host, a static rendezvous at the first
+  // host's data address), running `p`'s command (a Python script, which torchrun runs with its
+  // own Python, /usr/bin/python3 as ptw's command.program) with its arguments; each rank's output goes to
+  // logs/nodeN/*/attempt_0/LOCAL_RANK/stdout.log (--redirects 1: the console copy is only for
+  // failures). "" when both finished with exit code 0 within 120 s, else what they said.
+  QString runTorchrun(const Profile& p, const QString& logs, int port) {
+    QStringList args;
+    for (const auto& a : p.command.args) {
+      QString arg = QString::fromStdString(a);
+      arg.replace("{hyper.lr}", QString::number(p.hyper.lr, 'g', 17))
+          .replace("{hyper.max_steps}", QString::number(p.hyper.maxSteps))
+          .replace("{hyper.batch_size}", QString::number(p.hyper.batchSize))
+          .replace("{hyper.seed}", QString::number(p.hyper.seed));
+      if (arg != "--ptw-metrics") args << arg;  // ptw_metrics reports to ptw alone
+    }
+    std::vector<std::unique_ptr<QProcess>> nodes;
+    for (int node = 0; node < 2; ++node) {
+      auto& torchrun = nodes.emplace_back(std::make_unique<QProcess>());
+      torchrun->setProcessChannelMode(QProcess::MergedChannels);
+      torchrun->setWorkingDirectory(QString::fromStdString(p.command.cwd));
+      // --redirects and --tee 0 (their defaults) fail in torch 1.13 on Python 3.11; 1 works.
+      const QStringList where = {"netns", "exec", ns(node == 0 ? "h1" : "h2"), "env", "GLOO_SOCKET_IFNAME=data"};
+      const QStringList torchrunArgs =
+          QStringLiteral(
+              "/usr/bin/python3 -m torch.distributed.run --nnodes 2 --nproc_per_node 2 "
+              "--rdzv_backend static --master_addr 10.77.3.1 --redirects 1 --tee 1")
+              .split(' ') +
+          QStringList{"--node_rank",         QString::number(node), "--master_port",
+                      QString::number(port), "--log_dir",           logs + "/node" + QString::number(node)};
+      torchrun->start(QStringLiteral("ip"), where + torchrunArgs + args);
+    }
+    QString said;
+    for (auto& torchrun : nodes) {
+      if (!torchrun->waitForFinished(120000)) {
+        torchrun->kill();
+        torchrun->waitForFinished(5000);
+      }
+      if (torchrun->exitStatus() != QProcess::NormalExit || torchrun->exitCode() != 0)
+        said += QString::fromUtf8(torchrun->readAll()) + "\n";
+    }
+    return said;
+  }
+
+  // rank -> step -> loss from the `step N loss X` lines each rank of runTorchrun printed.
+  static std::map<int, std::map<std::int64_t, double>> torchrunLosses(const QString& logs) {
+    std::map<int, std::map<std::int64_t, double>> out;
+    static const QRegularExpression line(QStringLiteral("^step (\\d+) loss (\\S+)$"));
+    for (int node = 0; node < 2; ++node) {
+      QDirIterator it(logs + "/node" + QString::number(node), {QStringLiteral("stdout.log")}, QDir::Files,
+                      QDirIterator::Subdirectories);
+      while (it.hasNext()) {
+        const QString path = it.next();
+        const int rank = node * 2 + QFileInfo(path).dir().dirName().toInt();
+        QFile f(path);
+        if (!f.open(QIODevice::ReadOnly)) continue;
+        for (const auto& l : QString::fromUtf8(f.readAll()).split('\n')) {
+          const auto m = line.match(l.trimmed());
+          if (m.hasMatch()) out[rank][m.captured(1).toLongLong()] = m.captured(2).toDouble();
+        }
+      }
+    }
+    return out;
+  }
+
   using Run = test::HeadlessRun;
+
+  QString m_runsDir;  // runPtw's --runs-dir; "" is runs/ in the hosts' folder
+  QString runsDir() const { return m_runsDir.isEmpty() ? m_hosts.dir + "/runs" : m_runsDir; }
+
+  // Runs `command` (umount, mount) in the second host's mount namespace, sshd's, which every
+  // ssh session there shares: a mount made there hides a folder from that host alone, as a
+  // folder on a disk of its own would be.
+  bool inSecondHostsMounts(const QStringList& command) {
+    QFile pidFile(m_hosts.dir + "/sshd_h2.pid");
+    if (!pidFile.open(QIODevice::ReadOnly)) return false;
+    const QString pid = QString::fromLatin1(pidFile.readAll()).trimmed();
+    return QProcess::execute(QStringLiteral("nsenter"), QStringList{"-t", pid, "-m", "--"} + command) == 0;
+  }
 
   // ptw --headless in the control namespace; `during` runs once the ranks train.
   Run runPtw(const Profile& p, const QString& name, const QStringList& extra = {},
@@ -163,10 +242,17 @@ class TestMultihost : public QObject {
     const QString summary = m_hosts.dir + "/" + name + ".summary.json";
     QProcess ptw;
     ptw.setProcessChannelMode(QProcess::MergedChannels);
-    QStringList args = {
-        QStringLiteral("netns"),      QStringLiteral("exec"),      ns("ctl"), test::binDir() + "/ptw",
-        QStringLiteral("--headless"), QStringLiteral("-p"),        profile,   QStringLiteral("--runs-dir"),
-        m_hosts.dir + "/runs",        QStringLiteral("--summary"), summary};
+    QStringList args = {QStringLiteral("netns"),
+                        QStringLiteral("exec"),
+                        ns("ctl"),
+                        test::binDir() + "/ptw",
+                        QStringLiteral("--headless"),
+                        QStringLiteral("-p"),
+                        profile,
+                        QStringLiteral("--runs-dir"),
+                        runsDir(),
+                        QStringLiteral("--summary"),
+                        summary};
     ptw.start(QStringLiteral("ip"), args + extra);
     if (!ptw.waitForStarted(10000)) return {};
     if (during) {
@@ -205,7 +291,47 @@ class TestMultihost : public QObject {
   }
   void cleanupTestCase() { m_hosts.down(); }
   void init() {
-    if (!m_skip.isEmpty()) QSKIP(qPrintable(m_skip));
+    if (!m_skip.isEmpty() && QByteArray(QTest::currentTestFunction()) != "inAChrootWhoseRootIsNoMountPointItSkips")
+      QSKIP(qPrintable(m_skip));
+  }
+
+  // In a chroot whose / is not a mount point (a debootstrap tree), `ip netns exec` cannot
+  // remount / as a slave: this test, made in one here (a plain folder with this machine's /usr,
+  // /etc, /proc, /dev, /sys, /run and this source and build tree bound into it, in a mount
+  // namespace of its own), is skipped with that reason instead of failing.
+  void inAChrootWhoseRootIsNoMountPointItSkips() {
+    if (::geteuid() != 0) QSKIP("needs root to make a mount namespace and chroot (unshare -m)");
+    if (QStandardPaths::findExecutable(QStringLiteral("unshare")).isEmpty()) QSKIP("needs unshare (util-linux)");
+    if (QByteArray(qgetenv("PTW_IN_TEST_CHROOT")) == "1") QSKIP("already in the test's chroot");
+    QTemporaryDir root(QDir::tempPath() + "/ptw-chroot-XXXXXX");
+    QVERIFY(root.isValid());
+    const QString tree = QFileInfo(test::sourcePath(QStringLiteral("."))).canonicalFilePath();
+    const QString bin = QFileInfo(test::binDir()).canonicalFilePath();
+    QProcess inside;
+    inside.setProcessChannelMode(QProcess::MergedChannels);
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("PTW_IN_TEST_CHROOT", "1");
+    inside.setProcessEnvironment(env);
+    inside.start(QStringLiteral("unshare"),
+                 {"--mount", "--propagation", "private", "bash", "-c",
+                  "set -e; r=$1; src=$2; bin=$3\n"
+                  "for d in usr etc proc dev sys run tmp; do mkdir -p \"$r/$d\"; done\n"
+                  "for d in bin lib lib64 sbin; do [ -L \"/$d\" ] && ln -s \"$(readlink \"/$d\")\" \"$r/$d\"; done\n"
+                  "for d in usr etc proc dev sys run; do mount --rbind \"/$d\" \"$r/$d\"; done\n"
+                  "mkdir -p \"$r$src\" \"$r$bin\"; mount --bind \"$src\" \"$r$src\"; mount --bind \"$bin\" \"$r$bin\"\n"
+                  "set +e; chroot \"$r\" bash \"$src/tests/multihost/netns_hosts.sh\" check; echo \"check: $?\"\n"
+                  "chroot \"$r\" \"$bin/test_multihost\" twoHostsEqualOneProcess; echo \"test: $?\"\n",
+                  "_", root.path(), tree, bin});
+    QVERIFY(inside.waitForFinished(60000));
+    const QString said = QString::fromUtf8(inside.readAll());
+    if (said.startsWith("unshare: ")) QSKIP(qPrintable("cannot make a mount namespace here: " + said.trimmed()));
+    const QString why =
+        "cannot enter a network namespace (ip netns exec failed: \"mount --make-rslave /\" failed: "
+        "Invalid argument; in a chroot, / must be a mount point";
+    QVERIFY2(said.contains(why + ": mount --bind the tree onto itself)\ncheck: 1\n"), qPrintable(said));
+    QVERIFY2(said.contains("SKIP   : TestMultihost::twoHostsEqualOneProcess() multi-host test not run: " + why),
+             qPrintable(said));
+    QVERIFY2(said.contains("test: 0\n"), qPrintable(said));
   }
 
   // 2 hosts × 2 ranks over Gloo, started through ssh, end with the parameters one process
@@ -287,6 +413,51 @@ class TestMultihost : public QObject {
     Run run = runPtw(p, QStringLiteral("preflight"));
     QCOMPARE(run.exitCode, 2);
     QVERIFY2(run.output.contains(expected), qPrintable(run.output));
+    QString left;
+    QVERIFY2(noProcessLeft(1, left), qPrintable("left running:" + left));
+  }
+
+  // A path the ranks need that the second host cannot see (a folder it has a mount of its own
+  // over) is named with its field, the host and the path before anything starts: exit 2, no
+  // run folder, no rank on any host.
+  void aPathTheSecondHostCannotSeeIsNamedBeforeStart_data() {
+    QTest::addColumn<QString>("field");
+    QTest::newRow("runs directory") << "runs directory";
+    QTest::newRow("command.cwd") << "command.cwd";
+    QTest::newRow("command.program") << "command.program";
+    QTest::newRow("run.resume_from") << "run.resume_from";
+  }
+  void aPathTheSecondHostCannotSeeIsNamedBeforeStart() {
+    QFETCH(QString, field);
+    if (QStandardPaths::findExecutable(QStringLiteral("nsenter")).isEmpty())
+      QSKIP("needs nsenter (util-linux) to hide a folder from one host");
+    const QString hidden = m_hosts.dir + "/hidden-" + QString(field).replace(' ', '-');
+    QVERIFY(QDir().mkpath(hidden + "/runs") && QDir().mkpath(hidden + "/work"));
+    for (const char* file : {"/work/train.py", "/runs/checkpoint.pt"}) {  // here, each is there
+      QFile f(hidden + file);
+      QVERIFY(f.open(QIODevice::WriteOnly));
+    }
+    QVERIFY2(inSecondHostsMounts({"mount", "-t", "tmpfs", "-o", "size=1m", "ptwt-hidden", hidden}),
+             "cannot mount over a folder in the second host's namespace");
+    Profile p = field == "run.resume_from" ? hostsProfile(20) : scriptProfile(20);
+    QString path = hidden + "/runs";
+    if (field == "runs directory") m_runsDir = path;
+    if (field == "command.cwd") p.command.cwd = (path = hidden + "/work").toStdString();
+    if (field == "command.program") p.command.program = (path = hidden + "/work/train.py").toStdString();
+    if (field == "run.resume_from") p.run.resumeFrom = (path = hidden + "/runs/checkpoint.pt").toStdString();
+    const QString runs = runsDir();
+    const auto runFolders = [&runs] {  // a run's folder, not the store's own (runs.blocks)
+      return QDir(runs).entryList({QStringLiteral("????????T??????Z-*")}, QDir::Dirs).size();
+    };
+    const auto before = runFolders();
+    Run run = runPtw(p, QStringLiteral("unseen"));
+    m_runsDir.clear();
+    inSecondHostsMounts({"umount", hidden});
+    QCOMPARE(run.exitCode, 2);
+    const QString expected = field + ": host " + kH2 + " cannot see " + path +
+                             "; every host needs it at the same path, on a filesystem they share (docs/multihost.md)";
+    QVERIFY2(run.output.contains(expected), qPrintable(run.output));
+    QCOMPARE(runFolders(), before);
     QString left;
     QVERIFY2(noProcessLeft(1, left), qPrintable("left running:" + left));
   }
@@ -457,6 +628,29 @@ class TestMultihost : public QObject {
     QFile log(run.summary.value("run_dir").toString() + "/rank3.log");
     QVERIFY(log.open(QIODevice::ReadOnly));
     QVERIFY2(log.readAll().contains("[rank 3]"), "rank 3's log came back");
+    QString left;
+    QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
+  }
+
+  // torchrun itself (Debian's torch.distributed.run), started here on the same two hosts with a
+  // static rendezvous on the first, runs the script of aScriptOnTwoHostsStoresWhatItDoesOnOne:
+  // each rank prints the same losses ptw stores for it, exactly. Both give the script the same
+  // rank numbering (hosts in order, a host's ranks in order) and one thread a rank, and Gloo's
+  // all-reduce over the same four ranks adds in the same order, so no tolerance is needed.
+  void torchrunOnTheSameHostsGivesPtwsLosses() {
+    const Profile across = scriptProfile(10);
+    Run run = runPtw(across, QStringLiteral("script-vs-torchrun"));
+    QVERIFY2(run.exitCode == 0, qPrintable(run.output));
+    const auto byPtw = storedLosses(m_hosts.dir + "/runs", run.summary.value("run_dir").toString());
+    const QString logs = m_hosts.dir + "/torchrun";
+    const QString finished = runTorchrun(across, logs, 29541);
+    QVERIFY2(finished.isEmpty(), qPrintable(finished));
+    const auto byTorchrun = torchrunLosses(logs);
+    QCOMPARE(byTorchrun.size(), std::size_t{4});
+    for (int r = 0; r < 4; ++r) {
+      QCOMPARE(byTorchrun.at(r).size(), std::size_t{10});
+      QCOMPARE(byTorchrun.at(r), byPtw.at(r));
+    }
     QString left;
     QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
   }
