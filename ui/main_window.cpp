@@ -123,6 +123,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new 
   m_drainTimer = new QTimer(this);
   m_drainTimer->setInterval(kFirstPointMs);  // then as often as the charts are redrawn (Note [Redraw budget])
   connect(m_drainTimer, &QTimer::timeout, this, &MainWindow::drainRun);
+  m_redrawSoon = new QTimer(this);
+  m_redrawSoon->setSingleShot(true);
+  connect(m_redrawSoon, &QTimer::timeout, this, [this] {
+    if (m_controller->isRunning() && !m_chartsPaused) drainRun();
+  });
+  connect(m_controller, &RunController::recordsArrived, this, &MainWindow::takeArrived);
   connect(m_controller, &RunController::started, this,
           [this](int) { m_status->setText(tr("Running %1 series…").arg(m_reportingRanks)); });
   connect(m_controller, &RunController::storing, this, [this](qint64 done, qint64 total) {
@@ -1014,6 +1020,24 @@ void MainWindow::drainRun() {
   redrawIfDue();
 }
 
+// Note [Attached records drawn as they come]
+// An attached run's ranks do not share this window's budget the way its own run's do (their
+// records reach it through a follower, whose reads wake it anyway), and what attaching is
+// for is seeing a run as it goes: its records are taken when they come, and the charts
+// redrawn as soon as the redraw budget allows (Note [Redraw budget]), not at the next of
+// the window's periodic takes. A follower hands over a rank's records at most a few dozen
+// times a second (Note [Hand-over of slow steps] in engine/worker.cpp), and the controller
+// tells once until they are taken, so the window wakes no more often than that.
+void MainWindow::takeArrived() {
+  if (!m_controller->isAttached() || m_chartsPaused) return;
+  const auto before = m_lastRedraw;
+  drainRun();
+  if (m_lastRedraw != before || m_redrawSoon->isActive()) return;
+  const double sinceMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - m_lastRedraw).count();
+  m_redrawSoon->start(static_cast<int>(std::max(0.0, 0.9 * redrawPeriodMs() - sinceMs)) + 1);
+}
+
 void MainWindow::applyEvent(const RunController::Event& e) {
   if (e.restart)
     for (LivePanel* panel : m_panels) panel->truncateAfter(e.step);
@@ -1039,9 +1063,7 @@ void MainWindow::applyEvent(const RunController::Event& e) {
 void MainWindow::redrawIfDue() {
   const auto now = std::chrono::steady_clock::now();
   const double sinceMs = std::chrono::duration<double, std::milli>(now - m_lastRedraw).count();
-  auto period = [this] {
-    return std::min(m_redrawShare < 0.02 ? 2000.0 : 500.0, std::max(50.0, m_redrawMs / m_redrawShare));
-  };
+  auto period = [this] { return redrawPeriodMs(); };
   // A timer that fires a little early still redraws, or the rate would halve.
   if (sinceMs >= 0.9 * period() || m_forceRedraw) {
     m_forceRedraw = false;
@@ -1066,6 +1088,10 @@ void MainWindow::redrawIfDue() {
   const bool catchingUp = m_controller->isAttached() && m_batch.records > kCatchUpRecords;
   const int interval = allDrawn && !catchingUp ? static_cast<int>(period()) : kFirstPointMs;
   if (m_drainTimer->interval() != interval) m_drainTimer->setInterval(interval);
+}
+
+double MainWindow::redrawPeriodMs() const {
+  return std::min(m_redrawShare < 0.02 ? 2000.0 : 500.0, std::max(50.0, m_redrawMs / m_redrawShare));
 }
 
 std::map<QString, double> MainWindow::redrawMsByPart() const {
@@ -1135,6 +1161,7 @@ void MainWindow::onFinished(const QString& status, const QString& message, int f
   m_forceRedraw = true;
   drainRun();
   m_drainTimer->stop();
+  m_redrawSoon->stop();
   m_editor->devicePicker()->setProbeHeld(m_sweep->isRunning());
   m_lastStatus = status;
   revalidate();

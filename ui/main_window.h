@@ -196,6 +196,10 @@ class MainWindow : public QMainWindow, private LiveStore {
   void drainRun();
   void applyEvent(const RunController::Event& e);
   void redrawIfDue();
+  /// How long a redraw waits after the last (Note [Redraw budget]).
+  double redrawPeriodMs() const;
+  /// Note [Attached records drawn as they come].
+  void takeArrived();
   void resetLive(int ranks);
   void resetLive(const core::Profile& p, int ranks);
   void onConnection(const QString& state, const QString& message);
@@ -266,6 +270,7 @@ class MainWindow : public QMainWindow, private LiveStore {
   QMenu* m_recentMenu = nullptr;
   RunController* m_controller = nullptr;
   QTimer* m_drainTimer = nullptr;
+  QTimer* m_redrawSoon = nullptr;            ///< Note [Attached records drawn as they come]
   std::unique_ptr<core::RunStore> m_reader;  ///< read connection for zoomed-in detail
 
   // Live run state.
