@@ -141,6 +141,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new 
   connect(m_controller, &RunController::connection, this, &MainWindow::onConnection);
   connect(m_controller, &RunController::attachFailed, this, [this](const QString& message) {
     m_drainTimer->stop();
+    m_editor->devicePicker()->setProbeHeld(m_sweep->isRunning());
     m_lastStatus = QStringLiteral("not attached");
     revalidate();
     showProblem(message);
@@ -896,6 +897,13 @@ void MainWindow::attachRun(const QString& runsDir, const core::RunRow& run) {
     }
   }
   m_lastStatus = QStringLiteral("running");
+  // Note [Device probe waits for runs]: a run of this machine trains here, and its history
+  // is taken while the probe would load LibTorch.
+  try {
+    std::string host, dir;
+    if (!core::splitRemoteRunsDir(runsDir.toStdString(), host, dir)) m_editor->devicePicker()->setProbeHeld(true);
+  } catch (const Error&) {  // not a HOST:DIR: the attach below says so
+  }
   resetLive(p, std::max(1, ranks));
   appendLog(-1, tr("attaching to run %1 of %2").arg(run.id).arg(runsDir));
   m_status->setText(tr("Attaching to run %1…").arg(run.id));
