@@ -5,8 +5,9 @@
 # in the same run, in paired rounds (ROUNDS, default 2):
 #
 #   latency_local      record-to-chart latency, p50/p99 ms, of a window attached to a headless
-#                      run of 2 script ranks (20 steps/s each); baseline: the window running the
-#                      same profile itself (bench_attach own)
+#                      run of 2 script ranks (20 steps/s each): to the chart's series, and to its
+#                      drawing (drawn_); baseline: the window running the same profile itself
+#                      (bench_attach own)
 #   latency_ssh        the same over ssh, the window in a network namespace and the runs
 #                      directory reached as HOST:DIR through a namespace host's sshd
 #                      (tests/multihost/netns_hosts.sh; root only, else null with the reason)
@@ -172,8 +173,12 @@ commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=
 result = {
     "commit": commit,
     "latency_local": {"attached_p50_ms": med(att, "p50_ms"), "attached_p99_ms": med(att, "p99_ms"),
+                      "attached_drawn_p50_ms": med(att, "drawn_p50_ms"),
+                      "attached_drawn_p99_ms": med(att, "drawn_p99_ms"),
                       "own_p50_ms": med(own, "p50_ms"), "own_p99_ms": med(own, "p99_ms"), "rounds": local},
-    "latency_ssh": {"attached_p50_ms": med(ssh, "p50_ms"), "attached_p99_ms": med(ssh, "p99_ms"), "rounds": ssh,
+    "latency_ssh": {"attached_p50_ms": med(ssh, "p50_ms"), "attached_p99_ms": med(ssh, "p99_ms"),
+                    "attached_drawn_p50_ms": med(ssh, "drawn_p50_ms"),
+                    "attached_drawn_p99_ms": med(ssh, "drawn_p99_ms"), "rounds": ssh,
                     "not_run": note or None},
     "history": {"seconds": med(history, "seconds"), "baseline_follow_s": med(history, "baseline_follow_s"),
                 "rounds": history},
