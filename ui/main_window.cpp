@@ -907,7 +907,8 @@ void MainWindow::attachRun(const QString& runsDir, const core::RunRow& run) {
   resetLive(p, std::max(1, ranks));
   appendLog(-1, tr("attaching to run %1 of %2").arg(run.id).arg(runsDir));
   m_status->setText(tr("Attaching to run %1…").arg(run.id));
-  m_redrawShare = 0.02;
+  m_redrawShare = 0.05;  // Note [Attached records drawn as they come]
+  m_redrawMsSmoothed = 0;
   m_runStarted = std::chrono::steady_clock::now();
   // A submitted run has a folder and no id until its job starts: it is waited for.
   m_controller->attach(core::FollowSourceOptions(runsDir.toStdString(), run.id > 0 ? std::to_string(run.id) : run.dir)
@@ -1029,13 +1030,15 @@ void MainWindow::drainRun() {
 }
 
 // Note [Attached records drawn as they come]
-// An attached run's ranks do not share this window's budget the way its own run's do (their
-// records reach it through a follower, whose reads wake it anyway), and what attaching is
-// for is seeing a run as it goes: its records are taken when they come, and the charts
-// redrawn as soon as the redraw budget allows (Note [Redraw budget]), not at the next of
-// the window's periodic takes. A follower hands over a rank's records at most a few dozen
-// times a second (Note [Hand-over of slow steps] in engine/worker.cpp), and the controller
-// tells once until they are taken, so the window wakes no more often than that.
+// What attaching is for is seeing a run as it goes, from a window that is not the run's
+// (often on another host than its ranks): an attached run's records are taken when they
+// come, not at the window's next periodic take, and the charts redrawn as soon as the redraw
+// budget allows (Note [Redraw budget]), which is 5% of the window's time for an attached
+// run. The period between redraws follows the redraws' usual cost (a moving mean), not the
+// last one's: on a loaded machine a redraw that was preempted would otherwise hold the next
+// for the longest period, and the newest step with it. A follower hands over a rank's records
+// at most a few dozen times a second (Note [Hand-over of slow steps] in engine/worker.cpp),
+// and the controller tells once until they are taken, so the window wakes no more often.
 void MainWindow::takeArrived() {
   if (!m_controller->isAttached() || m_chartsPaused) return;
   const auto before = m_lastRedraw;
@@ -1058,7 +1061,7 @@ void MainWindow::applyEvent(const RunController::Event& e) {
 // them, and ranks in lock-step all wait for the one whose core the window took. The charts
 // are redrawn (drawn at once, so the time measured is the drawing) only when the last redraw
 // is at most m_redrawShare of the time since: 2%, or 0.25% when the run has a training
-// thread on every core; never below 2 frames a second, or one every 2 s when the ranks own
+// thread on every core (5% for an attached run); never below 2 frames a second, or one every 2 s when the ranks own
 // every core. Records are taken as often as the charts are redrawn (an attached run's as they
 // come, Note [Attached records drawn as they come]): in between they would only wait, and
 // each wake-up of the window's thread also takes a core from a rank. Until every rank has
@@ -1088,6 +1091,7 @@ void MainWindow::redrawIfDue() {
     markOutliers();
     lap(m_panelMs.back());
     m_redrawMs = std::chrono::duration<double, std::milli>(part - now).count();
+    m_redrawMsSmoothed = m_redrawMsSmoothed == 0 ? m_redrawMs : 0.8 * m_redrawMsSmoothed + 0.2 * m_redrawMs;
     ++m_redraws;
     m_redrawMsTotal += m_redrawMs;
     m_redrawMsMax = std::max(m_redrawMsMax, m_redrawMs);
@@ -1100,7 +1104,9 @@ void MainWindow::redrawIfDue() {
 }
 
 double MainWindow::redrawPeriodMs() const {
-  return std::min(m_redrawShare < 0.02 ? 2000.0 : 500.0, std::max(50.0, m_redrawMs / m_redrawShare));
+  // Note [Attached records drawn as they come]: an attached run's by the redraws' usual cost.
+  const double cost = m_controller->isAttached() ? m_redrawMsSmoothed : m_redrawMs;
+  return std::min(m_redrawShare < 0.02 ? 2000.0 : 500.0, std::max(50.0, cost / m_redrawShare));
 }
 
 std::map<QString, double> MainWindow::redrawMsByPart() const {

@@ -284,8 +284,9 @@ class MainWindow : public QMainWindow, private LiveStore {
   RunController::Batch m_batch;  ///< the last records taken; kept for its capacity
   std::chrono::steady_clock::time_point m_lastRedraw{};
   std::chrono::steady_clock::time_point m_runStarted{};
-  double m_redrawMs = 0;        ///< cost of the last redraw (Note [Redraw budget])
-  double m_redrawShare = 0.02;  ///< of the time drawing may take (Note [Redraw budget])
+  double m_redrawMs = 0;          ///< cost of the last redraw (Note [Redraw budget])
+  double m_redrawMsSmoothed = 0;  ///< their moving mean (Note [Attached records drawn as they come])
+  double m_redrawShare = 0.02;    ///< of the time drawing may take (Note [Redraw budget])
   bool m_forceRedraw = false;
   bool m_firstStepDrawn = false;  ///< a step of the current run has been drawn
   std::int64_t m_redraws = 0;

@@ -75,7 +75,7 @@ std::pair<double, double> quantiles(std::vector<double>& ms) {
   return {at(0.5), at(0.99)};
 }
 
-int report(const Seen& seen, const QString& timesDir, int ranks, const char* what) {
+int report(const Seen& seen, const QString& timesDir, int ranks, const char* what, const ui::MainWindow& w) {
   std::vector<double> ms, drawnMs;
   for (int r = 0; r < ranks; ++r) {
     QFile f(QStringLiteral("%1/times.%2").arg(timesDir).arg(r));
@@ -98,8 +98,9 @@ int report(const Seen& seen, const QString& timesDir, int ranks, const char* wha
   const auto [drawnP50, drawnP99] = quantiles(drawnMs);
   std::printf(
       "{\"what\": \"%s\", \"steps\": %zu, \"p50_ms\": %.1f, \"p99_ms\": %.1f, \"max_ms\": %.1f, \"drawn_p50_ms\": "
-      "%.1f, \"drawn_p99_ms\": %.1f}\n",
-      what, ms.size(), p50, p99, ms.back(), drawnP50, drawnP99);
+      "%.1f, \"drawn_p99_ms\": %.1f, \"redraws\": %lld, \"redraw_ms_mean\": %.2f}\n",
+      what, ms.size(), p50, p99, ms.back(), drawnP50, drawnP99, static_cast<long long>(w.redrawCount()),
+      w.redrawMsTotal() / static_cast<double>(std::max<std::int64_t>(1, w.redrawCount())));
   return 0;
 }
 
@@ -139,7 +140,7 @@ int main(int argc, char** argv) {
     w.attachRun(args[2], rows.back());
     Seen seen;
     pollUntilEnded(app, w, seen, ranks);
-    return report(seen, args[3], ranks, "attached");
+    return report(seen, args[3], ranks, "attached", w);
   }
   if (mode == "own" && args.size() >= 5) {
     const core::Profile p = core::loadProfile(args[2].toStdString());
@@ -148,7 +149,7 @@ int main(int argc, char** argv) {
     w.startRun();
     Seen seen;
     pollUntilEnded(app, w, seen, p.strategy.ranks);
-    return report(seen, args[3], p.strategy.ranks, "own");
+    return report(seen, args[3], p.strategy.ranks, "own", w);
   }
   if (mode == "history" && args.size() >= 5) {
     core::RunRow row;
