@@ -156,14 +156,16 @@ import json, statistics, subprocess, sys
 args = sys.argv[1:]
 out, note = args[0], args[1]
 rest = args[2:]
+def parse(x):  # a round whose program printed nothing (it found no run, or failed) is kept as such
+    return json.loads(x) if x.strip() else {"what": "failed"}
 def take(rest):
-    n = int(rest[0]); return [json.loads(x) for x in rest[1:1 + n]], rest[1 + n:]
+    n = int(rest[0]); return [parse(x) for x in rest[1:1 + n]], rest[1 + n:]
 local, rest = take(rest)
 ssh, rest = take(rest)
 history, rest = take(rest)
 cost = [json.loads(x) for x in rest]  # steps/s, follower CPU share (null without one), by turns
 def med(rows, key):
-    vals = [r[key] for r in rows if key in r]
+    vals = [r[key] for r in rows if r.get(key) is not None]
     return statistics.median(vals) if vals else None
 own = [r for r in local if r.get("what") == "own"]
 att = [r for r in local if r.get("what") == "attached"]
