@@ -1061,13 +1061,13 @@ void MainWindow::applyEvent(const RunController::Event& e) {
 // them, and ranks in lock-step all wait for the one whose core the window took. The charts
 // are redrawn (drawn at once, so the time measured is the drawing) only when the last redraw
 // is at most m_redrawShare of the time since: 2%, or 0.25% when the run has a training
-// thread on every core (5% for an attached run); never below 2 frames a second, or one every 2 s when the ranks own
-// every core. Records are taken as often as the charts are redrawn (an attached run's as they
-// come, Note [Attached records drawn as they come]): in between they would only wait, and
-// each wake-up of the window's thread also takes a core from a rank. Until every rank has
-// drawn its first point (for 10 s at most) they are taken every 50 ms, and a rank's first
-// point is drawn at once; above kAggregateAbove ranks only the run's first step
-// is, since no line is a rank's. A new run's empty charts are laid out and drawn when it
+// thread on every core (5% for an attached run); never below 2 frames a second, or one
+// every 2 s when the ranks own every core. Records are taken as often as the charts are
+// redrawn (an attached run's as they come, Note [Attached records drawn as they come]): in
+// between they would only wait, and each wake-up of the window's thread also takes a core
+// from a rank. Until every rank has drawn its first point (for 10 s at most) they are taken
+// every 50 ms, and a rank's first point is drawn at once; above kAggregateAbove ranks only
+// the run's first step is, since no line is a rank's. A new run's empty charts are laid out and drawn when it
 // starts (resetLive), before its ranks train: a chart's first layout costs many redraws.
 // BENCHMARKS.md (monitoring, many ranks) has what this costs.
 // An attached run's stored history comes all at once: while a take brings many records, the
