@@ -116,7 +116,8 @@ done
 
 # Follow cost: the default DDP profile alone, then with a follower beside it, in pairs. Whole-run
 # throughput on a shared 2-core machine swings more than 1%, so the follower's own CPU seconds
-# (user + system, as its rusage says; polling every 50 ms, as the window's attach asks) over the CPU seconds the run had (its wall time x the cores)
+# (user + system, as its rusage says; the follower as the window's attach runs it: its steps as
+# the step file is written, the store every 150 ms) over the CPU seconds the run had (its wall time x the cores)
 # are kept too: on a machine the ranks fill, that is the most a follower can take from them.
 cost=()
 for r in $(seq 1 "$rounds"); do
@@ -133,7 +134,7 @@ ptw, runs = sys.argv[1:3]
 end = time.time() + 10
 while time.time() < end:
     start = time.time()
-    code = subprocess.run([ptw, "follow", "latest", "--runs-dir", runs, "--poll-ms", "50"], stdout=subprocess.DEVNULL,
+    code = subprocess.run([ptw, "follow", "latest", "--runs-dir", runs], stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL).returncode
     if code != 2:
         used = resource.getrusage(resource.RUSAGE_CHILDREN)
