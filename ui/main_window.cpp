@@ -131,6 +131,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new 
   m_drainTimer = new QTimer(this);
   m_drainTimer->setInterval(kFirstPointMs);  // then as often as the charts are redrawn (Note [Redraw budget])
   connect(m_drainTimer, &QTimer::timeout, this, &MainWindow::drainRun);
+  m_redrawSoon = new QTimer(this);
+  m_redrawSoon->setSingleShot(true);
+  connect(m_redrawSoon, &QTimer::timeout, this, [this] {
+    if (m_controller->isRunning() && !m_chartsPaused) drainRun();
+  });
+  connect(m_controller, &RunController::recordsArrived, this, &MainWindow::takeArrived);
   connect(m_controller, &RunController::started, this,
           [this](int) { m_status->setText(tr("Running %1 series…").arg(m_reportingRanks)); });
   connect(m_controller, &RunController::storing, this, [this](qint64 done, qint64 total) {
@@ -143,6 +149,7 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new 
   connect(m_controller, &RunController::connection, this, &MainWindow::onConnection);
   connect(m_controller, &RunController::attachFailed, this, [this](const QString& message) {
     m_drainTimer->stop();
+    m_editor->devicePicker()->setProbeHeld(m_sweep->isRunning());
     m_lastStatus = QStringLiteral("not attached");
     revalidate();
     showProblem(message);
@@ -898,10 +905,18 @@ void MainWindow::attachRun(const QString& runsDir, const core::RunRow& run) {
     }
   }
   m_lastStatus = QStringLiteral("running");
+  // Note [Device probe waits for runs]: a run of this machine trains here, and its history
+  // is taken while the probe would load LibTorch.
+  try {
+    std::string host, dir;
+    if (!core::splitRemoteRunsDir(runsDir.toStdString(), host, dir)) m_editor->devicePicker()->setProbeHeld(true);
+  } catch (const Error&) {  // not a HOST:DIR: the attach below says so
+  }
   resetLive(p, std::max(1, ranks));
   appendLog(-1, tr("attaching to run %1 of %2").arg(run.id).arg(runsDir));
   m_status->setText(tr("Attaching to run %1…").arg(run.id));
-  m_redrawShare = 0.02;
+  m_redrawShare = 0.05;  // Note [Attached records drawn as they come]
+  m_redrawCpuMsSmoothed = 0;
   m_runStarted = std::chrono::steady_clock::now();
   // A submitted run has a folder and no id until its job starts: it is waited for.
   m_controller->attach(core::FollowSourceOptions(runsDir.toStdString(), run.id > 0 ? std::to_string(run.id) : run.dir)
@@ -1022,6 +1037,26 @@ void MainWindow::drainRun() {
   redrawIfDue();
 }
 
+// Note [Attached records drawn as they come]
+// What attaching is for is seeing a run as it goes, from a window that is not the run's
+// (often on another host than its ranks): an attached run's records are taken when they
+// come, not at the window's next periodic take, and the charts redrawn as soon as the redraw
+// budget allows (Note [Redraw budget]), which is 5% of the window's time for an attached
+// run. The period between redraws follows the redraws' usual cost (a moving mean), not the
+// last one's: one costly redraw (a new layout) would otherwise hold the next for the
+// longest period, and the newest step with it. A follower hands over a rank's records
+// at most a few dozen times a second (Note [Hand-over of slow steps] in engine/worker.cpp),
+// and the controller tells once until they are taken, so the window wakes no more often.
+void MainWindow::takeArrived() {
+  if (!m_controller->isAttached() || m_chartsPaused) return;
+  const auto before = m_lastRedraw;
+  drainRun();
+  if (m_lastRedraw != before || m_redrawSoon->isActive()) return;
+  const double sinceMs =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - m_lastRedraw).count();
+  m_redrawSoon->start(static_cast<int>(std::max(0.0, 0.9 * redrawPeriodMs() - sinceMs)) + 1);
+}
+
 void MainWindow::applyEvent(const RunController::Event& e) {
   if (e.restart)
     for (LivePanel* panel : m_panels) panel->truncateAfter(e.step);
@@ -1034,24 +1069,25 @@ void MainWindow::applyEvent(const RunController::Event& e) {
 // them, and ranks in lock-step all wait for the one whose core the window took. The charts
 // are redrawn (drawn at once, so the time measured is the drawing) only when the last redraw
 // is at most m_redrawShare of the time since: 2%, or 0.25% when the run has a training
-// thread on every core; never below 2 frames a second, or one every 2 s when the ranks own
-// every core. Records are taken as often as the charts are redrawn: in between they would
-// only wait, and each wake-up of the window's thread also takes a core from a rank. Until
-// every rank has drawn its first point (for 10 s at most) they are taken every 50 ms, and a
-// rank's first point is drawn at once; above kAggregateAbove ranks only the run's first step
-// is, since no line is a rank's. A new run's empty charts are laid out and drawn when it
-// starts (resetLive), before its ranks train: a chart's first layout costs many redraws.
-// A panel with nothing new draws nothing (a chart's own layout is not news), so such a redraw
-// costs little and the next one comes soon.
-// BENCHMARKS.md (monitoring, many ranks) has what this costs.
+// thread on every core (5% for an attached run); never below 2 frames a second, or one
+// every 2 s when the ranks own every core. A redraw's cost is its thread's CPU time, what
+// it takes from the ranks: the time it waits for a core, which the ranks have meanwhile, is
+// not counted, or a loaded machine would slow the charts to their floor for no core saved.
+// Records are taken as often as the charts are redrawn (an attached run's as they come, Note
+// [Attached records drawn as they come]): in between they would only wait, and each wake-up
+// of the window's thread also takes a core from a rank. Until every rank has drawn its first
+// point (for 10 s at most) they are taken every 50 ms, and a rank's first point is drawn at
+// once; above kAggregateAbove ranks only the run's first step is, since no line is a rank's.
+// A new run's empty charts are laid out and drawn when it starts (resetLive), before its
+// ranks train: a chart's first layout costs many redraws. A panel with nothing new draws
+// nothing (a chart's own layout is not news), so such a redraw costs little and the next one
+// comes soon. BENCHMARKS.md (monitoring, many ranks) has what this costs.
 // An attached run's stored history comes all at once: while a take brings many records, the
 // next comes after 50 ms too, and the history is drawn when the last of it is in.
 void MainWindow::redrawIfDue() {
   const auto now = std::chrono::steady_clock::now();
   const double sinceMs = std::chrono::duration<double, std::milli>(now - m_lastRedraw).count();
-  auto period = [this] {
-    return std::min(m_redrawShare < 0.02 ? 2000.0 : 500.0, std::max(50.0, m_redrawMs / m_redrawShare));
-  };
+  auto period = [this] { return redrawPeriodMs(); };
   // A timer that fires a little early still redraws, or the rate would halve.
   if (sinceMs >= 0.9 * period() || m_forceRedraw) {
     m_forceRedraw = false;
@@ -1075,13 +1111,22 @@ void MainWindow::redrawIfDue() {
     ++m_redraws;
     m_redrawMsTotal += m_redrawMs;
     m_redrawMsMax = std::max(m_redrawMsMax, m_redrawMs);
-    m_redrawCpuMsTotal += partCpu - cpu0;
+    m_redrawCpuMs = partCpu - cpu0;
+    m_redrawCpuMsSmoothed =
+        m_redrawCpuMsSmoothed == 0 ? m_redrawCpuMs : 0.8 * m_redrawCpuMsSmoothed + 0.2 * m_redrawCpuMs;
+    m_redrawCpuMsTotal += m_redrawCpuMs;
   }
   // A rank that never reports (it died before its first step) does not keep the fast pace.
   const bool allDrawn = m_rankTable->allReported() || now - m_runStarted > std::chrono::seconds(10);
   const bool catchingUp = m_controller->isAttached() && m_batch.records > kCatchUpRecords;
   const int interval = allDrawn && !catchingUp ? static_cast<int>(period()) : kFirstPointMs;
   if (m_drainTimer->interval() != interval) m_drainTimer->setInterval(interval);
+}
+
+double MainWindow::redrawPeriodMs() const {
+  // Note [Attached records drawn as they come]: an attached run's by the redraws' usual cost.
+  const double cost = m_controller->isAttached() ? m_redrawCpuMsSmoothed : m_redrawCpuMs;
+  return std::min(m_redrawShare < 0.02 ? 2000.0 : 500.0, std::max(50.0, cost / m_redrawShare));
 }
 
 std::map<QString, double> MainWindow::redrawMsByPart(bool cpu) const {
@@ -1152,6 +1197,7 @@ void MainWindow::onFinished(const QString& status, const QString& message, int f
   m_forceRedraw = true;
   drainRun();
   m_drainTimer->stop();
+  m_redrawSoon->stop();
   m_editor->devicePicker()->setProbeHeld(m_sweep->isRunning());
   m_lastStatus = status;
   revalidate();

@@ -200,6 +200,10 @@ class MainWindow : public QMainWindow, private LiveStore {
   void drainRun();
   void applyEvent(const RunController::Event& e);
   void redrawIfDue();
+  /// How long a redraw waits after the last (Note [Redraw budget]).
+  double redrawPeriodMs() const;
+  /// Note [Attached records drawn as they come].
+  void takeArrived();
   void resetLive(int ranks);
   void resetLive(const core::Profile& p, int ranks);
   void onConnection(const QString& state, const QString& message);
@@ -270,6 +274,7 @@ class MainWindow : public QMainWindow, private LiveStore {
   QMenu* m_recentMenu = nullptr;
   RunController* m_controller = nullptr;
   QTimer* m_drainTimer = nullptr;
+  QTimer* m_redrawSoon = nullptr;            ///< Note [Attached records drawn as they come]
   std::unique_ptr<core::RunStore> m_reader;  ///< read connection for zoomed-in detail
 
   // Live run state.
@@ -283,8 +288,10 @@ class MainWindow : public QMainWindow, private LiveStore {
   RunController::Batch m_batch;  ///< the last records taken; kept for its capacity
   std::chrono::steady_clock::time_point m_lastRedraw{};
   std::chrono::steady_clock::time_point m_runStarted{};
-  double m_redrawMs = 0;        ///< cost of the last redraw (Note [Redraw budget])
-  double m_redrawShare = 0.02;  ///< of the time drawing may take (Note [Redraw budget])
+  double m_redrawMs = 0;             ///< the last redraw's time
+  double m_redrawCpuMs = 0;          ///< its thread's CPU time, its cost (Note [Redraw budget])
+  double m_redrawCpuMsSmoothed = 0;  ///< their moving mean (Note [Attached records drawn as they come])
+  double m_redrawShare = 0.02;       ///< of the time drawing may take (Note [Redraw budget])
   bool m_forceRedraw = false;
   bool m_firstStepDrawn = false;  ///< a step of the current run has been drawn
   std::int64_t m_redraws = 0;

@@ -266,6 +266,12 @@ int MetricChart::drawnPoints(int series) const {
   return series >= 0 && series < seriesCount() ? m_series[static_cast<std::size_t>(series)]->raw->dataCount() : 0;
 }
 
+double MetricChart::drawnLast(int series) const {
+  if (series < 0 || series >= seriesCount()) return std::nan("");
+  const auto& data = *m_series[static_cast<std::size_t>(series)]->raw->data();
+  return data.isEmpty() ? std::nan("") : (data.constEnd() - 1)->key;
+}
+
 std::size_t MetricChart::memoryBytes() const {
   std::size_t total = 0;
   for (const auto& s : m_series) total += s->data.memoryBytes() + sizeof(Series);

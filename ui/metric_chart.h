@@ -93,6 +93,8 @@ class MetricChart : public QWidget {
   const SeriesSummary* summary(int series) const;
   /// Points drawn for `series` at the last refresh (at most ~2 per pixel column).
   int drawnPoints(int series) const;
+  /// The step of the last point drawn for `series` at the last refresh; NaN when none.
+  double drawnLast(int series) const;
   std::size_t memoryBytes() const;
   QCustomPlot* plot() const { return m_plot; }
   bool following() const { return m_follow; }

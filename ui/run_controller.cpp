@@ -9,12 +9,14 @@
 #include <algorithm>
 #include <chrono>
 #include <string>
+#include <utility>
 
 #include "common/error.h"
 #include "launch/control_channel.h"
 #include "launch/follow_source.h"
 #include "launch/run_program.h"
 #include "launch/run_session.h"
+#include "ui/step_folder.h"
 
 namespace ptw::ui {
 
@@ -77,7 +79,19 @@ class RunController::Observer : public core::LaunchObserver {
 class RunController::Follower : public core::FollowSource::Listener {
  public:
   explicit Follower(RunController* c) : m_c(c) {}
-  void onRecords(std::vector<core::Record>& batch) override { m_c->m_observer->onRecords(batch); }
+  void onRecords(std::vector<core::Record>& batch) override {
+    m_folder.fold(batch);  // Note [Attached history in groups]
+    m_c->m_observer->onRecords(batch);
+    // Note [Attached records drawn as they come]: one signal until the window takes them.
+    bool tell = false;
+    {
+      std::lock_guard<std::mutex> lock(m_c->m_mutex);
+      tell = !std::exchange(m_c->m_arrivalTold, true);
+    }
+    if (tell)
+      QMetaObject::invokeMethod(
+          m_c, [c = m_c] { emit c->recordsArrived(); }, Qt::QueuedConnection);
+  }
   void onLog(int rank, const std::string& line) override { m_c->m_observer->onLog(rank, line); }
   void onState(core::FollowSource::State state, const std::string& message) override {
     using State = core::FollowSource::State;
@@ -98,6 +112,7 @@ class RunController::Follower : public core::FollowSource::Listener {
         Qt::QueuedConnection);
   }
   QString m_status, m_message;
+  StepFolder m_folder;
 
  private:
   RunController* m_c;
@@ -131,6 +146,7 @@ void RunController::attach(const core::FollowSourceOptions& options) {
     m_pending = Batch{};
   }
   m_follower->m_status.clear();
+  m_follower->m_folder.reset();
   m_running = true;
   m_thread = std::thread([this] {
     ::pthread_setname_np(::pthread_self(), "ptw-follow");
@@ -275,6 +291,7 @@ void RunController::take(Batch& batch) {
   }
   batch.chunks.clear();
   std::swap(batch, m_pending);
+  m_arrivalTold = false;
 }
 
 }  // namespace ptw::ui

@@ -101,6 +101,9 @@ class RunController : public QObject {
   /// An attached run's stream: "attached" (with the run's id known), or "detached" and why.
   void connection(const QString& state, const QString& message);
   void attachFailed(const QString& message);
+  /// An attached run's records came while none were waiting to be taken (Note [Attached
+  /// records drawn as they come] in main_window.cpp); once until the next take().
+  void recordsArrived();
   /// A stop of an attached run could not be asked: why.
   void stopFailed(const QString& message);
 
@@ -118,6 +121,7 @@ class RunController : public QObject {
   core::HostsSpec m_sshHosts;  ///< an attached run's hosts.ssh_* (attach's options)
   std::mutex m_mutex;
   Batch m_pending;
+  bool m_arrivalTold = false;                      ///< recordsArrived was emitted and nothing taken since
   std::vector<std::vector<core::Record>> m_spare;  ///< emptied chunks, capacity kept
   bool m_running = false;
   QString m_runDir;

@@ -167,9 +167,14 @@ struct MetricsNotStored : std::runtime_error {
 // pipe, or text lines to stdout for a worker run by hand (common/record.h). A batch
 // leaves at most every 250 ms when steps are fast (each write wakes the launcher, which
 // then takes a core from a rank: a few large batches cost less than many small ones;
-// the store commits every 250 ms anyway), at once when steps are slower than that or the
-// buffer is full. The launcher enlarges the record pipe to hold a full buffer. With a step
-// file, step records go there and their groups to the pipe.
+// the store commits every 250 ms anyway), at once when the buffer is full. Note [Hand-over
+// of slow steps]: a rank whose records come slowly hands them over sooner, once 20 ms have
+// passed since the last batch while it holds at most kFewRecords of them: a follower then
+// sees a step within milliseconds rather than up to 250 ms after it, and the batches stay
+// at most 50 a second, each of a step that took more than a millisecond, so a rank that
+// steps fast enough for batching to matter never hands over early. The launcher enlarges
+// the record pipe to hold a full buffer. With a step file, step records go there and their
+// groups to the pipe.
 class RecordWriter {
  public:
   RecordWriter(int fd, std::unique_ptr<StepFile> steps, std::int64_t warmup)
@@ -183,9 +188,15 @@ class RecordWriter {
       group(r.step);
     else
       append(r);
-    if (r.kind == core::Record::Kind::Step && m_stepsPass) passed(r.step.step);
+    if (r.kind == core::Record::Kind::Step) {
+      if (m_stepsPass) passed(r.step.step);
+      ++m_held;
+    }
     auto now = std::chrono::steady_clock::now();
-    if (m_buffer.size() >= kFlushBytes || now - m_lastFlush > std::chrono::milliseconds(250)) flushLocked(now);
+    const auto since = now - m_lastFlush;
+    if (m_buffer.size() >= kFlushBytes || since > std::chrono::milliseconds(250) ||
+        (since > kSoon && m_held <= kFewRecords))  // Note [Hand-over of slow steps]
+      flushLocked(now);
     if (m_failed) throw MetricsNotStored(m_steps->error());
   }
   void heartbeat(int rank, const char* state) {
@@ -282,10 +293,15 @@ class RecordWriter {
     }
     m_buffer.clear();
     m_lastFlush = now;
+    m_held = 0;
   }
   // 250 ms of a small model's rank stepping flat out; with one frame more, still within the
   // launcher's 1 MiB pipe.
   static constexpr std::size_t kFlushBytes = 896 * 1024;
+  // Note [Hand-over of slow steps]: at most this many step records, this long after the last
+  // batch, leave at once.
+  static constexpr auto kSoon = std::chrono::milliseconds(20);
+  static constexpr std::int64_t kFewRecords = 16;
   const int m_fd;
   const bool m_binary;
   const std::unique_ptr<StepFile> m_steps;  ///< null: step records go to the pipe
@@ -295,6 +311,7 @@ class RecordWriter {
   std::vector<Open> m_open;                 ///< one per rank this process reports for
   std::mutex m_mutex;
   std::string m_buffer;
+  std::int64_t m_held = 0;  ///< step records since the last batch left
   std::atomic<std::int64_t> m_lastStep{0};
   std::atomic<std::int64_t> m_parameters{0};
   std::chrono::steady_clock::time_point m_lastFlush = std::chrono::steady_clock::now();

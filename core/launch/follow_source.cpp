@@ -270,6 +270,7 @@ bool FollowSource::deliver(Listener& listener, std::string& buf, FollowStream::D
   buf.erase(0, used);
   PTW_CHECK(!malformed, "follow: the stream of run ", m_runId.load(), " holds a frame this ptw does not know");
   batch.clear();
+  batch.reserve(decoded.records.size());  // a batch handed on comes back empty: grown once, not by doubling
   for (const auto& r : decoded.records)
     if (keep(r)) batch.push_back(r);
   if (!batch.empty()) listener.onRecords(batch);

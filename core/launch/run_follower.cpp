@@ -3,6 +3,8 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/inotify.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -44,6 +46,37 @@ bool rankLogName(const char* name, int& rank) {
 }
 
 }  // namespace
+
+// Note [Woken by the step file]: tells when the file it watches was written to. Where inotify
+// cannot be had (the user's limit of instances reached) it never tells, and the follower
+// polls alone.
+class StepFileWatch {
+ public:
+  StepFileWatch() : m_fd(::inotify_init1(IN_NONBLOCK | IN_CLOEXEC)) {}
+  ~StepFileWatch() {
+    if (m_fd >= 0) ::close(m_fd);
+  }
+  StepFileWatch(const StepFileWatch&) = delete;
+  StepFileWatch& operator=(const StepFileWatch&) = delete;
+  /// Watches `path` from now on, once it is there; false while it cannot be watched.
+  bool watch(const std::string& path) {
+    if (m_fd >= 0 && !m_watching) m_watching = ::inotify_add_watch(m_fd, path.c_str(), IN_MODIFY) >= 0;
+    return m_watching;
+  }
+  /// Waits at most `ms` for a write; true when one came.
+  bool wait(int ms) {
+    pollfd p{m_fd, POLLIN, 0};
+    if (::poll(&p, 1, ms) <= 0) return false;
+    char buf[4096];
+    while (::read(m_fd, buf, sizeof buf) > 0) {
+    }
+    return true;
+  }
+
+ private:
+  int m_fd = -1;
+  bool m_watching = false;
+};
 
 struct RunFollower::LogFile {
   int fd = -1;
@@ -102,16 +135,36 @@ long long RunFollower::packedBytes() {
 int RunFollower::follow(FollowStream& out) {
   out.begin(m_run);
   if (!out.flush()) return followExitCode(m_run.status);
+  StepFileWatch watch;
   for (;;) {
     const bool ended = poll(out);
     if (!out.flush()) return followExitCode(m_run.status);  // nobody reads on: nothing left to do
     if (ended) break;
-    std::this_thread::sleep_for(m_options.pollInterval);
+    if (!waitForSteps(out, watch)) return followExitCode(m_run.status);
   }
   const int code = followExitCode(m_run.status);
   out.end(m_run, code);
   out.flush();
   return code;
+}
+
+// Note [Woken by the step file]. Until the next poll is due, the blocks appended to the step
+// file as they come; false when nobody reads on.
+bool RunFollower::waitForSteps(FollowStream& out, StepFileWatch& watch) {
+  using Clock = std::chrono::steady_clock;
+  const auto due = Clock::now() + m_options.pollInterval;
+  if (!m_file || !watch.watch(m_stepFile)) {
+    std::this_thread::sleep_until(due);
+    return true;
+  }
+  // Bounded: each pass waits for a write, and the ranks hand over at most every few ms.
+  for (int i = 0; i < 100000; ++i) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(due - Clock::now()).count();
+    if (left <= 0 || !watch.wait(static_cast<int>(left) + 1)) break;
+    readSteps(out, false);
+    if (!out.flush()) return false;
+  }
+  return true;
 }
 
 // Note [Following a run]. True once the run has ended and all of it is written.

@@ -18,6 +18,15 @@
 // them every 250 ms), log lines from each rankN.log past its last whole line. The run ends
 // for the follower when its row is not `running` (its verdict is written after its last
 // record), or when its supervisor is gone from this host without one (`interrupted`).
+//
+// Note [Woken by the step file]
+// Between two polls the follower waits on inotify for the ranks' writes to the step file
+// and reads the blocks appended at once: a rank appends its blocks as it hands its records
+// over (Note [Hand-over of slow steps] in engine/worker.cpp), so a step reaches the
+// follower's reader as soon as its rank hands it over, not up to a poll later. The store,
+// the logs and the run's end are still looked at once a poll: reading the step file is a
+// read of what was appended, a poll opens the database. Where no write is told (inotify
+// not to be had, a shared filesystem written from another host) the polls still read it all.
 #pragma once
 
 #include <chrono>
@@ -33,6 +42,7 @@ namespace ptw::core {
 
 class FollowStream;
 class StepFileReader;
+class StepFileWatch;
 class StoreDatabase;
 
 /// Example: FollowOptions("runs", "latest").setFromStep(100)
@@ -75,6 +85,7 @@ class RunFollower {
  private:
   struct LogFile;
   bool poll(FollowStream& out);
+  bool waitForSteps(FollowStream& out, StepFileWatch& watch);
   void readChunks(FollowStream& out);
   void readSteps(FollowStream& out, bool ended);
   void readRows(FollowStream& out);

@@ -5,8 +5,9 @@
 # in the same run, in paired rounds (ROUNDS, default 2):
 #
 #   latency_local      record-to-chart latency, p50/p99 ms, of a window attached to a headless
-#                      run of 2 script ranks (20 steps/s each); baseline: the window running the
-#                      same profile itself (bench_attach own)
+#                      run of 2 script ranks (20 steps/s each): to the chart's series, and to its
+#                      drawing (drawn_); baseline: the window running the same profile itself
+#                      (bench_attach own)
 #   latency_ssh        the same over ssh, the window in a network namespace and the runs
 #                      directory reached as HOST:DIR through a namespace host's sshd
 #                      (tests/multihost/netns_hosts.sh; root only, else null with the reason)
@@ -115,7 +116,8 @@ done
 
 # Follow cost: the default DDP profile alone, then with a follower beside it, in pairs. Whole-run
 # throughput on a shared 2-core machine swings more than 1%, so the follower's own CPU seconds
-# (user + system, as its rusage says; polling every 50 ms, as the window's attach asks) over the CPU seconds the run had (its wall time x the cores)
+# (user + system, as its rusage says; the follower as the window's attach runs it: its steps as
+# the step file is written, the store every 150 ms) over the CPU seconds the run had (its wall time x the cores)
 # are kept too: on a machine the ranks fill, that is the most a follower can take from them.
 cost=()
 for r in $(seq 1 "$rounds"); do
@@ -132,7 +134,7 @@ ptw, runs = sys.argv[1:3]
 end = time.time() + 10
 while time.time() < end:
     start = time.time()
-    code = subprocess.run([ptw, "follow", "latest", "--runs-dir", runs, "--poll-ms", "50"], stdout=subprocess.DEVNULL,
+    code = subprocess.run([ptw, "follow", "latest", "--runs-dir", runs], stdout=subprocess.DEVNULL,
                           stderr=subprocess.DEVNULL).returncode
     if code != 2:
         used = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -155,14 +157,16 @@ import json, statistics, subprocess, sys
 args = sys.argv[1:]
 out, note = args[0], args[1]
 rest = args[2:]
+def parse(x):  # a round whose program printed nothing (it found no run, or failed) is kept as such
+    return json.loads(x) if x.strip() else {"what": "failed"}
 def take(rest):
-    n = int(rest[0]); return [json.loads(x) for x in rest[1:1 + n]], rest[1 + n:]
+    n = int(rest[0]); return [parse(x) for x in rest[1:1 + n]], rest[1 + n:]
 local, rest = take(rest)
 ssh, rest = take(rest)
 history, rest = take(rest)
 cost = [json.loads(x) for x in rest]  # steps/s, follower CPU share (null without one), by turns
 def med(rows, key):
-    vals = [r[key] for r in rows if key in r]
+    vals = [r[key] for r in rows if r.get(key) is not None]
     return statistics.median(vals) if vals else None
 own = [r for r in local if r.get("what") == "own"]
 att = [r for r in local if r.get("what") == "attached"]
@@ -172,8 +176,12 @@ commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=
 result = {
     "commit": commit,
     "latency_local": {"attached_p50_ms": med(att, "p50_ms"), "attached_p99_ms": med(att, "p99_ms"),
+                      "attached_drawn_p50_ms": med(att, "drawn_p50_ms"),
+                      "attached_drawn_p99_ms": med(att, "drawn_p99_ms"),
                       "own_p50_ms": med(own, "p50_ms"), "own_p99_ms": med(own, "p99_ms"), "rounds": local},
-    "latency_ssh": {"attached_p50_ms": med(ssh, "p50_ms"), "attached_p99_ms": med(ssh, "p99_ms"), "rounds": ssh,
+    "latency_ssh": {"attached_p50_ms": med(ssh, "p50_ms"), "attached_p99_ms": med(ssh, "p99_ms"),
+                    "attached_drawn_p50_ms": med(ssh, "drawn_p50_ms"),
+                    "attached_drawn_p99_ms": med(ssh, "drawn_p99_ms"), "rounds": ssh,
                     "not_run": note or None},
     "history": {"seconds": med(history, "seconds"), "baseline_follow_s": med(history, "baseline_follow_s"),
                 "rounds": history},

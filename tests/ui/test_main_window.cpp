@@ -55,6 +55,7 @@
 #include "ui/run_history.h"
 #include "ui/scalar_charts.h"
 #include "ui/series_summary.h"
+#include "ui/step_folder.h"
 #include "ui/step_split_chart.h"
 #include "ui/step_sums.h"
 #include "ui/sweep_panel.h"
@@ -1671,6 +1672,87 @@ for step in range(1, 31):
     const core::Profile p = w.profile();
     QCOMPARE(p.strategy.kind, std::string(points[best].strategy == "single" ? "single" : "ddp"));
     QCOMPARE(p.strategy.ranks, points[best].workers);
+  }
+
+  // Note [Attached history in groups]: an attached run's step records, folded as they come in
+  // batches of any size, give each rank's every step once, in groups that keep within the
+  // ranks' windows of steps and hold their steps' sums; a restart's replay and a diverged
+  // loss start a group, and a validation record keeps its place among them.
+  void attachedStepRecordsFoldIntoGroups() {
+    constexpr std::int64_t kFirst = 1000000, kSteps = 50000, kReplayAt = 1020000, kReplayFrom = 1010000;
+    constexpr std::int64_t kDiverges = 1030000, kValidationAt = 1025000;
+    std::vector<core::Record> all;
+    double lossSum0 = 0;  // rank 0's, over every record sent
+    std::int64_t sent[2] = {0, 0};
+    auto step = [&](int rank, std::int64_t n) {
+      core::Record r;
+      r.kind = core::Record::Kind::Step;
+      r.step.rank = rank;
+      r.step.step = n;
+      r.step.loss = rank == 1 && n == kDiverges ? INFINITY : 1.0 / static_cast<double>(n - kFirst + 1);
+      r.step.samplesPerS = 100, r.step.stepMs = 2;
+      if (rank == 0) lossSum0 += r.step.loss;
+      ++sent[rank];
+      all.push_back(r);
+    };
+    for (std::int64_t n = kFirst; n < kFirst + kSteps; ++n) {
+      if (n == kValidationAt) {
+        core::Record v;
+        v.kind = core::Record::Kind::Validation;
+        v.step.step = n;
+        v.valLoss = 0.5;
+        all.push_back(v);
+      }
+      for (int rank = 0; rank < 2; ++rank) step(rank, n);
+      if (n == kReplayAt)  // a restart from a checkpoint replays rank 0's steps from there
+        for (std::int64_t m = kReplayFrom; m <= kReplayAt; ++m) step(0, m);
+    }
+    ui::StepFolder folder;
+    std::vector<core::Record> out;
+    const std::size_t sizes[] = {1, 4093, 77, 20000, 512};
+    std::size_t batches = 0;
+    for (std::size_t at = 0, i = 0; at < all.size(); ++i, ++batches) {
+      const std::size_t n = std::min(sizes[i % 5], all.size() - at);
+      std::vector<core::Record> batch(all.begin() + static_cast<long>(at), all.begin() + static_cast<long>(at + n));
+      folder.fold(batch);
+      out.insert(out.end(), batch.begin(), batch.end());
+      at += n;
+    }
+    std::int64_t counted[2] = {0, 0}, groups[2] = {0, 0}, replayStarts = 0;
+    double lossSum = 0;
+    bool validationSeen = false, divergedStarts = false;
+    for (const auto& r : out) {
+      if (r.kind == core::Record::Kind::Validation) {
+        validationSeen = true;
+        continue;
+      }
+      QCOMPARE(r.kind, core::Record::Kind::Group);
+      const auto& g = r.group;
+      const int rank = r.step.rank;
+      QCOMPARE(r.step.step - g.first + 1, g.count);  // consecutive steps, the record its last
+      const std::int64_t span = core::stepGroupSpan(g.first);
+      QCOMPARE(g.first - g.first % span, r.step.step - r.step.step % span);  // within one window
+      // What came before the validation record is before it still, and what came after, after.
+      QCOMPARE(validationSeen, r.step.step >= kValidationAt);
+      counted[rank] += g.count;
+      ++groups[rank];
+      if (rank == 0) lossSum += g.lossSum, replayStarts += g.first == kReplayFrom;
+      if (rank == 1 && g.first == kDiverges) divergedStarts = true;
+    }
+    QCOMPARE(counted[0], sent[0]);
+    QCOMPARE(counted[1], sent[1]);
+    QVERIFY(std::abs(lossSum - lossSum0) <= 1e-9 * lossSum0);
+    // The replay starts a group mid-window (the first pass went on through that step).
+    QVERIFY(kReplayFrom % core::stepGroupSpan(kReplayFrom) != 0);
+    QCOMPARE(replayStarts, std::int64_t{1});
+    QVERIFY(divergedStarts);
+    QVERIFY(validationSeen);
+    // A group per window of steps and per batch at most, not a record per step.
+    const std::int64_t windows = kSteps / core::stepGroupSpan(kFirst) + 1;
+    for (int rank = 0; rank < 2; ++rank)
+      QVERIFY2(groups[rank] <= 2 * windows + static_cast<std::int64_t>(batches) + 2,
+               qPrintable(QString("rank %1: %2 groups").arg(rank).arg(groups[rank])));
+    QVERIFY(groups[1] < sent[1] / 20);
   }
 
   // Display memory does not grow with the run; min and max survive decimation; zoomed in

@@ -4,10 +4,13 @@
 // a script that waits at step 10 for a file the test creates, so that the window attaches
 // mid-run however loaded the machine. The window draws the steps stored before it came at
 // once, then the rest live, each once; closing it leaves the run going; its Stop stops the run.
+// Run > Submit to SLURM is tested with a fake sbatch on PATH, the job then run by the test.
 #include <QDir>
 #include <QFile>
 #include <QFileInfo>
+#include <QPlainTextEdit>
 #include <QProcess>
+#include <QRegularExpression>
 #include <QStandardPaths>
 #include <QTableWidget>
 #include <QTemporaryDir>
@@ -182,6 +185,70 @@ class TestWindowAttach : public QObject {
     w.stopRun();
     QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("stopped"), 30000);
     QCOMPARE(run.finish(), 5);
+  }
+
+  // Run > Submit to SLURM (Note [Submitted runs]): with an sbatch on PATH that keeps what it
+  // is given and prints a job id, the window writes RUN/submit.sbatch, whose job runs `ptw
+  // --headless -p RUN/profile.json`, submits it, says the job's id, and waits for the run
+  // attached. The job's own command, run here as SLURM would run it (with the local launcher:
+  // there is no allocation), is then drawn in the window to its end.
+  void submitToSlurmSubmitsTheJobAndAttaches() {
+    constexpr int kSteps = 30;
+    QTemporaryDir bin, runs;
+    const auto tool = [&](const QString& name, const QByteArray& body) {
+      QFile f(bin.filePath(name));
+      QVERIFY(f.open(QIODevice::WriteOnly));
+      f.write("#!/bin/sh\n" + body);
+      f.close();
+      f.setPermissions(f.permissions() | QFileDevice::ExeOwner);
+    };
+    tool("sbatch", "printf '%s\\n' \"$@\" > \"" + bin.filePath("args").toUtf8() + "\"\necho 4242\n");
+    for (const char* name : {"srun", "squeue", "scancel"}) tool(name, "exit 0\n");  // asked for before Start
+    struct PathBack {                                                               // however the test ends
+      QByteArray path = qgetenv("PATH");
+      ~PathBack() { qputenv("PATH", path); }
+    } back;
+    qputenv("PATH", bin.path().toUtf8() + ":" + back.path);
+    Profile p = defaultProfile();  // the seed DDP run: a SLURM job's ranks are ptw's own
+    p.name = "submitted";
+    p.hyper.maxSteps = kSteps;
+    p.hosts.launcher = "slurm";
+    ui::MainWindow w;
+    showQuietly(w, runs.path());
+    w.setProfile(p);
+    auto* submit = w.findChild<QAction*>("submitAction");
+    QVERIFY(submit);
+    QTRY_VERIFY2_WITH_TIMEOUT(submit->isEnabled(), qPrintable(w.blockingReason()), 10000);
+    submit->trigger();
+    QVERIFY(w.controller()->isAttached());  // waiting for the job's run
+
+    QFile args(bin.filePath("args"));
+    QVERIFY(args.open(QIODevice::ReadOnly));
+    const QStringList given = QString::fromUtf8(args.readAll()).split('\n', Qt::SkipEmptyParts);
+    QCOMPARE(given.size(), 2);
+    QCOMPARE(given[0], QStringLiteral("--parsable"));
+    const QString folder = QFileInfo(given[1]).absolutePath();
+    QCOMPARE(given[1], folder + "/submit.sbatch");
+    QCOMPARE(QFileInfo(folder).absolutePath(), QFileInfo(runs.path()).absoluteFilePath());
+    QFile job(given[1]);
+    QVERIFY(job.open(QIODevice::ReadOnly));
+    const QString text = QString::fromUtf8(job.readAll());
+    const QRegularExpressionMatch exec =
+        QRegularExpression(QStringLiteral("\n(exec '([^']+)' --headless -p '([^']+)' .*)\n$")).match(text);
+    QVERIFY2(exec.hasMatch(), qPrintable(text));
+    QCOMPARE(exec.captured(2), test::binDir() + "/ptw");
+    QCOMPARE(exec.captured(3), folder + "/profile.json");
+    QCOMPARE(core::loadProfile(exec.captured(3).toStdString()).name, std::string("submitted"));
+    const QString log = w.findChild<QPlainTextEdit*>("log")->toPlainText();
+    QVERIFY2(log.contains("submitted SLURM job 4242 for the run in " + folder), qPrintable(log));
+    QCOMPARE(w.lossChart()->pointCount(0), std::size_t(0));
+
+    QProcess jobRun;  // the batch step, as the job would run it
+    jobRun.start(QStringLiteral("bash"), {"-c", exec.captured(1) + " --set hosts.launcher=local"});
+    QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 60000);
+    QVERIFY(jobRun.state() == QProcess::NotRunning || jobRun.waitForFinished(30000));
+    QVERIFY2(jobRun.exitCode() == 0, jobRun.readAllStandardError().constData());
+    for (int r = 0; r < reportingRanks(p); ++r) QCOMPARE(w.lossChart()->pointCount(r), std::size_t(kSteps));
   }
 
   // A folder with no runs: the dialog says so in ptw's words, and nothing is attached.
