@@ -129,10 +129,12 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), m_controller(new 
   buildUi();
   buildMenus();
   m_drainTimer = new QTimer(this);
-  m_drainTimer->setInterval(kFirstPointMs);  // then as often as the charts are redrawn (Note [Redraw budget])
+  m_drainTimer->setTimerType(Qt::PreciseTimer);  // a coarse timer fires up to 5% early
+  m_drainTimer->setInterval(kFirstPointMs);      // then as often as the charts are redrawn (Note [Redraw budget])
   connect(m_drainTimer, &QTimer::timeout, this, &MainWindow::drainRun);
   m_redrawSoon = new QTimer(this);
   m_redrawSoon->setSingleShot(true);
+  m_redrawSoon->setTimerType(Qt::PreciseTimer);
   connect(m_redrawSoon, &QTimer::timeout, this, [this] {
     if (m_controller->isRunning() && !m_chartsPaused) drainRun();
   });
@@ -916,7 +918,7 @@ void MainWindow::attachRun(const QString& runsDir, const core::RunRow& run) {
   appendLog(-1, tr("attaching to run %1 of %2").arg(run.id).arg(runsDir));
   m_status->setText(tr("Attaching to run %1…").arg(run.id));
   m_redrawShare = 0.05;  // Note [Attached records drawn as they come]
-  m_redrawCpuMsSmoothed = 0;
+  m_redrawDebtMs = 0, m_redrawCostMs = 0, m_runOver = false;
   m_runStarted = std::chrono::steady_clock::now();
   // A submitted run has a folder and no id until its job starts: it is waited for.
   m_controller->attach(core::FollowSourceOptions(runsDir.toStdString(), run.id > 0 ? std::to_string(run.id) : run.dir)
@@ -984,6 +986,7 @@ void MainWindow::startRun() {
   // Note [Redraw budget]: a run with a training thread on every core leaves drawing 0.25%.
   const int training = core::trainingThreads(p);
   m_redrawShare = training >= static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) ? 0.0025 : 0.02;
+  m_redrawDebtMs = 0, m_redrawCostMs = 0, m_runOver = false;
   m_runStarted = std::chrono::steady_clock::now();
   m_drainTimer->start(kFirstPointMs);
   m_history->reload();
@@ -1042,9 +1045,7 @@ void MainWindow::drainRun() {
 // (often on another host than its ranks): an attached run's records are taken when they
 // come, not at the window's next periodic take, and the charts redrawn as soon as the redraw
 // budget allows (Note [Redraw budget]), which is 5% of the window's time for an attached
-// run. The period between redraws follows the redraws' usual cost (a moving mean), not the
-// last one's: one costly redraw (a new layout) would otherwise hold the next for the
-// longest period, and the newest step with it. A follower hands over a rank's records
+// run. A follower hands over a rank's records
 // at most a few dozen times a second (Note [Hand-over of slow steps] in engine/worker.cpp),
 // and the controller tells once until they are taken, so the window wakes no more often.
 void MainWindow::takeArrived() {
@@ -1054,7 +1055,7 @@ void MainWindow::takeArrived() {
   if (m_lastRedraw != before || m_redrawSoon->isActive()) return;
   const double sinceMs =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - m_lastRedraw).count();
-  m_redrawSoon->start(static_cast<int>(std::max(0.0, 0.9 * redrawPeriodMs() - sinceMs)) + 1);
+  m_redrawSoon->start(static_cast<int>(std::max(0.0, redrawPeriodMs() - sinceMs)) + 1);
 }
 
 void MainWindow::applyEvent(const RunController::Event& e) {
@@ -1073,6 +1074,11 @@ void MainWindow::applyEvent(const RunController::Event& e) {
 // every 2 s when the ranks own every core. A redraw's cost is its thread's CPU time, what
 // it takes from the ranks: the time it waits for a core, which the ranks have meanwhile, is
 // not counted, or a loaded machine would slow the charts to their floor for no core saved.
+// The redraws keep an account (m_redrawDebtMs): each adds its cost, the time since the last
+// pays m_redrawShare of itself off, and the next waits until the account also covers its
+// usual cost (m_redrawCostMs, a moving mean), so that over a run the share holds whatever
+// each redraw costs, a forced one (a first point) included. The last redraw, once the run
+// has ended, takes nothing from ranks and is not counted.
 // Records are taken as often as the charts are redrawn (an attached run's as they come, Note
 // [Attached records drawn as they come]): in between they would only wait, and each wake-up
 // of the window's thread also takes a core from a rank. Until every rank has drawn its first
@@ -1088,8 +1094,11 @@ void MainWindow::redrawIfDue() {
   const auto now = std::chrono::steady_clock::now();
   const double sinceMs = std::chrono::duration<double, std::milli>(now - m_lastRedraw).count();
   auto period = [this] { return redrawPeriodMs(); };
-  // A timer that fires a little early still redraws, or the rate would halve.
-  if (sinceMs >= 0.9 * period() || m_forceRedraw) {
+  // Within a millisecond of its time, a redraw is due: the timers are precise, and what it
+  // takes early is owed by the next.
+  if (sinceMs >= period() - 1.0 || m_forceRedraw) {
+    // Credit is kept up to one redraw's cost: a long quiet spell does not pay for a burst.
+    m_redrawDebtMs = std::max(-m_redrawCostMs, m_redrawDebtMs - m_redrawShare * sinceMs);
     m_forceRedraw = false;
     m_lastRedraw = now;
     m_panelMs.resize(m_panels.size() + 1);
@@ -1097,24 +1106,29 @@ void MainWindow::redrawIfDue() {
     const double cpu0 = threadCpuMs();
     auto part = now;
     double partCpu = cpu0;
+    const bool counted = !m_runOver;
     auto lap = [&](std::size_t i) {
       const auto t = std::chrono::steady_clock::now();
       const double cpu = threadCpuMs();
-      m_panelMs[i] += std::chrono::duration<double, std::milli>(t - part).count();
-      m_panelCpuMs[i] += cpu - partCpu;
+      if (counted) {
+        m_panelMs[i] += std::chrono::duration<double, std::milli>(t - part).count();
+        m_panelCpuMs[i] += cpu - partCpu;
+      }
       part = t, partCpu = cpu;
     };
     for (std::size_t i = 0; i < m_panels.size(); ++i) m_panels[i]->refresh(), lap(i);
     markOutliers();
     lap(m_panels.size());
     m_redrawMs = std::chrono::duration<double, std::milli>(part - now).count();
-    ++m_redraws;
-    m_redrawMsTotal += m_redrawMs;
-    m_redrawMsMax = std::max(m_redrawMsMax, m_redrawMs);
-    m_redrawCpuMs = partCpu - cpu0;
-    m_redrawCpuMsSmoothed =
-        m_redrawCpuMsSmoothed == 0 ? m_redrawCpuMs : 0.8 * m_redrawCpuMsSmoothed + 0.2 * m_redrawCpuMs;
-    m_redrawCpuMsTotal += m_redrawCpuMs;
+    const double cost = partCpu - cpu0;
+    m_redrawDebtMs += cost;
+    m_redrawCostMs = m_redrawCostMs == 0 ? cost : 0.8 * m_redrawCostMs + 0.2 * cost;
+    if (counted) {
+      ++m_redraws;
+      m_redrawMsTotal += m_redrawMs;
+      m_redrawMsMax = std::max(m_redrawMsMax, m_redrawMs);
+      m_redrawCpuMsTotal += cost;
+    }
   }
   // A rank that never reports (it died before its first step) does not keep the fast pace.
   const bool allDrawn = m_rankTable->allReported() || now - m_runStarted > std::chrono::seconds(10);
@@ -1124,9 +1138,10 @@ void MainWindow::redrawIfDue() {
 }
 
 double MainWindow::redrawPeriodMs() const {
-  // Note [Attached records drawn as they come]: an attached run's by the redraws' usual cost.
-  const double cost = m_controller->isAttached() ? m_redrawCpuMsSmoothed : m_redrawCpuMs;
-  return std::min(m_redrawShare < 0.02 ? 2000.0 : 500.0, std::max(50.0, cost / m_redrawShare));
+  // The time, from the last redraw, that pays what the redraws owe and the next one's usual
+  // cost in advance (Note [Redraw budget]).
+  return std::min(m_redrawShare < 0.02 ? 2000.0 : 500.0,
+                  std::max(50.0, (m_redrawDebtMs + m_redrawCostMs) / m_redrawShare));
 }
 
 std::map<QString, double> MainWindow::redrawMsByPart(bool cpu) const {
@@ -1195,6 +1210,7 @@ void MainWindow::onFinished(const QString& status, const QString& message, int f
   // [Step groups]); then everything once more.
   for (LivePanel* panel : m_panels) panel->finish();
   m_forceRedraw = true;
+  m_runOver = true;  // Note [Redraw budget]: this redraw takes nothing from ranks
   drainRun();
   m_drainTimer->stop();
   m_redrawSoon->stop();

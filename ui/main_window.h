@@ -288,10 +288,11 @@ class MainWindow : public QMainWindow, private LiveStore {
   RunController::Batch m_batch;  ///< the last records taken; kept for its capacity
   std::chrono::steady_clock::time_point m_lastRedraw{};
   std::chrono::steady_clock::time_point m_runStarted{};
-  double m_redrawMs = 0;             ///< the last redraw's time
-  double m_redrawCpuMs = 0;          ///< its thread's CPU time, its cost (Note [Redraw budget])
-  double m_redrawCpuMsSmoothed = 0;  ///< their moving mean (Note [Attached records drawn as they come])
-  double m_redrawShare = 0.02;       ///< of the time drawing may take (Note [Redraw budget])
+  double m_redrawMs = 0;        ///< the last redraw's time
+  double m_redrawDebtMs = 0;    ///< CPU time the redraws owe at the last (Note [Redraw budget])
+  double m_redrawCostMs = 0;    ///< a redraw's usual CPU time (Note [Redraw budget])
+  bool m_runOver = false;       ///< the run has ended: its last redraw is not counted
+  double m_redrawShare = 0.02;  ///< of the time drawing may take (Note [Redraw budget])
   bool m_forceRedraw = false;
   bool m_firstStepDrawn = false;  ///< a step of the current run has been drawn
   std::int64_t m_redraws = 0;
