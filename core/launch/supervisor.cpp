@@ -99,16 +99,17 @@ std::string attemptRendezvousPort(const SupervisorOptions& o, int attempt, int& 
 
 // The profile the ranks are given and the file the first attempt's read it from: the run's,
 // naming a SLURM job's nodes where the run's names none (Note [SLURM ranks]), so that each rank
-// learns its node's place.
+// learns its node's place; `observer` is told those nodes.
 struct RanksProfile {
   Profile profile;
   std::string path;
 };
-RanksProfile ranksProfile(const SupervisorOptions& o, const SlurmJob* slurm) {
+RanksProfile ranksProfile(const SupervisorOptions& o, const SlurmJob* slurm, LaunchObserver& observer) {
   RanksProfile r{slurm ? slurm->placed(o.profile) : o.profile, o.runDir + "/profile.json"};
   if (r.profile.hosts.hosts == o.profile.hosts.hosts) return r;
   r.path = o.runDir + "/profile.nodes.json";
   saveProfile(r.profile, r.path);
+  observer.onHosts(rankHosts(r.profile));
   return r;
 }
 
@@ -153,7 +154,7 @@ RunReport Supervisor::run(LaunchObserver& observer) {
       return report;
     }
   }
-  const RanksProfile ranks = ranksProfile(o, slurm.get());
+  const RanksProfile ranks = ranksProfile(o, slurm.get(), storing);
   m_stragglers = stragglerDetectorFor(ranks.profile);
   const int maxRestarts = o.profile.run.maxRestarts;
   for (int attempt = 0;; ++attempt) {

@@ -144,6 +144,8 @@ class TestSlurm : public QObject {
     }
     const Profile given = loadProfile(run.summary.value("run_dir").toString().toStdString() + "/profile.nodes.json");
     QCOMPARE(rankHosts(given), (std::vector<std::string>(2, kNode.toStdString())));
+    // ...and the observers learn them: the window's host column, here headless's line.
+    QVERIFY2(run.output.contains("ptw: the ranks' nodes: " + kNode + " (ranks 0-1)\n"), qPrintable(run.output));
     checkNoProcessLeft();
   }
 
