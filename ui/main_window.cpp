@@ -388,6 +388,7 @@ QWidget* MainWindow::buildRankPane(QWidget* parent) {
   connect(grouped, &QCheckBox::toggled, m_rankTable, &RankTable::setGroupedByHost);
   // A rank's first point is drawn at once (Note [Redraw budget]); above kAggregateAbove ranks
   // no line is a rank's, so only the run's first step is.
+  connect(m_controller, &RunController::hosts, m_rankTable, &RankTable::setHosts);
   connect(m_rankTable, &RankTable::firstStep, this, [this] {
     if (m_reportingRanks <= kAggregateAbove || !m_firstStepDrawn) m_forceRedraw = true;
     m_firstStepDrawn = true;

@@ -97,6 +97,14 @@ RankTable::RankTable(QWidget* parent) : QTableWidget(0, kColumns, parent) {
   (new QVBoxLayout(viewport()))->addWidget(m_hint);
 }
 
+void RankTable::setHosts(const QStringList& rankHosts) {
+  setSortingEnabled(false);  // rows stay where they are while their cells change
+  for (int r = 0; r < std::min(m_ranks, static_cast<int>(rankHosts.size())); ++r) setCell(r, kHost, rankHosts[r]);
+  setSortingEnabled(true);
+  setColumnHidden(kHost, rankHosts.isEmpty());
+  setGroupedByHost(m_grouped);
+}
+
 void RankTable::reset(const LiveRun& run) {
   m_ranks = run.ranks;
   m_hint->hide();

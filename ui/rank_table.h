@@ -61,6 +61,8 @@ class RankTable : public QTableWidget, public LivePanel {
   void setFilter(const QString& text);
   /// Sorts by host, ranks in order within each; off: by rank.
   void setGroupedByHost(bool on);
+  /// Each rank's host where the profile names none (a SLURM job's nodes): shows the host column.
+  void setHosts(const QStringList& rankHosts);
   /// Marks `rank` a straggler (Note [Stragglers]), `message` in its tooltip.
   void markStraggler(int rank, const QString& message);
   /// The ranks a chart names for standing out (Note [Rank spread]), with what: "loss".

@@ -53,6 +53,12 @@ class RunController::Observer : public core::LaunchObserver {
     restart.step = step;
     add(std::move(restart));
   }
+  void onHosts(const std::vector<std::string>& rankHosts) override {
+    QStringList hosts;
+    for (const auto& h : rankHosts) hosts << QString::fromStdString(h);
+    QMetaObject::invokeMethod(
+        m_c, [c = m_c, hosts] { emit c->hosts(hosts); }, Qt::QueuedConnection);
+  }
   void onRankExit(const core::RankExit& e) override {
     Event exit;
     exit.rank = e.rank;

@@ -92,6 +92,8 @@ class RunController : public QObject {
 
  signals:
   void started(int port);
+  /// Each rank's host, learnt once the run is under way: a SLURM job's nodes (LaunchObserver::onHosts).
+  void hosts(const QStringList& rankHosts);
   /// Every process has ended and the run's step records are being packed into chunks
   /// (Note [Step blocks]): `done` of `total`, from 0, at most every 100 ms
   /// and at the end.

@@ -461,10 +461,6 @@ void validateHosts(const Profile& p, Need& need, OneOf& oneOf) {
   need(acrossHosts, "strategy.kind",
        "\"" + s.kind + "\" runs on one host only; across hosts (hosts.launcher \"" + h.launcher + "\") use " +
            acrossHostsStrategies() + " over gloo or nccl");
-  // A command rank's program gets torchrun's multi-node variables from the worker that the ssh
-  // launcher starts for it; under SLURM nothing places it so.
-  need(!strategy || !strategy->runsCommand || h.launcher == "ssh", "hosts.launcher",
-       "\"" + h.launcher + "\" cannot start \"command\" ranks; across hosts use \"ssh\"");
   if (acrossHosts) {
     need(s.backend != "shm", "strategy.backend",
          "\"shm\" needs every rank on one host; across hosts use \"gloo\" (cpu) or \"nccl\" (cuda)");
@@ -830,8 +826,8 @@ const std::map<std::string, std::string>& fieldHelp() {
       {"command.stop_grace_s", "`command`: a stop sends SIGINT, then SIGTERM, then SIGKILL, this many seconds apart"},
       {"hosts.launcher",
        "`local`: every rank on this machine; `ssh`: each rank started on its host through OpenSSH in batch mode; "
-       "`slurm`: each rank a job step started with `srun`, in the allocation ptw runs in or in a job ptw writes "
-       "for `sbatch` ([multihost.md](multihost.md))"},
+       "`slurm`: each node's ranks started by one job step there (`srun`), in the allocation ptw runs in or in a "
+       "job ptw writes for `sbatch` ([multihost.md](multihost.md))"},
       {"hosts.hosts",
        "`ssh`: the hosts as `host:slots` (horovodrun's form), e.g. `[\"node1:2\", \"node2:2\"]`; ranks fill them "
        "in order; the slots add up to the ranks; `slurm`: the nodes, the same way; empty = the allocation's"},

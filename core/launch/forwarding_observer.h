@@ -23,6 +23,7 @@ class ForwardingObserver : public LaunchObserver {
   void onLog(int rank, const std::string& line) override { m_inner.onLog(rank, line); }
   void onRankExit(const RankExit& exit) override { m_inner.onRankExit(exit); }
   void onRestart(int attempt, std::int64_t step) override { m_inner.onRestart(attempt, step); }
+  void onHosts(const std::vector<std::string>& rankHosts) override { m_inner.onHosts(rankHosts); }
 
  private:
   LaunchObserver& m_inner;

@@ -50,7 +50,7 @@ class ProgressPrinter : public LaunchObserver {
               << " host(s), one ssh connection and agent each, rendezvous on port " << port;
         break;
       case LauncherKind::Slurm:  // Note [SLURM ranks]
-        m_out << " as SLURM job steps through srun, rendezvous on port " << port;
+        m_out << " as SLURM job steps through srun, one agent a node, rendezvous on port " << port;
         break;
       case LauncherKind::Local:
         if (m_profile.run.port != 0) m_out << ", store on 127.0.0.1:" << port;  // else a FileStore in the run folder
@@ -76,6 +76,19 @@ class ProgressPrinter : public LaunchObserver {
   }
   void onLog(int rank, const std::string& line) override {
     if (rank < 0) m_out << line << "\n";  // the supervisor's own messages (restarts)
+  }
+  // A SLURM job's nodes, said as the window's host column shows them: "node1 (ranks 0-3), ...".
+  void onHosts(const std::vector<std::string>& hosts) override {
+    m_out << "ptw: the ranks' nodes:";
+    for (std::size_t i = 0; i < hosts.size();) {
+      std::size_t end = i;
+      while (end < hosts.size() && hosts[end] == hosts[i]) ++end;
+      m_out << (i == 0 ? " " : ", ") << hosts[i] << " (rank" << (end - i > 1 ? "s " : " ") << i;
+      if (end - i > 1) m_out << "-" << end - 1;
+      m_out << ")";
+      i = end;
+    }
+    m_out << "\n";
   }
   void onRankExit(const RankExit& e) override {
     if (e.rank >= 0 && e.rank < static_cast<int>(m_ranks.size()))

@@ -589,9 +589,9 @@ WorkerInvocation Launcher::Impl::workerInvocation(int rank) const {
   return w;
 }
 
-// A rank that is its own srun step is asked to stop on its control line, not by a signal,
-// which would end srun (Note [SLURM ranks]); SIGKILL ends srun. A host agent is told the signal for its ranks (Note
-// [Host agent]); its ssh is killed only when SIGKILL was told and the agent has not ended 3 s later.
+// A remote rank of its own is asked to stop on its control line, not by a signal, which would
+// end its connection. A host agent is told the signal for its ranks (Note [Host agent]); its ssh
+// or srun (Note [SLURM ranks]) is killed only when SIGKILL was told and the agent has not ended 3 s later.
 void Launcher::Impl::killAll(int sig) {
   const bool ask = sig != SIGKILL;
   if (m_pgid > 0 && m_agents.empty() && !(ask && anyRemote())) ::kill(-m_pgid, sig);
@@ -1344,7 +1344,7 @@ std::string Launcher::Impl::failureOf(const Rank& rk) {
     for (auto line = rk.tail.rbegin(); line != rk.tail.rend(); ++line)
       if (const auto at = line->find("run store "); line->rfind("error:", 0) == 0 && at != std::string::npos)
         return "could not write the run's metrics: " + line->substr(at);
-  // srun that could not start the rank's step says why itself (Note [SLURM ranks]).
+  // srun that could not start the agent's step says why itself (Note [SLURM ranks]).
   if (rk.exit.signal == 0 && rk.remote)
     for (auto line = rk.tail.rbegin(); line != rk.tail.rend(); ++line)
       if (line->rfind("srun: error: ", 0) == 0 && line->find(": task ") == std::string::npos)

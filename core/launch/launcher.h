@@ -158,6 +158,9 @@ class LaunchObserver {
   /// The run restarts (attempt 1, 2, ...) from a checkpoint at `step`: what was shown
   /// past that step is replayed (Note [Restarts] in supervisor.h).
   virtual void onRestart(int /*attempt*/, std::int64_t /*step*/) {}
+  /// Each rank's host, once known, where the profile names none: a SLURM job's nodes (Note
+  /// [SLURM ranks] in slurm_starter.h), before the ranks start.
+  virtual void onHosts(const std::vector<std::string>& /*rankHosts*/) {}
 };
 
 class Launcher {

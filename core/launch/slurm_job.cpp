@@ -46,6 +46,19 @@ SlurmJob::SlurmJob(Profile profile, std::string runDir, Env env)
 
 SlurmJob::~SlurmJob() { release(); }
 
+Profile SlurmJob::placed(const Profile& profile) const {
+  Profile p = profile;
+  if (!p.hosts.hosts.empty()) return p;
+  // m_rankHosts holds each node's ranks in one block (allocationRankHosts, jobRankHosts).
+  for (std::size_t i = 0; i < m_rankHosts.size();) {
+    std::size_t end = i;
+    while (end < m_rankHosts.size() && m_rankHosts[end] == m_rankHosts[i]) ++end;
+    p.hosts.hosts.push_back(m_rankHosts[i] + ":" + std::to_string(end - i));
+    i = end;
+  }
+  return p;
+}
+
 std::string SlurmJob::jobName(const std::string& runDir) {
   std::string dir = runDir;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();

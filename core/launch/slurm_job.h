@@ -71,6 +71,11 @@ class SlurmJob {
   const std::string& id() const { return m_id; }
   const std::vector<std::string>& rankHosts() const { return m_rankHosts; }
 
+  /// `profile` with the job's nodes as hosts.hosts, each with its ranks as slots, where it
+  /// names none (Note [SLURM ranks]): what the ranks are given, so that a rank knows its node's
+  /// place as under the ssh launcher (torchrun's variables for a command rank, the host column).
+  Profile placed(const Profile& profile) const;
+
   /// ptw-NAME, NAME the run folder's name.
   static std::string jobName(const std::string& runDir);
   /// RUN/job.sbatch's text for `profile`'s ranks; throws ptw::Error when the run folder's path

@@ -28,16 +28,28 @@ SlurmStarter::SlurmStarter(HostsSpec hosts, std::string jobId, std::vector<std::
   m_port = m_hosts.port != 0 ? m_hosts.port : 20000 + static_cast<int>(std::stoll(m_jobId) % 20000);
 }
 
+// Note [SLURM ranks]: the rank's worker command line, which the agent of its node runs.
 RankCommand SlurmStarter::command(int rank, const WorkerInvocation& worker) const {
   PTW_CHECK(rank >= 0 && static_cast<std::size_t>(rank) < m_rankHosts.size(), "rank ", rank, " has no node (",
             m_rankHosts.size(), " in the SLURM job)");
-  const std::string& host = m_rankHosts[static_cast<std::size_t>(rank)];
+  RankCommand c;
+  c.remote = true;
+  c.viaAgent = true;
+  c.host = m_rankHosts[static_cast<std::size_t>(rank)];
+  WorkerInvocation w(worker);
+  w.steps.clear();  // its records come back through srun, steps included
+  w.stepsLimit = 0;
+  c.argv = remoteWorkerArgs(w, m_worker, c.host, m_address, m_hosts.interface);
+  return c;
+}
+
+RankCommand SlurmStarter::agentCommand(const std::string& host) const {
   RankCommand c;
   c.remote = true;
   c.host = host;
   c.argv = {m_srun,
             "--jobid=" + m_jobId,
-            "--job-name=ptw-rank" + std::to_string(rank),
+            "--job-name=ptw-agent",
             "--nodes=1",
             "--ntasks=1",
             "--ntasks-per-node=1",
@@ -47,8 +59,9 @@ RankCommand SlurmStarter::command(int rank, const WorkerInvocation& worker) cons
             "--input=all",
             "--mpi=none",
             "--quiet",
-            "--"};
-  for (auto& a : remoteWorkerArgs(worker, m_worker, host, m_address, m_hosts.interface)) c.argv.push_back(a);
+            "--",
+            m_worker,
+            "--agent"};
   return c;
 }
 

@@ -1,26 +1,31 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// SlurmStarter: starts each rank as a job step of a SLURM job through srun (profile section
-// `hosts`, launcher "slurm"; docs/multihost.md). SlurmJob (slurm_job.h) finds the job.
+// SlurmStarter: starts the ranks of each node of a SLURM job through that node's host agent,
+// one job step a node started with srun (profile section `hosts`, launcher "slurm";
+// docs/multihost.md). SlurmJob (slurm_job.h) finds the job.
 //
 // Note [SLURM ranks]
-// Each rank is one step of its own, one task on its node:
-//   srun --jobid=JOB --job-name=ptw-rankN --nodes=1 --ntasks=1 --ntasks-per-node=1
-//        --nodelist=HOST --overlap --unbuffered --input=all --mpi=none --quiet
-//        -- ptw-worker ARGS... --remote HOST --master ADDR [--interface IF]
-// a child of the launcher like a local rank, without a shell. The worker is a remote rank as
-// over ssh (Note [Remote ranks] in ssh_starter.h): records on its stdout, log on stderr, "stop"
-// on stdin, its end of file ends it. What srun adds:
+// The ranks of a node are started by its agent (Note [Host agent] in host_agent.h), one step
+// a node, one task on it:
+//   srun --jobid=JOB --job-name=ptw-agent --nodes=1 --ntasks=1 --ntasks-per-node=1
+//        --nodelist=NODE --overlap --unbuffered --input=all --mpi=none --quiet
+//        -- ptw-worker --agent
+// a child of the launcher like ssh for the ssh launcher, without a shell; the ranks' worker
+// command lines travel in the agent's request, as remote ranks (Note [Remote ranks] in
+// ssh_starter.h). One step for every node would be one srun in all, but srun passes several
+// tasks' output on in pieces of its own size, mixed, where a node's agent frames must come
+// whole and in order; and its input goes to one task unless broadcast. A step a node keeps
+// each node's stream its own, and is still one connection a node. What srun adds:
 // - --unbuffered: without it slurmstepd passes a task's output on in whole lines, and binary
-//   record frames would wait for a newline byte to come by. With it the task's stdout is a
-//   pseudo-terminal with output processing off (-opost), which passes every byte as written.
-// - --input=all: srun forwards its stdin, the rank's control line, to the task.
+//   agent frames would wait for a newline byte to come by. With it every byte goes on as written.
+// - --input=all: srun forwards its stdin, the agent's request and control lines, to the task;
+//   its end of file reaches the agent, which then kills its ranks.
 // - --overlap: the steps share the job's resources, as ranks on one machine share it; without
-//   it a step takes every CPU of its node and the next rank's step would wait for it.
-// - Exits: srun gives a task's exit code, or 128+N for a task killed by signal N, as the ssh
-//   launcher's remote shell does. srun that could not make the step (a node not in the job,
-//   the job gone) exits 1 with an "srun: error:" line, which names the failure. srun killed
-//   here ends its step: slurmstepd kills the task when srun's connection goes, so a rank
-//   outlives neither its srun nor ptw (Note [Worker lifetime]).
+//   it a step takes every CPU of its node and a later step would wait for it.
+// - Exits: each rank's comes in the agent's Exit frame. srun that could not make the step (a
+//   node not in the job, the job gone) exits 1 with an "srun: error:" line, which names the
+//   failure for the node's ranks. srun killed here ends its step: slurmstepd kills the agent
+//   when srun's connection goes, and the agent its ranks, so a rank outlives neither its srun
+//   nor ptw (Note [Worker lifetime]).
 #pragma once
 
 #include <string>
@@ -44,6 +49,7 @@ class SlurmStarter final : public RankStarter {
   SlurmStarter(HostsSpec hosts, std::string jobId, std::vector<std::string> rankHosts, std::string localWorker);
 
   RankCommand command(int rank, const WorkerInvocation& worker) const override;
+  RankCommand agentCommand(const std::string& host) const override;
   int rendezvousPort() const override { return m_port; }
   /// Where the ranks meet: hosts.address, else the first rank's node.
   const std::string& address() const { return m_address; }

@@ -97,6 +97,22 @@ std::string attemptRendezvousPort(const SupervisorOptions& o, int attempt, int& 
   return rendezvousPortProblem(o.profile, o.workerPath, port);
 }
 
+// The profile the ranks are given and the file the first attempt's read it from: the run's,
+// naming a SLURM job's nodes where the run's names none (Note [SLURM ranks]), so that each rank
+// learns its node's place; `observer` is told those nodes.
+struct RanksProfile {
+  Profile profile;
+  std::string path;
+};
+RanksProfile ranksProfile(const SupervisorOptions& o, const SlurmJob* slurm, LaunchObserver& observer) {
+  RanksProfile r{slurm ? slurm->placed(o.profile) : o.profile, o.runDir + "/profile.json"};
+  if (r.profile.hosts.hosts == o.profile.hosts.hosts) return r;
+  r.path = o.runDir + "/profile.nodes.json";
+  saveProfile(r.profile, r.path);
+  observer.onHosts(rankHosts(r.profile));
+  return r;
+}
+
 }  // namespace
 
 std::int64_t checkpointStep(const std::string& runDir) {
@@ -121,7 +137,6 @@ void Supervisor::requestStacks() { m_current.stacks(); }
 RunReport Supervisor::run(LaunchObserver& observer) {
   const auto& o = m_options;
   m_throughput = ThroughputMeter(o.profile);
-  m_stragglers = stragglerDetectorFor(o.profile);
   StoringObserver storing(observer, o.store, o.runId, *this, m_throughput, m_stragglers);
   RunReport report;
   // Note [Control channel]: `ptw stop` asks for the stop a SIGINT gives, for every attempt;
@@ -139,11 +154,13 @@ RunReport Supervisor::run(LaunchObserver& observer) {
       return report;
     }
   }
+  const RanksProfile ranks = ranksProfile(o, slurm.get(), storing);
+  m_stragglers = stragglerDetectorFor(ranks.profile);
   const int maxRestarts = o.profile.run.maxRestarts;
   for (int attempt = 0;; ++attempt) {
-    std::string profilePath = o.runDir + "/profile.json";
+    std::string profilePath = ranks.path;
     if (attempt > 0) {
-      Profile resumed = o.profile;
+      Profile resumed = ranks.profile;
       const std::int64_t step = checkpointStep(o.runDir);
       resumed.run.resumeFrom = step >= 0 ? o.runDir + "/checkpoint.pt" : o.profile.run.resumeFrom;
       profilePath = o.runDir + "/profile.attempt" + std::to_string(attempt) + ".json";

@@ -414,10 +414,10 @@ class TestProfile : public QObject {
     QTest::newRow("slurm nodes that do not fit")
         << R"({"strategy": {"ranks": 4}, "hosts": {"launcher": "slurm", "hosts": ["n1:2", "n2:1"]}})"
         << "hosts.hosts: the hosts' slots add up to 3, but the run has 4 ranks (strategy.ranks); make them equal";
-    QTest::newRow("command under slurm")
-        << R"({"strategy": {"kind": "command", "ranks": 2}, "command": {"program": "python3"},
-               "hosts": {"launcher": "slurm"}})"
-        << "hosts.launcher: \"slurm\" cannot start \"command\" ranks; across hosts use \"ssh\"";
+    QTest::newRow("command nodes that do not fit")
+        << R"({"strategy": {"kind": "command", "ranks": 4}, "command": {"program": "python3"},
+               "hosts": {"launcher": "slurm", "hosts": ["n1:2", "n2:1"]}})"
+        << "hosts.hosts: the hosts' slots add up to 3, but the run has 4 ranks (strategy.ranks); make them equal";
     QTest::newRow("command slots and ranks differ")
         << R"({"strategy": {"kind": "command", "ranks": 4}, "command": {"program": "python3"},
                "hosts": {"launcher": "ssh", "hosts": ["a:2", "b:1"]}})"
@@ -451,6 +451,10 @@ class TestProfile : public QObject {
     QVERIFY(validate(slurm).empty());
     QVERIFY(rankHosts(slurm).empty());
     QCOMPARE(collectiveBackend(slurm, false), std::string("gloo"));
+    // Your own script under slurm: each rank is placed on its node as under ssh.
+    const Profile script = parseProfile(R"({"strategy": {"kind": "command", "ranks": 2},
+        "command": {"program": "python3"}, "hosts": {"launcher": "slurm"}})");
+    QVERIFY(validate(script).empty());
   }
   // Every launcher name parses to its kind and back, and an unknown one reads as validation says it.
   void launcherNamesParseToTheirKind_data() {

@@ -9,6 +9,7 @@
 #include <QDirIterator>
 #include <QElapsedTimer>
 #include <QFile>
+#include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
@@ -20,10 +21,12 @@
 #include <unistd.h>
 
 #include <functional>
+#include <map>
 
 #include <torch/torch.h>
 
 #include "engine_support.h"
+#include "launch/run_store.h"
 #include "test_support.h"
 
 using namespace ptw;
@@ -36,6 +39,16 @@ namespace {
 const QString kNode = QStringLiteral("ptwnode1");  // the cluster's one node (slurm_node.sh)
 
 QString script() { return test::sourcePath(QStringLiteral("tests/slurm/slurm_node.sh")); }
+
+// The loss of each step of each rank that the run in `runDir` stored in `runsDir`.
+std::map<int, std::map<std::int64_t, double>> storedLosses(const QString& runsDir, const QString& runDir) {
+  RunStore store(runsDir.toStdString());
+  std::map<int, std::map<std::int64_t, double>> out;
+  for (const auto& run : store.runs())
+    if (QFileInfo(QString::fromStdString(run.dir)).canonicalFilePath() == QFileInfo(runDir).canonicalFilePath())
+      for (const auto& s : store.steps(run.id)) out[s.rank][s.step] = s.loss;
+  return out;
+}
 
 }  // namespace
 
@@ -68,6 +81,72 @@ class TestSlurm : public QObject {
         env.remove(key);
     env.insert(QStringLiteral("SLURM_CONF"), m_cluster.dir + "/slurm.conf");
     return env;
+  }
+
+  // While ptw runs: submits the job.sbatch it writes under `runs` (bounded: the script is there
+  // within 30 s, or the run is judged as it is); `submitted` takes what sbatch said.
+  std::function<void(QProcess&)> submitOnceWritten(const QString& runs, QString& submitted) const {
+    return [this, runs, &submitted](QProcess& ptw) {
+      QElapsedTimer t;
+      t.start();
+      QString file;
+      while (file.isEmpty() && t.elapsed() < 30000 && ptw.state() == QProcess::Running) {
+        QDirIterator it(runs, {QStringLiteral("job.sbatch")}, QDir::Files, QDirIterator::Subdirectories);
+        if (it.hasNext()) file = it.next();
+        ptw.waitForFinished(100);
+      }
+      if (file.isEmpty()) return;
+      QProcess sbatch;
+      sbatch.setProcessEnvironment(environment());
+      sbatch.setProcessChannelMode(QProcess::MergedChannels);
+      sbatch.start(QStringLiteral("sbatch"), {file});
+      sbatch.waitForFinished(20000);
+      submitted = QString::fromUtf8(sbatch.readAll()).trimmed();
+    };
+  }
+
+  // resources/examples/ddp_train.py (DDP over Gloo, reporting through ptw_metrics) as a
+  // command of 2 ranks through the slurm launcher, meeting on loopback.
+  Profile scriptProfile(std::int64_t steps) const {
+    Profile p = defaultProfile();
+    p.name = "script-slurm";
+    p.strategy.kind = "command";
+    p.strategy.ranks = 2;
+    p.hyper.maxSteps = steps;
+    p.hyper.batchSize = 16;
+    p.run.timeoutS = 30;
+    p.command.program = "/usr/bin/python3";
+    p.command.args = {"ddp_train.py",      "--lr",         "{hyper.lr}",         "--steps",
+                      "{hyper.max_steps}", "--batch-size", "{hyper.batch_size}", "--seed",
+                      "{hyper.seed}",      "--ptw-metrics"};
+    p.command.cwd = test::sourcePath(QStringLiteral("resources/examples")).toStdString();
+    p.hosts = slurmProfile(steps).hosts;
+    return p;
+  }
+
+  // The losses `run` stored, rank by rank and step by step, equal those of the same profile
+  // run on this machine by the local launcher; the ranks ran on the node, which the profile
+  // they were given names (the host column's source).
+  void checkScriptEqualsOneHost(const test::HeadlessRun& run, const Profile& p, const QString& name) {
+    QVERIFY2(run.exitCode == 0, qPrintable(run.output));
+    QCOMPARE(run.summary.value("status").toString(), QStringLiteral("finished"));
+    Profile local = p;
+    local.hosts = HostsSpec{};
+    const test::HeadlessRun one = runPtw(local, name + "-one", {});
+    QVERIFY2(one.exitCode == 0, qPrintable(one.output));
+    const auto onSlurm = storedLosses(m_cluster.dir + "/runs-" + name, run.summary.value("run_dir").toString());
+    const auto oneHost =
+        storedLosses(m_cluster.dir + "/runs-" + name + "-one", one.summary.value("run_dir").toString());
+    QCOMPARE(onSlurm.size(), std::size_t{2});
+    for (int r = 0; r < 2; ++r) {
+      QCOMPARE(onSlurm.at(r).size(), static_cast<std::size_t>(p.hyper.maxSteps));
+      QCOMPARE(onSlurm.at(r), oneHost.at(r));
+    }
+    const Profile given = loadProfile(run.summary.value("run_dir").toString().toStdString() + "/profile.nodes.json");
+    QCOMPARE(rankHosts(given), (std::vector<std::string>(2, kNode.toStdString())));
+    // ...and the observers learn them: the window's host column, here headless's line.
+    QVERIFY2(run.output.contains("ptw: the ranks' nodes: " + kNode + " (ranks 0-1)\n"), qPrintable(run.output));
+    checkNoProcessLeft();
   }
 
   // A 2-rank DDP profile over Gloo through the slurm launcher; the ranks meet on loopback.
@@ -128,15 +207,25 @@ class TestSlurm : public QObject {
     QVERIFY2(diff < 1e-5, qPrintable(QStringLiteral("max |2 SLURM ranks - one process| = %1").arg(diff)));
   }
 
-  // No ptw-worker of this test's runs left (a remote rank whose profile is in the test's
-  // folder), within `seconds`.
-  bool noWorkersLeft(int seconds) const {
-    const auto ours = [this] {
-      for (int pid : test::liveWorkersWith("--remote")) {
-        QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));
-        if (cmdline.open(QIODevice::ReadOnly) && cmdline.readAll().contains(m_cluster.dir.toUtf8())) return true;
+  // No ptw-worker (agent or rank), python3 or srun of this test's runs left within `seconds`:
+  // SLURM passes ptw's environment on to what it starts, this cluster's SLURM_CONF included.
+  bool noProcessLeft(int seconds, QString& left) const {
+    const QByteArray conf = "SLURM_CONF=" + m_cluster.dir.toUtf8() + "/slurm.conf";
+    const auto ours = [&] {
+      left.clear();
+      for (const QString& entry : QDir(QStringLiteral("/proc")).entryList(QDir::Dirs)) {
+        bool ok = false;
+        const int pid = entry.toInt(&ok);
+        if (!ok || pid == ::getpid()) continue;
+        QFile comm(QStringLiteral("/proc/%1/comm").arg(pid));
+        QFile environ(QStringLiteral("/proc/%1/environ").arg(pid));
+        if (!comm.open(QIODevice::ReadOnly) || !environ.open(QIODevice::ReadOnly)) continue;
+        const QByteArray name = comm.readAll().trimmed();
+        if ((name == "ptw-worker" || name == "python3" || name == "srun") &&
+            environ.readAll().split('\0').contains(conf) && test::processAlive(pid))
+          left += QStringLiteral(" %1 (%2)").arg(pid).arg(QString::fromUtf8(name));
       }
-      return false;
+      return !left.isEmpty();
     };
     QElapsedTimer t;
     t.start();
@@ -145,6 +234,10 @@ class TestSlurm : public QObject {
       QThread::msleep(100);
     }
     return true;
+  }
+  void checkNoProcessLeft() {
+    QString left;
+    QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
   }
 
   // The test cluster's jobs that have not ended.
@@ -188,8 +281,8 @@ class TestSlurm : public QObject {
     const Profile p = slurmProfile(20);
     const Run run = runPtw(p, QStringLiteral("inside"), salloc(QStringLiteral("inside")));
     checkEqualsOneProcess(run, p);
-    QVERIFY2(run.output.contains("as SLURM job steps through srun"), qPrintable(run.output));
-    QVERIFY2(noWorkersLeft(10), "a ptw-worker was left running");
+    QVERIFY2(run.output.contains("as SLURM job steps through srun, one agent a node"), qPrintable(run.output));
+    checkNoProcessLeft();
   }
 
   // Outside an allocation: ptw writes RUN/job.sbatch and waits; the test submits it; ptw
@@ -198,28 +291,11 @@ class TestSlurm : public QObject {
     const Profile p = slurmProfile(20);
     const QString runs = m_cluster.dir + "/runs-outside";
     QString submitted;
-    const Run run = runPtw(p, QStringLiteral("outside"), {}, {}, [&](QProcess& ptw) {
-      // Bounded: the script is there within 30 s, or the run is judged as it is.
-      QElapsedTimer t;
-      t.start();
-      QString file;
-      while (file.isEmpty() && t.elapsed() < 30000 && ptw.state() == QProcess::Running) {
-        QDirIterator it(runs, {QStringLiteral("job.sbatch")}, QDir::Files, QDirIterator::Subdirectories);
-        if (it.hasNext()) file = it.next();
-        ptw.waitForFinished(100);
-      }
-      if (file.isEmpty()) return;
-      QProcess sbatch;
-      sbatch.setProcessEnvironment(environment());
-      sbatch.setProcessChannelMode(QProcess::MergedChannels);
-      sbatch.start(QStringLiteral("sbatch"), {file});
-      sbatch.waitForFinished(20000);
-      submitted = QString::fromUtf8(sbatch.readAll()).trimmed();
-    });
+    const Run run = runPtw(p, QStringLiteral("outside"), {}, {}, submitOnceWritten(runs, submitted));
     QVERIFY2(submitted.startsWith("Submitted batch job"), qPrintable(submitted + "\n" + run.output));
     QVERIFY2(run.output.contains("submit it with: sbatch " + runs), qPrintable(run.output));
     checkEqualsOneProcess(run, p);
-    QVERIFY2(noWorkersLeft(10), "a ptw-worker was left running");
+    checkNoProcessLeft();
     // Released: the job is gone within 10 s (the release file, scancel).
     QElapsedTimer t;
     t.start();
@@ -277,6 +353,24 @@ class TestSlurm : public QObject {
              jobSaid.constData());
   }
 
+  // A PyTorch DDP script inside an allocation: each rank started by the node's agent with
+  // torchrun's variables, storing what the same profile stores on one host.
+  void aScriptInsideAnAllocationStoresWhatItDoesOnOneHost() {
+    const Profile p = scriptProfile(10);
+    const Run run = runPtw(p, QStringLiteral("script-inside"), salloc(QStringLiteral("script-inside")));
+    checkScriptEqualsOneHost(run, p, QStringLiteral("script-inside"));
+  }
+
+  // The same script through the job ptw writes (job.sbatch), submitted while ptw waits.
+  void aScriptThroughTheJobItWritesStoresWhatItDoesOnOneHost() {
+    const Profile p = scriptProfile(10);
+    QString submitted;
+    const Run run = runPtw(p, QStringLiteral("script-outside"), {}, {},
+                           submitOnceWritten(m_cluster.dir + "/runs-script-outside", submitted));
+    QVERIFY2(submitted.startsWith("Submitted batch job"), qPrintable(submitted + "\n" + run.output));
+    checkScriptEqualsOneHost(run, p, QStringLiteral("script-outside"));
+  }
+
   // A rank killed by a signal is named with its node; the other is stopped; nothing is left.
   void aRankKilledIsNamed() {
     const Run run = runPtw(slurmProfile(1000000), QStringLiteral("killed"), salloc(QStringLiteral("killed")),
@@ -284,7 +378,7 @@ class TestSlurm : public QObject {
     QVERIFY2(run.exitCode != 0, qPrintable(run.output));
     const QString message = run.summary.value("message").toString();
     QVERIFY2(message.startsWith("rank 1 on host " + kNode + " failed with signal 9"), qPrintable(message));
-    QVERIFY2(noWorkersLeft(10), "a ptw-worker was left running");
+    checkNoProcessLeft();
   }
 
   // A stop (SIGTERM to ptw) while it waits for its job ends the wait: nothing starts.

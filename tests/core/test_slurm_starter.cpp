@@ -14,6 +14,7 @@
 #include <atomic>
 #include <thread>
 
+#include "common/command.h"
 #include "common/error.h"
 #include "common/launcher_env.h"
 #include "launch/slurm_job.h"
@@ -87,22 +88,33 @@ class TestSlurmStarter : public QObject {
     for (const char* f : {"squeue.calls", "squeue.answers", "scancel.calls"}) QFile::remove(m_bin.filePath(f));
   }
 
-  // One step a rank, one task on its node, without a shell; the worker is a remote rank.
-  void srunCommandIsOneStepPerRank() {
+  // One step a node, its host agent, without a shell; each rank a remote worker the agent of
+  // its node starts.
+  void srunCommandIsOneAgentStepPerNode() {
     HostsSpec h;
     h.launcher = "slurm";
     h.interface = "ib0";
     SlurmStarter starter(h, "4242", {"node1", "node1", "node2"}, "/opt/ptw/ptw-worker");
     QCOMPARE(starter.rendezvousPort(), 20000 + 4242);
     QCOMPARE(starter.address(), std::string("node1"));
-    const RankCommand c =
-        starter.command(2, WorkerInvocation("/opt/ptw/ptw-worker").setProfile("/runs/r/profile.json"));
+    WorkerInvocation worker("/opt/ptw/ptw-worker");
+    worker.setProfile("/runs/r/profile.json");
+    worker.steps = "/runs/r/steps";  // the records come back through srun, steps included
+    worker.stepsLimit = 9;
+    const RankCommand c = starter.command(2, worker);
     QVERIFY(c.remote);
+    QVERIFY(c.viaAgent);
     QCOMPARE(c.host, std::string("node2"));
     QCOMPARE(c.connectionLostCode, 0);
+    QCOMPARE(c.argv, (std::vector<std::string>{"/opt/ptw/ptw-worker", "--profile", "/runs/r/profile.json", "--remote",
+                                               "node2", "--master", "node1", "--interface", "ib0"}));
+    const RankCommand a = starter.agentCommand("node2");
+    QVERIFY(a.remote);
+    QVERIFY(!a.viaAgent);
+    QCOMPARE(a.host, std::string("node2"));
     const std::vector<std::string> expected = {(m_bin.path() + "/srun").toStdString(),
                                                "--jobid=4242",
-                                               "--job-name=ptw-rank2",
+                                               "--job-name=ptw-agent",
                                                "--nodes=1",
                                                "--ntasks=1",
                                                "--ntasks-per-node=1",
@@ -114,23 +126,17 @@ class TestSlurmStarter : public QObject {
                                                "--quiet",
                                                "--",
                                                "/opt/ptw/ptw-worker",
-                                               "--profile",
-                                               "/runs/r/profile.json",
-                                               "--remote",
-                                               "node2",
-                                               "--master",
-                                               "node1",
-                                               "--interface",
-                                               "ib0"};
-    QCOMPARE(c.argv, expected);
+                                               "--agent"};
+    QCOMPARE(a.argv, expected);
     h.port = 29555;
     h.address = "10.0.0.1";
     h.worker = "/shared/ptw-worker";
     SlurmStarter given(h, "4242", {"node1"}, "/opt/ptw/ptw-worker");
     QCOMPARE(given.rendezvousPort(), 29555);
     const RankCommand g = given.command(0, WorkerInvocation("/opt/ptw/ptw-worker"));
-    QCOMPARE(g.argv[13], std::string("/shared/ptw-worker"));
+    QCOMPARE(g.argv.front(), std::string("/shared/ptw-worker"));
     QCOMPARE(g.argv.back(), std::string("ib0"));
+    QCOMPARE(given.agentCommand("node1").argv[13], std::string("/shared/ptw-worker"));
     QVERIFY(errorOf([&] { SlurmStarter(h, "12;x", {"node1"}, "w"); }).find("SLURM job id: expected a number") == 0);
   }
 
@@ -200,6 +206,25 @@ class TestSlurmStarter : public QObject {
     QCOMPARE(SlurmJob::jobRankHosts(p, "ignored"), (std::vector<std::string>{"a", "a", "b", "b", "b"}));
     QCOMPARE(SlurmJob::allocationRankHosts(p, {{"SLURM_JOB_ID", "1"}}),
              (std::vector<std::string>{"a", "a", "b", "b", "b"}));
+  }
+
+  // The profile the ranks are given names the allocation's nodes, each with its ranks, so that
+  // a rank knows its node's place; one that names its nodes is given as it is.
+  void placedProfileNamesTheNodes() {
+    const SlurmJob::Env env = {
+        {"SLURM_JOB_ID", "7"}, {"SLURM_JOB_NODELIST", "n[1-2]"}, {"SLURM_TASKS_PER_NODE", "3,2"}};
+    SlurmJob job(slurmProfile(5), "", env);
+    LogObserver log;
+    std::atomic<bool> stop{false};
+    QVERIFY(job.acquire(log, stop));
+    const Profile placed = job.placed(slurmProfile(5));
+    QCOMPARE(placed.hosts.hosts, (std::vector<std::string>{"n1:3", "n2:2"}));
+    QVERIFY(validate(placed).empty());
+    QCOMPARE(rankHosts(placed), job.rankHosts());
+    QCOMPARE(placeRank(rankHosts(placed), 4), (HostPlace{1, 2, 1, 2}));
+    Profile named = slurmProfile(5);
+    named.hosts.hosts = {"a:2", "b:3"};
+    QCOMPARE(job.placed(named).hosts.hosts, named.hosts.hosts);
   }
 
   // The job ptw writes: the run's shape, its name, its output in the run folder; its batch step

@@ -325,6 +325,24 @@ class TestMainWindow : public QObject {
   // A rank's status through a run: starting, running from its first step, failed or exited
   // as its process ends, restarting with the next attempt, then finished or stopped with the
   // run, but a rank that failed stays failed.
+  // A SLURM run whose nodes come from its job: the host column, hidden while the profile names
+  // no host, shows each rank's node once the run learns them (RunController::hosts).
+  void theHostColumnShowsTheNodesLearnt() {
+    ui::RankTable table;
+    core::Profile p = core::defaultProfile();
+    p.strategy.ranks = 2;
+    p.hosts.launcher = "slurm";
+    table.reset({p, 2, {"rank 0", "rank 1"}});
+    int host = -1;
+    for (int c = 0; c < table.columnCount(); ++c)
+      if (table.horizontalHeaderItem(c)->text() == "host") host = c;
+    QVERIFY(host >= 0);
+    QVERIFY(table.isColumnHidden(host));
+    table.setHosts({"node1", "node2"});
+    QVERIFY(!table.isColumnHidden(host));
+    for (int row = 0; row < 2; ++row)
+      QCOMPARE(cell(&table, row, host), QString(table.rankAt(row) == 0 ? "node1" : "node2"));
+  }
   void theRankTableFollowsEachRanksStatus() {
     ui::RankTable table;
     table.reset({core::defaultProfile(), 3, {"rank 0", "rank 1", "rank 2"}});
