@@ -99,6 +99,7 @@ class RunController::Follower : public core::FollowSource::Listener {
           m_c, [c = m_c] { emit c->recordsArrived(); }, Qt::QueuedConnection);
   }
   void onLog(int rank, const std::string& line) override { m_c->m_observer->onLog(rank, line); }
+  void onHosts(const std::vector<std::string>& rankHosts) override { m_c->m_observer->onHosts(rankHosts); }
   void onState(core::FollowSource::State state, const std::string& message) override {
     using State = core::FollowSource::State;
     const QString text = QString::fromStdString(message);

@@ -279,6 +279,10 @@ bool FollowSource::deliver(Listener& listener, std::string& buf, FollowStream::D
       m_logsHad[rank] = m_logsThisStream[rank];
       listener.onLog(rank, line);
     }
+  if (decoded.hosts) {  // each stream tells them again: the same, or a restart's
+    listener.onHosts(*decoded.hosts);
+    decoded.hosts.reset();
+  }
   if (!decoded.end) return false;
   exitCode = decoded.end->first;
   listener.onState(State::Ended, decoded.end->second);

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "launch/follow_stream.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <ostream>
@@ -20,6 +21,7 @@ using Json = nlohmann::ordered_json;
 constexpr std::uint32_t kRecordMagic = 0x52575450;  // "PTWR"
 constexpr std::uint32_t kLogMagic = 0x4c575450;     // "PTWL"
 constexpr std::uint32_t kEndMagic = 0x45575450;     // "PTWE"
+constexpr std::uint32_t kHostsMagic = 0x48575450;   // "PTWH"
 constexpr std::size_t kTextFrameHead = 12;
 constexpr std::uint32_t kMaxText = 1u << 20;  // a log frame's line is at most 64 KiB (RunFollower)
 
@@ -115,6 +117,19 @@ void FollowStream::log(int rank, std::string_view line) {
   m_buf += j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
+void FollowStream::hosts(const std::vector<std::string>& rankHosts) {
+  if (m_format == Format::Frames) {
+    std::string text;
+    for (const auto& h : rankHosts) text += (text.empty() ? "" : "\n") + h;
+    putTextFrame(m_buf, kHostsMagic, static_cast<std::int32_t>(rankHosts.size()), text);
+    return;
+  }
+  Json j;
+  j["kind"] = "hosts";
+  j["hosts"] = rankHosts;
+  m_buf += j.dump(-1, ' ', false, Json::error_handler_t::replace) + "\n";
+}
+
 void FollowStream::end(const RunRow& run, int exitCode) {
   if (m_format == Format::Frames) {
     putTextFrame(m_buf, kEndMagic, exitCode, run.status + "\t" + run.message);
@@ -151,7 +166,7 @@ std::size_t FollowStream::decode(std::string_view in, Decoded& out, bool& malfor
       at += used;
       continue;
     }
-    if (magic != kLogMagic && magic != kEndMagic) {
+    if (magic != kLogMagic && magic != kEndMagic && magic != kHostsMagic) {
       malformed = true;
       return at;
     }
@@ -166,10 +181,23 @@ std::size_t FollowStream::decode(std::string_view in, Decoded& out, bool& malfor
     }
     if (in.size() - at - kTextFrameHead < n) return at;
     std::string text(in.substr(at + kTextFrameHead, n));
-    if (magic == kLogMagic)
+    if (magic == kLogMagic) {
       out.logs.emplace_back(value, std::move(text));
-    else
+    } else if (magic == kHostsMagic) {
+      std::vector<std::string> hosts;
+      for (std::size_t from = 0; value > 0 && from <= text.size();) {
+        const std::size_t to = std::min(text.find('\n', from), text.size());
+        hosts.push_back(text.substr(from, to - from));
+        from = to + 1;
+      }
+      if (static_cast<std::int32_t>(hosts.size()) != std::max(value, 0)) {  // not one line a rank
+        malformed = true;
+        return at;
+      }
+      out.hosts = std::move(hosts);
+    } else {
       out.end.emplace(value, std::move(text));
+    }
     at += kTextFrameHead + n;
   }
   return at;

@@ -13,6 +13,8 @@
 // reader check):
 //   "PTWR"  a record frame exactly as encodeRecord writes it (kinds S, V and N)
 //   "PTWL"  u32 magic | i32 rank | u32 n | n bytes: a line of rankN.log, without its '\n'
+//   "PTWH"  u32 magic | i32 ranks | u32 n | n bytes: each rank's host, one a line; sent once
+//           the run's nodes are known (a SLURM job's, Note [SLURM ranks])
 //   "PTWE"  u32 magic | i32 exit code | u32 n | n bytes: the run's status, a tab, its
 //           message; the stream's last frame
 #pragma once
@@ -42,6 +44,8 @@ class FollowStream {
   void record(const Record& r);
   /// A line of rank `rank`'s log, without its newline.
   void log(int rank, std::string_view line);
+  /// Each rank's host, once they are known (a SLURM job's nodes).
+  void hosts(const std::vector<std::string>& rankHosts);
   /// How the run ended and the exit code `ptw follow` ends with: last.
   void end(const RunRow& run, int exitCode);
   /// Writes out what is buffered; false once the output cannot be written (a closed pipe).
@@ -52,6 +56,7 @@ class FollowStream {
     std::vector<Record> records;
     std::vector<std::pair<int, std::string>> logs;   ///< rank, line
     std::optional<std::pair<int, std::string>> end;  ///< exit code, "status\tmessage"
+    std::optional<std::vector<std::string>> hosts;   ///< each rank's host, when told
   };
   /// Reads the frames of `in` (after the header line) into `out`; returns the bytes used (a
   /// frame cut short at the end is left). Sets `malformed` and stops at a frame it does not

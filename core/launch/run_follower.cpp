@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/profile.h"
 #include "common/version.h"
 #include "launch/chunk_decoder.h"
 #include "launch/follow_stream.h"
@@ -201,6 +202,7 @@ bool RunFollower::poll(FollowStream& out) {
     readRows(out);
   }
   closeStore();
+  readHosts(out);
   // Once the run has ended its logs grow no more: read to their ends (bounded all the same,
   // should an orphan of a rank still write).
   for (int i = 0; readLogs(out, ended) && ended && i < 4096; ++i) {
@@ -305,6 +307,20 @@ void RunFollower::readRows(FollowStream& out) {
     r.setName(StoreDatabase::text(s, 3));
     r.value = sqlite3_column_type(s, 4) == SQLITE_NULL ? std::nan("") : sqlite3_column_double(s, 4);
     out.record(r);
+  }
+}
+
+// The nodes a SLURM job gave the ranks, which the supervisor writes into the run folder when
+// it learns them (Note [SLURM ranks]): an observer learns them only from the run. Until then a
+// poll looks once for the file; a file that does not load is looked for again.
+void RunFollower::readHosts(FollowStream& out) {
+  if (m_hostsSent) return;
+  const std::string path = m_run.dir + "/profile.nodes.json";
+  if (::access(path.c_str(), R_OK) != 0) return;
+  try {
+    out.hosts(rankHosts(loadProfile(path)));
+    m_hostsSent = true;
+  } catch (const Error&) {  // being written: the next poll reads it whole
   }
 }
 

@@ -91,6 +91,7 @@ class RunFollower {
   void readRows(FollowStream& out);
   /// True when a log file has more to read than one poll reads.
   bool readLogs(FollowStream& out, bool ended);
+  void readHosts(FollowStream& out);
   long long packedBytes();
   void openStore();
   void closeStore();
@@ -105,6 +106,7 @@ class RunFollower {
   long long m_filePos = 0;                 ///< where the next block of the step file starts
   std::int64_t m_chunkRow = 0, m_validationRow = 0, m_scalarRow = 0;  ///< the last rowids read
   std::map<int, LogFile> m_logs;
+  bool m_hostsSent = false;  ///< the ranks' nodes were written (readHosts)
 };
 
 }  // namespace ptw::core

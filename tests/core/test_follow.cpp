@@ -291,6 +291,28 @@ class TestFollow : public QObject {
     const auto wanted = std::count_if(steps.begin(), steps.end(), [](const StepRecord& s) { return s.step >= 25; });
     QCOMPARE(static_cast<long>(lateSteps.size()), static_cast<long>(wanted));
     for (const auto& s : lateSteps) QVERIFY(s["step"].toInteger() >= 25);
+
+    // The nodes a SLURM job gave the ranks, which its supervisor writes into the run folder:
+    // a follower tells them once, in either form.
+    Profile placed = loadProfile(row.dir + "/profile.json");
+    placed.hosts.launcher = "slurm";
+    placed.hosts.hosts = {"nodeA:1", "nodeB:1"};
+    saveProfile(placed, row.dir + "/profile.nodes.json");
+    Follower told, toldFrames;
+    told.start(run.runs.path(), {"--format", "jsonl"});
+    toldFrames.start(run.runs.path(), {});
+    QCOMPARE(told.finish(), 0);
+    QCOMPARE(toldFrames.finish(), 0);
+    const auto hosts = ofKind(jsonLines(told.out), "hosts");
+    QCOMPARE(hosts.size(), std::size_t{1});
+    QCOMPARE(hosts.front()["hosts"].toVariant().toStringList(), QStringList({"nodeA", "nodeB"}));
+    FollowStream::Decoded toldDecoded;
+    const int toldHeader = toldFrames.out.indexOf('\n');
+    const std::string_view toldBody(toldFrames.out.constData() + toldHeader + 1,
+                                    toldFrames.out.size() - toldHeader - 1);
+    QCOMPARE(FollowStream::decode(toldBody, toldDecoded, malformed), toldBody.size());
+    QVERIFY(!malformed && toldDecoded.hosts.has_value());
+    QCOMPARE(*toldDecoded.hosts, std::vector<std::string>({"nodeA", "nodeB"}));
   }
 
   // `ptw stop` by the owner: the run stops as on SIGINT, every reported record stored.

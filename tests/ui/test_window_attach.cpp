@@ -140,10 +140,26 @@ class TestWindowAttach : public QObject {
     QCOMPARE(run.ptw.state(), QProcess::Running);  // the run went on
     QVERIFY(!run.ptw.waitForFinished(500));
 
+    // A SLURM job's nodes, which its supervisor writes into the run folder, reach the
+    // attached window's host column.
+    core::Profile placed = core::loadProfile(row.dir + "/profile.json");
+    placed.hosts.launcher = "slurm";
+    placed.hosts.hosts = {"nodeA:1", "nodeB:1"};
+    core::saveProfile(placed, row.dir + "/profile.nodes.json");
     ui::MainWindow w;
     showQuietly(w, run.runs.path());
     w.attachRun(run.runs.path(), row);
     QTRY_VERIFY_WITH_TIMEOUT(w.lossChart()->pointCount(0) == kGateStep, 20000);
+    QTableWidget* table = w.rankTable();
+    int host = -1;
+    for (int c = 0; c < table->columnCount(); ++c)
+      if (table->horizontalHeaderItem(c)->text() == "host") host = c;
+    QVERIFY(host >= 0);
+    QTRY_VERIFY_WITH_TIMEOUT(!table->isColumnHidden(host), 10000);
+    QStringList shown;
+    for (int r = 0; r < table->rowCount(); ++r) shown << table->item(r, host)->text();
+    shown.sort();
+    QCOMPARE(shown, QStringList({"nodeA", "nodeB"}));
     run.openGate();
     QTRY_COMPARE_WITH_TIMEOUT(w.lastStatus(), QStringLiteral("finished"), 60000);
     QCOMPARE(run.finish(), 0);
