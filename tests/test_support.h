@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,23 @@ inline QString binDir() { return qEnvironmentVariable("PTW_BIN_DIR"); }
 inline std::string workerPath() { return (binDir() + "/ptw-worker").toStdString(); }
 /// A file of the source tree, e.g. sourcePath("resources/data/regression.csv").
 inline QString sourcePath(const QString& rel) { return qEnvironmentVariable("PTW_SOURCE_DIR") + "/" + rel; }
+
+/// resources/examples/ddp_train.py (DDP over Gloo, reporting through ptw_metrics) as a command
+/// of `ranks` ranks run by /usr/bin/python3, batch 16, a 30 s stall limit; its hosts the caller's.
+inline core::Profile ddpScriptProfile(const std::string& name, int ranks, std::int64_t steps) {
+  core::Profile p = core::defaultProfile();
+  p.name = name;
+  p.strategy.kind = "command";
+  p.strategy.ranks = ranks;
+  p.hyper.maxSteps = steps;
+  p.hyper.batchSize = 16;
+  p.run.timeoutS = 30;
+  p.command.program = "/usr/bin/python3";
+  p.command.args = {"ddp_train.py",       "--lr",   "{hyper.lr}",   "--steps",      "{hyper.max_steps}", "--batch-size",
+                    "{hyper.batch_size}", "--seed", "{hyper.seed}", "--ptw-metrics"};
+  p.command.cwd = sourcePath(QStringLiteral("resources/examples")).toStdString();
+  return p;
+}
 
 /// True while `pid` exists and is not a zombie.
 inline bool processAlive(int pid) {

@@ -303,15 +303,7 @@ void ChunkArchive::readChunks(std::int64_t runId, int rank, std::int64_t x0, std
   std::vector<StepRecord> chunk;
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
-    ChunkDecoder::Row row;
-    row.runId = runId;
-    row.attempt = sqlite3_column_int(s, 0);
-    row.rank = sqlite3_column_int(s, 1);
-    row.firstStep = sqlite3_column_int64(s, 2);
-    row.count = sqlite3_column_int64(s, 3);
-    row.codec = sqlite3_column_int(s, 4);
-    row.blob = static_cast<const unsigned char*>(sqlite3_column_blob(s, 5));
-    row.size = static_cast<std::size_t>(sqlite3_column_bytes(s, 5));
+    const auto row = ChunkDecoder::Row::fromColumns(s, 0, runId);
     chunk.clear();
     m_decoder.decode(row, chunk);
     for (const auto& r : chunk) f(row.attempt, r);

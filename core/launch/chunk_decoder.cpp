@@ -1,10 +1,25 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "launch/chunk_decoder.h"
 
+#include <sqlite3.h>
+
 #include "common/error.h"
 #include "launch/store_database.h"
 
 namespace ptw::core {
+
+ChunkDecoder::Row ChunkDecoder::Row::fromColumns(sqlite3_stmt* s, int first, std::int64_t runId) {
+  Row row;
+  row.runId = runId;
+  row.attempt = sqlite3_column_int(s, first);
+  row.rank = sqlite3_column_int(s, first + 1);
+  row.firstStep = sqlite3_column_int64(s, first + 2);
+  row.count = sqlite3_column_int64(s, first + 3);
+  row.codec = sqlite3_column_int(s, first + 4);
+  row.blob = static_cast<const unsigned char*>(sqlite3_column_blob(s, first + 5));
+  row.size = static_cast<std::size_t>(sqlite3_column_bytes(s, first + 5));
+  return row;
+}
 
 void ChunkDecoder::decode(const Row& row, std::vector<StepRecord>& out) {
   PTW_CHECK(readsChunkCodec(row.codec), "run store ", m_db.path(), ": run ", row.runId, " has step chunks of codec ",

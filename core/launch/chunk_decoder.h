@@ -14,6 +14,8 @@
 #include "common/record.h"
 #include "launch/step_chunk.h"
 
+struct sqlite3_stmt;
+
 namespace ptw::core {
 
 class StoreDatabase;
@@ -31,6 +33,9 @@ class ChunkDecoder {
     int codec = 0;
     const unsigned char* blob = nullptr;
     std::size_t size = 0;
+    /// The row of a step_chunks query whose columns from `first` are attempt, rank,
+    /// first_step, count, codec and blob; valid until the statement steps on.
+    static Row fromColumns(sqlite3_stmt* s, int first, std::int64_t runId);
   };
   /// Appends the row's `count` records to `out`. Throws ptw::Error when the row is not one
   /// this build reads, or its pack is not there.

@@ -225,15 +225,7 @@ void RunFollower::readChunks(FollowStream& out) {
   int rc;
   while ((rc = sqlite3_step(s)) == SQLITE_ROW) {
     m_chunkRow = sqlite3_column_int64(s, 0);
-    ChunkDecoder::Row row;
-    row.runId = m_run.id;
-    row.attempt = sqlite3_column_int(s, 1);
-    row.rank = sqlite3_column_int(s, 2);
-    row.firstStep = sqlite3_column_int64(s, 3);
-    row.count = sqlite3_column_int64(s, 4);
-    row.codec = sqlite3_column_int(s, 5);
-    row.blob = static_cast<const unsigned char*>(sqlite3_column_blob(s, 6));
-    row.size = static_cast<std::size_t>(sqlite3_column_bytes(s, 6));
+    const auto row = ChunkDecoder::Row::fromColumns(s, 1, m_run.id);
     chunk.clear();
     decoder.decode(row, chunk);
     for (const auto& step : chunk) {

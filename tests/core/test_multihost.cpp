@@ -123,18 +123,7 @@ class TestMultihost : public QObject {
   // resources/examples/ddp_train.py (DDP over Gloo, reporting through ptw_metrics) as a
   // command of 4 ranks, on the 2 hosts × 2 ranks of hostsProfile.
   Profile scriptProfile(std::int64_t steps) const {
-    Profile p = defaultProfile();
-    p.name = "script-hosts";
-    p.strategy.kind = "command";
-    p.strategy.ranks = 4;
-    p.hyper.maxSteps = steps;
-    p.hyper.batchSize = 16;
-    p.run.timeoutS = 30;
-    p.command.program = "/usr/bin/python3";
-    p.command.args = {"ddp_train.py",      "--lr",         "{hyper.lr}",         "--steps",
-                      "{hyper.max_steps}", "--batch-size", "{hyper.batch_size}", "--seed",
-                      "{hyper.seed}",      "--ptw-metrics"};
-    p.command.cwd = test::sourcePath(QStringLiteral("resources/examples")).toStdString();
+    Profile p = test::ddpScriptProfile("script-hosts", 4, steps);
     p.hosts = hostsProfile(steps).hosts;
     return p;
   }

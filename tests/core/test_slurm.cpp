@@ -108,18 +108,7 @@ class TestSlurm : public QObject {
   // resources/examples/ddp_train.py (DDP over Gloo, reporting through ptw_metrics) as a
   // command of 2 ranks through the slurm launcher, meeting on loopback.
   Profile scriptProfile(std::int64_t steps) const {
-    Profile p = defaultProfile();
-    p.name = "script-slurm";
-    p.strategy.kind = "command";
-    p.strategy.ranks = 2;
-    p.hyper.maxSteps = steps;
-    p.hyper.batchSize = 16;
-    p.run.timeoutS = 30;
-    p.command.program = "/usr/bin/python3";
-    p.command.args = {"ddp_train.py",      "--lr",         "{hyper.lr}",         "--steps",
-                      "{hyper.max_steps}", "--batch-size", "{hyper.batch_size}", "--seed",
-                      "{hyper.seed}",      "--ptw-metrics"};
-    p.command.cwd = test::sourcePath(QStringLiteral("resources/examples")).toStdString();
+    Profile p = test::ddpScriptProfile("script-slurm", 2, steps);
     p.hosts = slurmProfile(steps).hosts;
     return p;
   }
