@@ -36,7 +36,7 @@ using ptw::test::referenceParameters;
 
 namespace {
 
-const QString kNode = QStringLiteral("ptwnode1");  // the cluster's one node (slurm_node.sh)
+const QString kNode = QStringLiteral("ptwnode1");  // the cluster's first node (slurm_node.sh)
 
 QString script() { return test::sourcePath(QStringLiteral("tests/slurm/slurm_node.sh")); }
 

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: GPL-3.0-or-later
-# A one-node SLURM cluster for the SLURM test, on this machine: munged, slurmctld and slurmd from
-# Debian's slurm-wlm packages, each with its own key, socket, configuration, state and logs in DIR,
-# talking over 127.0.0.1 only, on ports picked free. The daemons run in a PID namespace of their
+# A two-node SLURM cluster for the SLURM test, on this machine: munged, slurmctld and a slurmd for
+# each node from Debian's slurm-wlm packages, each with its own key, socket, configuration, state and
+# logs in DIR, talking over 127.0.0.1 only, on ports picked free. The second node's slurmd, and so
+# every job step on it, has a mount namespace of its own where DIR/hidden is an empty tmpfs: a path
+# that node cannot see. The daemons run in a PID namespace of their
 # own, so that everything they start (job steps, the ranks in them) ends with it; a guard kills
 # the namespace when the process that made it (OWNER) is gone, also when it was killed outright.
 #
@@ -11,7 +13,7 @@
 #   slurm_node.sh down DIR         end them and everything they started (safe to repeat)
 set -uo pipefail
 
-node=ptwnode1
+nodes=(ptwnode1 ptwnode2)
 
 check() {
   [ "$(id -u)" -eq 0 ] || { echo "needs root: slurmd starts job steps as their users, and the test's SlurmUser is root; run as root, as CI does"; return 1; }
@@ -34,32 +36,34 @@ inside() {
   /usr/sbin/munged --force --key-file="$dir/munge.key" --socket="$dir/munge.sock" --pid-file="$dir/munged.pid" \
     --log-file="$dir/munged.log" --seed-file="$dir/munged.seed" || exit 1
   /usr/sbin/slurmctld -D -i >>"$dir/slurmctld.out" 2>&1 &
-  /usr/sbin/slurmd -D -N "$node" >>"$dir/slurmd.out" 2>&1 &
+  /usr/sbin/slurmd -D -N "${nodes[0]}" >>"$dir/slurmd-${nodes[0]}.out" 2>&1 &
+  unshare --mount --propagation private bash -c \
+    'mount -t tmpfs -o size=1m ptw-hidden "$1/hidden" && exec /usr/sbin/slurmd -D -N "$2"' \
+    hide "$dir" "${nodes[1]}" >>"$dir/slurmd-${nodes[1]}.out" 2>&1 &
   wait
 }
 
 up() {
   local owner=$1
   [ -n "$owner" ] && [ -d "$dir" ] || { echo "usage: $0 up OWNER DIR" >&2; return 2; }
-  mkdir -p "$dir/state" "$dir/spool"
+  mkdir -p "$dir/state" "$dir/spool" "$dir/hidden"
   head -c 1024 /dev/urandom >"$dir/munge.key"
   chmod 400 "$dir/munge.key"
   cat >"$dir/slurm.conf" <<CONF
 ClusterName=ptwtest
 SlurmctldHost=$(hostname -s)(127.0.0.1)
 SlurmctldPort=$(free_port)
-SlurmdPort=$(free_port)
 AuthType=auth/munge
 CredType=cred/munge
 AuthInfo=socket=$dir/munge.sock
 SlurmUser=root
 SlurmdUser=root
 StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
+SlurmdSpoolDir=$dir/spool/%n
 SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
+SlurmdPidFile=$dir/slurmd-%n.pid
 SlurmctldLogFile=$dir/slurmctld.log
-SlurmdLogFile=$dir/slurmd.log
+SlurmdLogFile=$dir/slurmd-%n.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 JobAcctGatherType=jobacct_gather/none
@@ -76,8 +80,9 @@ MailProg=/bin/true
 InactiveLimit=0
 KillWait=2
 MinJobAge=2
-NodeName=$node NodeAddr=127.0.0.1 NodeHostname=$node CPUs=4 RealMemory=1000 State=UNKNOWN
-PartitionName=ptw Nodes=$node Default=YES MaxTime=10 State=UP
+NodeName=${nodes[0]} NodeAddr=127.0.0.1 NodeHostname=${nodes[0]} Port=$(free_port) CPUs=4 RealMemory=1000 State=UNKNOWN
+NodeName=${nodes[1]} NodeAddr=127.0.0.1 NodeHostname=${nodes[1]} Port=$(free_port) CPUs=4 RealMemory=1000 State=UNKNOWN
+PartitionName=ptw Nodes=${nodes[0]},${nodes[1]} Default=YES MaxTime=10 State=UP
 CONF
   setsid unshare --pid --fork --kill-child --mount-proc bash "$0" inside "$dir" </dev/null >"$dir/ns.out" 2>&1 &
   local ns=$!
@@ -85,17 +90,17 @@ CONF
   # The guard: when OWNER is gone, so is the cluster.
   setsid bash -c "while kill -0 $owner 2>/dev/null && kill -0 $ns 2>/dev/null; do sleep 1; done; kill -9 $ns 2>/dev/null" \
     </dev/null >/dev/null 2>&1 &
-  # Bounded: the node is idle within 20 s, or the setup fails (and is undone).
+  # Bounded: the nodes are idle within 20 s, or the setup fails (and is undone).
   export SLURM_CONF=$dir/slurm.conf
   local state=""
   for try in $(seq 1 100); do
-    state=$(sinfo -h -n "$node" -o %T 2>/dev/null)
-    [ "$state" = idle ] && { echo "slurm_node: up: $node idle"; return 0; }
+    state=$(sinfo -h -N -o %T 2>/dev/null | sort -u | tr '\n' ' ')
+    [ "$state" = "idle " ] && { echo "slurm_node: up: ${nodes[*]} idle"; return 0; }
     kill -0 "$ns" 2>/dev/null || break
     sleep 0.2
   done
-  echo "slurm_node: the node did not become idle within 20 s (state \"$state\"); logs:" >&2
-  tail -n 5 "$dir"/munged.log "$dir"/slurmctld.log "$dir"/slurmd.log "$dir"/*.out >&2 2>/dev/null
+  echo "slurm_node: the nodes did not become idle within 20 s (state \"$state\"); logs:" >&2
+  tail -n 5 "$dir"/munged.log "$dir"/slurmctld.log "$dir"/slurmd-*.log "$dir"/*.out >&2 2>/dev/null
   down
   return 1
 }
