@@ -50,7 +50,7 @@ class ProgressPrinter : public LaunchObserver {
               << " host(s), one ssh connection and agent each, rendezvous on port " << port;
         break;
       case LauncherKind::Slurm:  // Note [SLURM ranks]
-        m_out << " as SLURM job steps through srun, one agent a node, rendezvous on port " << port;
+        m_out << " as one SLURM job step through srun, one agent a node, rendezvous on port " << port;
         break;
       case LauncherKind::Local:
         if (m_profile.run.port != 0) m_out << ", store on 127.0.0.1:" << port;  // else a FileStore in the run folder

@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "common/version.h"
 #include "common/worker_invocation.h"
+#include "launch/agent_text_stream.h"
 
 namespace ptw::core {
 
@@ -51,7 +52,7 @@ struct Child {
 // The agent's side of one run: its ranks and its output.
 class Agent {
  public:
-  Agent(int inFd, int outFd) : m_in(inFd), m_outFd(outFd) {}
+  Agent(int inFd, int outFd, bool text) : m_in(inFd), m_outFd(outFd), m_text(text) {}
 
   ~Agent() {
     for (auto& c : m_children) {
@@ -108,6 +109,9 @@ class Agent {
     m_children.push_back(c);
   }
 
+  // The agent's node, before any rank's frame (Note [One step for all nodes]).
+  void sayNode(const std::string& node) { send(AgentFrame::Node, 0, node); }
+
   // Until every rank is reported.
   int run() {
     while (!allReported()) {
@@ -141,7 +145,8 @@ class Agent {
 
   void send(AgentFrame::Kind kind, int rank, std::string payload) {
     if (m_outBroken) return;
-    const std::string bytes = encodeAgentFrame(AgentFrame{kind, rank, std::move(payload)});
+    std::string bytes = encodeAgentFrame(AgentFrame{kind, rank, std::move(payload)});
+    if (m_text) bytes = encodeAgentTextUnit(bytes);
     std::size_t done = 0;
     while (done < bytes.size()) {
       const ssize_t w = ::write(m_outFd, bytes.data() + done, bytes.size() - done);
@@ -225,6 +230,7 @@ class Agent {
   }
 
   int m_in, m_outFd;
+  bool m_text;
   bool m_outBroken = false;
   std::string m_line;
   std::vector<Child> m_children;
@@ -248,8 +254,8 @@ void AgentStreamDecoder::feed(const char* data, std::size_t n, const std::functi
     const char* h = m_buffer.data() + at;
     const char kind = h[4];
     const std::uint32_t length = getU32(h + 9);
-    if (std::memcmp(h, kMagic, 4) != 0 ||
-        (kind != AgentFrame::Records && kind != AgentFrame::Log && kind != AgentFrame::Exit)) {
+    if (std::memcmp(h, kMagic, 4) != 0 || (kind != AgentFrame::Records && kind != AgentFrame::Log &&
+                                           kind != AgentFrame::Exit && kind != AgentFrame::Node)) {
       m_error = "the host agent's stream is broken: no agent frame at byte " + std::to_string(at);
       break;
     }
@@ -265,8 +271,9 @@ void AgentStreamDecoder::feed(const char* data, std::size_t n, const std::functi
   m_buffer.erase(0, at);
 }
 
-int runHostAgent(const std::vector<AgentRank>& ranks, int inFd, int outFd) {
-  Agent agent(inFd, outFd);
+int runHostAgent(const std::vector<AgentRank>& ranks, int inFd, int outFd, bool text, const std::string& node) {
+  Agent agent(inFd, outFd, text);
+  if (text) agent.sayNode(node);
   for (const auto& r : ranks) agent.start(r);
   return agent.run();
 }
@@ -304,8 +311,10 @@ void writeAll(int fd, const std::string& text) {
 
 std::string encodeAgentRequest(const AgentRequest& r) {
   nlohmann::json ranks = nlohmann::json::array();
-  for (const auto& rank : r.ranks) ranks.push_back({{"rank", rank.rank}, {"argv", rank.argv}});
-  const std::string body = nlohmann::json{{"version", r.version}, {"profile", r.profile}, {"ranks", ranks}}.dump();
+  for (const auto& rank : r.ranks) ranks.push_back({{"rank", rank.rank}, {"argv", rank.argv}, {"host", rank.host}});
+  const std::string body =
+      nlohmann::json{{"version", r.version}, {"profile", r.profile}, {"ranks", ranks}, {"all_nodes", r.allNodes}}
+          .dump();
   return kRequestLine + std::to_string(body.size()) + "\n" + body;
 }
 
@@ -331,23 +340,38 @@ AgentRequest readAgentRequest(int fd) {
     r.version = j.at("version").get<std::string>();
     r.profile = j.at("profile").get<std::string>();
     for (const auto& rank : j.at("ranks"))
-      r.ranks.push_back(AgentRank{rank.at("rank").get<int>(), rank.at("argv").get<std::vector<std::string>>()});
+      r.ranks.push_back(AgentRank{rank.at("rank").get<int>(), rank.at("argv").get<std::vector<std::string>>(),
+                                  rank.value("host", std::string())});
+    r.allNodes = j.value("all_nodes", false);
   } catch (const nlohmann::json::exception& e) {
     PTW_FAIL("the request on the agent's input is not what ptw sends: ", e.what());
   }
   return r;
 }
 
+std::string agentNodeName() {
+  const char* node = std::getenv("SLURMD_NODENAME");
+  return node && *node ? node : hostName();
+}
+
 int hostAgentMain(int inFd, int outFd, int errFd) {
   ::signal(SIGPIPE, SIG_IGN);  // a reader gone is a write error (runHostAgent)
   ::signal(SIGHUP, SIG_IGN);   // a session that ends is the end of the input, which ends the ranks
-  const std::string who = "error: ptw-worker --agent on " + hostName() + ": ";
+  const std::string who = "error: ptw-worker --agent on " + agentNodeName() + ": ";
   AgentRequest request;
   std::string folder;
   try {
     request = readAgentRequest(inFd);
     PTW_CHECK(request.version == kVersion, "this host runs ptw-worker ", kVersion, ", and ptw ", request.version,
               " sent the run; every host needs the same ptw build");
+    if (request.allNodes) {  // Note [One step for all nodes]: this node's ranks only
+      const std::string node = agentNodeName();
+      std::vector<AgentRank> mine;
+      for (auto& r : request.ranks)
+        if (r.host == node) mine.push_back(std::move(r));
+      PTW_CHECK(!mine.empty(), "no rank of the run is on node ", node, " (SLURMD_NODENAME), which runs this agent");
+      request.ranks = std::move(mine);
+    }
     const char* tmp = std::getenv("TMPDIR");
     std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/ptw-agent-XXXXXX";
     PTW_CHECK(::mkdtemp(pattern.data()), "cannot make a folder for the run's profile (", pattern,
@@ -370,7 +394,7 @@ int hostAgentMain(int inFd, int outFd, int errFd) {
   }
   int code = exitCode(WorkerExit::BadInput);
   try {
-    code = runHostAgent(request.ranks, inFd, outFd);
+    code = runHostAgent(request.ranks, inFd, outFd, request.allNodes, agentNodeName());
   } catch (const Error& e) {
     writeAll(errFd, who + e.what() + "\n");
   }

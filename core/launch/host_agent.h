@@ -35,6 +35,7 @@ namespace ptw::core {
 struct AgentRank {
   int rank = 0;
   std::vector<std::string> argv = {};  ///< argv[0] is the program, run without a shell
+  std::string host = "";               ///< its node, where one request serves every node's agent
 };
 
 /// One agent frame: "PTWA", its kind, the rank (uint32, little-endian), the payload's length
@@ -45,6 +46,7 @@ struct AgentFrame {
     Records = 'R',  ///< bytes of the rank's record stream, in order
     Log = 'L',      ///< one line of the rank's stderr, without its newline
     Exit = 'X',     ///< how the rank ended: "code N" or "signal N"; its last frame
+    Node = 'N',     ///< the agent's node, its first frame where it serves every node (rank 0)
   };
   Kind kind = Log;
   int rank = 0;
@@ -76,7 +78,10 @@ class AgentStreamDecoder {
 /// 0 when every rank exited 0, 1 otherwise. Throws ptw::Error when a rank cannot be started
 /// (no pipe or fork); what was started is killed and reaped first. The caller ignores
 /// SIGPIPE, so that a reader gone is a write error, which kills the ranks.
-int runHostAgent(const std::vector<AgentRank>& ranks, int inFd, int outFd);
+/// With `text`, the frames go out as text units (Note [One step for all nodes] in
+/// agent_text_stream.h), the first of them a Node frame naming `node`.
+int runHostAgent(const std::vector<AgentRank>& ranks, int inFd, int outFd, bool text = false,
+                 const std::string& node = "");
 
 /// What ptw sends an agent before its control lines (Note [Host agent]).
 /// Example: AgentRequest{"1.4.0", profileJson, {AgentRank{2, workerArgv}}}
@@ -84,6 +89,9 @@ struct AgentRequest {
   std::string version = "";           ///< the build of the ptw that sent it (kVersion)
   std::string profile = "";           ///< the run's resolved profile, as JSON text
   std::vector<AgentRank> ranks = {};  ///< each a ptw-worker command line; its --profile is replaced
+  /// One request for the agents of every node, each of which runs the ranks whose host is its
+  /// node and writes text (Note [One step for all nodes] in agent_text_stream.h).
+  bool allNodes = false;
 };
 
 /// The bytes of `r` on the agent's input: a line "ptw-agent-request LENGTH", then LENGTH bytes of JSON.
@@ -91,6 +99,9 @@ std::string encodeAgentRequest(const AgentRequest& r);
 
 /// Reads one request from `fd`, not a byte past it. Throws ptw::Error saying what was wrong.
 AgentRequest readAgentRequest(int fd);
+
+/// The node an agent serving every node runs on: SLURMD_NODENAME, else the host's name.
+std::string agentNodeName();
 
 /// `ptw-worker --agent`: reads the request from `inFd`, refuses one of another build, writes
 /// the profile to a private folder, runs the ranks (runHostAgent) and removes the folder.

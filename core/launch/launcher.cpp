@@ -24,6 +24,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -34,6 +35,7 @@
 #include "common/error.h"
 #include "common/shm_names.h"
 #include "common/version.h"
+#include "launch/agent_text_stream.h"
 #include "launch/collective_blame.h"
 #include "launch/host_agent.h"
 #include "launch/stack_collector.h"
@@ -142,14 +144,25 @@ struct Rank {
 
 // The process that stands for every rank of one host (Note [Host agent]): ssh running the
 // agent there. Its stdin takes ptw's request, then control lines; its stdout is agent frames;
-// its stderr what ssh and the agent themselves say.
+// its stderr what ssh and the agent themselves say. Or, under SLURM, srun for the agents of
+// every node (Note [One step for all nodes]): their frames come as labelled text.
 struct HostAgent {
+  // A node whose agent srun says ended before it reported all its ranks: its ranks end with
+  // it, once its last output has had time to come (the news takes another way than the output).
+  struct NodeEnd {
+    std::string node;
+    int status = 0;
+    Clock::time_point at;
+  };
   int index = 0;
-  std::string host;
+  std::string host;  // its host; for srun's, the nodes joined by ','
   pid_t pid = -1;
   int outFd = -1, errFd = -1, ctlFd = -1;
   std::vector<int> ranks;
   AgentStreamDecoder decoder;
+  std::unique_ptr<LabelledAgentStreams> labelled;  // srun's for every node, else none
+  std::map<int, std::string> taskNode;             // srun's task number -> its node (AgentFrame::Node)
+  std::vector<NodeEnd> nodeEnds;
   std::string errBuf;
   std::string input;  // bytes for its stdin not yet taken, in order
   bool exited = false;
@@ -391,6 +404,7 @@ class Launcher::Impl {
   void pumpAgent(HostAgent& a, bool final, Clock::time_point now);
   void onAgentFrame(HostAgent& a, const AgentFrame& f, Clock::time_point now);
   void agentLine(HostAgent& a, std::string_view line);
+  void nodeAgentLine(HostAgent& a, std::string_view line, Clock::time_point now);
   void reapAgents();
   void takeRecords(Rank& rk);
   void watchSteps(Rank& rk, const Record& rec);
@@ -734,9 +748,12 @@ void Launcher::Impl::spawnRank(Rank& rk, const RankCommand& command) {
 }
 
 // Note [Host agent]: the ranks started through an agent, one agent a host in the order the
-// hosts first come, each sent the run's profile and its ranks' command lines.
+// hosts first come, each sent the run's profile and its ranks' command lines; or one process
+// for the agents of every host, sent one request for them all (Note [One step for all nodes]).
 void Launcher::Impl::spawnAgents(const std::vector<RankCommand>& commands) {
+  const bool oneProcess = m_starter->oneProcessForAllAgents();
   std::vector<AgentRequest> requests;
+  std::vector<std::string> hosts;
   for (int r = 0; r < o.worldSize; ++r) {
     const RankCommand& c = commands[static_cast<std::size_t>(r)];
     if (!c.viaAgent) continue;
@@ -744,17 +761,19 @@ void Launcher::Impl::spawnAgents(const std::vector<RankCommand>& commands) {
     rk.remote = true;
     rk.connectionLostCode = c.connectionLostCode;
     rk.host = rk.exit.host = c.host;
-    auto found = std::find_if(m_agents.begin(), m_agents.end(), [&](const auto& a) { return a->host == c.host; });
+    if (std::find(hosts.begin(), hosts.end(), c.host) == hosts.end()) hosts.push_back(c.host);
+    const std::string key = oneProcess ? std::string() : c.host;
+    auto found = std::find_if(m_agents.begin(), m_agents.end(), [&](const auto& a) { return a->host == key; });
     if (found == m_agents.end()) {
       m_agents.push_back(std::make_unique<HostAgent>());
       m_agents.back()->index = static_cast<int>(m_agents.size()) - 1;
-      m_agents.back()->host = c.host;
+      m_agents.back()->host = key;
       requests.emplace_back();
       found = m_agents.end() - 1;
     }
     rk.agent = (*found)->index;
     (*found)->ranks.push_back(r);
-    requests[static_cast<std::size_t>(rk.agent)].ranks.push_back(AgentRank{r, c.argv});
+    requests[static_cast<std::size_t>(rk.agent)].ranks.push_back(AgentRank{r, c.argv, c.host});
     if (!o.outDir.empty())
       rk.logFile = std::make_unique<std::ofstream>(o.outDir + "/rank" + std::to_string(r) + ".log", std::ios::app);
   }
@@ -766,7 +785,12 @@ void Launcher::Impl::spawnAgents(const std::vector<RankCommand>& commands) {
     AgentRequest& request = requests[static_cast<std::size_t>(a->index)];
     request.version = kVersion;
     request.profile = profile;
-    spawnAgent(*a, m_starter->agentCommand(a->host));
+    request.allNodes = oneProcess;
+    if (oneProcess) {
+      for (const auto& h : hosts) a->host += (a->host.empty() ? "" : ",") + h;
+      a->labelled = std::make_unique<LabelledAgentStreams>();
+    }
+    spawnAgent(*a, oneProcess ? m_starter->agentsCommand(hosts) : m_starter->agentCommand(a->host));
     tellAgent(*a, encodeAgentRequest(request));
     for (int r : a->ranks) m_ranks[static_cast<std::size_t>(r)].pid = a->pid;
   }
@@ -834,17 +858,34 @@ void Launcher::Impl::pumpAgent(HostAgent& a, bool final, Clock::time_point now) 
       open = n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) && !final;
       break;
     }
-    a.decoder.feed(bytes.data(), bytes.size(), [&](const AgentFrame& f) { onAgentFrame(a, f, now); });
-    if (!a.decoder.error().empty() && !a.broken) {
+    std::string error;
+    if (a.labelled) {
+      a.labelled->feed(bytes.data(), bytes.size(), [&](int task, const AgentFrame& f) {
+        if (f.kind == AgentFrame::Node)
+          a.taskNode[task] = f.payload;
+        else
+          onAgentFrame(a, f, now);
+      });
+      error = a.labelled->error();
+    } else {
+      a.decoder.feed(bytes.data(), bytes.size(), [&](const AgentFrame& f) { onAgentFrame(a, f, now); });
+      error = a.decoder.error();
+    }
+    if (!error.empty() && !a.broken) {
       a.broken = true;
-      agentLine(a, "ptw: " + a.decoder.error());
+      agentLine(a, "ptw: " + error);
       ::kill(a.pid, SIGKILL);
     }
     if (!open) ::close(a.outFd), a.outFd = -1;
   }
   if (a.errFd >= 0) {
     const bool open = drain(a.errFd, a.errBuf) && !final;
-    forEachLine(a.errBuf, !open, [&](std::string_view l) { agentLine(a, l); });
+    forEachLine(a.errBuf, !open, [&](std::string_view l) {
+      if (a.labelled)
+        nodeAgentLine(a, l, now);
+      else
+        agentLine(a, l);
+    });
     if (!open) ::close(a.errFd), a.errFd = -1;
   }
 }
@@ -864,6 +905,7 @@ void Launcher::Impl::onAgentFrame(HostAgent& a, const AgentFrame& f, Clock::time
       rk.lastSeen = now;
       keepLog(rk, f.payload);
       break;
+    case AgentFrame::Node: break;  // taken where frames come labelled (pumpAgent)
     case AgentFrame::Exit: {
       int n = 0;
       rk.agentReported = rk.agentFramed = true;
@@ -896,15 +938,75 @@ void Launcher::Impl::agentLine(HostAgent& a, std::string_view line) {
   }
 }
 
+// A line srun says for the agents of every node, or one of them says (labelled with its task):
+// shown with the ranks of the node it concerns, or with every rank where it names none. srun's
+// "srun: error: NODE: task N: Killed" (or "Exited with exit code N") is how an agent that died
+// before it reported its ranks is known: they end as it did (Note [One step for all nodes]).
+void Launcher::Impl::nodeAgentLine(HostAgent& a, std::string_view line, Clock::time_point now) {
+  std::string_view text;
+  const int task = splitTaskLabel(line, text);
+  std::string node;
+  if (task >= 0) {
+    const auto known = a.taskNode.find(task);
+    if (known != a.taskNode.end()) node = known->second;
+  } else if (line.rfind("srun: error: ", 0) == 0) {
+    const std::string_view rest = line.substr(13);
+    const std::size_t colon = rest.find(": task ");
+    if (colon != std::string_view::npos) node = std::string(rest.substr(0, colon));
+    const std::size_t what = colon == std::string_view::npos ? colon : rest.find(": ", colon + 7);
+    if (what != std::string_view::npos && !node.empty()) {
+      const std::string how(rest.substr(what + 2));
+      int status = exitCode(WorkerExit::Failed) << 8;
+      if (int code = 0; std::sscanf(how.c_str(), "Exited with exit code %d", &code) == 1) status = (code & 0xff) << 8;
+      for (int sig = 1; sig < NSIG; ++sig)
+        if (const char* name = ::strsignal(sig); name && how.rfind(name, 0) == 0) status = sig;
+      a.nodeEnds.push_back({node, status, now});
+    }
+  }
+  const bool known = std::any_of(a.ranks.begin(), a.ranks.end(),
+                                 [&](int r) { return m_ranks[static_cast<std::size_t>(r)].host == node; });
+  if (node.empty() || !known) return agentLine(a, task >= 0 ? text : line);
+  bool shown = false;
+  for (int r : a.ranks) {
+    Rank& rk = m_ranks[static_cast<std::size_t>(r)];
+    if (rk.host != node || rk.exited) continue;
+    if (!shown) {
+      keepLog(rk, task >= 0 ? text : line);
+      shown = true;
+      continue;
+    }
+    if (rk.logFile) *rk.logFile << (task >= 0 ? text : line) << '\n';
+    rk.tail.emplace_back(task >= 0 ? text : line);
+    while (rk.tail.size() > o.logTail) rk.tail.pop_front();
+  }
+}
+
 // An agent that ended reports, for each of its ranks it had not reported, its own end: ssh's
 // 255 is the connection lost (Note [Remote ranks]).
 void Launcher::Impl::reapAgents() {
   for (auto& ap : m_agents) {
     HostAgent& a = *ap;
     int status = 0;
-    if (a.exited || ::waitpid(a.pid, &status, WNOHANG) != a.pid) continue;
-    a.exited = true;
-    pumpAgent(a, true, Clock::now());
+    const bool ended = !a.exited && ::waitpid(a.pid, &status, WNOHANG) == a.pid;
+    if (ended) {
+      a.exited = true;
+      pumpAgent(a, true, Clock::now());
+    }
+    // A node's agent that srun says ended: its output has had a second to come, or all of it came.
+    for (auto e = a.nodeEnds.begin(); e != a.nodeEnds.end();) {
+      if (!a.exited && Clock::now() - e->at < std::chrono::seconds(1)) {
+        ++e;
+        continue;
+      }
+      for (int r : a.ranks) {
+        Rank& rk = m_ranks[static_cast<std::size_t>(r)];
+        if (rk.host != e->node || rk.agentReported) continue;
+        rk.agentReported = true;
+        rk.agentStatus = e->status;
+      }
+      e = a.nodeEnds.erase(e);
+    }
+    if (!ended) continue;
     for (int r : a.ranks) {
       Rank& rk = m_ranks[static_cast<std::size_t>(r)];
       if (rk.agentReported) continue;

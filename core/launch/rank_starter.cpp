@@ -36,6 +36,11 @@ RankCommand RankStarter::agentCommand(const std::string& host) const {
   PTW_FAIL("host ", host, ": this launcher starts no host agent");
 }
 
+RankCommand RankStarter::agentsCommand(const std::vector<std::string>& hosts) const {
+  PTW_FAIL("hosts ", hosts.empty() ? std::string() : hosts.front(),
+           "...: this launcher starts no agents in one process");
+}
+
 RankCommand LocalStarter::command(int /*rank*/, const WorkerInvocation& worker) const {
   RankCommand c;
   c.argv = WorkerInvocation(worker).setRecords(kRecordFd).toArgs();

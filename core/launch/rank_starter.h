@@ -43,6 +43,11 @@ class RankStarter {
   /// The process that stands for every rank command() starts viaAgent on `host`: the agent
   /// there, reached through this starter's connection (Note [Host agent]).
   virtual RankCommand agentCommand(const std::string& host) const;
+  /// True where one process stands for the agents of every host: agentsCommand then starts
+  /// them all, and agentCommand is not asked (Note [One step for all nodes] in agent_text_stream.h).
+  virtual bool oneProcessForAllAgents() const { return false; }
+  /// The process that starts the agents of all `hosts` at once.
+  virtual RankCommand agentsCommand(const std::vector<std::string>& hosts) const;
 };
 
 /// The full path of `program` found on PATH, as a path the launcher can exec without a shell;

@@ -43,20 +43,25 @@ RankCommand SlurmStarter::command(int rank, const WorkerInvocation& worker) cons
   return c;
 }
 
-RankCommand SlurmStarter::agentCommand(const std::string& host) const {
+RankCommand SlurmStarter::agentsCommand(const std::vector<std::string>& hosts) const {
+  PTW_CHECK(!hosts.empty(), "hosts.hosts: the slurm launcher has no node for the ranks");
+  std::string nodes;
+  for (const auto& h : hosts) nodes += (nodes.empty() ? "" : ",") + h;
+  const std::string n = std::to_string(hosts.size());
   RankCommand c;
   c.remote = true;
-  c.host = host;
+  c.host = nodes;
   c.argv = {m_srun,
             "--jobid=" + m_jobId,
             "--job-name=ptw-agent",
-            "--nodes=1",
-            "--ntasks=1",
+            "--nodes=" + n,
+            "--ntasks=" + n,
             "--ntasks-per-node=1",
-            "--nodelist=" + host,
+            "--nodelist=" + nodes,
             "--overlap",
-            "--unbuffered",
+            "--label",
             "--input=all",
+            "--kill-on-bad-exit=0",
             "--mpi=none",
             "--quiet",
             "--",

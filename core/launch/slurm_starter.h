@@ -1,31 +1,31 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // SlurmStarter: starts the ranks of each node of a SLURM job through that node's host agent,
-// one job step a node started with srun (profile section `hosts`, launcher "slurm";
-// docs/multihost.md). SlurmJob (slurm_job.h) finds the job.
+// the agents of all nodes as one job step started with srun (profile section `hosts`, launcher
+// "slurm"; docs/multihost.md). SlurmJob (slurm_job.h) finds the job.
 //
 // Note [SLURM ranks]
-// The ranks of a node are started by its agent (Note [Host agent] in host_agent.h), one step
-// a node, one task on it:
-//   srun --jobid=JOB --job-name=ptw-agent --nodes=1 --ntasks=1 --ntasks-per-node=1
-//        --nodelist=NODE --overlap --unbuffered --input=all --mpi=none --quiet
-//        -- ptw-worker --agent
+// The ranks of a node are started by its agent (Note [Host agent] in host_agent.h); the agents
+// of all the nodes are the tasks of one step, one task a node:
+//   srun --jobid=JOB --job-name=ptw-agent --nodes=N --ntasks=N --ntasks-per-node=1
+//        --nodelist=NODE1,NODE2 --overlap --label --input=all --kill-on-bad-exit=0
+//        --mpi=none --quiet -- ptw-worker --agent
 // a child of the launcher like ssh for the ssh launcher, without a shell; the ranks' worker
-// command lines travel in the agent's request, as remote ranks (Note [Remote ranks] in
-// ssh_starter.h). One step for every node would be one srun in all, but srun passes several
-// tasks' output on in pieces of its own size, mixed, where a node's agent frames must come
-// whole and in order; and its input goes to one task unless broadcast. A step a node keeps
-// each node's stream its own, and is still one connection a node. What srun adds:
-// - --unbuffered: without it slurmstepd passes a task's output on in whole lines, and binary
-//   agent frames would wait for a newline byte to come by. With it every byte goes on as written.
-// - --input=all: srun forwards its stdin, the agent's request and control lines, to the task;
-//   its end of file reaches the agent, which then kills its ranks.
-// - --overlap: the steps share the job's resources, as ranks on one machine share it; without
-//   it a step takes every CPU of its node and a later step would wait for it.
-// - Exits: each rank's comes in the agent's Exit frame. srun that could not make the step (a
-//   node not in the job, the job gone) exits 1 with an "srun: error:" line, which names the
-//   failure for the node's ranks. srun killed here ends its step: slurmstepd kills the agent
-//   when srun's connection goes, and the agent its ranks, so a rank outlives neither its srun
-//   nor ptw (Note [Worker lifetime]).
+// command lines travel in the agents' request, as remote ranks (Note [Remote ranks] in
+// ssh_starter.h), and the agents' frames come back as text (Note [One step for all nodes] in
+// agent_text_stream.h). What srun adds:
+// - --label: each piece of a task's output comes on a line that names its task.
+// - --input=all: srun gives its stdin, the request and the control lines, to every task; its
+//   end of file reaches every agent, which then kills its ranks.
+// - --overlap: the step shares the job's resources, as ranks on one machine share them.
+// - --kill-on-bad-exit=0: an agent that ends with a failed rank does not take the other nodes'
+//   ranks down with it; ptw stops them in its own order (SIGINT, SIGTERM, SIGKILL), as it
+//   would any run, whatever the cluster's KillOnBadExit says.
+// - Exits: each rank's comes in its agent's Exit frame. An agent that died first is known by
+//   srun's "srun: error: NODE: task N: Killed" line, and its ranks end so. srun that could not
+//   make the step (a node not in the job, the job gone) exits 1 with an "srun: error:" line,
+//   which names the failure for every rank. srun killed here ends its step: slurmstepd kills
+//   the agents when srun's connection goes, and they their ranks, so a rank outlives neither
+//   its srun nor ptw (Note [Worker lifetime]).
 #pragma once
 
 #include <string>
@@ -49,7 +49,8 @@ class SlurmStarter final : public RankStarter {
   SlurmStarter(HostsSpec hosts, std::string jobId, std::vector<std::string> rankHosts, std::string localWorker);
 
   RankCommand command(int rank, const WorkerInvocation& worker) const override;
-  RankCommand agentCommand(const std::string& host) const override;
+  bool oneProcessForAllAgents() const override { return true; }
+  RankCommand agentsCommand(const std::vector<std::string>& hosts) const override;
   int rendezvousPort() const override { return m_port; }
   /// Where the ranks meet: hosts.address, else the first rank's node.
   const std::string& address() const { return m_address; }

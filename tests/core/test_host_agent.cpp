@@ -9,11 +9,13 @@
 #include <unistd.h>
 
 #include <map>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/version.h"
+#include "launch/agent_text_stream.h"
 #include "launch/host_agent.h"
 
 using namespace ptw::core;
@@ -67,6 +69,34 @@ std::map<int, std::map<char, std::vector<std::string>>> byRank(const std::vector
   return out;
 }
 
+// `texts`, one per srun task, as srun passes them on with --label: mostly whole lines, some
+// cut in pieces (as a line too long, or what a task wrote just before it ended), each piece a
+// line of its own with the task's label, the tasks' pieces mixed in a random order.
+std::string asSrunLabelsThem(const std::vector<std::string>& texts, std::mt19937& random) {
+  std::vector<std::vector<std::string>> pieces(texts.size());
+  for (std::size_t t = 0; t < texts.size(); ++t) {
+    std::string_view rest = texts[t];
+    while (!rest.empty()) {
+      std::size_t take = rest.find('\n') + 1;
+      if (take == 0) take = rest.size();
+      if (random() % 3 == 0) take = std::min(take, 1 + random() % 300);  // a line cut
+      std::string piece(rest.substr(0, take));
+      if (piece.back() != '\n') piece += '\n';  // srun ends each piece it labels
+      pieces[t].push_back(piece);
+      rest.remove_prefix(take);
+    }
+  }
+  std::string out;
+  std::vector<std::size_t> next(texts.size(), 0);
+  for (bool any = true; any;) {
+    any = false;
+    const std::size_t t = random() % texts.size();
+    if (next[t] < pieces[t].size()) out += (t < 10 ? " " : "") + std::to_string(t) + ": " + pieces[t][next[t]++];
+    for (std::size_t k = 0; k < texts.size(); ++k) any = any || next[k] < pieces[k].size();
+  }
+  return out;
+}
+
 }  // namespace
 
 class TestHostAgent : public QObject {
@@ -89,6 +119,77 @@ class TestHostAgent : public QObject {
       QVERIFY(got == sent);
       QCOMPARE(QString::fromStdString(d.error()), QString());
     }
+  }
+
+  // Note [One step for all nodes]: several agents' frames, as text through srun's labelled
+  // and cut output, read back to the byte, each agent's in its order.
+  void textFramesSurviveSrunsLabelledPieces() {
+    std::mt19937 random(20261205);
+    std::vector<std::vector<AgentFrame>> sent(3);
+    std::vector<std::string> texts(3);
+    for (int t = 0; t < 3; ++t) {
+      sent[static_cast<std::size_t>(t)].push_back({AgentFrame::Node, 0, "node" + std::to_string(t)});
+      for (int i = 0; i < 40; ++i) {
+        std::string payload(random() % 3000, '\0');
+        for (auto& c : payload) c = static_cast<char>(random());
+        sent[static_cast<std::size_t>(t)].push_back({AgentFrame::Records, t * 4 + i % 4, payload});
+      }
+      sent[static_cast<std::size_t>(t)].push_back({AgentFrame::Log, t, "a line ending in a dot."});
+      sent[static_cast<std::size_t>(t)].push_back({AgentFrame::Exit, t, "code 0"});
+      for (const auto& f : sent[static_cast<std::size_t>(t)])
+        texts[static_cast<std::size_t>(t)] += encodeAgentTextUnit(encodeAgentFrame(f));
+    }
+    for (const auto& text : texts)
+      for (std::size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1)
+        QVERIFY(nl - at <= kAgentTextLine + 1);
+    const std::string stream = asSrunLabelsThem(texts, random);
+    LabelledAgentStreams reader;
+    std::vector<std::vector<AgentFrame>> got(3);
+    for (std::size_t at = 0; at < stream.size();) {
+      const std::size_t n = std::min<std::size_t>(1 + random() % 5000, stream.size() - at);
+      reader.feed(stream.data() + at, n, [&](int task, const AgentFrame& f) {
+        QVERIFY(task >= 0 && task < 3);
+        got[static_cast<std::size_t>(task)].push_back(f);
+      });
+      at += n;
+    }
+    QCOMPARE(QString::fromStdString(reader.error()), QString());
+    for (std::size_t t = 0; t < 3; ++t) {
+      QCOMPARE(got[t].size(), sent[t].size());
+      QVERIFY(got[t] == sent[t]);
+    }
+  }
+
+  void aBrokenTextStreamIsSaid_data() {
+    QTest::addColumn<QByteArray>("stream");
+    QTest::addColumn<QString>("error");
+    QTest::newRow("no label") << QByteArray("QUJD.\n") << "a line without srun's task label";
+    QTest::newRow("not base64") << QByteArray("0: QU*D.\n") << "task 0 sent what is not base64";
+    QTest::newRow("no frame") << QByteArray("1: Z2FyYmFnZSBnYXJiYWdlIQ==.\n")
+                              << "task 1: the host agent's stream is broken";
+  }
+  void aBrokenTextStreamIsSaid() {
+    QFETCH(QByteArray, stream);
+    QFETCH(QString, error);
+    LabelledAgentStreams reader;
+    const std::string after = encodeAgentTextUnit(encodeAgentFrame({AgentFrame::Log, 0, "after"}));
+    int frames = 0;
+    reader.feed(stream.constData(), static_cast<std::size_t>(stream.size()), [&](int, const AgentFrame&) { ++frames; });
+    reader.feed(("0: " + after).data(), after.size() + 3, [&](int, const AgentFrame&) { ++frames; });
+    QVERIFY2(QString::fromStdString(reader.error()).contains(error), reader.error().c_str());
+    QCOMPARE(frames, 0);
+  }
+
+  void srunsTaskLabelsAreRead() {
+    std::string_view rest;
+    QCOMPARE(splitTaskLabel(" 3: text: more", rest), 3);
+    QCOMPARE(std::string(rest), std::string("text: more"));
+    QCOMPARE(splitTaskLabel("12: ", rest), 12);
+    QCOMPARE(std::string(rest), std::string());
+    QCOMPARE(splitTaskLabel("srun: error: node2: task 1: Killed", rest), -1);
+    QCOMPARE(std::string(rest), std::string("srun: error: node2: task 1: Killed"));
+    QCOMPARE(splitTaskLabel("3 text", rest), -1);
+    QCOMPARE(splitTaskLabel("", rest), -1);
   }
 
   void aBrokenStreamIsSaidAndReadNoFurther() {
@@ -265,6 +366,73 @@ class TestHostAgent : public QObject {
     QCOMPARE(log[1], std::string("{\"name\": \"sent\"}"));
     QVERIFY2(!QFile::exists(QString::fromStdString(log[0].substr(3))), "the profile is left on the host");
     QCOMPARE(ranks[1][AgentFrame::Exit], std::vector<std::string>{"code 0"});
+  }
+
+  // One request for every node's agent (srun gives each the same input): each runs the ranks
+  // of its own node and says which node it is, in text; a node with none of the ranks refuses.
+  void aRequestForEveryNodeRunsOnlyThisNodesRanks() {
+    QTemporaryDir dir;
+    const QString program = dir.filePath("rank.sh");
+    QFile f(program);
+    QVERIFY(f.open(QIODevice::WriteOnly));
+    f.write("#!/bin/sh\nwhile [ $# -gt 0 ]; do [ \"$1\" = --rank ] && echo \"rank $2 ran\" >&2; shift; done; exit 0\n");
+    f.close();
+    f.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+    const std::string worker = program.toStdString();
+    AgentRequest request{
+        ptw::kVersion,
+        "{}",
+        {AgentRank{1, {worker, "--rank", "1"}, "nodeA"}, AgentRank{2, {worker, "--rank", "2"}, "nodeB"},
+         AgentRank{3, {worker, "--rank", "3"}, "nodeB"}}};
+    request.allNodes = true;
+    const QByteArray node = qgetenv("SLURMD_NODENAME");
+    for (const char* on : {"nodeB", "nodeC"}) {
+      qputenv("SLURMD_NODENAME", on);
+      int in[2], out[2], err[2];
+      QVERIFY(::pipe(in) == 0 && ::pipe(out) == 0 && ::pipe(err) == 0);
+      const std::string bytes = encodeAgentRequest(request);
+      QCOMPARE(::write(in[1], bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+      std::string text, said;
+      std::thread reader([&] {
+        char buf[512];
+        for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;) text.append(buf, static_cast<std::size_t>(n));
+      });
+      const int code = hostAgentMain(in[0], out[1], err[1]);
+      ::close(out[1]), ::close(err[1]);
+      reader.join();
+      char buf[512];
+      for (ssize_t n; (n = ::read(err[0], buf, sizeof buf)) > 0;) said.append(buf, static_cast<std::size_t>(n));
+      ::close(out[0]), ::close(err[0]), ::close(in[0]), ::close(in[1]);
+      if (std::string(on) == "nodeC") {
+        QCOMPARE(code, 2);
+        QVERIFY2(said.find("no rank of the run is on node nodeC") != std::string::npos, said.c_str());
+        QVERIFY(text.empty());
+        continue;
+      }
+      QVERIFY2(code == 0, (said + text).c_str());
+      std::string labelled;  // as srun --label passes it on from task 4
+      for (std::size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1)
+        labelled += "4: " + text.substr(at, nl + 1 - at);
+      LabelledAgentStreams streams;
+      std::vector<AgentFrame> frames;
+      streams.feed(labelled.data(), labelled.size(), [&](int task, const AgentFrame& fr) {
+        QCOMPARE(task, 4);
+        frames.push_back(fr);
+      });
+      QCOMPARE(QString::fromStdString(streams.error()), QString());
+      QVERIFY(!frames.empty());
+      QVERIFY(frames.front() == (AgentFrame{AgentFrame::Node, 0, "nodeB"}));
+      frames.erase(frames.begin());
+      auto ranks = byRank(frames);
+      QCOMPARE(ranks.size(), std::size_t{2});
+      QCOMPARE(ranks[2][AgentFrame::Log], std::vector<std::string>{"rank 2 ran"});
+      QCOMPARE(ranks[3][AgentFrame::Log], std::vector<std::string>{"rank 3 ran"});
+      QCOMPARE(ranks[3][AgentFrame::Exit], std::vector<std::string>{"code 0"});
+    }
+    if (node.isNull())
+      qunsetenv("SLURMD_NODENAME");
+    else
+      qputenv("SLURMD_NODENAME", node);
   }
 };
 

@@ -15,6 +15,7 @@
 #include <QJsonObject>
 #include <QProcess>
 #include <QRegularExpression>
+#include <QStandardPaths>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -80,7 +81,29 @@ class TestSlurm : public QObject {
           key.startsWith(QLatin1String("SALLOC_")) || key.startsWith(QLatin1String("SRUN_")))
         env.remove(key);
     env.insert(QStringLiteral("SLURM_CONF"), m_cluster.dir + "/slurm.conf");
+    env.insert(QStringLiteral("PATH"), m_cluster.dir + "/bin:" + env.value(QStringLiteral("PATH")));
     return env;
+  }
+
+  // Every srun ptw runs, first on its PATH: SLURM's own, each command line written down.
+  bool writeSrunRecorder() const {
+    const QString srun = QStandardPaths::findExecutable(QStringLiteral("srun"));
+    QDir().mkpath(m_cluster.dir + "/bin");
+    QFile f(m_cluster.dir + "/bin/srun");
+    if (srun.isEmpty() || !f.open(QIODevice::WriteOnly)) return false;
+    f.write("#!/bin/sh\nprintf '%s\\n' \"$*\" >>'" + srunLog().toUtf8() + "'\nexec '" + srun.toUtf8() + "' \"$@\"\n");
+    f.close();
+    return f.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+  }
+  QString srunLog() const { return m_cluster.dir + "/srun-calls.log"; }
+  // The sruns started since the log was last removed that ran host agents.
+  QStringList agentSteps() const {
+    QFile f(srunLog());
+    QStringList steps;
+    if (f.open(QIODevice::ReadOnly))
+      for (const QString& l : QString::fromUtf8(f.readAll()).split('\n'))
+        if (l.endsWith(QLatin1String(" --agent"))) steps << l;
+    return steps;
   }
 
   // While ptw runs: submits the job.sbatch it writes under `runs` (bounded: the script is there
@@ -107,8 +130,8 @@ class TestSlurm : public QObject {
 
   // resources/examples/ddp_train.py (DDP over Gloo, reporting through ptw_metrics) as a
   // command of 2 ranks through the slurm launcher, meeting on loopback.
-  Profile scriptProfile(std::int64_t steps) const {
-    Profile p = test::ddpScriptProfile("script-slurm", 2, steps);
+  Profile scriptProfile(std::int64_t steps, int ranks = 2) const {
+    Profile p = test::ddpScriptProfile("script-slurm", ranks, steps);
     p.hosts = slurmProfile(steps).hosts;
     return p;
   }
@@ -116,7 +139,9 @@ class TestSlurm : public QObject {
   // The losses `run` stored, rank by rank and step by step, equal those of the same profile
   // run on this machine by the local launcher; the ranks ran on the node, which the profile
   // they were given names (the host column's source).
-  void checkScriptEqualsOneHost(const test::HeadlessRun& run, const Profile& p, const QString& name) {
+  void checkScriptEqualsOneHost(const test::HeadlessRun& run, const Profile& p, const QString& name,
+                                const std::vector<std::string>& nodes = {kNode.toStdString(), kNode.toStdString()},
+                                const QString& nodesLine = kNode + " (ranks 0-1)") {
     QVERIFY2(run.exitCode == 0, qPrintable(run.output));
     QCOMPARE(run.summary.value("status").toString(), QStringLiteral("finished"));
     Profile local = p;
@@ -126,15 +151,15 @@ class TestSlurm : public QObject {
     const auto onSlurm = storedLosses(m_cluster.dir + "/runs-" + name, run.summary.value("run_dir").toString());
     const auto oneHost =
         storedLosses(m_cluster.dir + "/runs-" + name + "-one", one.summary.value("run_dir").toString());
-    QCOMPARE(onSlurm.size(), std::size_t{2});
-    for (int r = 0; r < 2; ++r) {
+    QCOMPARE(onSlurm.size(), nodes.size());
+    for (int r = 0; r < static_cast<int>(nodes.size()); ++r) {
       QCOMPARE(onSlurm.at(r).size(), static_cast<std::size_t>(p.hyper.maxSteps));
       QCOMPARE(onSlurm.at(r), oneHost.at(r));
     }
     const Profile given = loadProfile(run.summary.value("run_dir").toString().toStdString() + "/profile.nodes.json");
-    QCOMPARE(rankHosts(given), (std::vector<std::string>(2, kNode.toStdString())));
+    QCOMPARE(rankHosts(given), nodes);
     // ...and the observers learn them: the window's host column, here headless's line.
-    QVERIFY2(run.output.contains("ptw: the ranks' nodes: " + kNode + " (ranks 0-1)\n"), qPrintable(run.output));
+    QVERIFY2(run.output.contains("ptw: the ranks' nodes: " + nodesLine + "\n"), qPrintable(run.output));
     checkNoProcessLeft();
   }
 
@@ -176,6 +201,13 @@ class TestSlurm : public QObject {
   QStringList salloc(const QString& name) const {
     return {QStringLiteral("salloc"), QStringLiteral("--nodes=1"), QStringLiteral("--ntasks=2"),
             QStringLiteral("--job-name=test-") + name, QStringLiteral("--quiet")};
+  }
+
+  // An allocation of `nodes` nodes, `perNode` tasks on each.
+  QStringList sallocNodes(const QString& name, int nodes, int perNode) const {
+    return {QStringLiteral("salloc"), QStringLiteral("--nodes=%1").arg(nodes),
+            QStringLiteral("--ntasks-per-node=%1").arg(perNode), QStringLiteral("--job-name=test-") + name,
+            QStringLiteral("--quiet")};
   }
 
   // Both ranks end with the parameters one process trains on the same global batches, and
@@ -224,6 +256,23 @@ class TestSlurm : public QObject {
     }
     return true;
   }
+  // The host agent of this test cluster's `node`, or -1.
+  pid_t agentOn(const QString& node) const {
+    const QByteArray conf = "SLURM_CONF=" + m_cluster.dir.toUtf8() + "/slurm.conf";
+    for (const QString& entry : QDir(QStringLiteral("/proc")).entryList(QDir::Dirs)) {
+      bool ok = false;
+      const int pid = entry.toInt(&ok);
+      QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));
+      QFile environ(QStringLiteral("/proc/%1/environ").arg(pid));
+      if (!ok || !cmdline.open(QIODevice::ReadOnly) || !environ.open(QIODevice::ReadOnly)) continue;
+      const QList<QByteArray> args = cmdline.readAll().split('\0');
+      const QList<QByteArray> env = environ.readAll().split('\0');
+      if (args.size() >= 2 && args[0].endsWith("ptw-worker") && args[1] == "--agent" && env.contains(conf) &&
+          env.contains("SLURMD_NODENAME=" + node.toUtf8()))
+        return pid;
+    }
+    return -1;
+  }
   void checkNoProcessLeft() {
     QString left;
     QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
@@ -250,6 +299,7 @@ class TestSlurm : public QObject {
       return;
     }
     m_cluster.dir = m_dir.path();
+    QVERIFY(writeSrunRecorder());
     m_cluster.up = true;  // from here on, whatever was started is stopped
     QProcess up;
     up.setProcessChannelMode(QProcess::MergedChannels);
@@ -270,7 +320,7 @@ class TestSlurm : public QObject {
     const Profile p = slurmProfile(20);
     const Run run = runPtw(p, QStringLiteral("inside"), salloc(QStringLiteral("inside")));
     checkEqualsOneProcess(run, p);
-    QVERIFY2(run.output.contains("as SLURM job steps through srun, one agent a node"), qPrintable(run.output));
+    QVERIFY2(run.output.contains("as one SLURM job step through srun, one agent a node"), qPrintable(run.output));
     checkNoProcessLeft();
   }
 
@@ -338,8 +388,9 @@ class TestSlurm : public QObject {
     QFile jobOut(folder + "/slurm-" + m.captured(1) + ".out");  // the job's ptw, inside the allocation
     QVERIFY(jobOut.open(QIODevice::ReadOnly));
     const QByteArray jobSaid = jobOut.readAll();
-    QVERIFY2(jobSaid.contains("as SLURM job steps through srun") && jobSaid.contains("run folder " + folder.toUtf8()),
-             jobSaid.constData());
+    QVERIFY2(
+        jobSaid.contains("as one SLURM job step through srun") && jobSaid.contains("run folder " + folder.toUtf8()),
+        jobSaid.constData());
   }
 
   // A PyTorch DDP script inside an allocation: each rank started by the node's agent with
@@ -360,13 +411,49 @@ class TestSlurm : public QObject {
     checkScriptEqualsOneHost(run, p, QStringLiteral("script-outside"));
   }
 
-  // A rank killed by a signal is named with its node; the other is stopped; nothing is left.
+  // The script on two nodes, two ranks on each (Note [One step for all nodes]): the agents of
+  // both nodes are one srun step, and the run stores what it stores on one host.
+  void aScriptOnTwoNodesIsOneStepAndStoresWhatItDoesOnOneHost() {
+    const Profile p = scriptProfile(8, 4);
+    QFile::remove(srunLog());
+    const Run run = runPtw(p, QStringLiteral("script-nodes"), sallocNodes(QStringLiteral("script-nodes"), 2, 2));
+    const QStringList steps = agentSteps();
+    QVERIFY2(steps.size() == 1, qPrintable(steps.join('\n') + "\n" + run.output));
+    QVERIFY2(steps.front().contains("--nodes=2 --ntasks=2 --ntasks-per-node=1 --nodelist=ptwnode1,ptwnode2"),
+             qPrintable(steps.front()));
+    checkScriptEqualsOneHost(run, p, QStringLiteral("script-nodes"), {"ptwnode1", "ptwnode1", "ptwnode2", "ptwnode2"},
+                             QStringLiteral("ptwnode1 (ranks 0-1), ptwnode2 (ranks 2-3)"));
+  }
+
+  // A rank killed by a signal on the second node is named with its node; the other is
+  // stopped; nothing is left.
   void aRankKilledIsNamed() {
-    const Run run = runPtw(slurmProfile(1000000), QStringLiteral("killed"), salloc(QStringLiteral("killed")),
+    const Run run = runPtw(slurmProfile(1000000), QStringLiteral("killed"), sallocNodes(QStringLiteral("killed"), 2, 1),
                            {QStringLiteral("--worker-arg=--fault=kill-at-step:1:5")});
     QVERIFY2(run.exitCode != 0, qPrintable(run.output));
     const QString message = run.summary.value("message").toString();
-    QVERIFY2(message.startsWith("rank 1 on host " + kNode + " failed with signal 9"), qPrintable(message));
+    QVERIFY2(message.startsWith("rank 1 on host ptwnode2 failed with signal 9"), qPrintable(message));
+    checkNoProcessLeft();
+  }
+
+  // The agent of the second node killed outright (the node lost, as far as the run can
+  // tell): srun's word on it ends that node's rank, which is named; the other is stopped.
+  void anAgentKilledOnANodeIsNamed() {
+    const Run run = runPtw(slurmProfile(1000000), QStringLiteral("agent-killed"),
+                           sallocNodes(QStringLiteral("agent-killed"), 2, 1), {}, [&](QProcess& ptw) {
+                             QElapsedTimer t;
+                             t.start();
+                             pid_t agent = -1;
+                             while (t.elapsed() < 60000 && ptw.state() == QProcess::Running && agent < 0) {
+                               agent = agentOn(QStringLiteral("ptwnode2"));
+                               ptw.waitForFinished(200);
+                             }
+                             ptw.waitForFinished(3000);  // its ranks started and training
+                             if (agent > 0) ::kill(agent, SIGKILL);
+                           });
+    QVERIFY2(run.exitCode != 0, qPrintable(run.output));
+    const QString message = run.summary.value("message").toString();
+    QVERIFY2(message.startsWith("rank 1 on host ptwnode2 failed with signal 9"), qPrintable(message));
     checkNoProcessLeft();
   }
 

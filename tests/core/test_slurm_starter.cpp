@@ -108,20 +108,22 @@ class TestSlurmStarter : public QObject {
     QCOMPARE(c.connectionLostCode, 0);
     QCOMPARE(c.argv, (std::vector<std::string>{"/opt/ptw/ptw-worker", "--profile", "/runs/r/profile.json", "--remote",
                                                "node2", "--master", "node1", "--interface", "ib0"}));
-    const RankCommand a = starter.agentCommand("node2");
+    QVERIFY(starter.oneProcessForAllAgents());
+    const RankCommand a = starter.agentsCommand({"node2", "node1"});
     QVERIFY(a.remote);
     QVERIFY(!a.viaAgent);
-    QCOMPARE(a.host, std::string("node2"));
+    QCOMPARE(a.host, std::string("node2,node1"));
     const std::vector<std::string> expected = {(m_bin.path() + "/srun").toStdString(),
                                                "--jobid=4242",
                                                "--job-name=ptw-agent",
-                                               "--nodes=1",
-                                               "--ntasks=1",
+                                               "--nodes=2",
+                                               "--ntasks=2",
                                                "--ntasks-per-node=1",
-                                               "--nodelist=node2",
+                                               "--nodelist=node2,node1",
                                                "--overlap",
-                                               "--unbuffered",
+                                               "--label",
                                                "--input=all",
+                                               "--kill-on-bad-exit=0",
                                                "--mpi=none",
                                                "--quiet",
                                                "--",
@@ -136,7 +138,7 @@ class TestSlurmStarter : public QObject {
     const RankCommand g = given.command(0, WorkerInvocation("/opt/ptw/ptw-worker"));
     QCOMPARE(g.argv.front(), std::string("/shared/ptw-worker"));
     QCOMPARE(g.argv.back(), std::string("ib0"));
-    QCOMPARE(given.agentCommand("node1").argv[13], std::string("/shared/ptw-worker"));
+    QCOMPARE(given.agentsCommand({"node1"}).argv[14], std::string("/shared/ptw-worker"));
     QVERIFY(errorOf([&] { SlurmStarter(h, "12;x", {"node1"}, "w"); }).find("SLURM job id: expected a number") == 0);
   }
 
