@@ -153,6 +153,12 @@ RunReport Supervisor::run(LaunchObserver& observer) {
       report.message = "stopped by request while waiting for the SLURM job to start";
       return report;
     }
+    // Inside an allocation its nodes were checked before the run folder was made (runProblem);
+    // a job ptw waited for has them only now. Thrown: nothing has started.
+    if (!slurm->insideAllocation()) {
+      const std::string problem = slurmNodesProblem(o.profile, o.workerPath, slurm->id(), slurm->rankHosts(), o.runDir);
+      PTW_CHECK(problem.empty(), problem);
+    }
   }
   const RanksProfile ranks = ranksProfile(o, slurm.get(), storing);
   m_stragglers = stragglerDetectorFor(ranks.profile);
