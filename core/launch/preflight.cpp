@@ -299,13 +299,19 @@ std::string slurmNodesProblem(const Profile& profile, const std::string& workerP
     HostCheck h = parseCheck(lines);
     if (!h.node.empty()) byNode[h.node] = std::move(h);
   }
+  const std::string why = code < 0              ? std::string(" within 20 s")
+                          : !o.srunSaid.empty() ? ": " + o.srunSaid
+                                                : " (srun's exit code " + std::to_string(code) + ")";
+  if (byNode.empty()) {  // no step: srun says why (a node not in the job, the job gone)
+    std::string list;
+    for (const auto& n : nodes) list += (list.empty() ? "" : ",") + n;
+    return "hosts.hosts: srun could not check node(s) " + list + " in SLURM job " + jobId + why +
+           "; check that the job holds them (squeue, sinfo)";
+  }
   for (const auto& node : nodes) {
     const auto it = byNode.find(node);
-    if (it == byNode.end())  // the step did not reach it: srun says why
-      return "hosts.hosts: node " + node + " of SLURM job " + jobId + " did not answer the check through srun" +
-             (code < 0              ? std::string(" within 20 s")
-              : !o.srunSaid.empty() ? ": " + o.srunSaid
-                                    : " (exit code " + std::to_string(code) + ")") +
+    if (it == byNode.end())
+      return "hosts.hosts: node " + node + " of SLURM job " + jobId + " did not answer the check through srun" + why +
              "; check the node and the job (sinfo, squeue)";
     if (std::string problem = hostCheckProblem(node, worker, it->second, paths); !problem.empty()) return problem;
   }

@@ -461,6 +461,22 @@ class TestSlurm : public QObject {
     QVERIFY2(!liveJobs().contains("ptw-"), qPrintable(liveJobs()));
   }
 
+  // A node the allocation does not hold (hosts.hosts names it): srun cannot make the check's
+  // step, and what it says is the message, before anything starts.
+  void aNodeOutsideTheAllocationIsNamedBeforeStart() {
+    Profile p = slurmProfile(20);
+    p.hosts.hosts = {kNode.toStdString() + ":1", kNode2.toStdString() + ":1"};
+    const Run run = runPtw(p, QStringLiteral("outside-nodes"),
+                           {QStringLiteral("salloc"), QStringLiteral("--nodes=1"), "--nodelist=" + kNode,
+                            QStringLiteral("--ntasks=2"), QStringLiteral("--quiet")});
+    QCOMPARE(run.exitCode, 2);
+    const QRegularExpression expected("hosts.hosts: srun could not check node\\(s\\) " + kNode + "," + kNode2 +
+                                      " in SLURM job \\d+: srun: error: [^\n]+; check that the job holds them");
+    QVERIFY2(expected.match(run.output).hasMatch(), qPrintable(run.output));
+    QCOMPARE(runFolders(m_cluster.dir + "/runs-outside-nodes"), 0);
+    checkNoProcessLeft();
+  }
+
   // A rank killed by a signal is named with its node; the other is stopped; nothing is left.
   void aRankKilledIsNamed() {
     const Run run = runPtw(slurmProfile(1000000), QStringLiteral("killed"), salloc(QStringLiteral("killed")),

@@ -170,9 +170,15 @@ class TestSlurmStarter : public QObject {
                                     "echo 'srun: error: Unable to create step for job 4242: Invalid node name "
                                     "specified' >&2\nexit 1\n")
                              << "none"
-                             << "hosts.hosts: node node1 of SLURM job 4242 did not answer the check through srun: "
-                                "srun: error: Unable to create step for job 4242: Invalid node name specified; check "
-                                "the node and the job (sinfo, squeue)";
+                             << "hosts.hosts: srun could not check node(s) node1,node2 in SLURM job 4242: srun: error: "
+                                "Unable to create step for job 4242: Invalid node name specified; check that the job "
+                                "holds them (squeue, sinfo)";
+    QTest::newRow("node2 silent") << QByteArray(
+                                         "for a; do last=$a; done\nSLURMD_NODENAME=node1 /bin/sh -c \"$last\" | sed "
+                                         "'s/^/0: /'\necho 'srun: error: node2: task 1: Killed' >&2\nexit 1\n")
+                                  << "none"
+                                  << "hosts.hosts: node node2 of SLURM job 4242 did not answer the check through srun: "
+                                     "srun: error: node2: task 1: Killed; check the node and the job (sinfo, squeue)";
   }
   void nodesAreCheckedInOneStepAndNamed() {
     QFETCH(QByteArray, srun);
