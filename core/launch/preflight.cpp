@@ -4,8 +4,10 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <vector>
 
@@ -29,11 +31,13 @@ namespace ptw::core {
 namespace {
 
 // The slurm launcher (Note [SLURM job]): SLURM's programs, and inside an allocation, that it
-// holds the run's ranks.
-std::string slurmProblem(const Profile& profile) {
+// holds the run's ranks and that each of their nodes passes Note [SLURM node check]. Outside
+// one the nodes are known once the job runs: the supervisor checks them then.
+std::string slurmProblem(const Profile& profile, const std::string& workerPath, const std::string& runsDir) {
   const auto env = processEnvironment();
   const auto job = env.find("SLURM_JOB_ID");
   const bool inside = job != env.end() && !job->second.empty();
+  std::vector<std::string> rankHosts;
   try {
     slurmProgram("srun");
     if (!inside) {
@@ -41,11 +45,11 @@ std::string slurmProblem(const Profile& profile) {
       slurmProgram("scancel");
       return "";
     }
-    SlurmJob::allocationRankHosts(profile, env);
+    rankHosts = SlurmJob::allocationRankHosts(profile, env);
   } catch (const Error& e) {
     return e.what();
   }
-  return "";
+  return slurmNodesProblem(profile, workerPath, job->second, rankHosts, runsDir);
 }
 
 // What a host answers to `check` (a command line for its shell, run through the run's own ssh
@@ -152,71 +156,181 @@ std::string rendezvousPortProblem(const Profile& profile, const std::string& wor
 
 namespace {
 
-// What checkHost prints before a path its host cannot see.
+// Note [Host check]
+// Each host (ssh) or node (slurm) runs one shell line, checkScript, that prints the agent's
+// version (`WORKER --agent --version`, its errors included), then, when that failed, its exit
+// code, else each path of sharedPaths it cannot see, the first of them only: one connection or
+// one step does it all, which costs far more than either check. The marked lines (kMark) are
+// told from the worker's by their start; parseCheck reads them back, and hostCheckProblem
+// turns the answer into the one message both launchers give.
+constexpr const char* kMark = "ptw-check: ";
+constexpr const char* kNode = "ptw-check: node ";
+constexpr const char* kExit = "ptw-check: exit ";
 constexpr const char* kUnseen = "ptw-check: cannot see ";
 
-// What a host answers to `worker --version` and, when that ran, `[ -e PATH ]` for each of
-// `paths`, in one ssh command: a connection costs far more than either check.
-struct HostCheck : HostAnswer {
-  std::string unseen;  ///< the first of `paths` the host cannot see; "" when it sees them all
-};
-HostCheck checkHost(const SshStarter& starter, int slot, const std::string& worker,
-                    const std::vector<SharedPath>& paths) {
-  WorkerInvocation version(worker);
-  version.version = true;
-  std::vector<std::string> args = version.toArgs();
-  args.insert(args.begin() + 1, "--agent");  // the agent answers: ranks are started through it
-  std::string line;
-  for (const auto& a : args) line += (line.empty() ? "" : " ") + quoteForShell(a);
+// Note [Host check]; `nameNode`: first print the SLURM node's name (Note [SLURM node check]).
+std::string checkScript(const std::string& worker, const std::vector<SharedPath>& paths, bool nameNode) {
+  std::string line = nameNode ? std::string("printf '") + kNode + "%s\\n' \"$SLURMD_NODENAME\"; " : std::string();
+  // The agent answers: the ranks are started through it.
+  line += quoteForShell(worker) + " --agent --version 2>&1; c=$?; [ $c -eq 0 ] || { printf '" + kExit +
+          "%s\\n' $c; exit 0; }";
   if (!paths.empty()) {
-    line += " || exit $?; for p in";
+    line += "; for p in";
     for (const auto& p : paths) line += " " + quoteForShell(p.path);
     line += std::string("; do [ -e \"$p\" ] || { printf '") + kUnseen + "%s\\n' \"$p\"; exit 0; }; done";
   }
-  std::string out;
+  return line;
+}
+
+// What a host answered to checkScript: the worker's exit code, its last line, the first path
+// the host cannot see ("" when it sees them all) and, for a SLURM node, its name.
+struct HostCheck {
+  int code = 0;
+  std::string said;
+  std::string unseen;
+  std::string node;
+};
+bool startsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+HostCheck parseCheck(const std::vector<std::string>& lines) {
   HostCheck h;
-  h.code = runProgram(starter.sshArgv(starter.hostOf(slot), line), 20.0, out);
-  h.said = lastLine(out);
-  if (h.code == 0 && h.said.rfind(kUnseen, 0) == 0) {  // the version is the line before
-    h.unseen = h.said.substr(std::string(kUnseen).size());
-    out.resize(out.rfind(kUnseen));
-    h.said = lastLine(out);
+  for (const auto& l : lines) {
+    if (startsWith(l, kNode)) {
+      h.node = l.substr(std::string(kNode).size());
+    } else if (startsWith(l, kExit)) {
+      h.code = std::atoi(l.c_str() + std::string(kExit).size());
+    } else if (startsWith(l, kUnseen)) {
+      h.unseen = l.substr(std::string(kUnseen).size());
+    } else if (!startsWith(l, kMark) && l.find_first_not_of(" \t\r") != std::string::npos) {
+      h.said = l;
+    }
   }
   return h;
 }
+std::vector<std::string> linesOf(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  return lines;
+}
+
+// The problem `host`'s answer shows, said the same for an ssh host and a SLURM node; "" when
+// it runs this build's agent and sees every one of `paths`.
+std::string hostCheckProblem(const std::string& host, const std::string& worker, const HostCheck& a,
+                             const std::vector<SharedPath>& paths) {
+  const std::string expected = std::string("ptw-worker ") + kVersion;
+  // A build before the host agent refuses the flag (Note [Host agent]).
+  if (a.code != 0 && a.said.find("--agent") != std::string::npos)
+    return "hosts.hosts: host " + host + " runs a ptw-worker without the host agent (" + worker +
+           " --agent: " + a.said + "), this machine " + expected + "; every host needs the same ptw build";
+  if (a.code != 0)
+    return "hosts.hosts: host " + host + " cannot run " + worker + (a.said.empty() ? "" : ": " + a.said) +
+           "; install ptw there at that path, or set hosts.worker";
+  if (a.said != expected)
+    return "hosts.hosts: host " + host + " runs " + (a.said.empty() ? std::string("an unknown ptw-worker") : a.said) +
+           ", this machine " + expected + "; every host needs the same ptw build";
+  for (const auto& p : paths)
+    if (!a.unseen.empty() && p.path == a.unseen)
+      return p.field + ": host " + host + " cannot see " + p.path +
+             "; every host needs it at the same path, on a filesystem they share (docs/multihost.md)";
+  return "";
+}
+
+// Note [Host check] over the run's ssh command, bounded by ssh's connect timeout and 20 s.
+std::string sshHostProblem(const SshStarter& starter, int slot, const std::string& worker,
+                           const std::vector<SharedPath>& paths) {
+  const std::string host = starter.hostOf(slot);
+  std::string out;
+  const int code = runProgram(starter.sshArgv(host, checkScript(worker, paths, false)), 20.0, out);
+  if (code == 255 || code < 0) return unreachable(host, lastLine(out));
+  HostCheck h = parseCheck(linesOf(out));
+  if (code != 0) {  // the line itself failed there: the host's shell says why
+    h.code = code;
+    h.said = lastLine(out);
+  }
+  return hostCheckProblem(host, worker, h, paths);
+}
+
+// The distinct nodes of `rankHosts`, in the ranks' order.
+std::vector<std::string> distinctNodes(const std::vector<std::string>& rankHosts) {
+  std::vector<std::string> nodes;
+  for (const auto& h : rankHosts)
+    if (std::find(nodes.begin(), nodes.end(), h) == nodes.end()) nodes.push_back(h);
+  return nodes;
+}
+
+// srun's output split by task (the "TASK: " of --label), and what srun said itself.
+struct LabelledOutput {
+  std::map<int, std::vector<std::string>> tasks;
+  std::string srunSaid;  ///< its last "srun: error:" line, else its last line of its own
+};
+LabelledOutput splitLabelled(const std::string& out) {
+  LabelledOutput o;
+  for (const auto& l : linesOf(out)) {
+    const std::size_t digits = l.find_first_not_of(' ');
+    const std::size_t colon = digits == std::string::npos ? digits : l.find_first_not_of("0123456789", digits);
+    if (colon != std::string::npos && colon > digits && l.compare(colon, 2, ": ") == 0) {
+      o.tasks[std::atoi(l.c_str() + digits)].push_back(l.substr(colon + 2));
+    } else if (l.find_first_not_of(" \t\r") != std::string::npos &&
+               (o.srunSaid.find("srun: error:") == std::string::npos || l.find("srun: error:") != std::string::npos)) {
+      o.srunSaid = l;
+    }
+  }
+  return o;
+}
 
 }  // namespace
+
+std::string slurmNodesProblem(const Profile& profile, const std::string& workerPath, const std::string& jobId,
+                              const std::vector<std::string>& rankHosts, const std::string& runsDir) {
+  const std::vector<std::string> nodes = distinctNodes(rankHosts);
+  const std::string worker = remoteWorker(profile, workerPath);
+  const std::vector<SharedPath> paths = sharedPaths(profile, runsDir);
+  std::string out;
+  std::vector<std::string> argv;
+  try {
+    argv = slurmCheckCommand(jobId, nodes, checkScript(worker, paths, true));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  const int code = runProgram(argv, 20.0, out);
+  const LabelledOutput o = splitLabelled(out);
+  std::map<std::string, HostCheck> byNode;
+  for (const auto& [task, lines] : o.tasks) {
+    HostCheck h = parseCheck(lines);
+    if (!h.node.empty()) byNode[h.node] = std::move(h);
+  }
+  const std::string why = code < 0              ? std::string(" within 20 s")
+                          : !o.srunSaid.empty() ? ": " + o.srunSaid
+                                                : " (srun's exit code " + std::to_string(code) + ")";
+  if (byNode.empty()) {  // no step: srun says why (a node not in the job, the job gone)
+    std::string list;
+    for (const auto& n : nodes) list += (list.empty() ? "" : ",") + n;
+    return "hosts.hosts: srun could not check node(s) " + list + " in SLURM job " + jobId + why +
+           "; check that the job holds them (squeue, sinfo)";
+  }
+  for (const auto& node : nodes) {
+    const auto it = byNode.find(node);
+    if (it == byNode.end())
+      return "hosts.hosts: node " + node + " of SLURM job " + jobId + " did not answer the check through srun" + why +
+             "; check the node and the job (sinfo, squeue)";
+    if (std::string problem = hostCheckProblem(node, worker, it->second, paths); !problem.empty()) return problem;
+  }
+  return "";
+}
 
 std::string hostsProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort,
                          const std::string& runsDir) {
   const LauncherInfo* launcher = findLauncher(profile.hosts.launcher);
   if (!launcher || launcher->kind == LauncherKind::Local) return "";
-  if (launcher->kind == LauncherKind::Slurm) return slurmProblem(profile);
+  if (launcher->kind == LauncherKind::Slurm) return slurmProblem(profile, workerPath, runsDir);
   const std::vector<std::string> hosts = hostNames(profile);
   if (hosts.empty()) return "";
   const SshStarter starter = checkStarter(profile, hosts, workerPath);
   const std::string worker = remoteWorker(profile, workerPath);
-  const std::string expected = std::string("ptw-worker ") + kVersion;
   const std::vector<SharedPath> paths = sharedPaths(profile, runsDir);
-  for (std::size_t i = 0; i < hosts.size(); ++i) {
-    const HostCheck a = checkHost(starter, static_cast<int>(i), worker, paths);
-    if (a.code == 255 || a.code < 0) return unreachable(hosts[i], a.said);
-    // A build before the host agent refuses the flag (Note [Host agent]).
-    if (a.code != 0 && a.said.find("--agent") != std::string::npos)
-      return "hosts.hosts: host " + hosts[i] + " runs a ptw-worker without the host agent (" + worker +
-             " --agent: " + a.said + "), this machine " + expected + "; every host needs the same ptw build";
-    if (a.code != 0)
-      return "hosts.hosts: host " + hosts[i] + " cannot run " + worker + (a.said.empty() ? "" : ": " + a.said) +
-             "; install ptw there at that path, or set hosts.worker";
-    if (a.said != expected)
-      return "hosts.hosts: host " + hosts[i] + " runs " +
-             (a.said.empty() ? std::string("an unknown ptw-worker") : a.said) + ", this machine " + expected +
-             "; every host needs the same ptw build";
-    for (const auto& p : paths)
-      if (!a.unseen.empty() && p.path == a.unseen)
-        return p.field + ": host " + hosts[i] + " cannot see " + p.path +
-               "; every host needs it at the same path, on a filesystem they share (docs/multihost.md)";
-  }
+  for (std::size_t i = 0; i < hosts.size(); ++i)
+    if (std::string problem = sshHostProblem(starter, static_cast<int>(i), worker, paths); !problem.empty())
+      return problem;
   int port = 0;
   if (std::string problem = rendezvousPortProblem(profile, workerPath, port); !problem.empty()) return problem;
   if (rendezvousPort) *rendezvousPort = port;

@@ -32,7 +32,8 @@ struct SharedPath {
 std::vector<SharedPath> sharedPaths(const Profile& profile, const std::string& runsDir);
 
 /// For hosts.launcher slurm: srun (and outside an allocation squeue and scancel) on PATH, and
-/// inside one that its nodes hold the run's ranks (Note [SLURM job] in slurm_job.h).
+/// inside one that its nodes hold the run's ranks (Note [SLURM job] in slurm_job.h) and each
+/// passes slurmNodesProblem.
 /// For ranks on other hosts (hosts.launcher ssh): that each host answers ssh in batch mode and
 /// runs the host agent of this build (`ptw-worker --agent --version` there, the hosts one at a
 /// time, each bounded by ssh's connect timeout and 20 s) and sees every one of sharedPaths(profile,
@@ -40,6 +41,15 @@ std::vector<SharedPath> sharedPaths(const Profile& profile, const std::string& r
 /// `rendezvousPort` (when given) then set to the port checked; "" for the local launcher.
 std::string hostsProblem(const Profile& profile, const std::string& workerPath, int* rendezvousPort = nullptr,
                          const std::string& runsDir = "");
+
+/// The ssh launcher's check of each host, made of each node of the SLURM job `jobId` that
+/// `rankHosts` (the node of each rank) names, in one srun step bounded by 20 s (Note [SLURM
+/// node check] in slurm_starter.h): that it runs the host agent of this build (hosts.worker,
+/// else `workerPath`) and sees every one of sharedPaths(profile, runsDir). "" when all do,
+/// else the line naming the node (and the field and path), or what srun said when the step
+/// could not reach a node.
+std::string slurmNodesProblem(const Profile& profile, const std::string& workerPath, const std::string& jobId,
+                              const std::vector<std::string>& rankHosts, const std::string& runsDir);
 
 /// Whether rank 0's host (the first of hosts.hosts) can open the rendezvous port on every
 /// interface, as its TCPStore will (`ptw-worker --check-port` there through the run's ssh;

@@ -11,8 +11,9 @@
 // folder's name, unique to the run), says to submit it, and waits for it to run, asking squeue
 // every second for half a minute and every 10 s after that; a stop ends the wait. Once the job
 // runs, the ranks start in it as above (hosts.hosts, else its nodes, the ranks spread in
-// blocks). The job's batch step only holds the allocation. It ends when ptw writes
-// RUN/slurm.release at the run's end (ptw then also cancels the job by name, which takes a job
+// blocks), once its nodes have passed the check that inside an allocation comes before the
+// run folder is made (Note [SLURM node check] in slurm_starter.h). The job's batch step only holds the allocation. It
+// ends when ptw writes RUN/slurm.release at the run's end (ptw then also cancels the job by name, which takes a job
 // still pending too), when RUN/slurm.alive, which ptw touches every 5 s while it waits and runs,
 // has not changed for a minute (ptw is gone), or at the job's time limit.
 //

@@ -12,6 +12,35 @@ std::string slurmProgram(const char* name) {
   return path;
 }
 
+// Note [SLURM node check].
+std::vector<std::string> slurmCheckCommand(const std::string& jobId, const std::vector<std::string>& nodes,
+                                           const std::string& script) {
+  PTW_CHECK(!jobId.empty() && jobId.size() <= 12 && jobId.find_first_not_of("0123456789") == std::string::npos,
+            "SLURM job id: expected a number, got \"", jobId, "\"");
+  PTW_CHECK(!nodes.empty(), "hosts.hosts: the slurm launcher has no node for the ranks");
+  std::string list;
+  for (const auto& n : nodes) {
+    PTW_CHECK(plausibleHostName(n), "hosts.hosts: not a host name: \"", n, "\"");
+    list += (list.empty() ? "" : ",") + n;
+  }
+  const std::string count = std::to_string(nodes.size());
+  return {slurmProgram("srun"),
+          "--jobid=" + jobId,
+          "--job-name=ptw-check",
+          "--nodes=" + count,
+          "--ntasks=" + count,
+          "--ntasks-per-node=1",
+          "--nodelist=" + list,
+          "--overlap",
+          "--label",
+          "--mpi=none",
+          "--quiet",
+          "--",
+          "/bin/sh",
+          "-c",
+          script};
+}
+
 SlurmStarter::SlurmStarter(HostsSpec hosts, std::string jobId, std::vector<std::string> rankHosts,
                            std::string localWorker)
     : m_hosts(std::move(hosts)),

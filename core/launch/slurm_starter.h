@@ -26,6 +26,18 @@
 //   which names the failure for every rank. srun killed here ends its step: slurmstepd kills
 //   the agents when srun's connection goes, and they their ranks, so a rank outlives neither
 //   its srun nor ptw (Note [Worker lifetime]).
+//
+// Note [SLURM node check]
+// Before a rank starts, every node of the run is asked what the ssh launcher asks each host
+// (hostsProblem in preflight.h): whether it runs this build's agent and sees the paths the
+// ranks need. One step does it for all the nodes, one task on each:
+//   srun --jobid=JOB --job-name=ptw-check --nodes=N --ntasks=N --ntasks-per-node=1
+//        --nodelist=NODE1,NODE2 --overlap --label --mpi=none --quiet -- /bin/sh -c SCRIPT
+// The check's output is a few lines of text, which --label tells apart by prefixing each with
+// its task's id ("0: ").
+// Task ids follow SLURM's order of the nodes, not the --nodelist's, so each node says its own
+// name ($SLURMD_NODENAME) first, and its answer is found by that. --overlap as for the agents:
+// the step must not wait for CPUs the job's batch step holds.
 #pragma once
 
 #include <string>
@@ -39,6 +51,13 @@ namespace ptw::core {
 /// SLURM's program `name` (srun, squeue, scancel) on PATH; throws a message that names it
 /// when it is not there.
 std::string slurmProgram(const char* name);
+
+/// srun's command line that runs `script` with /bin/sh once on each of `nodes` (distinct) in the
+/// job `jobId`, its output labelled by task (Note [SLURM node check]). Throws ptw::Error when
+/// srun is not on PATH or a value cannot be one (a job id that is no number, a node name that
+/// is no host name).
+std::vector<std::string> slurmCheckCommand(const std::string& jobId, const std::vector<std::string>& nodes,
+                                           const std::string& script);
 
 /// Example: SlurmStarter(profile.hosts, "4242", {"node1", "node1", "node2"}, "/usr/lib/ptw/ptw-worker")
 class SlurmStarter final : public RankStarter {

@@ -113,6 +113,19 @@ RanksProfile ranksProfile(const SupervisorOptions& o, const SlurmJob* slurm, Lau
   return r;
 }
 
+// Note [SLURM job]: `job` acquired (false: a stop came while waiting for it). Inside an
+// allocation its nodes were checked before the run folder was made (runProblem); a job ptw
+// waited for has them only now, and they are checked here, before any rank starts (thrown).
+bool acquireSlurmJob(const SupervisorOptions& o, SlurmJob& job, LaunchObserver& observer,
+                     const std::atomic<bool>& stop) {
+  if (!job.acquire(observer, stop)) return false;
+  if (!job.insideAllocation()) {
+    const std::string problem = slurmNodesProblem(o.profile, o.workerPath, job.id(), job.rankHosts(), o.runDir);
+    PTW_CHECK(problem.empty(), problem);
+  }
+  return true;
+}
+
 }  // namespace
 
 std::int64_t checkpointStep(const std::string& runDir) {
@@ -148,7 +161,7 @@ RunReport Supervisor::run(LaunchObserver& observer) {
   std::unique_ptr<SlurmJob> slurm;
   if (launcherOf(o.profile).kind == LauncherKind::Slurm) {
     slurm = std::make_unique<SlurmJob>(o.profile, o.runDir, processEnvironment());
-    if (!slurm->acquire(observer, m_stopRequested)) {
+    if (!acquireSlurmJob(o, *slurm, observer, m_stopRequested)) {
       report.status = RunReport::Status::Stopped;
       report.message = "stopped by request while waiting for the SLURM job to start";
       return report;

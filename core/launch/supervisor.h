@@ -65,7 +65,7 @@ class Supervisor {
 
   /// Runs every attempt; the report is the last attempt's, with the store's write error
   /// (disk full) as the failure when there was one. Throws ptw::Error only when nothing
-  /// could be started (worker missing, port taken).
+  /// could be started (worker missing, port taken, a SLURM node that fails its check).
   RunReport run(LaunchObserver& observer);
 
   /// Graceful stop of the current attempt, and no restart. Async-signal-safe.

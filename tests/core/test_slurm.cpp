@@ -26,6 +26,7 @@
 
 #include <torch/torch.h>
 
+#include "common/version.h"
 #include "engine_support.h"
 #include "launch/run_store.h"
 #include "test_support.h"
@@ -37,7 +38,8 @@ using ptw::test::referenceParameters;
 
 namespace {
 
-const QString kNode = QStringLiteral("ptwnode1");  // the cluster's first node (slurm_node.sh)
+const QString kNode = QStringLiteral("ptwnode1");   // the cluster's first node (slurm_node.sh)
+const QString kNode2 = QStringLiteral("ptwnode2");  // its second, which cannot see DIR/hidden
 
 QString script() { return test::sourcePath(QStringLiteral("tests/slurm/slurm_node.sh")); }
 
@@ -72,6 +74,7 @@ class TestSlurm : public QObject {
   QTemporaryDir m_dir{QDir::tempPath() + "/ptw-slurm-XXXXXX"};
   Cluster m_cluster;
   QString m_skip;
+  QString m_runsDir;  ///< the next run's runs directory, when not DIR/runs-NAME
 
   // ptw's environment: the test cluster's configuration, and no allocation of the test's own.
   QProcessEnvironment environment() const {
@@ -188,8 +191,8 @@ class TestSlurm : public QObject {
     ptw.setProcessChannelMode(QProcess::MergedChannels);
     QStringList args = before;
     args << test::binDir() + "/ptw" << QStringLiteral("--headless") << QStringLiteral("-p") << profile
-         << QStringLiteral("--runs-dir") << m_cluster.dir + "/runs-" + name << QStringLiteral("--summary") << summary
-         << extra;
+         << QStringLiteral("--runs-dir") << (m_runsDir.isEmpty() ? m_cluster.dir + "/runs-" + name : m_runsDir)
+         << QStringLiteral("--summary") << summary << extra;
     const QString program = args.takeFirst();
     ptw.start(program, args);
     if (!ptw.waitForStarted(10000)) return {};
@@ -208,6 +211,13 @@ class TestSlurm : public QObject {
     return {QStringLiteral("salloc"), QStringLiteral("--nodes=%1").arg(nodes),
             QStringLiteral("--ntasks-per-node=%1").arg(perNode), QStringLiteral("--job-name=test-") + name,
             QStringLiteral("--quiet")};
+  }
+  // salloc's command line for an allocation of both nodes, one rank on each.
+  QStringList sallocBothNodes(const QString& name) const { return sallocNodes(name, 2, 1); }
+
+  // The run folders under `runs` (not the store's own files).
+  static int runFolders(const QString& runs) {
+    return static_cast<int>(QDir(runs).entryList({QStringLiteral("????????T??????Z-*")}, QDir::Dirs).size());
   }
 
   // Both ranks end with the parameters one process trains on the same global batches, and
@@ -267,7 +277,8 @@ class TestSlurm : public QObject {
       if (!ok || !cmdline.open(QIODevice::ReadOnly) || !environ.open(QIODevice::ReadOnly)) continue;
       const QList<QByteArray> args = cmdline.readAll().split('\0');
       const QList<QByteArray> env = environ.readAll().split('\0');
-      if (args.size() >= 2 && args[0].endsWith("ptw-worker") && args[1] == "--agent" && env.contains(conf) &&
+      // An agent's command line is "ptw-worker --agent" (the check before the run adds --version).
+      if (args.size() == 3 && args[0].endsWith("ptw-worker") && args[1] == "--agent" && env.contains(conf) &&
           env.contains("SLURMD_NODENAME=" + node.toUtf8()))
         return pid;
     }
@@ -425,6 +436,109 @@ class TestSlurm : public QObject {
                              QStringLiteral("ptwnode1 (ranks 0-1), ptwnode2 (ranks 2-3)"));
   }
 
+  // Inside an allocation of both nodes, each rank on its own: the ranks meet across the nodes
+  // (the check of every node passes) and end as one process does.
+  void onBothNodesEqualsOneProcess() {
+    const Profile p = slurmProfile(20);
+    const Run run = runPtw(p, QStringLiteral("both"), sallocBothNodes(QStringLiteral("both")));
+    checkEqualsOneProcess(run, p);
+    QVERIFY2(run.output.contains("ptw: the ranks' nodes: " + kNode + " (rank 0), " + kNode2 + " (rank 1)\n"),
+             qPrintable(run.output));
+    checkNoProcessLeft();
+  }
+
+  // Note [SLURM node check]: a path the ranks need that the second node cannot see (under
+  // DIR/hidden, an empty mount of its own there) is named with its field, the node and the
+  // path before anything starts: exit 2, no run folder, no rank.
+  void aPathTheSecondNodeCannotSeeIsNamedBeforeStart_data() {
+    QTest::addColumn<QString>("field");
+    QTest::newRow("command.cwd") << "command.cwd";
+    QTest::newRow("command.program") << "command.program";
+    QTest::newRow("runs directory") << "runs directory";
+  }
+  void aPathTheSecondNodeCannotSeeIsNamedBeforeStart() {
+    QFETCH(QString, field);
+    const QString hidden = m_cluster.dir + "/hidden/" + QString(field).replace(' ', '-');
+    QVERIFY(QDir().mkpath(hidden + "/work") && QDir().mkpath(hidden + "/runs"));
+    QFile program(hidden + "/work/train.py");  // here, it is there
+    QVERIFY(program.open(QIODevice::WriteOnly));
+    program.close();
+    Profile p = scriptProfile(10);
+    QString path = hidden + "/runs";
+    if (field == "command.cwd") p.command.cwd = (path = hidden + "/work").toStdString();
+    if (field == "command.program") p.command.program = (path = hidden + "/work/train.py").toStdString();
+    const QString runs = field == "runs directory" ? path : m_cluster.dir + "/runs-unseen";
+    m_runsDir = runs;
+    const Run run = runPtw(p, QStringLiteral("unseen"), sallocBothNodes(QStringLiteral("unseen")));
+    m_runsDir.clear();
+    QCOMPARE(run.exitCode, 2);
+    const QString expected = field + ": host " + kNode2 + " cannot see " + path +
+                             "; every host needs it at the same path, on a filesystem they share (docs/multihost.md)";
+    QVERIFY2(run.output.contains(expected), qPrintable(run.output));
+    QCOMPARE(runFolders(runs), 0);
+    checkNoProcessLeft();
+  }
+
+  // A node whose worker is another build is named with both versions before a rank starts:
+  // inside an allocation before the run folder is made; in the job ptw waited for, once the
+  // job runs (its nodes are known only then), and the job is released. hosts.worker is a
+  // wrapper that is this build on the first node and another on the second.
+  void aNodeWithAnotherBuildIsNamedBeforeStart_data() {
+    QTest::addColumn<bool>("inside");
+    QTest::newRow("inside an allocation") << true;
+    QTest::newRow("in the job ptw waited for") << false;
+  }
+  void aNodeWithAnotherBuildIsNamedBeforeStart() {
+    QFETCH(bool, inside);
+    const QString wrapper = m_cluster.dir + "/other-worker";
+    QFile w(wrapper);
+    QVERIFY(w.open(QIODevice::WriteOnly));
+    w.write("#!/bin/sh\n[ \"$SLURMD_NODENAME\" = " + kNode2.toUtf8() +
+            " ] && { echo ptw-worker 0.0.0-other; exit 0; }\nexec " + test::binDir().toUtf8() + "/ptw-worker \"$@\"\n");
+    w.close();
+    w.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+    Profile p = slurmProfile(20);
+    p.hosts.worker = wrapper.toStdString();
+    const QString name = inside ? QStringLiteral("other-inside") : QStringLiteral("other-outside");
+    const QString runs = m_cluster.dir + "/runs-" + name;
+    Run run;
+    if (inside) {
+      run = runPtw(p, name, sallocBothNodes(name));
+    } else {
+      p.hosts.hosts = {kNode.toStdString() + ":1", kNode2.toStdString() + ":1"};
+      QString submitted;
+      run = runPtw(p, name, {}, {}, submitOnceWritten(runs, submitted));
+      QVERIFY2(submitted.startsWith("Submitted batch job"), qPrintable(submitted + "\n" + run.output));
+    }
+    QCOMPARE(run.exitCode, 2);
+    const QString expected = "hosts.hosts: host " + kNode2 + " runs ptw-worker 0.0.0-other, this machine ptw-worker " +
+                             QString(kVersion) + "; every host needs the same ptw build";
+    QVERIFY2(run.output.contains(expected), qPrintable(run.output));
+    QVERIFY2(!run.output.contains("ptw: the ranks' nodes"), qPrintable(run.output));
+    if (inside) QCOMPARE(runFolders(runs), 0);
+    checkNoProcessLeft();
+    QElapsedTimer t;  // released: the job is gone within 10 s
+    t.start();
+    while (liveJobs().contains("ptw-") && t.elapsed() < 10000) QThread::msleep(200);
+    QVERIFY2(!liveJobs().contains("ptw-"), qPrintable(liveJobs()));
+  }
+
+  // A node the allocation does not hold (hosts.hosts names it): srun cannot make the check's
+  // step, and what it says is the message, before anything starts.
+  void aNodeOutsideTheAllocationIsNamedBeforeStart() {
+    Profile p = slurmProfile(20);
+    p.hosts.hosts = {kNode.toStdString() + ":1", kNode2.toStdString() + ":1"};
+    const Run run = runPtw(p, QStringLiteral("outside-nodes"),
+                           {QStringLiteral("salloc"), QStringLiteral("--nodes=1"), "--nodelist=" + kNode,
+                            QStringLiteral("--ntasks=2"), QStringLiteral("--quiet")});
+    QCOMPARE(run.exitCode, 2);
+    const QRegularExpression expected("hosts.hosts: srun could not check node\\(s\\) " + kNode + "," + kNode2 +
+                                      " in SLURM job \\d+: srun: error: [^\n]+; check that the job holds them");
+    QVERIFY2(expected.match(run.output).hasMatch(), qPrintable(run.output));
+    QCOMPARE(runFolders(m_cluster.dir + "/runs-outside-nodes"), 0);
+    checkNoProcessLeft();
+  }
+
   // A rank killed by a signal on the second node is named with its node; the other is
   // stopped; nothing is left.
   void aRankKilledIsNamed() {
@@ -445,7 +559,7 @@ class TestSlurm : public QObject {
                              t.start();
                              pid_t agent = -1;
                              while (t.elapsed() < 60000 && ptw.state() == QProcess::Running && agent < 0) {
-                               agent = agentOn(QStringLiteral("ptwnode2"));
+                               agent = agentOn(kNode2);
                                ptw.waitForFinished(200);
                              }
                              ptw.waitForFinished(3000);  // its ranks started and training

@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 // The slurm launcher without a cluster (Note [SLURM ranks] in core/launch/slurm_starter.h, Note
 // [SLURM job] in core/launch/slurm_job.h): each rank's srun command, the ranks' nodes from an
-// allocation's variables, the sbatch script, and the wait for a job, against stand-ins for
-// squeue, srun and scancel on PATH. tests/core/test_slurm.cpp runs real SLURM daemons.
+// allocation's variables, the sbatch script, the wait for a job and the check of the nodes
+// (Note [SLURM node check]), against stand-ins for squeue, srun and scancel on PATH. tests/core/test_slurm.cpp runs
+// real SLURM daemons.
 #include <QDir>
 #include <QFile>
 #include <QProcess>
@@ -17,6 +18,8 @@
 #include "common/command.h"
 #include "common/error.h"
 #include "common/launcher_env.h"
+#include "common/version.h"
+#include "launch/preflight.h"
 #include "launch/slurm_job.h"
 #include "launch/slurm_starter.h"
 
@@ -140,6 +143,79 @@ class TestSlurmStarter : public QObject {
     QCOMPARE(g.argv.back(), std::string("ib0"));
     QCOMPARE(given.agentsCommand({"node1"}).argv[14], std::string("/shared/ptw-worker"));
     QVERIFY(errorOf([&] { SlurmStarter(h, "12;x", {"node1"}, "w"); }).find("SLURM job id: expected a number") == 0);
+  }
+
+  // Note [SLURM node check]: one step on every node, each answer found by the node's name
+  // whatever its task's id. The stand-in srun runs the script once for each node of
+  // --nodelist, in the reverse order, as task 0, 1, ... (labelled as --label does); the
+  // stand-in worker is this build on node1 and another on node2.
+  void nodesAreCheckedInOneStepAndNamed_data() {
+    QTest::addColumn<QByteArray>("srun");
+    QTest::addColumn<QString>("worker");  // the stand-in's name of a node with another build
+    QTest::addColumn<QString>("expected");
+    const QByteArray reversed =
+        "echo \"$*\" > \"$(dirname \"$0\")/srun.args\"\n"
+        "for a; do case $a in --nodelist=*) list=${a#--nodelist=};; esac; last=$a; done\n"
+        "order=; for n in $(echo \"$list\" | tr , ' '); do order=\"$n $order\"; done\n"
+        "i=0; for n in $order; do SLURMD_NODENAME=$n /bin/sh -c \"$last\" | sed \"s/^/$i: /\"; i=$((i + 1)); done\n";
+    QTest::newRow("every node passes") << reversed << "none"
+                                       << "";
+    QTest::newRow("node2, task 0, another build")
+        << reversed << "node2"
+        << "hosts.hosts: host node2 runs ptw-worker 0.0.0-other, this machine ptw-worker " + QString(kVersion) +
+               "; every host needs the same ptw build";
+    QTest::newRow("node1, task 1, another build")
+        << reversed << "node1"
+        << "hosts.hosts: host node1 runs ptw-worker 0.0.0-other, this machine ptw-worker " + QString(kVersion) +
+               "; every host needs the same ptw build";
+    QTest::newRow("no step") << QByteArray(
+                                    "echo 'srun: error: Unable to create step for job 4242: Invalid node name "
+                                    "specified' >&2\nexit 1\n")
+                             << "none"
+                             << "hosts.hosts: srun could not check node(s) node1,node2 in SLURM job 4242: srun: error: "
+                                "Unable to create step for job 4242: Invalid node name specified; check that the job "
+                                "holds them (squeue, sinfo)";
+    QTest::newRow("node2 silent") << QByteArray(
+                                         "for a; do last=$a; done\nSLURMD_NODENAME=node1 /bin/sh -c \"$last\" | sed "
+                                         "'s/^/0: /'\necho 'srun: error: node2: task 1: Killed' >&2\nexit 1\n")
+                                  << "none"
+                                  << "hosts.hosts: node node2 of SLURM job 4242 did not answer the check through srun: "
+                                     "srun: error: node2: task 1: Killed; check the node and the job (sinfo, squeue)";
+  }
+  void nodesAreCheckedInOneStepAndNamed() {
+    QFETCH(QByteArray, srun);
+    QFETCH(QString, worker);
+    QFETCH(QString, expected);
+    writeScript(m_bin.filePath("srun"), srun);
+    writeScript(m_bin.filePath("ptw-worker"), "[ \"$SLURMD_NODENAME\" = " + worker.toUtf8() +
+                                                  " ] && { echo ptw-worker 0.0.0-other; exit 0; }\necho ptw-worker " +
+                                                  QByteArray(kVersion) + "\n");
+    Profile p = slurmProfile(3);
+    p.hosts.worker = m_bin.filePath("ptw-worker").toStdString();
+    const std::string problem = slurmNodesProblem(p, "/unused/ptw-worker", "4242", {"node1", "node1", "node2"}, "");
+    writeScript(m_bin.filePath("srun"), "exit 0\n");
+    QCOMPARE(QString::fromStdString(problem), expected);
+    if (srun.startsWith("echo \"$*\"")) {  // one step, one task on each node
+      QFile args(m_bin.filePath("srun.args"));
+      QVERIFY(args.open(QIODevice::ReadOnly));
+      QVERIFY2(args.readAll().startsWith("--jobid=4242 --job-name=ptw-check --nodes=2 --ntasks=2 --ntasks-per-node=1 "
+                                         "--nodelist=node1,node2 --overlap --label --mpi=none --quiet -- /bin/sh -c "),
+               "srun's arguments");
+    }
+  }
+
+  // A path a node cannot see is named with its field, the node and the path.
+  void aPathANodeCannotSeeIsNamed() {
+    writeScript(m_bin.filePath("srun"),
+                "for a; do last=$a; done\nSLURMD_NODENAME=node1 /bin/sh -c \"$last\" | sed 's/^/0: /'\n");
+    writeScript(m_bin.filePath("ptw-worker"), "echo ptw-worker " + QByteArray(kVersion) + "\n");
+    Profile p = slurmProfile(1);
+    p.hosts.worker = m_bin.filePath("ptw-worker").toStdString();
+    p.data.path = m_bin.filePath("nowhere/data.npy").toStdString();
+    const std::string problem = slurmNodesProblem(p, "/unused/ptw-worker", "7", {"node1"}, m_bin.path().toStdString());
+    writeScript(m_bin.filePath("srun"), "exit 0\n");
+    QCOMPARE(problem, "data.path: host node1 cannot see " + p.data.path +
+                          "; every host needs it at the same path, on a filesystem they share (docs/multihost.md)");
   }
 
   // SLURM_TASKS_PER_NODE's compressed form.
