@@ -16,6 +16,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <limits>
@@ -406,6 +407,48 @@ class TestMultihost : public QObject {
     QVERIFY2(noProcessLeft(1, left), qPrintable("left running:" + left));
   }
 
+  // The second host has another build of ptw at hosts.worker (a folder it has a mount of
+  // its own over), the first this one: the check asks each `ptw-worker --agent --version`,
+  // and the run does not start (exit 2, no run folder, no process on any host), named with
+  // the second host and both versions.
+  void anotherBuildOnTheSecondHostIsNamedBeforeStart() {
+    if (QStandardPaths::findExecutable(QStringLiteral("nsenter")).isEmpty())
+      QSKIP("needs nsenter (util-linux) to install another build on one host");
+    const QString install = m_hosts.dir + "/installed";
+    QVERIFY(QDir().mkpath(install));
+    QFile here(install + "/ptw-worker");  // this build, where every host but the second sees it
+    QVERIFY(here.open(QIODevice::WriteOnly));
+    here.write("#!/bin/sh\nexec " + (test::binDir() + "/ptw-worker").toUtf8() + " \"$@\"\n");
+    here.close();
+    QVERIFY(here.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner));
+    // As ptw-worker 0.0.1 answers: its version to --version, with --agent or not.
+    const QString other =
+        "#!/bin/sh\nfor a; do [ \"$a\" = --version ] && { echo 'ptw-worker 0.0.1'; exit 0; }; done\n"
+        "echo 'error: ptw-worker --agent: no request' >&2; exit 2\n";
+    QVERIFY2(
+        inSecondHostsMounts({"sh", "-c",
+                             "mount -t tmpfs -o size=1m ptwt-other \"$1\" && printf '%s' \"$2\" > \"$1/ptw-worker\" "
+                             "&& chmod 700 \"$1/ptw-worker\"",
+                             "_", install, other}),
+        "cannot install another build on the second host");
+    Profile p = hostsProfile(20);
+    p.hosts.worker = (install + "/ptw-worker").toStdString();
+    const QDir runs(runsDir());
+    const auto runFolders = [&runs] {
+      return runs.entryList({QStringLiteral("????????T??????Z-*")}, QDir::Dirs).size();
+    };
+    const auto before = runFolders();
+    Run run = runPtw(p, QStringLiteral("other-build"));
+    inSecondHostsMounts({"umount", install});
+    QCOMPARE(run.exitCode, 2);
+    const QString expected = "hosts.hosts: host " + kH2 + " runs ptw-worker 0.0.1, this machine ptw-worker " +
+                             QString(kVersion) + "; every host needs the same ptw build";
+    QVERIFY2(run.output.contains(expected), qPrintable(run.output));
+    QCOMPARE(runFolders(), before);
+    QString left;
+    QVERIFY2(noProcessLeft(1, left), qPrintable("left running:" + left));
+  }
+
   // A path the ranks need that the second host cannot see (a folder it has a mount of its own
   // over) is named with its field, the host and the path before anything starts: exit 2, no
   // run folder, no rank on any host.
@@ -535,6 +578,96 @@ class TestMultihost : public QObject {
     QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
     const QSet<QString> leftBehind = agentFolders() - foldersBefore;
     QVERIFY2(leftBehind.isEmpty(), qPrintable("agent folders left: " + QStringList(leftBehind.values()).join(' ')));
+  }
+
+  // Note [Agent profile]: the agent on the second host killed by SIGKILL mid-run (no chance
+  // to clean up): the run fails naming that host's ranks, nothing of the run is left running
+  // in any namespace, and no folder of an agent holds this run's profile on that host.
+  void anAgentKilledLeavesNothingOnItsHost() {
+    Profile p = hostsProfile(1000000);
+    p.name = "agent-killed-" + m_hosts.tag.toStdString();  // found in an agent's folder, were one left
+    QString killed;
+    Run run = runPtw(p, QStringLiteral("agent-killed"), {}, [&] {
+      for (const auto& pid : workersIn(ns("h2"))) {
+        QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));
+        if (cmdline.open(QIODevice::ReadOnly) && cmdline.readAll().split('\0').contains("--agent")) killed = pid;
+      }
+      if (!killed.isEmpty()) QProcess::execute(QStringLiteral("kill"), {QStringLiteral("-9"), killed});
+    });
+    QVERIFY2(!killed.isEmpty(), "no agent found on the second host");
+    QVERIFY2(run.exitCode != 0, qPrintable(run.output));
+    const QString message = run.summary.value("message").toString();
+    QVERIFY2(message.contains(QRegularExpression("^rank [23] on host " + QRegularExpression::escape(kH2) + " ")),
+             qPrintable(message));
+    QString left;
+    QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
+    QStringList folders;  // the hosts share this machine's /tmp, where an agent's folder would be
+    QDirIterator it(QStringLiteral("/tmp"), {QStringLiteral("ptw-agent-*")}, QDir::Dirs);
+    while (it.hasNext()) {
+      const QString folder = it.next();
+      QFile profile(folder + "/profile.json");
+      if (profile.open(QIODevice::ReadOnly) && profile.readAll().contains(QByteArray::fromStdString(p.name)))
+        folders << folder;
+    }
+    QVERIFY2(folders.isEmpty(), qPrintable("left on the host: " + folders.join(' ')));
+  }
+
+  // Note [Script ranks]: the program of rank 1, on the second host, starts a child in a
+  // session of its own (`setsid`, out of its rank's process group) and then trains; once the
+  // run has ended, finished or stopped, that child is gone too: the agent there killed it.
+  void whatAScriptLeftOnTheSecondHostIsKilled_data() {
+    QTest::addColumn<bool>("stop");
+    QTest::newRow("finished") << false;
+    QTest::newRow("stopped") << true;
+  }
+  void whatAScriptLeftOnTheSecondHostIsKilled() {
+    QFETCH(bool, stop);
+    Profile p = scriptProfile(stop ? 1000000 : 5);
+    p.strategy.ranks = 2;
+    p.hosts.hosts = {kH1.toStdString() + ":1", kH2.toStdString() + ":1"};
+    const QString pidFile = m_hosts.dir + "/left-" + QString::number(stop);  // the hosts share this folder
+    QFile::remove(pidFile);
+    std::vector<std::string> args = {"-c",
+                                     "if [ \"$RANK\" = 1 ]; then setsid sleep 300 >/dev/null 2>&1 & echo $! > " +
+                                         pidFile.toStdString() + "; fi; exec /usr/bin/python3 \"$@\"",
+                                     "sh"};
+    args.insert(args.end(), p.command.args.begin(), p.command.args.end());
+    p.command.program = "/bin/sh";
+    p.command.args = args;
+    QString straggler;
+    const auto readPid = [&] {
+      QFile f(pidFile);
+      if (f.open(QIODevice::ReadOnly)) straggler = QString::fromLatin1(f.readAll()).trimmed();
+    };
+    Run run = runPtw(p, stop ? QStringLiteral("left-stopped") : QStringLiteral("left-finished"), {}, [&] {
+      if (!stop) return;
+      QElapsedTimer t;  // bounded: the child is started within 30 s, or the case fails below
+      t.start();
+      while (straggler.isEmpty() && t.elapsed() < 30000) {
+        readPid();
+        if (straggler.isEmpty()) QThread::msleep(200);
+      }
+      for (const auto& pid : processesIn(ns("ctl"), "ptw"))
+        QProcess::execute(QStringLiteral("kill"), {QStringLiteral("-INT"), pid});
+    });
+    readPid();
+    QVERIFY2(!straggler.isEmpty(), qPrintable("rank 1 started no child: " + run.output));
+    QCOMPARE(run.summary.value("status").toString(), stop ? QStringLiteral("stopped") : QStringLiteral("finished"));
+    const auto isTheChild = [&] {
+      QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(straggler));
+      return cmdline.open(QIODevice::ReadOnly) &&
+             cmdline.readAll() == QByteArray(
+                                      "sleep\0"
+                                      "300\0",
+                                      10) &&
+             test::processAlive(straggler.toInt());
+    };
+    for (int i = 0; i < 50 && isTheChild(); ++i) QThread::msleep(200);  // bounded: 10 s
+    const bool gone = !isTheChild();
+    if (!gone) ::kill(straggler.toInt(), SIGKILL);
+    QVERIFY2(gone, qPrintable("the child rank 1 left (pid " + straggler + ") was running after the run"));
+    QString left;
+    QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
   }
 
   // A remote rank killed by a signal is named with its host; the others are stopped, on
