@@ -614,23 +614,35 @@ class TestMultihost : public QObject {
 
   // Note [Script ranks]: the program of rank 1, on the second host, starts a child in a
   // session of its own (`setsid`, out of its rank's process group) and then trains; once the
-  // run has ended, finished or stopped, that child is gone too: the agent there killed it.
+  // run has ended, that child is gone too. A rank's worker kills what its program leaves
+  // among its own children (a subreaper) when it ends as it should; the agent on the second
+  // host kills, by the run's token, what escapes that: the children of a worker killed by
+  // SIGKILL, whether a stop came to that (a program ignoring SIGINT and SIGTERM) or the
+  // worker itself was killed.
   void whatAScriptLeftOnTheSecondHostIsKilled_data() {
-    QTest::addColumn<bool>("stop");
-    QTest::newRow("finished") << false;
-    QTest::newRow("stopped") << true;
+    QTest::addColumn<QString>("how");
+    QTest::addColumn<QString>("status");
+    QTest::newRow("finished") << "finished"
+                              << "finished";
+    QTest::newRow("stopped, to SIGKILL") << "stopped"
+                                         << "stopped";
+    QTest::newRow("its worker killed") << "worker killed"
+                                       << "failed";
   }
   void whatAScriptLeftOnTheSecondHostIsKilled() {
-    QFETCH(bool, stop);
-    Profile p = scriptProfile(stop ? 1000000 : 5);
+    QFETCH(QString, how);
+    QFETCH(QString, status);
+    Profile p = scriptProfile(how == "finished" ? 5 : 1000000);
     p.strategy.ranks = 2;
     p.hosts.hosts = {kH1.toStdString() + ":1", kH2.toStdString() + ":1"};
-    const QString pidFile = m_hosts.dir + "/left-" + QString::number(stop);  // the hosts share this folder
+    p.command.stopGraceS = 0.5;
+    const QString pidFile = m_hosts.dir + "/left-" + QString(how).replace(' ', '-');  // the hosts share this folder
     QFile::remove(pidFile);
-    std::vector<std::string> args = {"-c",
-                                     "if [ \"$RANK\" = 1 ]; then setsid sleep 300 >/dev/null 2>&1 & echo $! > " +
-                                         pidFile.toStdString() + "; fi; exec /usr/bin/python3 \"$@\"",
-                                     "sh"};
+    std::vector<std::string> args = {
+        "-c",
+        "trap '' INT TERM; if [ \"$RANK\" = 1 ]; then setsid sleep 300 >/dev/null 2>&1 & echo $! > " +
+            pidFile.toStdString() + "; fi; exec /usr/bin/python3 \"$@\"",
+        "sh"};
     args.insert(args.end(), p.command.args.begin(), p.command.args.end());
     p.command.program = "/bin/sh";
     p.command.args = args;
@@ -639,20 +651,26 @@ class TestMultihost : public QObject {
       QFile f(pidFile);
       if (f.open(QIODevice::ReadOnly)) straggler = QString::fromLatin1(f.readAll()).trimmed();
     };
-    Run run = runPtw(p, stop ? QStringLiteral("left-stopped") : QStringLiteral("left-finished"), {}, [&] {
-      if (!stop) return;
+    Run run = runPtw(p, "left-" + QString(how).replace(' ', '-'), {}, [&] {
+      if (how == "finished") return;
       QElapsedTimer t;  // bounded: the child is started within 30 s, or the case fails below
       t.start();
       while (straggler.isEmpty() && t.elapsed() < 30000) {
         readPid();
         if (straggler.isEmpty()) QThread::msleep(200);
       }
-      for (const auto& pid : processesIn(ns("ctl"), "ptw"))
-        QProcess::execute(QStringLiteral("kill"), {QStringLiteral("-INT"), pid});
+      if (how == "stopped")
+        for (const auto& pid : processesIn(ns("ctl"), "ptw"))
+          QProcess::execute(QStringLiteral("kill"), {QStringLiteral("-INT"), pid});
+      for (const auto& pid : how == "worker killed" ? workersIn(ns("h2")) : QStringList{}) {
+        QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));
+        if (cmdline.open(QIODevice::ReadOnly) && !cmdline.readAll().split('\0').contains("--agent"))
+          QProcess::execute(QStringLiteral("kill"), {QStringLiteral("-9"), pid});
+      }
     });
     readPid();
     QVERIFY2(!straggler.isEmpty(), qPrintable("rank 1 started no child: " + run.output));
-    QCOMPARE(run.summary.value("status").toString(), stop ? QStringLiteral("stopped") : QStringLiteral("finished"));
+    QCOMPARE(run.summary.value("status").toString(), status);
     const auto isTheChild = [&] {
       QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(straggler));
       return cmdline.open(QIODevice::ReadOnly) &&
