@@ -20,7 +20,7 @@
 #include "common/child_setup.h"
 #include "common/command.h"
 #include "common/error.h"
-#include "common/process_sweep.h"
+#include "common/processes.h"
 #include "common/version.h"
 #include "common/worker_invocation.h"
 

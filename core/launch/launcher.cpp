@@ -30,7 +30,7 @@
 #include "common/child_setup.h"
 #include "common/command.h"
 #include "common/error.h"
-#include "common/process_sweep.h"
+#include "common/processes.h"
 #include "common/shm_names.h"
 #include "common/version.h"
 #include "launch/collective_blame.h"
