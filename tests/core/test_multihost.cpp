@@ -261,6 +261,21 @@ class TestMultihost : public QObject {
   // ClientAliveInterval 1 × 3).
   bool noWorkersLeft(int seconds, QString& left) { return noProcessLeft(seconds, left); }
 
+  // The folders of an agent in the hosts' /tmp (this machine's) that hold a profile named
+  // `name`: the profile of a run of this test, not of whatever else runs agents meanwhile.
+  static QStringList agentFoldersOf(const std::string& name) {
+    QStringList folders;
+    QDirIterator it(QStringLiteral("/tmp"), {QStringLiteral("ptw-agent-*")}, QDir::Dirs);
+    while (it.hasNext()) {
+      const QString folder = it.next();
+      QFile profile(folder + "/profile.json");
+      if (profile.open(QIODevice::ReadOnly) &&
+          profile.readAll().contains("\"" + QByteArray::fromStdString(name) + "\""))
+        folders << folder;
+    }
+    return folders;
+  }
+
  private slots:
   void initTestCase() {
     QVERIFY(m_dir.isValid());
@@ -538,37 +553,32 @@ class TestMultihost : public QObject {
   }
   void oneConnectionPerHostAndAStopReachesEveryRank() {
     QFETCH(bool, isScript);
-    // The run's own agents' folders: others may come and go in the shared /tmp meanwhile.
-    const auto agentFolders = [] {
-      const QStringList names = QDir(QDir::tempPath()).entryList({QStringLiteral("ptw-agent-*")}, QDir::Dirs);
-      return QSet<QString>(names.begin(), names.end());
-    };
-    const auto foldersBefore = agentFolders();
     QStringList ssh, agents;
     int ranksSeen = 0;
-    Run run = runPtw(isScript ? scriptProfile(1000000) : hostsProfile(1000000),
-                     isScript ? QStringLiteral("one-conn-script") : QStringLiteral("one-conn"), {}, [&] {
-                       // Bounded: every rank's process is up within 30 s, or the counts below fail.
-                       const QByteArray rankName = isScript ? "python3" : "ptw-worker";
-                       const int perHost = isScript ? 2 : 3;  // ptw's own ranks: the agent is a ptw-worker too
-                       QElapsedTimer t;
-                       t.start();
-                       while (t.elapsed() < 30000 && (processesIn(ns("h1"), rankName).size() < perHost ||
-                                                      processesIn(ns("h2"), rankName).size() < perHost))
-                         QThread::msleep(200);
-                       QThread::msleep(1000);
-                       ssh = processesIn(ns("ctl"), "ssh");
-                       for (const char* h : {"h1", "h2"}) {
-                         for (const auto& pid : processesIn(ns(h), "ptw-worker")) {
-                           QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));
-                           if (cmdline.open(QIODevice::ReadOnly) && cmdline.readAll().split('\0').contains("--agent"))
-                             agents << QStringLiteral("%1:%2").arg(h, pid);
-                         }
-                         ranksSeen += processesIn(ns(h), rankName).size() - (isScript ? 0 : 1);
-                       }
-                       for (const auto& pid : processesIn(ns("ctl"), "ptw"))
-                         QProcess::execute(QStringLiteral("kill"), {QStringLiteral("-INT"), pid});
-                     });
+    Profile p = isScript ? scriptProfile(1000000) : hostsProfile(1000000);
+    p.name = "one-conn-" + m_hosts.tag.toStdString() + (isScript ? "-script" : "");
+    Run run = runPtw(p, isScript ? QStringLiteral("one-conn-script") : QStringLiteral("one-conn"), {}, [&] {
+      // Bounded: every rank's process is up within 30 s, or the counts below fail.
+      const QByteArray rankName = isScript ? "python3" : "ptw-worker";
+      const int perHost = isScript ? 2 : 3;  // ptw's own ranks: the agent is a ptw-worker too
+      QElapsedTimer t;
+      t.start();
+      while (t.elapsed() < 30000 &&
+             (processesIn(ns("h1"), rankName).size() < perHost || processesIn(ns("h2"), rankName).size() < perHost))
+        QThread::msleep(200);
+      QThread::msleep(1000);
+      ssh = processesIn(ns("ctl"), "ssh");
+      for (const char* h : {"h1", "h2"}) {
+        for (const auto& pid : processesIn(ns(h), "ptw-worker")) {
+          QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));
+          if (cmdline.open(QIODevice::ReadOnly) && cmdline.readAll().split('\0').contains("--agent"))
+            agents << QStringLiteral("%1:%2").arg(h, pid);
+        }
+        ranksSeen += processesIn(ns(h), rankName).size() - (isScript ? 0 : 1);
+      }
+      for (const auto& pid : processesIn(ns("ctl"), "ptw"))
+        QProcess::execute(QStringLiteral("kill"), {QStringLiteral("-INT"), pid});
+    });
     QCOMPARE(ssh.size(), 2);     // one connection a host
     QCOMPARE(agents.size(), 2);  // one agent a host
     QCOMPARE(ranksSeen, 4);
@@ -576,8 +586,8 @@ class TestMultihost : public QObject {
     QCOMPARE(run.exitCode, 5);
     QString left;
     QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
-    const QSet<QString> leftBehind = agentFolders() - foldersBefore;
-    QVERIFY2(leftBehind.isEmpty(), qPrintable("agent folders left: " + QStringList(leftBehind.values()).join(' ')));
+    const QStringList leftBehind = agentFoldersOf(p.name);
+    QVERIFY2(leftBehind.isEmpty(), qPrintable("agent folders left: " + leftBehind.join(' ')));
   }
 
   // Note [Agent profile]: the agent on the second host killed by SIGKILL mid-run (no chance
@@ -601,14 +611,7 @@ class TestMultihost : public QObject {
              qPrintable(message));
     QString left;
     QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
-    QStringList folders;  // the hosts share this machine's /tmp, where an agent's folder would be
-    QDirIterator it(QStringLiteral("/tmp"), {QStringLiteral("ptw-agent-*")}, QDir::Dirs);
-    while (it.hasNext()) {
-      const QString folder = it.next();
-      QFile profile(folder + "/profile.json");
-      if (profile.open(QIODevice::ReadOnly) && profile.readAll().contains(QByteArray::fromStdString(p.name)))
-        folders << folder;
-    }
+    const QStringList folders = agentFoldersOf(p.name);
     QVERIFY2(folders.isEmpty(), qPrintable("left on the host: " + folders.join(' ')));
   }
 
