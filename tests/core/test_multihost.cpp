@@ -423,23 +423,34 @@ class TestMultihost : public QObject {
   }
 
   // The second host has another build of ptw at hosts.worker (a folder it has a mount of
-  // its own over), the first this one: the check asks each `ptw-worker --agent --version`,
-  // and the run does not start (exit 2, no run folder, no process on any host), named with
-  // the second host and both versions.
-  void anotherBuildOnTheSecondHostIsNamedBeforeStart() {
+  // its own over), the first this one. The check asks each host `ptw-worker --agent
+  // --version`: the run does not start (exit 2, no run folder, no process on any host),
+  // named with the second host and both versions. A build that changed after the check (it
+  // answered this version) is named all the same, by its agent refusing ptw's request: the
+  // run fails with that host's ranks and the agent's line, and nothing of it is left.
+  void anotherBuildOnTheSecondHostIsNamed_data() {
+    QTest::addColumn<bool>("atTheCheck");
+    QTest::newRow("at the check") << true;
+    QTest::newRow("at the agent") << false;
+  }
+  void anotherBuildOnTheSecondHostIsNamed() {
+    QFETCH(bool, atTheCheck);
     if (QStandardPaths::findExecutable(QStringLiteral("nsenter")).isEmpty())
       QSKIP("needs nsenter (util-linux) to install another build on one host");
     const QString install = m_hosts.dir + "/installed";
     QVERIFY(QDir().mkpath(install));
     QFile here(install + "/ptw-worker");  // this build, where every host but the second sees it
     QVERIFY(here.open(QIODevice::WriteOnly));
-    here.write("#!/bin/sh\nexec " + (test::binDir() + "/ptw-worker").toUtf8() + " \"$@\"\n");
+    const QString worker = test::binDir() + "/ptw-worker";
+    here.write("#!/bin/sh\nexec " + worker.toUtf8() + " \"$@\"\n");
     here.close();
     QVERIFY(here.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner));
-    // As ptw-worker 0.0.1 answers: its version to --version, with --agent or not.
-    const QString other =
-        "#!/bin/sh\nfor a; do [ \"$a\" = --version ] && { echo 'ptw-worker 0.0.1'; exit 0; }; done\n"
-        "echo 'error: ptw-worker --agent: no request' >&2; exit 2\n";
+    // What ptw-worker 0.0.1 says: its version, and its agent's refusal of this build's request.
+    const QString refusal = "error: ptw-worker --agent on $(hostname): this host runs ptw-worker 0.0.1, and ptw " +
+                            QString(kVersion) + " sent the run; every host needs the same ptw build";
+    const QString version = atTheCheck ? "echo 'ptw-worker 0.0.1'; exit 0" : "exec " + worker + " \"$@\"";
+    const QString other = "#!/bin/sh\nfor a; do [ \"$a\" = --version ] && { " + version + "; }; done\n" +
+                          "head -n 1 >/dev/null; echo \"" + refusal + "\" >&2; exit 2\n";
     QVERIFY2(
         inSecondHostsMounts({"sh", "-c",
                              "mount -t tmpfs -o size=1m ptwt-other \"$1\" && printf '%s' \"$2\" > \"$1/ptw-worker\" "
@@ -455,13 +466,25 @@ class TestMultihost : public QObject {
     const auto before = runFolders();
     Run run = runPtw(p, QStringLiteral("other-build"));
     inSecondHostsMounts({"umount", install});
-    QCOMPARE(run.exitCode, 2);
-    const QString expected = "hosts.hosts: host " + kH2 + " runs ptw-worker 0.0.1, this machine ptw-worker " +
-                             QString(kVersion) + "; every host needs the same ptw build";
-    QVERIFY2(run.output.contains(expected), qPrintable(run.output));
-    QCOMPARE(runFolders(), before);
+    const QString versions = atTheCheck
+                                 ? "hosts.hosts: host " + kH2 + " runs ptw-worker 0.0.1, this machine ptw-worker " +
+                                       kVersion + "; every host needs the same ptw build"
+                                 : ": this host runs ptw-worker 0.0.1, and ptw " + QString(kVersion) +
+                                       " sent the run; every host needs the same ptw build";
+    QVERIFY2(run.output.contains(versions), qPrintable(run.output));
+    if (atTheCheck) {
+      QCOMPARE(run.exitCode, 2);
+      QCOMPARE(runFolders(), before);
+    } else {
+      QVERIFY2(run.exitCode != 0, qPrintable(run.output));
+      const QString message = run.summary.value("message").toString();
+      QVERIFY2(message.contains(QRegularExpression("^rank [23] on host " + QRegularExpression::escape(kH2) +
+                                                   " failed with exit code 2: ")) &&
+                   message.contains(versions),
+               qPrintable(message));
+    }
     QString left;
-    QVERIFY2(noProcessLeft(1, left), qPrintable("left running:" + left));
+    QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
   }
 
   // A path the ranks need that the second host cannot see (a folder it has a mount of its own
