@@ -71,6 +71,15 @@ QString pidOfRank(const QStringList& pids, int rank) {
   return {};
 }
 
+// Whether process `pid` holds the descriptor of the profile its host's agent handed down
+// (Note [Agent profile]).
+bool holdsAgentProfile(const QString& pid) {
+  QDir fds(QStringLiteral("/proc/%1/fd").arg(pid));
+  for (const auto& fd : fds.entryList(QDir::AllEntries | QDir::System | QDir::NoDotAndDotDot))
+    if (QFile::symLinkTarget(fds.filePath(fd)).contains(QStringLiteral("memfd:ptw-profile"))) return true;
+  return false;
+}
+
 // rank -> step -> loss, as the run in `runsDir` whose folder is `runDir` stored them.
 std::map<int, std::map<std::int64_t, double>> storedLosses(const QString& runsDir, const QString& runDir) {
   RunStore store(runsDir.toStdString());
@@ -568,7 +577,8 @@ class TestMultihost : public QObject {
   // Note [Host agent]: 2 hosts × 2 ranks take one ssh connection a host, not one a rank, for
   // ptw's own ranks and a script's alike; a stop (SIGINT to ptw) reaches every rank through
   // its host's agent, the run ends stopped, and nothing of it is left: no process in any
-  // namespace, no folder of an agent.
+  // namespace, no folder of an agent. Each agent and rank holds the profile's descriptor
+  // (Note [Agent profile]), a script's program does not.
   void oneConnectionPerHostAndAStopReachesEveryRank_data() {
     QTest::addColumn<bool>("isScript");
     QTest::newRow("ddp") << false;
@@ -576,8 +586,8 @@ class TestMultihost : public QObject {
   }
   void oneConnectionPerHostAndAStopReachesEveryRank() {
     QFETCH(bool, isScript);
-    QStringList ssh, agents;
-    int ranksSeen = 0;
+    QStringList ssh, agents, programsWithProfile;
+    int ranksSeen = 0, profileHolders = 0;
     Profile p = isScript ? scriptProfile(1000000) : hostsProfile(1000000);
     p.name = "one-conn-" + m_hosts.tag.toStdString() + (isScript ? "-script" : "");
     Run run = runPtw(p, isScript ? QStringLiteral("one-conn-script") : QStringLiteral("one-conn"), {}, [&] {
@@ -598,6 +608,9 @@ class TestMultihost : public QObject {
             agents << QStringLiteral("%1:%2").arg(h, pid);
         }
         ranksSeen += processesIn(ns(h), rankName).size() - (isScript ? 0 : 1);
+        for (const auto& pid : processesIn(ns(h), "ptw-worker")) profileHolders += holdsAgentProfile(pid) ? 1 : 0;
+        for (const auto& pid : processesIn(ns(h), "python3"))
+          if (holdsAgentProfile(pid)) programsWithProfile << pid;
       }
       for (const auto& pid : processesIn(ns("ctl"), "ptw"))
         QProcess::execute(QStringLiteral("kill"), {QStringLiteral("-INT"), pid});
@@ -605,6 +618,8 @@ class TestMultihost : public QObject {
     QCOMPARE(ssh.size(), 2);     // one connection a host
     QCOMPARE(agents.size(), 2);  // one agent a host
     QCOMPARE(ranksSeen, 4);
+    QCOMPARE(profileHolders, 6);  // each agent and rank; a script's program does not inherit it
+    QVERIFY2(programsWithProfile.isEmpty(), qPrintable("programs with the profile: " + programsWithProfile.join(' ')));
     QCOMPARE(run.summary.value("status").toString(), QStringLiteral("stopped"));
     QCOMPARE(run.exitCode, 5);
     QString left;
