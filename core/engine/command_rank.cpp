@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "engine/command_rank.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -25,6 +24,7 @@
 #include "common/child_setup.h"
 #include "common/command.h"
 #include "common/error.h"
+#include "common/processes.h"
 
 extern char** environ;
 
@@ -82,23 +82,9 @@ void writeAll(int fd, const char* p, std::size_t n) {
 // The children this process adopted (PR_SET_CHILD_SUBREAPER) or started and did not reap.
 std::vector<pid_t> childrenOf(pid_t parent) {
   std::vector<pid_t> out;
-  DIR* proc = ::opendir("/proc");
-  if (!proc) return out;
-  while (dirent* e = ::readdir(proc)) {
-    char* end = nullptr;
-    const long pid = std::strtol(e->d_name, &end, 10);
-    if (pid <= 0 || *end) continue;
-    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
-    std::string line;
-    std::getline(stat, line);
-    const auto close = line.rfind(')');  // the command name may hold spaces and parentheses
-    if (close == std::string::npos) continue;
-    char state = 0;
-    long ppid = 0;
-    if (std::sscanf(line.c_str() + close + 1, " %c %ld", &state, &ppid) == 2 && ppid == parent)
-      out.push_back(static_cast<pid_t>(pid));
-  }
-  ::closedir(proc);
+  core::forEachProcess([&](long pid) {
+    if (core::parentOf(pid) == parent) out.push_back(static_cast<pid_t>(pid));
+  });
   return out;
 }
 

@@ -635,6 +635,10 @@ std::optional<core::WorkerExit> prepare(int argc, char** argv, const sigset_t& s
       return core::WorkerExit::Finished;
     }
     profile = core::loadProfile(args.profile);
+    // Note [Agent profile] in launch/host_agent.h: the profile the host agent handed down
+    // is this rank's to read, not its program's to inherit.
+    if (int fd = -1; std::sscanf(args.profile.c_str(), "/proc/self/fd/%d", &fd) == 1 && fd > 2)
+      ::fcntl(fd, F_SETFD, FD_CLOEXEC);
     if (args.preflight) return preflight(profile, args.samples);
     fitToLauncher(args, profile);
   } catch (const c10::Error& e) {

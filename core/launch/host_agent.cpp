@@ -5,9 +5,11 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -16,7 +18,9 @@
 #include <utility>
 
 #include "common/child_setup.h"
+#include "common/command.h"
 #include "common/error.h"
+#include "common/processes.h"
 #include "common/version.h"
 #include "common/worker_invocation.h"
 #include "launch/agent_text_stream.h"
@@ -299,13 +303,40 @@ std::string hostName() {
   return host;
 }
 
-void writeAll(int fd, const std::string& text) {
+// False when not all of `text` could be written.
+bool writeAll(int fd, const std::string& text) {
   for (std::size_t done = 0; done < text.size();) {
     const ssize_t w = ::write(fd, text.data() + done, text.size() - done);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return;
+    if (w <= 0) return false;
     done += static_cast<std::size_t>(w);
   }
+  return true;
+}
+
+// Note [Agent profile]: the run's profile in memory, sealed, in a descriptor the ranks inherit.
+int profileDescriptor(const std::string& profile) {
+  const int fd = ::memfd_create("ptw-profile", MFD_ALLOW_SEALING);  // not MFD_CLOEXEC: each rank reads it
+  PTW_CHECK(fd >= 0, "cannot keep the run's profile in memory (memfd_create): ", std::strerror(errno));
+  if (!writeAll(fd, profile) ||
+      ::fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0) {
+    const int err = errno;
+    ::close(fd);
+    PTW_FAIL("cannot keep the run's profile in memory: ", std::strerror(err));
+  }
+  return fd;
+}
+
+// The tokens of the processes the host's `command` ranks start (Note [Script ranks] in
+// common/command.h): each rank's parent is this agent, and the port is the rank's --port.
+std::vector<std::string> runTokens(const std::vector<AgentRank>& ranks) {
+  std::vector<std::string> tokens;
+  for (const auto& rank : ranks) {
+    const int port = WorkerInvocation::parse(rank.argv).port;
+    const std::string token = "PTW_RUN_TOKEN=" + runToken(static_cast<long>(::getpid()), port);
+    if (port > 0 && std::find(tokens.begin(), tokens.end(), token) == tokens.end()) tokens.push_back(token);
+  }
+  return tokens;
 }
 }  // namespace
 
@@ -359,7 +390,7 @@ int hostAgentMain(int inFd, int outFd, int errFd) {
   ::signal(SIGHUP, SIG_IGN);   // a session that ends is the end of the input, which ends the ranks
   const std::string who = "error: ptw-worker --agent on " + agentNodeName() + ": ";
   AgentRequest request;
-  std::string folder;
+  int profileFd = -1;
   try {
     request = readAgentRequest(inFd);
     PTW_CHECK(request.version == kVersion, "this host runs ptw-worker ", kVersion, ", and ptw ", request.version,
@@ -372,24 +403,15 @@ int hostAgentMain(int inFd, int outFd, int errFd) {
       PTW_CHECK(!mine.empty(), "no rank of the run is on node ", node, " (SLURMD_NODENAME), which runs this agent");
       request.ranks = std::move(mine);
     }
-    const char* tmp = std::getenv("TMPDIR");
-    std::string pattern = std::string(tmp && *tmp ? tmp : "/tmp") + "/ptw-agent-XXXXXX";
-    PTW_CHECK(::mkdtemp(pattern.data()), "cannot make a folder for the run's profile (", pattern,
-              "): ", std::strerror(errno));
-    folder = pattern;
-    const std::string profile = folder + "/profile.json";
-    const int fd = ::open(profile.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    PTW_CHECK(fd >= 0, "cannot write the run's profile to ", profile, ": ", std::strerror(errno));
-    writeAll(fd, request.profile);
-    ::close(fd);
+    profileFd = profileDescriptor(request.profile);
     for (auto& rank : request.ranks) {  // the profile is read here, not where ptw keeps it
       WorkerInvocation w = WorkerInvocation::parse(rank.argv);
-      w.profile = profile;
+      w.profile = "/proc/self/fd/" + std::to_string(profileFd);
       rank.argv = w.toArgs();
     }
   } catch (const Error& e) {
     writeAll(errFd, who + e.what() + "\n");
-    if (!folder.empty()) ::unlink((folder + "/profile.json").c_str()), ::rmdir(folder.c_str());
+    if (profileFd >= 0) ::close(profileFd);
     return exitCode(WorkerExit::BadInput);
   }
   int code = exitCode(WorkerExit::BadInput);
@@ -398,8 +420,13 @@ int hostAgentMain(int inFd, int outFd, int errFd) {
   } catch (const Error& e) {
     writeAll(errFd, who + e.what() + "\n");
   }
-  ::unlink((folder + "/profile.json").c_str());
-  ::rmdir(folder.c_str());
+  ::close(profileFd);
+  // Note [Script ranks]: what the ranks' programs left outside the ranks' process groups.
+  std::size_t killed = 0;
+  for (const auto& token : runTokens(request.ranks)) killed += sweepProcessesWithVariable(token);
+  if (killed > 0)
+    writeAll(errFd, "ptw-worker --agent on " + hostName() + ": killed " + std::to_string(killed) +
+                        " process(es) the run's programs left behind outside their ranks' process groups\n");
   return code;
 }
 

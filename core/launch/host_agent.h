@@ -18,9 +18,22 @@
 // Started by ptw (`ptw-worker --agent`, hostAgentMain), the agent first reads one request on
 // its input: the build of the ptw that sent it, the run's profile and the host's ranks. A
 // request from another build is refused, named, with exit code 2, before any rank starts.
-// The profile goes to a private folder on the host that the agent removes when it ends, and
-// each rank reads it there: the hosts need not share the run's profile, nor its step file
-// (the records come back over the connection).
+// Each rank reads the profile from the agent (Note [Agent profile]): the hosts need not share
+// the run's profile, nor its step file (the records come back over the connection). Once
+// every rank is reported, the agent kills what the ranks' programs left outside their
+// process groups on its host, by the run's token, as the launcher does on its own (Note
+// [Script ranks] in common/command.h): each rank's token names this agent as its parent.
+//
+// Note [Agent profile]
+// The profile lives in a sealed memfd that the agent creates without close-on-exec, so each
+// rank inherits it and reads it as /proc/self/fd/N (the BLAS re-exec keeps it; the rank
+// then marks it close-on-exec, so its program does not inherit it). Nothing is written to
+// the host's disk: an agent killed by SIGKILL, or a host that loses power, leaves no file,
+// and no later agent has to find and remove one, which a folder guarded by a lock would
+// need (and would leave behind on a host no agent visits again). The kernel frees the
+// memory when the last descriptor closes, the agent's and its ranks'. A rank on another
+// host cannot resolve a relative path against where it reads the profile from, so the paths
+// in it are the absolute ones ptw's own loadProfile made.
 #pragma once
 
 #include <cstddef>
@@ -103,9 +116,10 @@ AgentRequest readAgentRequest(int fd);
 /// The node an agent serving every node runs on: SLURMD_NODENAME, else the host's name.
 std::string agentNodeName();
 
-/// `ptw-worker --agent`: reads the request from `inFd`, refuses one of another build, writes
-/// the profile to a private folder, runs the ranks (runHostAgent) and removes the folder.
-/// Returns runHostAgent's code, or 2 (said on `errFd`) for a request it cannot serve.
+/// `ptw-worker --agent`: reads the request from `inFd`, refuses one of another build, hands
+/// the profile to the ranks (Note [Agent profile]), runs them (runHostAgent) and kills what
+/// their programs left behind. Returns runHostAgent's code, or 2 (said on `errFd`) for a
+/// request it cannot serve.
 int hostAgentMain(int inFd, int outFd, int errFd);
 
 }  // namespace ptw::core

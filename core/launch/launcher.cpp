@@ -2,7 +2,6 @@
 #include "launch/launcher.h"
 
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -27,12 +26,12 @@
 #include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <thread>
 
 #include "common/child_setup.h"
 #include "common/command.h"
 #include "common/error.h"
+#include "common/processes.h"
 #include "common/shm_names.h"
 #include "common/version.h"
 #include "launch/agent_text_stream.h"
@@ -502,8 +501,9 @@ RunReport Launcher::Impl::run() {
     if (!m_tearingDown && o.stallTimeoutS > 0) detectStalls(now);
     enforceKillDeadline();
   }
-  // An agent exits by itself once it has reported every rank and removed its copy of the
-  // profile: given up to 2 s for that before the destructor kills its ssh.
+  // An agent exits by itself once it has reported every rank and swept what their programs
+  // left behind: given up to 2 s for that before the destructor kills its ssh (an agent
+  // whose input ends still sweeps).
   const auto agentsBy = Clock::now() + std::chrono::seconds(2);
   for (auto& a : m_agents)
     while (!a->exited && Clock::now() < agentsBy) {
@@ -530,35 +530,10 @@ RunReport Launcher::Impl::run() {
 // token in its environment. Only this user's processes can be read, and so killed. Bounded:
 // at most 2 s.
 void Launcher::Impl::sweepStragglers() {
-  const std::string marker = "PTW_RUN_TOKEN=" + runToken(static_cast<long>(::getpid()), m_port);
-  const auto until = Clock::now() + std::chrono::seconds(2);
-  std::set<long> killed;
-  for (;;) {
-    std::vector<long> found;
-    if (DIR* proc = ::opendir("/proc")) {
-      while (dirent* e = ::readdir(proc)) {
-        char* end = nullptr;
-        const long pid = std::strtol(e->d_name, &end, 10);
-        if (pid <= 0 || *end || pid == ::getpid()) continue;
-        std::ifstream environ("/proc/" + std::string(e->d_name) + "/environ", std::ios::binary);
-        std::string var;
-        while (std::getline(environ, var, '\0'))
-          if (var == marker) {
-            found.push_back(pid);
-            break;
-          }
-      }
-      ::closedir(proc);
-    }
-    if (found.empty() || Clock::now() > until) break;
-    for (long pid : found) {
-      ::kill(static_cast<pid_t>(pid), SIGKILL);
-      killed.insert(pid);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  if (!killed.empty())
-    m_observer.onLog(-1, "ptw: killed " + std::to_string(killed.size()) +
+  const std::size_t killed =
+      sweepProcessesWithVariable("PTW_RUN_TOKEN=" + runToken(static_cast<long>(::getpid()), m_port));
+  if (killed > 0)
+    m_observer.onLog(-1, "ptw: killed " + std::to_string(killed) +
                              " process(es) the run's programs left behind outside its process group");
 }
 

@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "launch/stack_collector.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -21,6 +20,7 @@
 #include <thread>
 
 #include "common/command.h"
+#include "common/processes.h"
 #include "launch/stacks_file.h"
 
 extern char** environ;
@@ -60,20 +60,9 @@ bool ended(pid_t pid) {
 // Every process's parent, read once per collection.
 std::multimap<long, long> childrenByParent() {
   std::multimap<long, long> out;
-  DIR* proc = ::opendir("/proc");
-  if (!proc) return out;
-  while (dirent* e = ::readdir(proc)) {
-    char* end = nullptr;
-    const long pid = std::strtol(e->d_name, &end, 10);
-    if (pid <= 0 || *end) continue;
-    const std::string line = readWhole("/proc/" + std::string(e->d_name) + "/stat", 4096);
-    const auto close = line.rfind(')');
-    char state = 0;
-    long ppid = 0;
-    if (close != std::string::npos && std::sscanf(line.c_str() + close + 1, " %c %ld", &state, &ppid) == 2)
-      out.emplace(ppid, pid);
-  }
-  ::closedir(proc);
+  forEachProcess([&](long pid) {
+    if (const long ppid = parentOf(pid); ppid >= 0) out.emplace(ppid, pid);
+  });
   return out;
 }
 

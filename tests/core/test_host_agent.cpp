@@ -2,9 +2,13 @@
 // The host agent (Note [Host agent] in launch/host_agent.h): what its ranks write comes back
 // tagged by rank, a control line's signal reaches every rank, the end of its input ends
 // them, and every rank's end is reported. The ranks are small shell programs.
+#include <QDir>
+#include <QElapsedTimer>
+#include <QProcess>
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -17,6 +21,7 @@
 #include "common/version.h"
 #include "launch/agent_text_stream.h"
 #include "launch/host_agent.h"
+#include "test_support.h"
 
 using namespace ptw::core;
 
@@ -55,6 +60,15 @@ AgentRun runAgent(const std::vector<AgentRank>& ranks, const std::string& contro
 }
 
 AgentRank shell(int rank, const std::string& script) { return AgentRank{rank, {"/bin/sh", "-c", script}}; }
+
+// An executable shell script `text` at `path`, for a rank whose command line must be a
+// worker's (hostAgentMain rewrites its flags); false when it cannot be written.
+bool writeProgram(const QString& path, const QByteArray& text) {
+  QFile f(path);
+  if (!f.open(QIODevice::WriteOnly) || f.write("#!/bin/sh\n" + text) < 0) return false;
+  f.close();
+  return f.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
+}
 
 // rank -> what the agent said of it, by kind: the records joined, the log lines, the exit.
 std::map<int, std::map<char, std::vector<std::string>>> byRank(const std::vector<AgentFrame>& frames) {
@@ -327,15 +341,16 @@ class TestHostAgent : public QObject {
              qPrintable(line));
   }
 
-  // The ranks read the profile ptw sent from a folder of the agent's own, which is gone when
-  // the agent returns.
-  void theRanksReadTheProfileSentAndItGoesAfterwards() {
+  // The ranks read the profile ptw sent from a descriptor the agent hands down (Note [Agent
+  // profile]): nothing of it is on the host's disk, and no rank can change it.
+  void theRanksReadTheProfileSentFromNoFile() {
     QTemporaryDir dir;
     const QString program = dir.filePath("rank.sh");
     QFile f(program);
     QVERIFY(f.open(QIODevice::WriteOnly));
     f.write(
-        "#!/bin/sh\nwhile [ $# -gt 0 ]; do\n  if [ \"$1\" = --profile ]; then echo \"at:$2\" >&2; cat \"$2\" >&2; fi\n"
+        "#!/bin/sh\nwhile [ $# -gt 0 ]; do\n  if [ \"$1\" = --profile ]; then echo \"at:$2\" >&2; cat \"$2\" >&2;\n"
+        "    (echo more >> \"$2\") 2>/dev/null && echo \"changed it\" >&2; fi\n"
         "  shift\ndone\n");
     f.close();
     f.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
@@ -362,9 +377,9 @@ class TestHostAgent : public QObject {
     auto ranks = byRank(frames);
     const auto& log = ranks[1][AgentFrame::Log];
     QCOMPARE(log.size(), std::size_t{2});
-    QVERIFY2(log[0].rfind("at:", 0) == 0 && log[0].find("/nowhere/") == std::string::npos, log[0].c_str());
+    QVERIFY2(QRegularExpression("^at:/proc/self/fd/\\d+$").match(QString::fromStdString(log[0])).hasMatch(),
+             log[0].c_str());
     QCOMPARE(log[1], std::string("{\"name\": \"sent\"}"));
-    QVERIFY2(!QFile::exists(QString::fromStdString(log[0].substr(3))), "the profile is left on the host");
     QCOMPARE(ranks[1][AgentFrame::Exit], std::vector<std::string>{"code 0"});
   }
 
@@ -433,6 +448,84 @@ class TestHostAgent : public QObject {
       qunsetenv("SLURMD_NODENAME");
     else
       qputenv("SLURMD_NODENAME", node);
+  }
+
+  // An agent killed by SIGKILL (no chance to clean up) leaves nothing on the host: no folder
+  // in its TMPDIR, and its ranks die with it.
+  void anAgentKilledLeavesNothingBehind() {
+    QTemporaryDir tmp, dir;
+    const QString program = dir.filePath("rank.sh");
+    QVERIFY(writeProgram(program, "echo \"pid:$$\" >&2\nexec sleep 30\n"));
+    QProcess agent;
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert("TMPDIR", tmp.path());
+    agent.setProcessEnvironment(env);
+    agent.start(ptw::test::binDir() + "/ptw-worker", {"--agent"});
+    QVERIFY(agent.waitForStarted(10000));
+    agent.write(QByteArray::fromStdString(encodeAgentRequest(
+        {ptw::kVersion, "{\"name\": \"killed\"}\n", {AgentRank{0, {program.toStdString(), "--profile", "/p"}}}})));
+    AgentStreamDecoder decoder;
+    int pid = 0;
+    QElapsedTimer t;  // bounded: the rank says its pid within 10 s, or the case fails
+    t.start();
+    while (pid == 0 && t.elapsed() < 10000 && agent.waitForReadyRead(1000)) {
+      const QByteArray got = agent.readAllStandardOutput();
+      decoder.feed(got.constData(), static_cast<std::size_t>(got.size()), [&](const AgentFrame& fr) {
+        if (fr.kind == AgentFrame::Log && fr.payload.rfind("pid:", 0) == 0) pid = std::stoi(fr.payload.substr(4));
+      });
+    }
+    QVERIFY2(pid > 0, agent.readAllStandardError().constData());
+    ::kill(static_cast<pid_t>(agent.processId()), SIGKILL);
+    QVERIFY(agent.waitForFinished(10000));
+    for (int i = 0; i < 100 && ptw::test::processAlive(pid); ++i) QThread::msleep(50);
+    QVERIFY2(!ptw::test::processAlive(pid), "the rank outlived its agent");
+    const QStringList left = QDir(tmp.path()).entryList(QDir::AllEntries | QDir::NoDotAndDotDot | QDir::Hidden);
+    QVERIFY2(left.isEmpty(), qPrintable("left in the agent's TMPDIR: " + left.join(' ')));
+  }
+
+  // What a rank's program leaves outside its rank's process group (a `setsid` child) is
+  // killed on the agent's host once its rank is reported (Note [Script ranks]); a process
+  // with another run's token is not.
+  void whatARankLeftOutsideItsGroupIsKilled() {
+    QTemporaryDir dir;
+    const std::string pids = dir.filePath("pids").toStdString();
+    // The rank's token is its parent's pid (this process runs the agent) and its --port.
+    const QString program = dir.filePath("rank.sh");
+    // Each child is in a session of its own before the rank ends (its group is killed then);
+    // bounded: 5 s.
+    const std::string leave = "setsid sleep 30 >/dev/null 2>&1 &\necho $! >> " + pids +
+                              "\nfor i in $(seq 100); do [ \"$(cut -d' ' -f6 /proc/$!/stat)\" = $! ] && break; "
+                              "sleep 0.05; done\n";
+    QVERIFY(writeProgram(program, QByteArray::fromStdString("export PTW_RUN_TOKEN=$PPID-29555\n" + leave +
+                                                            "export PTW_RUN_TOKEN=$PPID-29556\n" + leave)));
+    const AgentRequest request{
+        ptw::kVersion, "{}", {AgentRank{0, {program.toStdString(), "--port", "29555", "--profile", "/p"}}}};
+    int in[2], out[2];
+    // Close-on-exec: a process the rank leaves must not hold this test's pipes open.
+    QVERIFY(::pipe2(in, O_CLOEXEC) == 0 && ::pipe2(out, O_CLOEXEC) == 0);
+    const std::string bytes = encodeAgentRequest(request);
+    QCOMPARE(::write(in[1], bytes.data(), bytes.size()), static_cast<ssize_t>(bytes.size()));
+    AgentStreamDecoder decoder;
+    std::string said;
+    std::thread reader([&] {
+      char buf[512];
+      for (ssize_t n; (n = ::read(out[0], buf, sizeof buf)) > 0;)
+        decoder.feed(buf, static_cast<std::size_t>(n), [&](const AgentFrame& fr) { said += fr.payload + "\n"; });
+    });
+    const int code = hostAgentMain(in[0], out[1], 2);
+    ::close(out[1]);
+    reader.join();
+    ::close(out[0]), ::close(in[0]), ::close(in[1]);  // open until now: its end would kill the rank
+    QVERIFY2(code == 0, said.c_str());
+    QFile f(QString::fromStdString(pids));
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QList<QByteArray> started = f.readAll().trimmed().split('\n');
+    QCOMPARE(started.size(), 2);
+    const int ours = started[0].toInt(), theirs = started[1].toInt();
+    for (int i = 0; i < 100 && ptw::test::processAlive(ours); ++i) QThread::msleep(50);
+    QVERIFY2(!ptw::test::processAlive(ours), "the process the rank left outside its group is running");
+    QVERIFY2(ptw::test::processAlive(theirs), "a process of another run was killed");
+    ::kill(theirs, SIGKILL);
   }
 };
 

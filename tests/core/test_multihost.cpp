@@ -16,6 +16,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <signal.h>
 #include <unistd.h>
 
 #include <limits>
@@ -68,6 +69,15 @@ QString pidOfRank(const QStringList& pids, int rank) {
       return pid;
   }
   return {};
+}
+
+// Whether process `pid` holds the descriptor of the profile its host's agent handed down
+// (Note [Agent profile]).
+bool holdsAgentProfile(const QString& pid) {
+  QDir fds(QStringLiteral("/proc/%1/fd").arg(pid));
+  for (const auto& fd : fds.entryList(QDir::AllEntries | QDir::System | QDir::NoDotAndDotDot))
+    if (QFile::symLinkTarget(fds.filePath(fd)).contains(QStringLiteral("memfd:ptw-profile"))) return true;
+  return false;
 }
 
 // rank -> step -> loss, as the run in `runsDir` whose folder is `runDir` stored them.
@@ -260,6 +270,21 @@ class TestMultihost : public QObject {
   // ClientAliveInterval 1 × 3).
   bool noWorkersLeft(int seconds, QString& left) { return noProcessLeft(seconds, left); }
 
+  // The folders of an agent in the hosts' /tmp (this machine's) that hold a profile named
+  // `name`: the profile of a run of this test, not of whatever else runs agents meanwhile.
+  static QStringList agentFoldersOf(const std::string& name) {
+    QStringList folders;
+    QDirIterator it(QStringLiteral("/tmp"), {QStringLiteral("ptw-agent-*")}, QDir::Dirs);
+    while (it.hasNext()) {
+      const QString folder = it.next();
+      QFile profile(folder + "/profile.json");
+      if (profile.open(QIODevice::ReadOnly) &&
+          profile.readAll().contains("\"" + QByteArray::fromStdString(name) + "\""))
+        folders << folder;
+    }
+    return folders;
+  }
+
  private slots:
   void initTestCase() {
     QVERIFY(m_dir.isValid());
@@ -406,6 +431,71 @@ class TestMultihost : public QObject {
     QVERIFY2(noProcessLeft(1, left), qPrintable("left running:" + left));
   }
 
+  // The second host has another build of ptw at hosts.worker (a folder it has a mount of
+  // its own over), the first this one. The check asks each host `ptw-worker --agent
+  // --version`: the run does not start (exit 2, no run folder, no process on any host),
+  // named with the second host and both versions. A build that changed after the check (it
+  // answered this version) is named all the same, by its agent refusing ptw's request: the
+  // run fails with that host's ranks and the agent's line, and nothing of it is left.
+  void anotherBuildOnTheSecondHostIsNamed_data() {
+    QTest::addColumn<bool>("atTheCheck");
+    QTest::newRow("at the check") << true;
+    QTest::newRow("at the agent") << false;
+  }
+  void anotherBuildOnTheSecondHostIsNamed() {
+    QFETCH(bool, atTheCheck);
+    if (QStandardPaths::findExecutable(QStringLiteral("nsenter")).isEmpty())
+      QSKIP("needs nsenter (util-linux) to install another build on one host");
+    const QString install = m_hosts.dir + "/installed";
+    QVERIFY(QDir().mkpath(install));
+    QFile here(install + "/ptw-worker");  // this build, where every host but the second sees it
+    QVERIFY(here.open(QIODevice::WriteOnly));
+    const QString worker = test::binDir() + "/ptw-worker";
+    here.write("#!/bin/sh\nexec " + worker.toUtf8() + " \"$@\"\n");
+    here.close();
+    QVERIFY(here.setPermissions(QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner));
+    // What ptw-worker 0.0.1 says: its version, and its agent's refusal of this build's request.
+    const QString refusal = "error: ptw-worker --agent on $(hostname): this host runs ptw-worker 0.0.1, and ptw " +
+                            QString(kVersion) + " sent the run; every host needs the same ptw build";
+    const QString version = atTheCheck ? "echo 'ptw-worker 0.0.1'; exit 0" : "exec " + worker + " \"$@\"";
+    const QString other = "#!/bin/sh\nfor a; do [ \"$a\" = --version ] && { " + version + "; }; done\n" +
+                          "head -n 1 >/dev/null; echo \"" + refusal + "\" >&2; exit 2\n";
+    QVERIFY2(
+        inSecondHostsMounts({"sh", "-c",
+                             "mount -t tmpfs -o size=1m ptwt-other \"$1\" && printf '%s' \"$2\" > \"$1/ptw-worker\" "
+                             "&& chmod 700 \"$1/ptw-worker\"",
+                             "_", install, other}),
+        "cannot install another build on the second host");
+    Profile p = hostsProfile(20);
+    p.hosts.worker = (install + "/ptw-worker").toStdString();
+    const QDir runs(runsDir());
+    const auto runFolders = [&runs] {
+      return runs.entryList({QStringLiteral("????????T??????Z-*")}, QDir::Dirs).size();
+    };
+    const auto before = runFolders();
+    Run run = runPtw(p, QStringLiteral("other-build"));
+    inSecondHostsMounts({"umount", install});
+    const QString versions = atTheCheck
+                                 ? "hosts.hosts: host " + kH2 + " runs ptw-worker 0.0.1, this machine ptw-worker " +
+                                       kVersion + "; every host needs the same ptw build"
+                                 : ": this host runs ptw-worker 0.0.1, and ptw " + QString(kVersion) +
+                                       " sent the run; every host needs the same ptw build";
+    QVERIFY2(run.output.contains(versions), qPrintable(run.output));
+    if (atTheCheck) {
+      QCOMPARE(run.exitCode, 2);
+      QCOMPARE(runFolders(), before);
+    } else {
+      QVERIFY2(run.exitCode != 0, qPrintable(run.output));
+      const QString message = run.summary.value("message").toString();
+      QVERIFY2(message.contains(QRegularExpression("^rank [23] on host " + QRegularExpression::escape(kH2) +
+                                                   " failed with exit code 2: ")) &&
+                   message.contains(versions),
+               qPrintable(message));
+    }
+    QString left;
+    QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
+  }
+
   // A path the ranks need that the second host cannot see (a folder it has a mount of its own
   // over) is named with its field, the host and the path before anything starts: exit 2, no
   // run folder, no rank on any host.
@@ -487,7 +577,8 @@ class TestMultihost : public QObject {
   // Note [Host agent]: 2 hosts × 2 ranks take one ssh connection a host, not one a rank, for
   // ptw's own ranks and a script's alike; a stop (SIGINT to ptw) reaches every rank through
   // its host's agent, the run ends stopped, and nothing of it is left: no process in any
-  // namespace, no folder of an agent.
+  // namespace, no folder of an agent. Each agent and rank holds the profile's descriptor
+  // (Note [Agent profile]), a script's program does not.
   void oneConnectionPerHostAndAStopReachesEveryRank_data() {
     QTest::addColumn<bool>("isScript");
     QTest::newRow("ddp") << false;
@@ -495,46 +586,147 @@ class TestMultihost : public QObject {
   }
   void oneConnectionPerHostAndAStopReachesEveryRank() {
     QFETCH(bool, isScript);
-    // The run's own agents' folders: others may come and go in the shared /tmp meanwhile.
-    const auto agentFolders = [] {
-      const QStringList names = QDir(QDir::tempPath()).entryList({QStringLiteral("ptw-agent-*")}, QDir::Dirs);
-      return QSet<QString>(names.begin(), names.end());
-    };
-    const auto foldersBefore = agentFolders();
-    QStringList ssh, agents;
-    int ranksSeen = 0;
-    Run run = runPtw(isScript ? scriptProfile(1000000) : hostsProfile(1000000),
-                     isScript ? QStringLiteral("one-conn-script") : QStringLiteral("one-conn"), {}, [&] {
-                       // Bounded: every rank's process is up within 30 s, or the counts below fail.
-                       const QByteArray rankName = isScript ? "python3" : "ptw-worker";
-                       const int perHost = isScript ? 2 : 3;  // ptw's own ranks: the agent is a ptw-worker too
-                       QElapsedTimer t;
-                       t.start();
-                       while (t.elapsed() < 30000 && (processesIn(ns("h1"), rankName).size() < perHost ||
-                                                      processesIn(ns("h2"), rankName).size() < perHost))
-                         QThread::msleep(200);
-                       QThread::msleep(1000);
-                       ssh = processesIn(ns("ctl"), "ssh");
-                       for (const char* h : {"h1", "h2"}) {
-                         for (const auto& pid : processesIn(ns(h), "ptw-worker")) {
-                           QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));
-                           if (cmdline.open(QIODevice::ReadOnly) && cmdline.readAll().split('\0').contains("--agent"))
-                             agents << QStringLiteral("%1:%2").arg(h, pid);
-                         }
-                         ranksSeen += processesIn(ns(h), rankName).size() - (isScript ? 0 : 1);
-                       }
-                       for (const auto& pid : processesIn(ns("ctl"), "ptw"))
-                         QProcess::execute(QStringLiteral("kill"), {QStringLiteral("-INT"), pid});
-                     });
+    QStringList ssh, agents, programsWithProfile;
+    int ranksSeen = 0, profileHolders = 0;
+    Profile p = isScript ? scriptProfile(1000000) : hostsProfile(1000000);
+    p.name = "one-conn-" + m_hosts.tag.toStdString() + (isScript ? "-script" : "");
+    Run run = runPtw(p, isScript ? QStringLiteral("one-conn-script") : QStringLiteral("one-conn"), {}, [&] {
+      // Bounded: every rank's process is up within 30 s, or the counts below fail.
+      const QByteArray rankName = isScript ? "python3" : "ptw-worker";
+      const int perHost = isScript ? 2 : 3;  // ptw's own ranks: the agent is a ptw-worker too
+      QElapsedTimer t;
+      t.start();
+      while (t.elapsed() < 30000 &&
+             (processesIn(ns("h1"), rankName).size() < perHost || processesIn(ns("h2"), rankName).size() < perHost))
+        QThread::msleep(200);
+      QThread::msleep(1000);
+      ssh = processesIn(ns("ctl"), "ssh");
+      for (const char* h : {"h1", "h2"}) {
+        for (const auto& pid : processesIn(ns(h), "ptw-worker")) {
+          QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));
+          if (cmdline.open(QIODevice::ReadOnly) && cmdline.readAll().split('\0').contains("--agent"))
+            agents << QStringLiteral("%1:%2").arg(h, pid);
+        }
+        ranksSeen += processesIn(ns(h), rankName).size() - (isScript ? 0 : 1);
+        for (const auto& pid : processesIn(ns(h), "ptw-worker")) profileHolders += holdsAgentProfile(pid) ? 1 : 0;
+        for (const auto& pid : processesIn(ns(h), "python3"))
+          if (holdsAgentProfile(pid)) programsWithProfile << pid;
+      }
+      for (const auto& pid : processesIn(ns("ctl"), "ptw"))
+        QProcess::execute(QStringLiteral("kill"), {QStringLiteral("-INT"), pid});
+    });
     QCOMPARE(ssh.size(), 2);     // one connection a host
     QCOMPARE(agents.size(), 2);  // one agent a host
     QCOMPARE(ranksSeen, 4);
+    QCOMPARE(profileHolders, 6);  // each agent and rank; a script's program does not inherit it
+    QVERIFY2(programsWithProfile.isEmpty(), qPrintable("programs with the profile: " + programsWithProfile.join(' ')));
     QCOMPARE(run.summary.value("status").toString(), QStringLiteral("stopped"));
     QCOMPARE(run.exitCode, 5);
     QString left;
     QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
-    const QSet<QString> leftBehind = agentFolders() - foldersBefore;
-    QVERIFY2(leftBehind.isEmpty(), qPrintable("agent folders left: " + QStringList(leftBehind.values()).join(' ')));
+    const QStringList leftBehind = agentFoldersOf(p.name);
+    QVERIFY2(leftBehind.isEmpty(), qPrintable("agent folders left: " + leftBehind.join(' ')));
+  }
+
+  // Note [Agent profile]: the agent on the second host killed by SIGKILL mid-run (no chance
+  // to clean up): the run fails naming that host's ranks, nothing of the run is left running
+  // in any namespace, and no folder of an agent holds this run's profile on that host.
+  void anAgentKilledLeavesNothingOnItsHost() {
+    Profile p = hostsProfile(1000000);
+    p.name = "agent-killed-" + m_hosts.tag.toStdString();  // found in an agent's folder, were one left
+    QString killed;
+    Run run = runPtw(p, QStringLiteral("agent-killed"), {}, [&] {
+      for (const auto& pid : workersIn(ns("h2"))) {
+        QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));
+        if (cmdline.open(QIODevice::ReadOnly) && cmdline.readAll().split('\0').contains("--agent")) killed = pid;
+      }
+      if (!killed.isEmpty()) QProcess::execute(QStringLiteral("kill"), {QStringLiteral("-9"), killed});
+    });
+    QVERIFY2(!killed.isEmpty(), "no agent found on the second host");
+    QVERIFY2(run.exitCode != 0, qPrintable(run.output));
+    const QString message = run.summary.value("message").toString();
+    QVERIFY2(message.contains(QRegularExpression("^rank [23] on host " + QRegularExpression::escape(kH2) + " ")),
+             qPrintable(message));
+    QString left;
+    QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
+    const QStringList folders = agentFoldersOf(p.name);
+    QVERIFY2(folders.isEmpty(), qPrintable("left on the host: " + folders.join(' ')));
+  }
+
+  // Note [Script ranks]: the program of rank 1, on the second host, starts a child in a
+  // session of its own (`setsid`, out of its rank's process group) and then trains; once the
+  // run has ended, that child is gone too. A rank's worker kills what its program leaves
+  // among its own children (a subreaper) when it ends as it should; the agent on the second
+  // host kills, by the run's token, what escapes that: the children of a worker killed by
+  // SIGKILL, whether a stop came to that (a program ignoring SIGINT and SIGTERM) or the
+  // worker itself was killed.
+  void whatAScriptLeftOnTheSecondHostIsKilled_data() {
+    QTest::addColumn<QString>("how");
+    QTest::addColumn<QString>("status");
+    QTest::newRow("finished") << "finished"
+                              << "finished";
+    QTest::newRow("stopped, to SIGKILL") << "stopped"
+                                         << "stopped";
+    QTest::newRow("its worker killed") << "worker killed"
+                                       << "failed";
+  }
+  void whatAScriptLeftOnTheSecondHostIsKilled() {
+    QFETCH(QString, how);
+    QFETCH(QString, status);
+    Profile p = scriptProfile(how == "finished" ? 5 : 1000000);
+    p.strategy.ranks = 2;
+    p.hosts.hosts = {kH1.toStdString() + ":1", kH2.toStdString() + ":1"};
+    p.command.stopGraceS = 0.5;
+    const QString pidFile = m_hosts.dir + "/left-" + QString(how).replace(' ', '-');  // the hosts share this folder
+    QFile::remove(pidFile);
+    std::vector<std::string> args = {
+        "-c",
+        "trap '' INT TERM; if [ \"$RANK\" = 1 ]; then setsid sleep 300 >/dev/null 2>&1 & echo $! > " +
+            pidFile.toStdString() + "; fi; exec /usr/bin/python3 \"$@\"",
+        "sh"};
+    args.insert(args.end(), p.command.args.begin(), p.command.args.end());
+    p.command.program = "/bin/sh";
+    p.command.args = args;
+    QString straggler;
+    const auto readPid = [&] {
+      QFile f(pidFile);
+      if (f.open(QIODevice::ReadOnly)) straggler = QString::fromLatin1(f.readAll()).trimmed();
+    };
+    Run run = runPtw(p, "left-" + QString(how).replace(' ', '-'), {}, [&] {
+      if (how == "finished") return;
+      QElapsedTimer t;  // bounded: the child is started within 30 s, or the case fails below
+      t.start();
+      while (straggler.isEmpty() && t.elapsed() < 30000) {
+        readPid();
+        if (straggler.isEmpty()) QThread::msleep(200);
+      }
+      if (how == "stopped")
+        for (const auto& pid : processesIn(ns("ctl"), "ptw"))
+          QProcess::execute(QStringLiteral("kill"), {QStringLiteral("-INT"), pid});
+      for (const auto& pid : how == "worker killed" ? workersIn(ns("h2")) : QStringList{}) {
+        QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(pid));
+        if (cmdline.open(QIODevice::ReadOnly) && !cmdline.readAll().split('\0').contains("--agent"))
+          QProcess::execute(QStringLiteral("kill"), {QStringLiteral("-9"), pid});
+      }
+    });
+    readPid();
+    QVERIFY2(!straggler.isEmpty(), qPrintable("rank 1 started no child: " + run.output));
+    QCOMPARE(run.summary.value("status").toString(), status);
+    const auto isTheChild = [&] {
+      QFile cmdline(QStringLiteral("/proc/%1/cmdline").arg(straggler));
+      return cmdline.open(QIODevice::ReadOnly) &&
+             cmdline.readAll() == QByteArray(
+                                      "sleep\0"
+                                      "300\0",
+                                      10) &&
+             test::processAlive(straggler.toInt());
+    };
+    for (int i = 0; i < 50 && isTheChild(); ++i) QThread::msleep(200);  // bounded: 10 s
+    const bool gone = !isTheChild();
+    if (!gone) ::kill(straggler.toInt(), SIGKILL);
+    QVERIFY2(gone, qPrintable("the child rank 1 left (pid " + straggler + ") was running after the run"));
+    QString left;
+    QVERIFY2(noProcessLeft(10, left), qPrintable("left running:" + left));
   }
 
   // A remote rank killed by a signal is named with its host; the others are stopped, on
