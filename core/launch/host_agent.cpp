@@ -425,7 +425,7 @@ int hostAgentMain(int inFd, int outFd, int errFd) {
   std::size_t killed = 0;
   for (const auto& token : runTokens(request.ranks)) killed += sweepProcessesWithVariable(token);
   if (killed > 0)
-    writeAll(errFd, "ptw-worker --agent on " + hostName() + ": killed " + std::to_string(killed) +
+    writeAll(errFd, "ptw-worker --agent on " + agentNodeName() + ": killed " + std::to_string(killed) +
                         " process(es) the run's programs left behind outside their ranks' process groups\n");
   return code;
 }

@@ -550,6 +550,21 @@ class TestSlurm : public QObject {
     checkNoProcessLeft();
   }
 
+  // A rank lost on the second node, and run.max_restarts 1: the restart is a new step of
+  // agents on both nodes, which resumes from the checkpoint and ends as one process does.
+  void aRestartStartsTheAgentsAgain() {
+    Profile p = slurmProfile(20);
+    p.run.checkpointEvery = 5;
+    p.run.maxRestarts = 1;
+    QFile::remove(srunLog());
+    const Run run = runPtw(p, QStringLiteral("restart"), sallocNodes(QStringLiteral("restart"), 2, 1),
+                           {QStringLiteral("--worker-arg=--fault=kill-at-step:1:8")});
+    QCOMPARE(run.summary.value("attempts").toInt(), 2);
+    QCOMPARE(agentSteps().size(), 2);
+    checkEqualsOneProcess(run, p);
+    checkNoProcessLeft();
+  }
+
   // The agent of the second node killed outright (the node lost, as far as the run can
   // tell): srun's word on it ends that node's rank, which is named; the other is stopped.
   void anAgentKilledOnANodeIsNamed() {
