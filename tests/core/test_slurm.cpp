@@ -159,10 +159,15 @@ class TestSlurm : public QObject {
       QCOMPARE(onSlurm.at(r).size(), static_cast<std::size_t>(p.hyper.maxSteps));
       QCOMPARE(onSlurm.at(r), oneHost.at(r));
     }
-    const Profile given = loadProfile(run.summary.value("run_dir").toString().toStdString() + "/profile.nodes.json");
+    // The nodes the ranks were given: the job's, or the run's own hosts.hosts where it names them.
+    const QString runDir = run.summary.value("run_dir").toString();
+    const QString nodesFile = runDir + "/profile.nodes.json";
+    const Profile given = loadProfile((QFile::exists(nodesFile) ? nodesFile : runDir + "/profile.json").toStdString());
     QCOMPARE(rankHosts(given), nodes);
-    // ...and the observers learn them: the window's host column, here headless's line.
-    QVERIFY2(run.output.contains("ptw: the ranks' nodes: " + nodesLine + "\n"), qPrintable(run.output));
+    // ...and the observers learn them where the profile did not name them: the window's host
+    // column, here headless's line.
+    if (p.hosts.hosts.empty())
+      QVERIFY2(run.output.contains("ptw: the ranks' nodes: " + nodesLine + "\n"), qPrintable(run.output));
     checkNoProcessLeft();
   }
 
@@ -412,14 +417,16 @@ class TestSlurm : public QObject {
     checkScriptEqualsOneHost(run, p, QStringLiteral("script-inside"));
   }
 
-  // The same script through the job ptw writes (job.sbatch), submitted while ptw waits.
+  // The same script through the job ptw writes (job.sbatch) for both nodes, submitted while
+  // ptw waits: a rank on each node.
   void aScriptThroughTheJobItWritesStoresWhatItDoesOnOneHost() {
-    const Profile p = scriptProfile(10);
+    Profile p = scriptProfile(10);
+    p.hosts.hosts = {kNode.toStdString() + ":1", kNode2.toStdString() + ":1"};
     QString submitted;
     const Run run = runPtw(p, QStringLiteral("script-outside"), {}, {},
                            submitOnceWritten(m_cluster.dir + "/runs-script-outside", submitted));
     QVERIFY2(submitted.startsWith("Submitted batch job"), qPrintable(submitted + "\n" + run.output));
-    checkScriptEqualsOneHost(run, p, QStringLiteral("script-outside"));
+    checkScriptEqualsOneHost(run, p, QStringLiteral("script-outside"), {kNode.toStdString(), kNode2.toStdString()});
   }
 
   // The script on two nodes, two ranks on each (Note [One step for all nodes]): the agents of
