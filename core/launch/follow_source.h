@@ -65,9 +65,6 @@ struct FollowSourceOptions {
   std::string run;       ///< a run id, `latest`, or a run folder
   HostsSpec hosts = {};  ///< ssh_user, ssh_port, ssh_identity, ssh_config, alive_interval_s for HOST
   std::string ptw = "";  ///< the ptw that follows, here and on HOST; "": thisPtwProgram()
-  /// How often the follower looks at the store: a window shows records within about this
-  /// plus its own redraw period.
-  std::chrono::milliseconds poll = std::chrono::milliseconds(50);
   /// Records of steps below this are left out (`ptw follow --from-step`).
   std::int64_t fromStep = std::numeric_limits<std::int64_t>::min();
   std::chrono::milliseconds firstRetry = std::chrono::milliseconds(1000);  ///< then doubled each time
