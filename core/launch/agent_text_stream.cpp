@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstring>
 
 namespace ptw::core {
 
@@ -82,15 +83,20 @@ int splitTaskLabel(std::string_view line, std::string_view& rest) {
 
 void LabelledAgentStreams::feed(const char* data, std::size_t n,
                                 const std::function<void(int, const AgentFrame&)>& frame) {
-  for (std::size_t i = 0; i < n && m_error.empty(); ++i) {
-    if (data[i] != '\n') {
-      m_line += data[i];
-      // A line longer than any srun passes on: no labelled agent output.
-      if (m_line.size() > (64u << 10)) m_error = "the host agents' stream is broken: a line of over 64 KiB";
-      continue;
+  while (n > 0 && m_error.empty()) {
+    const char* nl = static_cast<const char*>(std::memchr(data, '\n', n));
+    const std::size_t take = nl ? static_cast<std::size_t>(nl - data) : n;
+    m_line.append(data, take);
+    // A line longer than any srun passes on: no labelled agent output.
+    if (m_line.size() > (64u << 10)) {
+      m_error = "the host agents' stream is broken: a line of over 64 KiB";
+      return;
     }
+    if (!nl) return;
     takeLine(m_line, frame);
     m_line.clear();
+    data += take + 1;
+    n -= take + 1;
   }
 }
 
