@@ -12,7 +12,7 @@ namespace ptw::core {
 
 void setUpChild(const ChildSetup& setup) {
   if (setup.processGroup >= 0) ::setpgid(0, setup.processGroup);
-  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  ::prctl(PR_SET_PDEATHSIG, setup.deathSignal);
   if (::getppid() != setup.parent) ::_exit(kChildCannotExec);  // it died before the request took
   // The parent's handlers go before any signal is let in: one arriving in between would run
   // the parent's handler in this child (writing to the parent's pipes, taking its locks).

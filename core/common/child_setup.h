@@ -4,6 +4,7 @@
 // ranks] in common/command.h).
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
 namespace ptw::core {
@@ -12,11 +13,12 @@ namespace ptw::core {
 struct ChildSetup {
   explicit ChildSetup(pid_t parent) : parent(parent) {}
 
-  pid_t parent;             ///< the forking process: the child dies with it
-  pid_t processGroup = -1;  ///< the group to join (0: one of its own); -1: stay in the parent's
-  int stdinFd = -1;         ///< becomes descriptor 0; -1: keep the parent's
-  int stdoutFd = -1;        ///< becomes descriptor 1; -1: keep the parent's
-  int stderrFd = -1;        ///< becomes descriptor 2; -1: keep the parent's
+  pid_t parent;               ///< the forking process: the child dies with it
+  pid_t processGroup = -1;    ///< the group to join (0: one of its own); -1: stay in the parent's
+  int stdinFd = -1;           ///< becomes descriptor 0; -1: keep the parent's
+  int stdoutFd = -1;          ///< becomes descriptor 1; -1: keep the parent's
+  int stderrFd = -1;          ///< becomes descriptor 2; -1: keep the parent's
+  int deathSignal = SIGKILL;  ///< what the child gets when the parent's thread dies
 
   ChildSetup& setProcessGroup(pid_t v) {
     processGroup = v;
@@ -34,13 +36,17 @@ struct ChildSetup {
     stderrFd = fd;
     return *this;
   }
+  ChildSetup& setDeathSignal(int sig) {
+    deathSignal = sig;
+    return *this;
+  }
 };
 
 /// The exit status of a child that never became its program (its parent was gone, or exec
 /// failed), as a shell gives for a command it cannot run.
 inline constexpr int kChildCannotExec = 127;
 
-/// In the child after fork(): joins the process group, asks for SIGKILL when the parent's
+/// In the child after fork(): joins the process group, asks for its death signal when the parent's
 /// thread dies (exiting kChildCannotExec if the parent is gone already), clears the signal
 /// mask and the dispositions of SIGINT, SIGTERM, SIGPIPE and SIGHUP that the parent set (an
 /// ignored signal would stay ignored across exec), and moves the descriptors into place.

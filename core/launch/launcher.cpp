@@ -165,8 +165,10 @@ struct HostAgent {
   std::string errBuf;
   std::string input;  // bytes for its stdin not yet taken, in order
   bool exited = false;
-  bool broken = false;  // its stream could not be read: it is killed
-  int lastSignal = 0;   // the last signal it was told to send (killAll)
+  bool broken = false;      // its stream could not be read: it is killed
+  int lastSignal = 0;       // the last signal it was told to send (killAll)
+  int endSignal = SIGKILL;  // RankCommand::endSignal
+  bool endSent = false;
   Clock::time_point killAt = Clock::time_point::max();
 
   HostAgent() = default;
@@ -393,6 +395,7 @@ class Launcher::Impl {
   void spawnAgent(HostAgent& a, const RankCommand& command);
   void killAll(int sig);
   void signalAgent(HostAgent& a, int sig);
+  void endAgentProcess(HostAgent& a);
   bool anyRemote() const;
 
   // The supervision loop.
@@ -460,13 +463,24 @@ class Launcher::Impl {
 
 Launcher::Impl::~Impl() {
   if (m_devNull >= 0) ::close(m_devNull);
-  // An agent's ssh killed ends its connection, and the agent then ends its ranks there.
+  // An agent's ssh killed ends its connection, and the agent then ends its ranks there; srun
+  // told SIGTERM cancels its step, the agents with it (RankCommand::endSignal).
   for (auto& a : m_agents)
-    if (a->pid > 0 && !a->exited) ::kill(a->pid, SIGKILL);
+    if (a->pid > 0 && !a->exited) ::kill(a->pid, a->endSignal);
   const auto agentsGone = Clock::now() + std::chrono::seconds(5);
-  for (auto& a : m_agents)
-    while (a->pid > 0 && !a->exited && ::waitpid(a->pid, nullptr, WNOHANG) == 0 && Clock::now() < agentsGone)
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (auto& a : m_agents) {
+    while (a->pid > 0 && !a->exited) {
+      if (::waitpid(a->pid, nullptr, WNOHANG) != 0) {
+        a->exited = true;
+      } else if (Clock::now() >= agentsGone) {
+        ::kill(a->pid, SIGKILL);
+        ::waitpid(a->pid, nullptr, 0);
+        a->exited = true;
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+  }
   // Only while a rank is left: the group's id could name another process group once all are reaped.
   if (std::any_of(m_ranks.begin(), m_ranks.end(), [](const Rank& rk) { return rk.pid > 0 && !rk.exited; }))
     killAll(SIGKILL);
@@ -600,13 +614,26 @@ void Launcher::Impl::killAll(int sig) {
 void Launcher::Impl::signalAgent(HostAgent& a, int sig) {
   if (a.exited || a.pid <= 0) return;
   if (sig == SIGKILL && a.lastSignal == SIGKILL) {
-    if (Clock::now() >= a.killAt) ::kill(a.pid, SIGKILL);
+    if (Clock::now() >= a.killAt) endAgentProcess(a);
     return;
   }
   if (sig == a.lastSignal) return;
   a.lastSignal = sig;
   if (sig == SIGKILL) a.killAt = Clock::now() + std::chrono::seconds(3);
   tellAgent(a, "signal " + std::to_string(sig) + "\n");
+}
+
+// The process itself, once what it was told has not ended it: its end signal (SIGTERM for
+// srun, which then cancels its step), SIGKILL 3 s later if it is still there.
+void Launcher::Impl::endAgentProcess(HostAgent& a) {
+  if (a.exited || a.pid <= 0) return;
+  if (a.endSent && a.endSignal != SIGKILL) {
+    if (Clock::now() >= a.killAt) ::kill(a.pid, SIGKILL);
+    return;
+  }
+  ::kill(a.pid, a.endSignal);
+  a.endSent = true;
+  a.killAt = Clock::now() + std::chrono::seconds(3);
 }
 
 bool Launcher::Impl::anyRemote() const {
@@ -787,6 +814,8 @@ void Launcher::Impl::spawnAgent(HostAgent& a, const RankCommand& command) {
   argv.push_back(nullptr);
   ChildSetup setup(::getpid());
   setup.setProcessGroup(m_pgid).setStdin(ctl[0]).setStdout(out[1]).setStderr(err[1]);
+  setup.setDeathSignal(command.endSignal);
+  a.endSignal = command.endSignal;
   const pid_t pid = ::fork();
   if (pid == 0) execWorker(argv.data(), setup, -1);
   const int forkErr = errno;
@@ -849,7 +878,7 @@ void Launcher::Impl::pumpAgent(HostAgent& a, bool final, Clock::time_point now) 
     if (!error.empty() && !a.broken) {
       a.broken = true;
       agentLine(a, "ptw: " + error);
-      ::kill(a.pid, SIGKILL);
+      endAgentProcess(a);
     }
     if (!open) ::close(a.outFd), a.outFd = -1;
   }
@@ -933,8 +962,11 @@ void Launcher::Impl::nodeAgentLine(HostAgent& a, std::string_view line, Clock::t
       const std::string how(rest.substr(what + 2));
       int status = exitCode(WorkerExit::Failed) << 8;
       if (int code = 0; std::sscanf(how.c_str(), "Exited with exit code %d", &code) == 1) status = (code & 0xff) << 8;
+      // srun says a signal by its description, in English (sigdescr_np is never translated,
+      // as strsignal is under the window's locale), with " (core dumped)" after it perhaps.
       for (int sig = 1; sig < NSIG; ++sig)
-        if (const char* name = ::strsignal(sig); name && how.rfind(name, 0) == 0) status = sig;
+        if (const char* name = ::sigdescr_np(sig); name && (how == name || how == std::string(name) + " (core dumped)"))
+          status = sig;
       a.nodeEnds.push_back({node, status, now});
     }
   }
@@ -967,9 +999,13 @@ void Launcher::Impl::reapAgents() {
       a.exited = true;
       pumpAgent(a, true, Clock::now());
     }
-    // A node's agent that srun says ended: its output has had a second to come, or all of it came.
+    // A node's agent that srun says ended, once its output has had time to come (the news
+    // takes another way): an agent killed by a signal could send no more, a second will do;
+    // one that exited by itself reported every rank it started first, so its frames are
+    // waited for, up to 10 s. Or at once when srun itself has ended, and all of it came.
     for (auto e = a.nodeEnds.begin(); e != a.nodeEnds.end();) {
-      if (!a.exited && Clock::now() - e->at < std::chrono::seconds(1)) {
+      const bool killed = WIFSIGNALED(e->status);
+      if (!a.exited && Clock::now() - e->at < std::chrono::seconds(killed ? 1 : 10)) {
         ++e;
         continue;
       }

@@ -4,6 +4,8 @@
 // (the worker itself here, or ssh starting it on another host) is the starter's.
 #pragma once
 
+#include <signal.h>
+
 #include <string>
 #include <vector>
 
@@ -29,6 +31,10 @@ struct RankCommand {
   /// Started by the host agent of `host` (Note [Host agent] in host_agent.h): argv is the
   /// rank's worker command line there, run by the process RankStarter::agentCommand(host) gives.
   bool viaAgent = false;
+  /// The signal that ends this process and what it stands for, sent before SIGKILL and when
+  /// ptw dies: srun cancels its step on SIGTERM, where SIGKILL would leave the step's tasks
+  /// running until the job ends.
+  int endSignal = SIGKILL;
 };
 
 class RankStarter {

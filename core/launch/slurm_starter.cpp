@@ -80,6 +80,7 @@ RankCommand SlurmStarter::agentsCommand(const std::vector<std::string>& hosts) c
   RankCommand c;
   c.remote = true;
   c.host = nodes;
+  c.endSignal = SIGTERM;  // srun cancels the step; killed, it would leave the agents running
   c.argv = {m_srun,
             "--jobid=" + m_jobId,
             "--job-name=ptw-agent",

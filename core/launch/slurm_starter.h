@@ -23,9 +23,12 @@
 // - Exits: each rank's comes in its agent's Exit frame. An agent that died first is known by
 //   srun's "srun: error: NODE: task N: Killed" line, and its ranks end so. srun that could not
 //   make the step (a node not in the job, the job gone) exits 1 with an "srun: error:" line,
-//   which names the failure for every rank. srun killed here ends its step: slurmstepd kills
-//   the agents when srun's connection goes, and they their ranks, so a rank outlives neither
-//   its srun nor ptw (Note [Worker lifetime]).
+//   which names the failure for every rank.
+// - Its end: srun told SIGTERM cancels the step, and the agents' ranks die with them; srun
+//   killed by SIGKILL would leave the step's tasks running until the job ends. So SIGTERM is
+//   what ptw sends it once the agents have not ended their ranks, and what it gets when ptw
+//   dies (RankCommand::endSignal), SIGKILL only 3 s later: a rank outlives neither its srun
+//   nor ptw (Note [Worker lifetime]).
 //
 // Note [SLURM node check]
 // Before a rank starts, every node of the run is asked what the ssh launcher asks each host

@@ -1,10 +1,9 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
-// DDP through ptw's slurm launcher (docs/multihost.md, Note [SLURM job]) on a one-node SLURM
-// cluster that the test starts on this machine (tests/slurm/slurm_node.sh): munged, slurmctld
-// and slurmd with their own key, configuration and state in a temporary folder, over 127.0.0.1
-// only, in a PID namespace that ends with the test. Needs root and Debian's slurmctld, slurmd,
-// slurm-client and munge; without them every case is skipped, saying why (CTest reports it
-// skipped, not passed).
+// DDP and scripts through ptw's slurm launcher (docs/multihost.md, Note [SLURM job]) on a
+// two-node SLURM cluster that the test starts on this machine (tests/slurm/slurm_node.sh):
+// munged, slurmctld and a slurmd for each node with their own key, configuration and state in a temporary folder, over
+// 127.0.0.1 only, in a PID namespace that ends with the test. Needs root and Debian's slurmctld, slurmd, slurm-client
+// and munge; without them every case is skipped, saying why (CTest reports it skipped, not passed).
 #include <QDir>
 #include <QDirIterator>
 #include <QElapsedTimer>
@@ -570,6 +569,38 @@ class TestSlurm : public QObject {
     QCOMPARE(agentSteps().size(), 2);
     checkEqualsOneProcess(run, p);
     checkNoProcessLeft();
+  }
+
+  // ptw killed outright mid-run, in the job it wrote (which outlives it until its keep-alive
+  // goes stale), while rank 1 hangs and rank 0 waits for it: its srun, told SIGTERM by the
+  // kernel as ptw dies (RankCommand::endSignal), cancels the agents' step, and nothing of the
+  // run is left on either node.
+  void ptwKilledLeavesNothingOnTheNodes() {
+    Profile p = slurmProfile(1000000);
+    p.hosts.hosts = {kNode.toStdString() + ":1", kNode2.toStdString() + ":1"};
+    const QString runs = m_cluster.dir + "/runs-ptw-killed";
+    QString submitted;
+    const auto submit = submitOnceWritten(runs, submitted);
+    runPtw(p, QStringLiteral("ptw-killed"), {}, {QStringLiteral("--worker-arg=--fault=hang-at-step:1:3")},
+           [&](QProcess& ptw) {
+             submit(ptw);
+             QElapsedTimer t;
+             t.start();
+             while (t.elapsed() < 60000 && ptw.state() == QProcess::Running && agentOn(kNode2) < 0)
+               ptw.waitForFinished(200);
+             ptw.waitForFinished(4000);  // the ranks started, and stopped at the hang
+             ::kill(static_cast<pid_t>(ptw.processId()), SIGKILL);
+           });
+    QVERIFY2(submitted.startsWith("Submitted batch job"), qPrintable(submitted));
+    QString left;
+    const bool clean = noProcessLeft(10, left);
+    for (const QString& job : liveJobs().split('\n', Qt::SkipEmptyParts)) {  // the job ptw can no longer release
+      QProcess scancel;
+      scancel.setProcessEnvironment(environment());
+      scancel.start(QStringLiteral("scancel"), {job.section(' ', 0, 0)});
+      scancel.waitForFinished(10000);
+    }
+    QVERIFY2(clean, qPrintable("left running:" + left));
   }
 
   // The agent of the second node killed outright (the node lost, as far as the run can
