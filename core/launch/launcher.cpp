@@ -1361,7 +1361,11 @@ std::string Launcher::Impl::takeStacks(const std::string& why, const Rank* behin
       t.nativeFile = nativeStacksFile(o.outDir, rk.rank, rk.pid);
     t.controlFd = rk.ctlFd;
     if (rk.agent >= 0) {  // Note [Host agent]: asked through its host's agent
-      t.controlFd = m_agents[static_cast<std::size_t>(rk.agent)]->ctlFd;
+      HostAgent& a = *m_agents[static_cast<std::size_t>(rk.agent)];
+      // Behind what its input still holds (the request, a signal line), the ask would cut
+      // into it: such an agent is not asked now.
+      tellAgent(a, "");
+      t.controlFd = a.input.empty() ? a.ctlFd : -1;
       t.ask = "stacks " + std::to_string(rk.rank) + "\n";
     }
     // The rank that is behind first: where cores are few, its stack is the one to have.
