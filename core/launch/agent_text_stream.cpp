@@ -1,8 +1,11 @@
 // SPDX-License-Identifier: GPL-3.0-or-later
 #include "launch/agent_text_stream.h"
 
+#include <signal.h>
+
 #include <array>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 namespace ptw::core {
@@ -79,6 +82,25 @@ int splitTaskLabel(std::string_view line, std::string_view& rest) {
     return -1;
   rest = line.substr(digits + 2);
   return std::stoi(std::string(line.substr(i, digits - i)));
+}
+
+bool srunTaskEnd(std::string_view line, std::string& node, int& status) {
+  constexpr std::string_view kError = "srun: error: ";
+  if (line.substr(0, kError.size()) != kError) return false;
+  const std::string_view rest = line.substr(kError.size());
+  const std::size_t colon = rest.find(": task ");
+  const std::size_t what = colon == std::string_view::npos ? colon : rest.find(": ", colon + 7);
+  if (colon == 0 || what == std::string_view::npos) return false;
+  node = std::string(rest.substr(0, colon));
+  const std::string how(rest.substr(what + 2));
+  status = 1 << 8;
+  if (int code = 0; std::sscanf(how.c_str(), "Exited with exit code %d", &code) == 1) status = (code & 0xff) << 8;
+  // srun says a signal by its description, in English (sigdescr_np is never translated, as
+  // strsignal is under the window's locale), with " (core dumped)" after it perhaps.
+  for (int sig = 1; sig < NSIG; ++sig)
+    if (const char* name = ::sigdescr_np(sig); name && (how == name || how == std::string(name) + " (core dumped)"))
+      status = sig;
+  return true;
 }
 
 void LabelledAgentStreams::feed(const char* data, std::size_t n,

@@ -36,6 +36,10 @@ std::string encodeAgentTextUnit(std::string_view frameBytes);
 /// whole line in `rest` for a line without a label (srun's own).
 int splitTaskLabel(std::string_view line, std::string_view& rest);
 
+/// srun's word that a task ended badly, "srun: error: NODE: task N: HOW": true, with its node
+/// and a wait status (HOW "Killed": SIGKILL; "Exited with exit code 3": exit 3; else exit 1).
+bool srunTaskEnd(std::string_view line, std::string& node, int& status);
+
 /// Reads srun's labelled stdout, given in pieces of any size, into each task's frames.
 class LabelledAgentStreams {
  public:

@@ -405,7 +405,7 @@ class Launcher::Impl {
   void tellAgent(HostAgent& a, const std::string& text);
   void pumpAgent(HostAgent& a, bool final, Clock::time_point now);
   void onAgentFrame(HostAgent& a, const AgentFrame& f, Clock::time_point now);
-  void agentLine(HostAgent& a, std::string_view line);
+  void agentLine(HostAgent& a, std::string_view line, const std::string& node = "");
   void nodeAgentLine(HostAgent& a, std::string_view line, Clock::time_point now);
   void reapAgents();
   void takeRecords(Rank& rk);
@@ -926,11 +926,11 @@ void Launcher::Impl::onAgentFrame(HostAgent& a, const AgentFrame& f, Clock::time
 
 // What ssh or the agent itself says concerns every rank of its host: in each one's log and
 // last lines (where a failure's cause is looked for), shown once.
-void Launcher::Impl::agentLine(HostAgent& a, std::string_view line) {
+void Launcher::Impl::agentLine(HostAgent& a, std::string_view line, const std::string& node) {
   bool shown = false;
   for (int r : a.ranks) {
     Rank& rk = m_ranks[static_cast<std::size_t>(r)];
-    if (rk.exited) continue;
+    if (rk.exited || (!node.empty() && rk.host != node)) continue;
     if (!shown) {
       keepLog(rk, line);
       shown = true;
@@ -953,39 +953,12 @@ void Launcher::Impl::nodeAgentLine(HostAgent& a, std::string_view line, Clock::t
   if (task >= 0) {
     const auto known = a.taskNode.find(task);
     if (known != a.taskNode.end()) node = known->second;
-  } else if (line.rfind("srun: error: ", 0) == 0) {
-    const std::string_view rest = line.substr(13);
-    const std::size_t colon = rest.find(": task ");
-    if (colon != std::string_view::npos) node = std::string(rest.substr(0, colon));
-    const std::size_t what = colon == std::string_view::npos ? colon : rest.find(": ", colon + 7);
-    if (what != std::string_view::npos && !node.empty()) {
-      const std::string how(rest.substr(what + 2));
-      int status = exitCode(WorkerExit::Failed) << 8;
-      if (int code = 0; std::sscanf(how.c_str(), "Exited with exit code %d", &code) == 1) status = (code & 0xff) << 8;
-      // srun says a signal by its description, in English (sigdescr_np is never translated,
-      // as strsignal is under the window's locale), with " (core dumped)" after it perhaps.
-      for (int sig = 1; sig < NSIG; ++sig)
-        if (const char* name = ::sigdescr_np(sig); name && (how == name || how == std::string(name) + " (core dumped)"))
-          status = sig;
-      a.nodeEnds.push_back({node, status, now});
-    }
+  } else if (int status = 0; srunTaskEnd(line, node, status)) {
+    a.nodeEnds.push_back({node, status, now});
   }
   const bool known = std::any_of(a.ranks.begin(), a.ranks.end(),
                                  [&](int r) { return m_ranks[static_cast<std::size_t>(r)].host == node; });
-  if (node.empty() || !known) return agentLine(a, task >= 0 ? text : line);
-  bool shown = false;
-  for (int r : a.ranks) {
-    Rank& rk = m_ranks[static_cast<std::size_t>(r)];
-    if (rk.host != node || rk.exited) continue;
-    if (!shown) {
-      keepLog(rk, task >= 0 ? text : line);
-      shown = true;
-      continue;
-    }
-    if (rk.logFile) *rk.logFile << (task >= 0 ? text : line) << '\n';
-    rk.tail.emplace_back(task >= 0 ? text : line);
-    while (rk.tail.size() > o.logTail) rk.tail.pop_front();
-  }
+  agentLine(a, task >= 0 ? text : line, known ? node : std::string());
 }
 
 // An agent that ended reports, for each of its ranks it had not reported, its own end: ssh's

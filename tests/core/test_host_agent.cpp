@@ -10,6 +10,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <map>
@@ -204,6 +205,23 @@ class TestHostAgent : public QObject {
     QCOMPARE(std::string(rest), std::string("srun: error: node2: task 1: Killed"));
     QCOMPARE(splitTaskLabel("3 text", rest), -1);
     QCOMPARE(splitTaskLabel("", rest), -1);
+  }
+
+  void srunsTaskEndsAreRead() {
+    std::string node;
+    int status = 0;
+    QVERIFY(srunTaskEnd("srun: error: node2: task 1: Killed", node, status));
+    QCOMPARE(node, std::string("node2"));
+    QVERIFY(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    QVERIFY(srunTaskEnd("srun: error: n-7: task 12: Exited with exit code 3", node, status));
+    QCOMPARE(node, std::string("n-7"));
+    QVERIFY(WIFEXITED(status) && WEXITSTATUS(status) == 3);
+    QVERIFY(srunTaskEnd("srun: error: node2: task 1: Segmentation fault (core dumped)", node, status));
+    QVERIFY(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV);
+    QVERIFY(srunTaskEnd("srun: error: node2: task 1: Stopped (signal)", node, status));
+    QVERIFY(WIFSIGNALED(status) && WTERMSIG(status) == SIGSTOP);
+    QVERIFY(!srunTaskEnd("srun: error: Unable to create step for job 42: Invalid node name", node, status));
+    QVERIFY(!srunTaskEnd("0: srun: error: node2: task 1: Killed", node, status));
   }
 
   void aBrokenStreamIsSaidAndReadNoFurther() {
